@@ -1,0 +1,422 @@
+"""Channel: one consumer group of a topic.
+
+Every message the topic fans out lands in each of its channels; within a
+channel, each message goes to exactly one subscribed client (competing
+consumers).  A channel holds:
+
+* a memory queue (a deque bounded by --mem-queue-size) and a backend for the
+  overflow,
+* the in-flight index (delivered, awaiting FIN/REQ/TOUCH or timeout),
+* the deferred index (DPUB and REQ with a delay, waiting to become due),
+* the subscribed clients, and the list of client pumps waiting for messages.
+
+Go nsqd's client pumps block in a ``select`` on the channel's Go channel.
+Here a pump calls :meth:`Channel.take`; when nothing is there the pump is
+recorded in ``_waiting`` and woken by the next put.  That is the only hand-off
+between threads on the delivery path, and it happens once per batch.
+"""
+
+import collections
+import random
+import time
+
+from .backend import BackendError, DiscardBackend
+from .pqueue import TimedIndex
+
+
+class ChannelError(Exception):
+    """A put/subscribe failure whose text nsqd sends to the client (``exiting``, ...)."""
+
+
+class Channel:
+    """A topic's channel.
+
+    ``_lock`` guards every mutable attribute below, including the per-client
+    ``in_flight_count`` of subscribed clients and the clients' in-flight
+    messages; lock order is Topic._lock -> Channel._lock -> Client._lock.
+    """
+
+    def __init__(self, topic_name, name, nsqd):
+        self.topic_name = topic_name
+        self.name = name
+        self.ephemeral = name.endswith("#ephemeral")
+        self._nsqd = nsqd
+        opts = nsqd.options
+        self._lock = nsqd.new_lock()
+        self._memory = collections.deque()
+        self._mem_capacity = opts.mem_queue_size
+        if self.ephemeral:
+            self._backend = DiscardBackend()
+        else:
+            self._backend = nsqd.new_backend("%s:%s" % (topic_name, name))
+        self._in_flight = TimedIndex()
+        self._deferred = TimedIndex()
+        self._clients = {}  # client id -> Client
+        self._waiting = []  # clients whose pump is ready and found nothing to take
+        self._max_consumers = opts.max_channel_consumers
+        self._max_msg_timeout_ns = int(opts.max_msg_timeout * 1e9)
+        self.paused = False
+        self.exiting = False
+        self._delete_scheduled = False
+        self.message_count = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+
+    def __repr__(self):
+        return "Channel(%s:%s)" % (self.topic_name, self.name)
+
+    # -- putting messages in --------------------------------------------
+
+    def put_messages(self, msgs):
+        """Topic fan-out: queue immediate messages, index deferred ones."""
+        now = time.time_ns()
+        with self._lock:
+            if self.exiting:
+                raise ChannelError("exiting")
+            self.message_count += len(msgs)
+            immediate = []
+            for msg in msgs:
+                if msg.deferred_ns:
+                    # An ID already deferred is dropped, as nsqd drops it.
+                    self._deferred.add(msg, now + msg.deferred_ns)
+                else:
+                    immediate.append(msg)
+            if immediate:
+                self._queue_locked(immediate)
+                waiters = self._take_waiters_locked()
+            else:
+                waiters = ()
+        for client in waiters:
+            client.wake()
+
+    def _queue_locked(self, msgs):
+        """Memory queue up to capacity, the rest to the backend (may raise BackendError)."""
+        room = self._mem_capacity - len(self._memory)
+        if self.ephemeral and self._mem_capacity == 0:
+            # nsqd's unbuffered hand-off: accepted only while a pump waits.
+            room = len(self._waiting) - len(self._memory)
+        if room >= len(msgs):
+            self._memory.extend(msgs)
+            return
+        if room > 0:
+            self._memory.extend(msgs[:room])
+            msgs = msgs[room:]
+        self._nsqd.backend_put(self._backend, msgs)
+
+    def _take_waiters_locked(self):
+        waiters = self._waiting
+        if waiters:
+            self._waiting = []
+        return waiters
+
+    def _requeue_locked(self, msgs):
+        """Back to the tail of the queue (REQ 0, timeout, deferred due)."""
+        self._queue_locked(msgs)
+        return self._take_waiters_locked()
+
+    # -- delivery ----------------------------------------------------------
+
+    def take(self, client, limit):
+        """Hand a ready client up to ``limit`` messages and mark them in flight.
+
+        Returns the list (possibly empty).  An empty result because the queue
+        is empty registers the client's pump to be woken by the next put; an
+        empty result because the client is not ready does not (its FINs,
+        timeouts and RDY changes wake it).
+        """
+        with self._lock:
+            if self.paused or self.exiting:
+                return []
+            budget = min(client.ready_count - client.in_flight_count, limit)
+            if budget <= 0:
+                client.blocked = True
+                return []
+            memory = self._memory
+            while True:
+                if len(memory) >= budget:
+                    msgs = [memory.popleft() for _ in range(budget)]
+                else:
+                    msgs = list(memory)
+                    memory.clear()
+                    if len(msgs) < budget and self._backend.depth():
+                        msgs.extend(self._backend.get(budget - len(msgs)))
+                if not msgs:
+                    if client not in self._waiting:
+                        self._waiting.append(client)
+                    return msgs
+                if client.sample_rate:
+                    # nsqd drops a message for this channel when rand[0,100) > rate.
+                    rate = client.sample_rate
+                    msgs = [m for m in msgs if random.randrange(100) <= rate]
+                    if not msgs:
+                        continue
+                break
+            now = time.time_ns()
+            expiry = now + client.msg_timeout_ns
+            add = self._in_flight.add
+            cid = client.id
+            for msg in msgs:
+                msg.attempts = (msg.attempts + 1) & 0xFFFF
+                msg.client_id = cid
+                msg.delivery_ns = now
+                add(msg, expiry)
+            client.in_flight_count += len(msgs)
+            client.message_count += len(msgs)
+            if client.in_flight_count >= client.ready_count:
+                client.blocked = True
+            return msgs
+
+    def _release_locked(self, client, n=1):
+        """A client's in-flight count drops; True if its pump should be woken."""
+        client.in_flight_count -= n
+        if client.blocked and client.ready_count - client.in_flight_count >= client.wake_at:
+            client.blocked = False
+            return True
+        return False
+
+    def _owned_locked(self, client, msg_id, cmd):
+        msg = self._in_flight.get(msg_id)
+        if msg is None:
+            return None, "ID not in flight"
+        if msg.client_id != client.id:
+            return None, "client does not own message"
+        return msg, None
+
+    def finish(self, client, msg_id):
+        """FIN.  Returns an error reason or None."""
+        with self._lock:
+            msg, err = self._owned_locked(client, msg_id, "FIN")
+            if err:
+                return err
+            self._in_flight.remove(msg_id)
+            client.finish_count += 1
+            wake = self._release_locked(client)
+        if wake:
+            client.wake()
+        return None
+
+    def finish_many(self, client, msg_ids):
+        """FIN a run of IDs under one lock acquisition; returns [(id, reason)] of failures."""
+        failures = []
+        with self._lock:
+            remove = self._in_flight.remove
+            get = self._in_flight.get
+            cid = client.id
+            done = 0
+            for msg_id in msg_ids:
+                msg = get(msg_id)
+                if msg is None:
+                    failures.append((msg_id, "ID not in flight"))
+                elif msg.client_id != cid:
+                    failures.append((msg_id, "client does not own message"))
+                else:
+                    remove(msg_id)
+                    done += 1
+            client.finish_count += done
+            wake = self._release_locked(client, done) if done else False
+        if wake:
+            client.wake()
+        return failures
+
+    def requeue(self, client, msg_id, delay_ns):
+        """REQ.  Returns an error reason or None."""
+        waiters = ()
+        with self._lock:
+            msg, err = self._owned_locked(client, msg_id, "REQ")
+            if err:
+                return err
+            if delay_ns == 0 and self.exiting:
+                return "exiting"
+            if delay_ns > 0 and msg_id in self._deferred:
+                return "ID already deferred"
+            self._in_flight.remove(msg_id)
+            self.requeue_count += 1
+            client.requeue_count += 1
+            wake = self._release_locked(client)
+            if delay_ns > 0:
+                self._deferred.add(msg, time.time_ns() + delay_ns)
+            else:
+                try:
+                    waiters = self._requeue_locked([msg])
+                except BackendError as e:
+                    return str(e)
+        if wake:
+            client.wake()
+        for c in waiters:
+            c.wake()
+        return None
+
+    def touch(self, client, msg_id):
+        """TOUCH: push the deadline out, capped at delivery + --max-msg-timeout."""
+        with self._lock:
+            msg, err = self._owned_locked(client, msg_id, "TOUCH")
+            if err:
+                return err
+            new_expiry = time.time_ns() + client.msg_timeout_ns
+            if new_expiry - msg.delivery_ns >= self._max_msg_timeout_ns:
+                new_expiry = msg.delivery_ns + self._max_msg_timeout_ns
+            self._in_flight.reschedule(msg, new_expiry)
+        return None
+
+    # -- clients -----------------------------------------------------------
+
+    def add_client(self, client):
+        with self._lock:
+            if self.exiting:
+                raise ChannelError("exiting")
+            if client.id in self._clients:
+                return
+            if self._max_consumers and len(self._clients) >= self._max_consumers:
+                raise ChannelError(
+                    "consumers for %s:%s exceeds limit of %d"
+                    % (self.topic_name, self.name, self._max_consumers)
+                )
+            self._clients[client.id] = client
+
+    def remove_client(self, client):
+        """Unsubscribe; requeue at once whatever the client still had in flight.
+
+        (Go nsqd leaves them until msg_timeout; redelivering now loses nothing
+        and is what a consumer that crashed wants.)  Returns True when this was
+        the last client of an ephemeral channel, which the caller deletes.
+        """
+        with self._lock:
+            if self._clients.pop(client.id, None) is None:
+                return False
+            if client in self._waiting:
+                self._waiting.remove(client)
+            orphans = [m for m in self._in_flight.values() if m.client_id == client.id]
+            for msg in orphans:
+                self._in_flight.remove(msg.id)
+            client.in_flight_count = 0
+            waiters = ()
+            if orphans and not self.exiting:
+                orphans.sort(key=lambda m: m.delivery_ns)
+                try:
+                    waiters = self._requeue_locked(orphans)
+                except BackendError as e:
+                    self._nsqd.log.error("%r: failed to requeue %d in-flight messages - %s", self, len(orphans), e)
+            delete = (
+                self.ephemeral and not self._clients and not self.exiting and not self._delete_scheduled
+            )
+            if delete:
+                self._delete_scheduled = True
+        for c in waiters:
+            c.wake()
+        return delete
+
+    def clients(self):
+        with self._lock:
+            return list(self._clients.values())
+
+    # -- queue scanner -----------------------------------------------------
+
+    def process_in_flight(self, now_ns):
+        """Time out expired in-flight messages; True if any did (a "dirty" channel)."""
+        with self._lock:
+            if self.exiting:
+                return False
+            expired = self._in_flight.pop_due(now_ns)
+            if not expired:
+                return False
+            self.timeout_count += len(expired)
+            to_wake = set()
+            for msg in expired:
+                owner = self._clients.get(msg.client_id)
+                if owner is not None and self._release_locked(owner):
+                    to_wake.add(owner)
+            try:
+                to_wake.update(self._requeue_locked(expired))
+            except BackendError as e:
+                self._nsqd.log.error("%r: failed to requeue timed-out messages - %s", self, e)
+        for c in to_wake:
+            c.wake()
+        return True
+
+    def process_deferred(self, now_ns):
+        """Move due deferred messages to the queue; True if any were due."""
+        with self._lock:
+            if self.exiting:
+                return False
+            due = self._deferred.pop_due(now_ns)
+            if not due:
+                return False
+            try:
+                waiters = self._requeue_locked(due)
+            except BackendError as e:
+                self._nsqd.log.error("%r: failed to queue deferred messages - %s", self, e)
+                waiters = ()
+        for c in waiters:
+            c.wake()
+        return True
+
+    # -- administration ----------------------------------------------------
+
+    def depth(self):
+        with self._lock:
+            return len(self._memory) + self._backend.depth()
+
+    def in_flight_count(self):
+        with self._lock:
+            return len(self._in_flight)
+
+    def deferred_count(self):
+        with self._lock:
+            return len(self._deferred)
+
+    def pause(self):
+        with self._lock:
+            self.paused = True
+        self._wake_all()
+
+    def unpause(self):
+        with self._lock:
+            self.paused = False
+        self._wake_all()
+
+    def _wake_all(self):
+        for client in self.clients():
+            client.wake()
+
+    def empty(self):
+        """Drop queued, in-flight and deferred messages; clients' in-flight counts go to 0."""
+        with self._lock:
+            self._in_flight.drain()
+            self._deferred.drain()
+            for client in self._clients.values():
+                client.in_flight_count = 0
+                client.blocked = False
+            self._memory.clear()
+            self._backend.empty()
+        self._wake_all()
+
+    def close(self, delete=False):
+        """Stop the channel: mark exiting and close every subscriber's connection.
+
+        On delete the data is emptied and dropped; on a graceful close every
+        queued, in-flight and deferred message is written to the backend
+        (attempts kept), then the backend is closed.
+        """
+        with self._lock:
+            self.exiting = True
+            clients = list(self._clients.values())
+        for client in clients:
+            client.close_connection()
+        with self._lock:
+            if delete:
+                self._memory.clear()
+                self._in_flight.drain()
+                self._deferred.drain()
+                self._backend.empty()
+                self._backend.delete()
+                return
+            flush = list(self._memory)
+            self._memory.clear()
+            flush.extend(self._in_flight.drain())
+            flush.extend(self._deferred.drain())
+            if flush:
+                try:
+                    self._backend.put(flush)
+                except BackendError as e:
+                    self._nsqd.log.error("%r: failed to flush %d messages - %s", self, len(flush), e)
+            self._backend.close()

@@ -1,0 +1,202 @@
+"""Client: one TCP connection's state, its output, and its message pump.
+
+Each connection has two threads, as each nsqd connection has two goroutines:
+
+* the connection thread (owned by the TCP server) reads and executes
+  commands (:mod:`nsqd_threaded.protocol_v2`), and
+* the pump thread (owned by the connection thread, which joins it) sends
+  heartbeats and, once subscribed, takes batches of messages from the channel
+  and writes them out.
+
+Frames from both threads go through :meth:`Client.send`, serialized by
+``_write_lock``.  A pump batch is written with one ``sendall``.
+"""
+
+import socket
+import threading
+import time
+
+from . import protocol
+
+STATE_INIT = 0
+STATE_SUBSCRIBED = 3
+STATE_CLOSING = 4
+
+PUMP_BATCH = 512  # messages taken from the channel per lock acquisition
+
+
+class Client:
+    """A connected client.
+
+    Locks:
+    * ``_lock`` guards ``_woken`` and ``_closing``; ``_wakeup`` (a Condition on
+      it) signals the pump that something changed: RDY, in-flight count,
+      messages available, heartbeat settings, or shutdown.
+    * ``_write_lock`` serializes writes to the socket.
+    * ``in_flight_count``, ``blocked`` and the delivery counters are guarded by
+      the subscribed channel's lock (every change happens in a Channel method).
+    """
+
+    def __init__(self, client_id, sock, address, nsqd):
+        self.id = client_id
+        self._sock = sock
+        self._nsqd = nsqd
+        opts = nsqd.options
+        self.remote_address = "%s:%s" % address[:2] if isinstance(address, tuple) else str(address)
+        self.client_id = address[0] if isinstance(address, tuple) else ""
+        self.hostname = self.client_id
+        self.user_agent = ""
+        self.state = STATE_INIT
+        self.connect_time = time.time()
+        self.channel = None
+        self.topic_name = None
+
+        # settings (IDENTIFY may change them)
+        self.heartbeat_interval = opts.client_timeout / 2
+        self.msg_timeout_ns = int(opts.msg_timeout * 1e9)
+        self.output_buffer_size = 16384
+        self.output_buffer_timeout = opts.output_buffer_timeout
+        self.sample_rate = 0
+        self.identified = False
+        self.feature_negotiation = False
+
+        # flow control
+        self.ready_count = 0
+        self.wake_at = 1  # pump is woken when this many RDY slots are free again
+        self.in_flight_count = 0
+        self.blocked = False
+
+        # counters
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self.pub_counts = {}
+
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._woken = False
+        self._closing = False
+        self._write_lock = threading.Lock()
+        self._pump = None
+        self._apply_deadline()
+
+    def __repr__(self):
+        return "Client(%d, %s)" % (self.id, self.remote_address)
+
+    # -- settings ----------------------------------------------------------
+
+    def _apply_deadline(self):
+        """Read deadline = 2 x heartbeat interval; none when heartbeats are off."""
+        hb = self.heartbeat_interval
+        self._sock.settimeout(2 * hb if hb > 0 else None)
+
+    def apply_identify(self, fields, settings):
+        self.client_id = fields.get("client_id", "")
+        self.hostname = fields.get("hostname", "")
+        self.user_agent = fields.get("user_agent", "")
+        self.heartbeat_interval = settings["heartbeat_interval_ms"] / 1000.0
+        self.output_buffer_timeout = settings["output_buffer_timeout_ms"] / 1000.0
+        self.output_buffer_size = settings["output_buffer_size"]
+        self.sample_rate = settings["sample_rate"]
+        self.msg_timeout_ns = settings["msg_timeout_ms"] * 1000000
+        self.feature_negotiation = bool(fields.get("feature_negotiation"))
+        self.identified = True
+        self._apply_deadline()
+        self.wake()
+
+    def set_ready(self, count):
+        self.ready_count = count
+        self.wake_at = max(1, count // 4)
+        self.wake()
+
+    # -- output ------------------------------------------------------------
+
+    def send(self, data):
+        """Write bytes (one or more complete frames) now; False if the connection failed."""
+        try:
+            with self._write_lock:
+                self._sock.sendall(data)
+            return True
+        except OSError:
+            self.close_connection()
+            return False
+
+    def _send_messages(self, msgs):
+        """Encode and write a batch, in sendalls of at least output_buffer_size bytes."""
+        parts = []
+        pending = 0
+        limit = self.output_buffer_size
+        encode = protocol.message_frame_parts
+        for msg in msgs:
+            header, msg_id, body = encode(msg.timestamp, msg.attempts, msg.id, msg.body)
+            parts += (header, msg_id, body)
+            pending += 30 + len(body)
+            if pending >= limit:
+                if not self.send(b"".join(parts)):
+                    return False
+                parts = []
+                pending = 0
+        if parts:
+            return self.send(b"".join(parts))
+        return True
+
+    # -- pump --------------------------------------------------------------
+
+    def start_pump(self):
+        self._pump = threading.Thread(
+            target=self._pump_loop, name="nsqd-client-pump[%d %s]" % (self.id, self.remote_address), daemon=True
+        )
+        self._pump.start()
+
+    def wake(self):
+        with self._lock:
+            self._woken = True
+            self._wakeup.notify()
+
+    def _pump_loop(self):
+        next_heartbeat = time.monotonic() + self.heartbeat_interval
+        hb_interval = self.heartbeat_interval
+        while True:
+            with self._lock:
+                if not self._woken and not self._closing:
+                    timeout = next_heartbeat - time.monotonic() if hb_interval > 0 else None
+                    if timeout is None or timeout > 0:
+                        self._wakeup.wait(timeout)
+                self._woken = False
+                if self._closing:
+                    return
+            if self.heartbeat_interval != hb_interval:
+                # IDENTIFY changed the interval: restart the ticker.
+                hb_interval = self.heartbeat_interval
+                next_heartbeat = time.monotonic() + hb_interval
+            now = time.monotonic()
+            if hb_interval > 0 and now >= next_heartbeat:
+                if not self.send(protocol.HEARTBEAT_FRAME):
+                    return
+                # A fixed ticker: missed ticks are skipped, not sent in a burst.
+                next_heartbeat += hb_interval * (1 + int((now - next_heartbeat) // hb_interval))
+            channel = self.channel
+            if channel is not None and self.state == STATE_SUBSCRIBED:
+                while True:
+                    msgs = channel.take(self, PUMP_BATCH)
+                    if not msgs:
+                        break
+                    if not self._send_messages(msgs):
+                        return
+
+    # -- shutdown ----------------------------------------------------------
+
+    def close_connection(self):
+        """Make the connection thread's next read fail so it cleans up (any thread)."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def stop_pump(self):
+        """Stop and join the pump (connection thread only)."""
+        with self._lock:
+            self._closing = True
+            self._wakeup.notify()
+        if self._pump is not None and self._pump is not threading.current_thread():
+            self._pump.join()

@@ -1,0 +1,278 @@
+"""NSQD: the broker object that owns topics, clients, listeners and background threads.
+
+Many NSQD instances can run in one process: nothing here is module-global.
+
+Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
+
+* ``nsqd-tcp-accept``      the TCP server's accept loop,
+* ``nsqd-conn[...]``       one per connection (joined by ``TCPServer.server_close``),
+  each owning its ``nsqd-client-pump[...]``,
+* ``nsqd-topic-pump[...]`` one per topic (joined by ``Topic.close``),
+* ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages.
+"""
+
+import errno
+import fcntl
+import os
+import random
+import socket
+import threading
+import time
+
+from .backend import MemoryBackend
+from .channel import ChannelError
+from .client_v2 import Client
+from .logger import Logger
+from .options import Options
+from .tcp import TCPServer
+from .topic import Topic, TopicError
+
+
+class NSQD:
+    """A broker.  Use :meth:`start` / :meth:`stop`, or ``with NSQD(opts) as nsqd:``.
+
+    ``_lock`` guards the topic map, the client and connection registries, the
+    client ID counter and ``_exiting``.  Lock order: NSQD._lock -> Topic._lock
+    -> Channel._lock -> Client._lock (never the reverse).
+    """
+
+    def __init__(self, options=None, log_stream=None):
+        self.options = (options or Options()).validate()
+        self.log = Logger(self.options.log_prefix, self.options.log_level, log_stream)
+        self._lock = threading.Lock()
+        self._topics = {}
+        self._clients = {}
+        self._connections = set()
+        self._next_client_id = 0
+        self._exiting = False
+        self._started = False
+        self.start_time = time.time()
+        self.health_error = None  # None when healthy, else the last backend write error
+        self._tcp_server = None
+        self._threads = []
+        self._scan_stop = threading.Event()
+        self._dir_fd = None
+        self._stopped = threading.Event()
+
+    # -- factories used by topics and channels ------------------------------
+
+    @staticmethod
+    def new_lock():
+        return threading.Lock()
+
+    def new_backend(self, name):
+        """The backend for a non-ephemeral topic (``name``) or channel (``topic:channel``)."""
+        return MemoryBackend()
+
+    def backend_put(self, backend, msgs):
+        """Write to a backend and record health, as nsqd's SetHealth does after each write."""
+        try:
+            backend.put(msgs)
+        except Exception as e:
+            self.health_error = str(e)
+            raise
+        self.health_error = None
+
+    def is_healthy(self):
+        return self.health_error is None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self):
+        """Lock the data path, bind the listener and start serving."""
+        opts = self.options
+        self._lock_data_path()
+        try:
+            self._tcp_server = TCPServer(opts.tcp_address, self)
+        except OSError as e:
+            self._unlock_data_path()
+            raise OSError(e.errno, "listen (%s) failed - %s" % (opts.tcp_address, e)) from None
+        self.log.info("TCP: listening on %s:%d", *self.tcp_address)
+        self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
+        self._spawn("nsqd-queue-scan", self._queue_scan_loop)
+        self._started = True
+        return self
+
+    def _spawn(self, name, target, *args):
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self):
+        """Graceful shutdown in nsqd's order; joins every thread it started.
+
+        Stop accepting, close every client connection, then close each topic
+        (its channels flush queued, in-flight and deferred messages to their
+        backends), then stop the background loops.
+        """
+        with self._lock:
+            if self._exiting:
+                already = True
+            else:
+                already = False
+                self._exiting = True
+        if already:
+            self._stopped.wait()
+            return
+        try:
+            if self._tcp_server is not None:
+                self._tcp_server.shutdown()  # stops serve_forever
+                with self._lock:
+                    conns = list(self._connections)
+                for sock in conns:
+                    _shutdown_socket(sock)
+                self._tcp_server.server_close()  # joins connection threads
+            with self._lock:
+                topics = list(self._topics.values())
+            for topic in topics:
+                topic.close()
+            self._scan_stop.set()
+            for t in self._threads:
+                t.join()
+            self._threads = []
+            self._unlock_data_path()
+            self.log.info("NSQ: stopped")
+        finally:
+            self._stopped.set()
+
+    def __enter__(self):
+        if not self._started:
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def tcp_address(self):
+        """The bound ``(host, port)`` (the real port when 0 was asked for)."""
+        return self._tcp_server.server_address[:2]
+
+    def _lock_data_path(self):
+        path = self.options.data_path or os.getcwd()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise RuntimeError(
+                    "failed to lock data-path: cannot flock directory %s - %s "
+                    "(possibly in use by another instance of nsqd)" % (path, e.strerror)
+                ) from None
+            raise
+        self._dir_fd = fd
+
+    def _unlock_data_path(self):
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)  # closing releases the flock
+            self._dir_fd = None
+
+    # -- connections and clients -------------------------------------------
+
+    def track_connection(self, sock):
+        """Register an accepted socket so stop() can close it; False when stopping."""
+        with self._lock:
+            if self._exiting:
+                return False
+            self._connections.add(sock)
+            return True
+
+    def untrack_connection(self, sock):
+        with self._lock:
+            self._connections.discard(sock)
+
+    def add_client(self, sock, address):
+        with self._lock:
+            self._next_client_id += 1
+            client = Client(self._next_client_id, sock, address, self)
+            self._clients[client.id] = client
+        return client
+
+    def remove_client(self, client):
+        """Forget a disconnected client; unsubscribe it, deleting an emptied ephemeral channel."""
+        with self._lock:
+            self._clients.pop(client.id, None)
+        channel = client.channel
+        if channel is None:
+            return
+        if channel.remove_client(client):
+            topic = self.get_existing_topic(channel.topic_name)
+            if topic is not None and topic.delete_channel(channel.name):
+                self.delete_topic(topic.name)
+
+    def clients(self):
+        with self._lock:
+            return list(self._clients.values())
+
+    def subscribe(self, client, topic_name, channel_name):
+        """SUB's get-or-create + add, with nsqd's single retry on an exiting ephemeral target."""
+        for attempt in (1, 2):
+            topic = self.get_topic(topic_name)
+            channel = topic.get_channel(channel_name)
+            channel.add_client(client)
+            if not ((channel.ephemeral and channel.exiting) or (topic.ephemeral and topic.exiting)):
+                return channel
+            channel.remove_client(client)
+            if attempt == 1:
+                time.sleep(0.1)
+        raise ChannelError("to deleted topic/channel")
+
+    # -- topics ------------------------------------------------------------
+
+    def get_topic(self, name):
+        """Get or create a topic (an exiting topic is returned while its deletion runs)."""
+        with self._lock:
+            topic = self._topics.get(name)
+            if topic is None:
+                if self._exiting:
+                    raise TopicError("exiting")
+                topic = Topic(name, self)
+                self._topics[name] = topic
+                self.log.info("TOPIC(%s): created", name)
+            return topic
+
+    def get_existing_topic(self, name):
+        with self._lock:
+            return self._topics.get(name)
+
+    def topics(self):
+        with self._lock:
+            return list(self._topics.values())
+
+    def delete_topic(self, name):
+        topic = self.get_existing_topic(name)
+        if topic is None:
+            return False
+        topic.close(delete=True)
+        with self._lock:
+            if self._topics.get(name) is topic:
+                del self._topics[name]
+        self.log.info("TOPIC(%s): deleted", name)
+        return True
+
+    # -- queue scanner -----------------------------------------------------
+
+    def _queue_scan_loop(self):
+        """Every interval, time out in-flight messages and release due deferred ones.
+
+        nsqd samples 20 random channels per tick and repeats at once while more
+        than a quarter of them were dirty.  One thread here scans every channel
+        each tick (cheap: a lock and a look at each index's head), so a due
+        message waits at most one interval whatever the channel count.
+        """
+        interval = self.options.queue_scan_interval
+        while not self._scan_stop.wait(interval):
+            channels = [c for t in self.topics() for c in t.channels()]
+            random.shuffle(channels)
+            now = time.time_ns()
+            for channel in channels:
+                channel.process_in_flight(now)
+                channel.process_deferred(now)
+
+
+def _shutdown_socket(sock):
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass

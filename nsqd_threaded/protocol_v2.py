@@ -1,0 +1,408 @@
+"""The V2 protocol loop of one TCP connection: read a command, execute it, answer.
+
+This mirrors nsqd's protocol_v2.go: one method per command, each performing
+its checks in nsqd's order so that the first failing check produces exactly
+nsqd's error.  Reading is done here, command by command, because nsqd's error
+order interleaves validation with reading (a PUB with a bad topic fails before
+its body is read).  Everything that can be computed without I/O lives in
+:mod:`nsqd_threaded.protocol`.
+"""
+
+import socket
+
+from . import protocol
+from .channel import ChannelError
+from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from .message import Message
+from .protocol import ProtocolError, go_quote, text
+from .topic import TopicError
+
+
+class ConnectionClosed(Exception):
+    """EOF, a read error or timeout, or an over-long line: close without an error frame."""
+
+
+class Reader:
+    """A buffered reader over a socket with nsqd's 16 KiB line limit.
+
+    Used by the connection thread only.
+    """
+
+    def __init__(self, sock):
+        self._sock = sock
+        self._buf = bytearray()
+        self._pos = 0
+
+    def _fill(self):
+        try:
+            data = self._sock.recv(262144)
+        except (OSError, ValueError) as e:  # timeout, reset, closed
+            raise ConnectionClosed(str(e)) from None
+        if not data:
+            raise ConnectionClosed("EOF")
+        if self._pos > 65536 or self._pos == len(self._buf):
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    def readline(self):
+        """One line without its ``\\n``."""
+        buf = self._buf
+        while True:
+            i = buf.find(b"\n", self._pos, self._pos + protocol.MAX_LINE)
+            if i >= 0:
+                line = bytes(buf[self._pos : i])
+                self._pos = i + 1
+                return line
+            if len(buf) - self._pos >= protocol.MAX_LINE:
+                raise ConnectionClosed("line longer than %d bytes" % protocol.MAX_LINE)
+            self._fill()
+            buf = self._buf
+
+    def has_line(self):
+        """True if a complete line is already buffered (no I/O)."""
+        return self._buf.find(b"\n", self._pos, self._pos + protocol.MAX_LINE) >= 0
+
+    def read(self, n):
+        while len(self._buf) - self._pos < n:
+            self._fill()
+        data = bytes(self._buf[self._pos : self._pos + n])
+        self._pos += n
+        return data
+
+    def ensure(self, n):
+        """Buffer at least ``n`` unread bytes; returns (buffer, position)."""
+        while len(self._buf) - self._pos < n:
+            self._fill()
+        return self._buf, self._pos
+
+    def buffered(self):
+        return self._buf, self._pos, len(self._buf)
+
+    def advance(self, pos):
+        self._pos = pos
+
+
+class ProtocolV2:
+    """Executes one client's commands.  Runs on the connection thread."""
+
+    def __init__(self, nsqd, client, sock):
+        self.nsqd = nsqd
+        self.opts = nsqd.options
+        self.client = client
+        self.reader = Reader(sock)
+        self._commands = {
+            b"FIN": self.FIN,
+            b"RDY": self.RDY,
+            b"REQ": self.REQ,
+            b"PUB": self.PUB,
+            b"MPUB": self.MPUB,
+            b"DPUB": self.DPUB,
+            b"NOP": self.NOP,
+            b"TOUCH": self.TOUCH,
+            b"SUB": self.SUB,
+            b"CLS": self.CLS,
+            b"AUTH": self.AUTH,
+            b"IDENTIFY": self.IDENTIFY,
+        }
+
+    def io_loop(self):
+        """Serve commands until the connection ends or a fatal error is sent."""
+        client = self.client
+        readline = self.reader.readline
+        commands = self._commands
+        try:
+            while True:
+                params = protocol.parse_line(readline())
+                handler = commands.get(params[0])
+                try:
+                    if handler is None:
+                        raise ProtocolError("E_INVALID", "invalid command %s" % text(params[0]))
+                    response = handler(params)
+                except ProtocolError as err:
+                    self.nsqd.log.debug("%r: %s %s", client, err.code, err.description)
+                    if not client.send(protocol.error_frame(err)) or err.fatal:
+                        return
+                    continue
+                if response is not None and not client.send(response):
+                    return
+        except ConnectionClosed as e:
+            self.nsqd.log.debug("%r: connection closed - %s", client, e)
+
+    # -- helpers -----------------------------------------------------------
+
+    def _read_size(self, code, what):
+        try:
+            return protocol.decode_size(self.reader.read(4))
+        except ConnectionClosed:
+            raise ProtocolError(code, what) from None
+
+    def _read_body(self, n, code, what):
+        try:
+            return self.reader.read(n)
+        except ConnectionClosed:
+            raise ProtocolError(code, what) from None
+
+    def _subscribed_or_closing(self, cmd):
+        if self.client.state not in (STATE_SUBSCRIBED, STATE_CLOSING):
+            raise ProtocolError("E_INVALID", "cannot %s in current state" % cmd)
+
+    def _message_id(self, raw):
+        if len(raw) != protocol.MSG_ID_LENGTH:
+            raise ProtocolError("E_INVALID", "invalid message ID")
+        return raw
+
+    def _topic_name(self, raw, cmd, code_prefix=""):
+        if not protocol.is_valid_name(raw):
+            raise ProtocolError("E_BAD_TOPIC", "%s%s topic name %s is not valid" % (code_prefix, cmd, go_quote(raw)))
+        return raw.decode("ascii")
+
+    def _publish(self, cmd, topic_name, bodies, defer_ns=0):
+        topic = self.nsqd.get_topic(topic_name)
+        ids = topic.new_ids(len(bodies))
+        msgs = [Message(i, b, None, 0, defer_ns) for i, b in zip(ids, bodies)]
+        try:
+            topic.put_messages(msgs)
+        except TopicError as e:
+            raise ProtocolError("E_%s_FAILED" % cmd, "%s failed %s" % (cmd, e)) from None
+        counts = self.client.pub_counts
+        counts[topic_name] = counts.get(topic_name, 0) + len(msgs)
+        return protocol.OK_FRAME
+
+    # -- commands ----------------------------------------------------------
+
+    def NOP(self, params):
+        return None
+
+    def IDENTIFY(self, params):
+        client = self.client
+        if client.state != STATE_INIT:
+            raise ProtocolError("E_INVALID", "cannot IDENTIFY in current state")
+        size = self._read_size("E_BAD_BODY", "IDENTIFY failed to read body size")
+        protocol.check_body_size("IDENTIFY", size, self.opts.max_body_size)
+        body = self._read_body(size, "E_BAD_BODY", "IDENTIFY failed to read body")
+        fields = protocol.decode_identify(body)
+        client.client_id = fields.get("client_id", "")
+        client.hostname = fields.get("hostname", "")
+        client.user_agent = fields.get("user_agent", "")
+        settings = protocol.negotiate_identify(fields, self.opts, int(self.opts.client_timeout * 1000))
+        client.apply_identify(fields, settings)
+        if not fields.get("feature_negotiation"):
+            return protocol.OK_FRAME
+        # TLS, snappy and deflate are not implemented, so none is negotiated
+        # and no upgrade follows the JSON response.
+        return protocol.response_frame(
+            protocol.identify_response(settings, self.opts, deflate_level=fields.get("deflate_level", 0) or 6)
+        )
+
+    def AUTH(self, params):
+        if self.client.state != STATE_INIT:
+            raise ProtocolError("E_INVALID", "cannot AUTH in current state")
+        if len(params) != 1:
+            raise ProtocolError("E_INVALID", "AUTH invalid number of parameters")
+        size = self._read_size("E_BAD_BODY", "AUTH failed to read body size")
+        protocol.check_body_size("AUTH", size, self.opts.max_body_size)
+        self._read_body(size, "E_BAD_BODY", "AUTH failed to read body")
+        raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
+
+    def SUB(self, params):
+        client = self.client
+        if client.state != STATE_INIT:
+            raise ProtocolError("E_INVALID", "cannot SUB in current state")
+        if client.heartbeat_interval <= 0:
+            raise ProtocolError("E_INVALID", "cannot SUB with heartbeats disabled")
+        if len(params) < 3:
+            raise ProtocolError("E_INVALID", "SUB insufficient number of parameters")
+        topic_name = self._topic_name(params[1], "SUB")
+        if not protocol.is_valid_name(params[2]):
+            raise ProtocolError("E_BAD_CHANNEL", "SUB channel name %s is not valid" % go_quote(params[2]))
+        channel_name = params[2].decode("ascii")
+        try:
+            channel = self.nsqd.subscribe(client, topic_name, channel_name)
+        except (ChannelError, TopicError) as e:
+            raise ProtocolError("E_SUB_FAILED", "SUB failed %s" % e) from None
+        client.topic_name = topic_name
+        client.channel = channel
+        client.state = STATE_SUBSCRIBED
+        client.wake()
+        return protocol.OK_FRAME
+
+    def RDY(self, params):
+        client = self.client
+        if client.state == STATE_CLOSING:
+            return None
+        if client.state != STATE_SUBSCRIBED:
+            raise ProtocolError("E_INVALID", "cannot RDY in current state")
+        count = 1
+        if len(params) > 1:
+            count = protocol.parse_uint(params[1])
+            if count is None:
+                raise ProtocolError("E_INVALID", "RDY could not parse count %s" % text(params[1]))
+            count = protocol.int64(count)
+        if not 0 <= count <= self.opts.max_rdy_count:
+            raise ProtocolError("E_INVALID", "RDY count %d out of range 0-%d" % (count, self.opts.max_rdy_count))
+        client.set_ready(count)
+        return None
+
+    def FIN(self, params):
+        self._subscribed_or_closing("FIN")
+        if len(params) < 2:
+            raise ProtocolError("E_INVALID", "FIN insufficient number of params")
+        ids = [self._message_id(params[1])]
+        # Batch the FINs already buffered behind this one: one channel lock
+        # acquisition and at most one pump wake-up for the whole run.
+        reader = self.reader
+        while reader.has_line():
+            buf, pos, _ = reader.buffered()
+            if buf[pos : pos + 4] != b"FIN " or buf[pos + 20 : pos + 21] != b"\n":
+                break
+            ids.append(bytes(buf[pos + 4 : pos + 20]))
+            reader.advance(pos + 21)
+        failures = self.client.channel.finish_many(self.client, ids)
+        if failures:
+            # Each failure is answered (non-fatal), as nsqd answers each FIN.
+            frames = [
+                protocol.error_frame(ProtocolError("E_FIN_FAILED", "FIN %s failed %s" % (text(i), why)))
+                for i, why in failures
+            ]
+            return b"".join(frames)
+        return None
+
+    def REQ(self, params):
+        self._subscribed_or_closing("REQ")
+        if len(params) < 3:
+            raise ProtocolError("E_INVALID", "REQ insufficient number of params")
+        msg_id = self._message_id(params[1])
+        timeout_ms = protocol.parse_uint(params[2])
+        if timeout_ms is None:
+            raise ProtocolError("E_INVALID", "REQ could not parse timeout %s" % text(params[2]))
+        delay_ns = protocol.int64(timeout_ms * 1000000)
+        max_ns = int(self.opts.max_req_timeout * 1e9)
+        if delay_ns < 0:
+            delay_ns = 0
+        elif delay_ns > max_ns:
+            self.nsqd.log.info("%r: REQ timeout %d out of range 0-%d. Setting to max.", self.client, timeout_ms, max_ns // 1000000)
+            delay_ns = max_ns
+        err = self.client.channel.requeue(self.client, msg_id, delay_ns)
+        if err:
+            raise ProtocolError("E_REQ_FAILED", "REQ %s failed %s" % (text(msg_id), err))
+        return None
+
+    def TOUCH(self, params):
+        self._subscribed_or_closing("TOUCH")
+        if len(params) < 2:
+            raise ProtocolError("E_INVALID", "TOUCH insufficient number of params")
+        msg_id = self._message_id(params[1])
+        err = self.client.channel.touch(self.client, msg_id)
+        if err:
+            raise ProtocolError("E_TOUCH_FAILED", "TOUCH %s failed %s" % (text(msg_id), err))
+        return None
+
+    def CLS(self, params):
+        client = self.client
+        if client.state != STATE_SUBSCRIBED:
+            raise ProtocolError("E_INVALID", "cannot CLS in current state")
+        client.set_ready(0)
+        client.state = STATE_CLOSING
+        return protocol.CLOSE_WAIT_FRAME
+
+    def PUB(self, params):
+        if len(params) < 2:
+            raise ProtocolError("E_INVALID", "PUB insufficient number of parameters")
+        topic_name = self._topic_name(params[1], "PUB")
+        size = self._read_size("E_BAD_MESSAGE", "PUB failed to read message body size")
+        protocol.check_message_size("PUB", size, self.opts.max_msg_size)
+        body = self._read_body(size, "E_BAD_MESSAGE", "PUB failed to read message body")
+        return self._publish("PUB", topic_name, [body])
+
+    def DPUB(self, params):
+        if len(params) < 3:
+            raise ProtocolError("E_INVALID", "DPUB insufficient number of parameters")
+        topic_name = self._topic_name(params[1], "DPUB")
+        timeout_ms = protocol.parse_uint(params[2])
+        if timeout_ms is None:
+            raise ProtocolError("E_INVALID", "DPUB could not parse timeout %s" % text(params[2]))
+        timeout_ms = protocol.int64(timeout_ms)
+        max_ms = int(self.opts.max_req_timeout * 1000)
+        if not 0 <= timeout_ms <= max_ms:
+            raise ProtocolError("E_INVALID", "DPUB timeout %d out of range 0-%d" % (timeout_ms, max_ms))
+        size = self._read_size("E_BAD_MESSAGE", "DPUB failed to read message body size")
+        protocol.check_message_size("DPUB", size, self.opts.max_msg_size)
+        body = self._read_body(size, "E_BAD_MESSAGE", "DPUB failed to read message body")
+        return self._publish("DPUB", topic_name, [body], timeout_ms * 1000000)
+
+    def MPUB(self, params):
+        if len(params) < 2:
+            raise ProtocolError("E_INVALID", "MPUB insufficient number of parameters")
+        topic_name = self._topic_name(params[1], "MPUB", "E_BAD_TOPIC ")
+        self.nsqd.get_topic(topic_name)  # nsqd creates the topic before reading the body
+        body_size = self._read_size("E_BAD_BODY", "MPUB failed to read body size")
+        protocol.check_mpub_body_size(body_size, self.opts.max_body_size)
+        count = self._read_size("E_BAD_BODY", "MPUB failed to read message count")
+        protocol.check_mpub_count(count, self.opts.max_body_size)
+        # nsqd trusts the inner sizes, not body_size: parse item by item over
+        # whatever is buffered, reading more only when an item is incomplete.
+        bodies = []
+        reader = self.reader
+        max_msg_size = self.opts.max_msg_size
+        while len(bodies) < count:
+            buf, pos, end = reader.buffered()
+            pos = protocol.parse_mpub_messages(buf, pos, end, len(bodies), count, max_msg_size, bodies)
+            reader.advance(pos)
+            if len(bodies) == count:
+                break
+            index = len(bodies)
+            buf, pos, end = reader.buffered()
+            try:
+                if end - pos < 4:
+                    reader.ensure(4)
+                else:
+                    size = protocol.decode_size(bytes(buf[pos : pos + 4]))
+                    reader.ensure(4 + size)
+            except ConnectionClosed:
+                if end - pos < 4:
+                    raise ProtocolError(
+                        "E_BAD_MESSAGE", "MPUB failed to read message(%d) body size" % index
+                    ) from None
+                raise ProtocolError("E_BAD_MESSAGE", "MPUB failed to read message body") from None
+        return self._publish("MPUB", topic_name, bodies)
+
+
+def handle_connection(nsqd, sock, address):
+    """Serve one accepted connection from its magic to its close (connection thread)."""
+    if not nsqd.track_connection(sock):  # shutting down
+        return
+    try:
+        _serve(nsqd, sock, address)
+    finally:
+        nsqd.untrack_connection(sock)
+
+
+def _serve(nsqd, sock, address):
+    try:
+        magic = b""
+        while len(magic) < 4:
+            chunk = sock.recv(4 - len(magic))
+            if not chunk:
+                return
+            magic += chunk
+    except OSError:
+        return
+    if magic != protocol.MAGIC_V2:
+        try:
+            sock.sendall(protocol.BAD_PROTOCOL_FRAME)
+        except OSError:
+            pass
+        return
+    client = nsqd.add_client(sock, address)
+    try:
+        client.start_pump()
+        ProtocolV2(nsqd, client, sock).io_loop()
+    finally:
+        client.close_connection()
+        client.stop_pump()
+        nsqd.remove_client(client)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

@@ -1,0 +1,201 @@
+"""Topic: where messages are published, and the fan-out to its channels.
+
+Go nsqd puts every message into the topic's Go channel and a pump goroutine
+copies it to every channel.  Here the publisher's own thread fans out while
+it holds the topic lock, whenever nothing is waiting ahead of it (the topic
+has channels, is not paused, and its backlog is empty): no thread hand-off on
+the publish path, and order is kept.  Otherwise the messages wait in the
+topic's backlog (memory queue up to --mem-queue-size, then the backend), and
+the topic's pump thread drains the backlog once fan-out is possible again.
+"""
+
+import collections
+import threading
+
+from .backend import BackendError, DiscardBackend
+from .channel import Channel, ChannelError
+from .guid import GUIDFactory
+
+PUMP_BATCH = 1024
+
+
+class TopicError(Exception):
+    """A publish failure whose text nsqd sends (``exiting`` or a backend error)."""
+
+
+class Topic:
+    """A topic.
+
+    ``_lock`` guards the channel map, the backlog, ``paused``/``exiting``, the
+    counters and the backend.  ``_backlog_ready`` (a Condition on ``_lock``)
+    signals the pump that the backlog may now be drained or that it must exit.
+    """
+
+    def __init__(self, name, nsqd):
+        self.name = name
+        self.ephemeral = name.endswith("#ephemeral")
+        self._nsqd = nsqd
+        opts = nsqd.options
+        self._lock = nsqd.new_lock()
+        self._backlog_ready = threading.Condition(self._lock)
+        self._channels = {}
+        self._memory = collections.deque()
+        self._mem_capacity = opts.mem_queue_size
+        self._backend = DiscardBackend() if self.ephemeral else nsqd.new_backend(name)
+        self._guid = GUIDFactory(opts.node_id)
+        self.paused = False
+        self.exiting = False
+        self._delete_scheduled = False
+        self.message_count = 0
+        self.message_bytes = 0
+        self._pump = threading.Thread(target=self._pump_loop, name="nsqd-topic-pump[%s]" % name, daemon=True)
+        self._pump.start()
+
+    def __repr__(self):
+        return "Topic(%s)" % self.name
+
+    # -- publishing --------------------------------------------------------
+
+    def new_ids(self, n):
+        return self._guid.new_ids(n)
+
+    def put_messages(self, msgs):
+        """Publish; raises TopicError.  Counted only once accepted."""
+        with self._lock:
+            if self.exiting:
+                raise TopicError("exiting")
+            if self._channels and not self.paused and not self._memory and not self._backend.depth():
+                self._fan_out_locked(msgs)
+            else:
+                room = self._mem_capacity - len(self._memory)
+                try:
+                    if room >= len(msgs):
+                        self._memory.extend(msgs)
+                    else:
+                        if room > 0:
+                            self._memory.extend(msgs[:room])
+                        self._nsqd.backend_put(self._backend, msgs[max(room, 0) :])
+                except BackendError as e:
+                    raise TopicError(str(e)) from None
+                self._backlog_ready.notify()
+            self.message_count += len(msgs)
+            self.message_bytes += sum(len(m.body) for m in msgs)
+
+    def _fan_out_locked(self, msgs):
+        """Every channel gets every message: the first the originals, the others copies."""
+        first = True
+        for channel in list(self._channels.values()):
+            batch = msgs if first else [m.copy() for m in msgs]
+            first = False
+            try:
+                channel.put_messages(batch)
+            except (ChannelError, BackendError) as e:
+                self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(msgs), channel, e)
+
+    def _pump_loop(self):
+        with self._lock:
+            while True:
+                while not self.exiting and not (
+                    self._channels and not self.paused and (self._memory or self._backend.depth())
+                ):
+                    self._backlog_ready.wait()
+                if self.exiting:
+                    return
+                memory = self._memory
+                if memory:
+                    n = min(len(memory), PUMP_BATCH)
+                    batch = [memory.popleft() for _ in range(n)]
+                else:
+                    batch = self._backend.get(PUMP_BATCH)
+                self._fan_out_locked(batch)
+
+    # -- channels ----------------------------------------------------------
+
+    def get_channel(self, name):
+        """Get or create a channel."""
+        with self._lock:
+            channel = self._channels.get(name)
+            if channel is None:
+                if self.exiting:
+                    raise TopicError("exiting")
+                channel = Channel(self.name, name, self._nsqd)
+                self._channels[name] = channel
+                self._backlog_ready.notify()
+                self._nsqd.log.info("TOPIC(%s): new channel(%s)", self.name, name)
+            return channel
+
+    def get_existing_channel(self, name):
+        with self._lock:
+            return self._channels.get(name)
+
+    def channels(self):
+        with self._lock:
+            return list(self._channels.values())
+
+    def delete_channel(self, name):
+        """Delete a channel (HTTP or the last client of an ephemeral one leaving).
+
+        Returns True when this leaves an ephemeral topic without channels, which
+        the caller then deletes.
+        """
+        with self._lock:
+            channel = self._channels.get(name)
+        if channel is None:
+            return False
+        channel.close(delete=True)
+        with self._lock:
+            if self._channels.get(name) is channel:
+                del self._channels[name]
+            self._nsqd.log.info("TOPIC(%s): deleted channel(%s)", self.name, name)
+            delete_topic = (
+                self.ephemeral and not self._channels and not self.exiting and not self._delete_scheduled
+            )
+            if delete_topic:
+                self._delete_scheduled = True
+            return delete_topic
+
+    # -- administration ----------------------------------------------------
+
+    def depth(self):
+        with self._lock:
+            return len(self._memory) + self._backend.depth()
+
+    def pause(self):
+        with self._lock:
+            self.paused = True
+
+    def unpause(self):
+        with self._lock:
+            self.paused = False
+            self._backlog_ready.notify()
+
+    def empty(self):
+        with self._lock:
+            self._memory.clear()
+            self._backend.empty()
+
+    def close(self, delete=False):
+        """Stop the pump, then close (or delete) every channel and the backlog.
+
+        A graceful close writes the memory backlog to the backend first.
+        """
+        with self._lock:
+            self.exiting = True
+            self._backlog_ready.notify_all()
+        self._pump.join()
+        for channel in self.channels():
+            channel.close(delete=delete)
+        with self._lock:
+            if delete:
+                self._channels.clear()
+                self._memory.clear()
+                self._backend.empty()
+                self._backend.delete()
+                return
+            if self._memory:
+                try:
+                    self._backend.put(list(self._memory))
+                except BackendError as e:
+                    self._nsqd.log.error("%r: failed to flush %d messages - %s", self, len(self._memory), e)
+                self._memory.clear()
+            self._backend.close()
