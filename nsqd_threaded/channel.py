@@ -21,6 +21,7 @@ import random
 import time
 
 from .backend import BackendError, DiscardBackend
+from .e2e import E2ELatency
 from .pqueue import TimedIndex
 
 
@@ -61,6 +62,8 @@ class Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        self.global_msg_count = 0  # deliveries taken from the memory queue
+        self.e2e = E2ELatency(opts.e2e_processing_latency_percentiles, opts.e2e_processing_latency_window_time)
 
     def __repr__(self):
         return "Channel(%s:%s)" % (self.topic_name, self.name)
@@ -135,9 +138,11 @@ class Channel:
             while True:
                 if len(memory) >= budget:
                     msgs = [memory.popleft() for _ in range(budget)]
+                    self.global_msg_count += budget
                 else:
                     msgs = list(memory)
                     memory.clear()
+                    self.global_msg_count += len(msgs)
                     if len(msgs) < budget and self._backend.depth():
                         msgs.extend(self._backend.get(budget - len(msgs)))
                 if not msgs:
@@ -191,6 +196,8 @@ class Channel:
             self._in_flight.remove(msg_id)
             client.finish_count += 1
             wake = self._release_locked(client)
+            if self.e2e.enabled:
+                self.e2e.add(time.time_ns() - msg.timestamp)
         if wake:
             client.wake()
         return None
@@ -203,6 +210,8 @@ class Channel:
             get = self._in_flight.get
             cid = client.id
             done = 0
+            sample = self.e2e.add if self.e2e.enabled else None
+            now = time.time_ns()
             for msg_id in msg_ids:
                 msg = get(msg_id)
                 if msg is None:
@@ -212,6 +221,8 @@ class Channel:
                 else:
                     remove(msg_id)
                     done += 1
+                    if sample:
+                        sample(now - msg.timestamp)
             client.finish_count += done
             wake = self._release_locked(client, done) if done else False
         if wake:
@@ -355,6 +366,23 @@ class Channel:
     def depth(self):
         with self._lock:
             return len(self._memory) + self._backend.depth()
+
+    def snapshot(self):
+        """Figures for /stats, taken together under the lock."""
+        with self._lock:
+            backend_depth = self._backend.depth()
+            return {
+                "depth": len(self._memory) + backend_depth,
+                "backend_depth": backend_depth,
+                "in_flight_count": len(self._in_flight),
+                "deferred_count": len(self._deferred),
+                "message_count": self.message_count,
+                "global_msg_count": self.global_msg_count,
+                "requeue_count": self.requeue_count,
+                "timeout_count": self.timeout_count,
+                "clients": list(self._clients.values()),
+                "paused": self.paused,
+            }
 
     def in_flight_count(self):
         with self._lock:

@@ -46,6 +46,8 @@ class Client:
         self.client_id = address[0] if isinstance(address, tuple) else ""
         self.hostname = self.client_id
         self.user_agent = ""
+        self.topology_region = ""
+        self.topology_zone = ""
         self.state = STATE_INIT
         self.connect_time = time.time()
         self.channel = None
@@ -94,6 +96,8 @@ class Client:
         self.client_id = fields.get("client_id", "")
         self.hostname = fields.get("hostname", "")
         self.user_agent = fields.get("user_agent", "")
+        self.topology_region = fields.get("topology_region", "")
+        self.topology_zone = fields.get("topology_zone", "")
         self.heartbeat_interval = settings["heartbeat_interval_ms"] / 1000.0
         self.output_buffer_timeout = settings["output_buffer_timeout_ms"] / 1000.0
         self.output_buffer_size = settings["output_buffer_size"]

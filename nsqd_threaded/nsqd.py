@@ -11,7 +11,9 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
 * ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages.
 """
 
+import collections
 import errno
+import gc
 import fcntl
 import os
 import random
@@ -22,8 +24,12 @@ import time
 from .backend import MemoryBackend
 from .channel import ChannelError
 from .client_v2 import Client
+from . import metadata
 from .logger import Logger
 from .options import Options
+from .protocol import is_valid_name
+from .http_api import _MISSING, HTTPServer
+from .options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS
 from .tcp import TCPServer
 from .topic import Topic, TopicError
 
@@ -49,10 +55,15 @@ class NSQD:
         self.start_time = time.time()
         self.health_error = None  # None when healthy, else the last backend write error
         self._tcp_server = None
+        self._http_server = None
         self._threads = []
         self._scan_stop = threading.Event()
         self._dir_fd = None
         self._stopped = threading.Event()
+        self._metadata_lock = threading.Lock()  # serializes nsqd.dat writes
+        self._loading = False  # while nsqd.dat is being loaded: no persisting
+        self._gc_pauses = collections.deque(maxlen=256)
+        self._gc_started = None
 
     # -- factories used by topics and channels ------------------------------
 
@@ -76,6 +87,23 @@ class NSQD:
     def is_healthy(self):
         return self.health_error is None
 
+    def health(self):
+        """``OK`` or ``NOK - <last backend write error>``, as /ping and /stats show it."""
+        err = self.health_error
+        return "OK" if err is None else "NOK - %s" % err
+
+    def gc_pauses(self):
+        """Microsecond durations of the last <= 256 garbage collections seen by this broker."""
+        return list(self._gc_pauses)
+
+    def _on_gc(self, phase, info):
+        # gc.callbacks hook: a broker observes collections only while it runs.
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif self._gc_started is not None:
+            self._gc_pauses.append((time.perf_counter() - self._gc_started) * 1e6)
+            self._gc_started = None
+
     # -- lifecycle ---------------------------------------------------------
 
     def start(self):
@@ -83,13 +111,29 @@ class NSQD:
         opts = self.options
         self._lock_data_path()
         try:
+            self.load_metadata()
+            self.persist_metadata()
+        except Exception:
+            self._unlock_data_path()
+            raise
+        try:
             self._tcp_server = TCPServer(opts.tcp_address, self)
         except OSError as e:
             self._unlock_data_path()
             raise OSError(e.errno, "listen (%s) failed - %s" % (opts.tcp_address, e)) from None
         self.log.info("TCP: listening on %s:%d", *self.tcp_address)
+        if opts.http_address:
+            try:
+                self._http_server = HTTPServer(opts.http_address, self)
+            except OSError as e:
+                self._tcp_server.server_close()
+                self._unlock_data_path()
+                raise OSError(e.errno, "listen (%s) failed - %s" % (opts.http_address, e)) from None
+            self.log.info("HTTP: listening on %s:%d", *self.http_address)
+            self._spawn("nsqd-http-accept", self._http_server.serve_forever)
         self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
         self._spawn("nsqd-queue-scan", self._queue_scan_loop)
+        gc.callbacks.append(self._on_gc)
         self._started = True
         return self
 
@@ -122,6 +166,11 @@ class NSQD:
                 for sock in conns:
                     _shutdown_socket(sock)
                 self._tcp_server.server_close()  # joins connection threads
+            if self._http_server is not None:
+                self._http_server.shutdown()
+                self._http_server.close_connections()
+                self._http_server.server_close()
+            self.persist_metadata()
             with self._lock:
                 topics = list(self._topics.values())
             for topic in topics:
@@ -130,6 +179,8 @@ class NSQD:
             for t in self._threads:
                 t.join()
             self._threads = []
+            if self._on_gc in gc.callbacks:
+                gc.callbacks.remove(self._on_gc)
             self._unlock_data_path()
             self.log.info("NSQ: stopped")
         finally:
@@ -144,9 +195,63 @@ class NSQD:
         self.stop()
 
     @property
+    def http_address(self):
+        """The bound HTTP ``(host, port)``, or None when HTTP is disabled."""
+        return self._http_server.server_address[:2] if self._http_server else None
+
+    @property
     def tcp_address(self):
         """The bound ``(host, port)`` (the real port when 0 was asked for)."""
         return self._tcp_server.server_address[:2]
+
+    # -- metadata (nsqd.dat) ---------------------------------------------------
+
+    @property
+    def data_path(self):
+        return self.options.data_path or os.getcwd()
+
+    def load_metadata(self):
+        """Recreate the topics and channels (and pause states) listed in nsqd.dat."""
+        path = os.path.join(self.data_path, metadata.FILE_NAME)
+        data = metadata.read(path)
+        if data is None:
+            return
+        try:
+            entries = metadata.decode(data)
+        except ValueError as e:
+            raise RuntimeError("failed to parse metadata in %s - %s" % (path, e)) from None
+        self._loading = True
+        try:
+            for name, paused, channels in entries:
+                if not is_valid_name(name):
+                    self.log.warn("skipping creation of invalid topic %s", name)
+                    continue
+                topic = self.get_topic(name)
+                if paused:
+                    topic.pause()
+                for cname, cpaused in channels:
+                    if not is_valid_name(cname):
+                        self.log.warn("skipping creation of invalid channel %s", cname)
+                        continue
+                    channel = topic.get_channel(cname)
+                    if cpaused:
+                        channel.pause()
+        finally:
+            self._loading = False
+
+    def persist_metadata(self):
+        """Rewrite nsqd.dat atomically from the current topics and channels."""
+        if self._loading:
+            return
+        with self._metadata_lock:
+            entries = []
+            for topic in self.topics():
+                if topic.exiting and not self._exiting:
+                    continue  # being deleted
+                channels = [(c.name, c.paused) for c in topic.channels() if not c.exiting or self._exiting]
+                entries.append((topic.name, topic.paused, channels))
+            data = metadata.encode(entries, self.options.version)
+            metadata.write_atomic(os.path.join(self.data_path, metadata.FILE_NAME), data)
 
     def _lock_data_path(self):
         path = self.options.data_path or os.getcwd()
@@ -230,7 +335,21 @@ class NSQD:
                 topic = Topic(name, self)
                 self._topics[name] = topic
                 self.log.info("TOPIC(%s): created", name)
-            return topic
+                created = True
+            else:
+                created = False
+        if created and not topic.ephemeral:
+            self.persist_metadata()
+        return topic
+
+    def get_topic_or_503(self, name):
+        """get_topic for HTTP handlers: an exiting broker answers 503 EXITING."""
+        from .http_api import HTTPError
+
+        try:
+            return self.get_topic(name)
+        except TopicError:
+            raise HTTPError(503, "EXITING") from None
 
     def get_existing_topic(self, name):
         with self._lock:
@@ -249,7 +368,47 @@ class NSQD:
             if self._topics.get(name) is topic:
                 del self._topics[name]
         self.log.info("TOPIC(%s): deleted", name)
+        if not topic.ephemeral:
+            self.persist_metadata()
         return True
+
+    # -- runtime configuration (/config) ---------------------------------------
+
+    def config_value(self, name):
+        """An option's /config value: durations in ns, log level as its number."""
+        opts = self.options
+        key = {"id": "node_id"}.get(name, name)
+        if name == "node_id" or key in INTERNAL_OPTIONS or not hasattr(opts, key) or key.startswith("_"):
+            return _MISSING
+        value = getattr(opts, key)
+        if key in DURATION_OPTIONS:
+            return int(round(value * 1e9))
+        if key == "log_level":
+            return LOG_LEVELS[value.lower()]
+        if key == "broadcast_tcp_port" and value == 0 and self._tcp_server:
+            return self.tcp_address[1]
+        if key == "broadcast_http_port" and value == 0 and self._http_server:
+            return self.http_address[1]
+        if key == "statsd_prefix":
+            return self.statsd_prefix()
+        return value
+
+    def statsd_prefix(self):
+        prefix = self.options.statsd_prefix
+        if not prefix:
+            return ""
+        http_port = self.options.broadcast_http_port or (self.http_address[1] if self._http_server else 0)
+        host_key = ("%s:%d" % (self.options.broadcast_address, http_port)).replace(".", "_").replace(":", "_")
+        prefix = prefix.replace("%s", host_key)
+        return prefix if prefix.endswith(".") else prefix + "."
+
+    def set_log_level(self, level):
+        self.options.log_level = level
+        self.log.set_level(level)
+
+    def set_lookupd_addresses(self, addresses):
+        # Stored and reported; the nsqlookupd client is not built yet.
+        self.options.nsqlookupd_tcp_addresses = list(addresses)
 
     # -- queue scanner -----------------------------------------------------
 

@@ -60,8 +60,35 @@ class Options:
     output_buffer_timeout: float = 0.25
     max_channel_consumers: int = 0
 
-    # compression (negotiation not built yet: both advertised as false)
+    # end-to-end latency (percentiles sorted descending; empty = off)
+    e2e_processing_latency_percentiles: list = dataclasses.field(default_factory=list)
+    e2e_processing_latency_window_time: float = 600.0
+
+    # compression (negotiation not built yet: both off, advertised as false)
+    deflate: bool = False
     max_deflate_level: int = 6
+    snappy: bool = False
+
+    # not built yet: present so /config answers with nsqd's defaults
+    https_address: str = "0.0.0.0:4152"
+    nsqlookupd_tcp_addresses: list = dataclasses.field(default_factory=list)
+    http_client_connect_timeout: float = 2.0
+    http_client_request_timeout: float = 5.0
+    auth_http_addresses: list = dataclasses.field(default_factory=list)
+    auth_http_request_method: str = "get"
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_auth_policy: str = ""
+    tls_root_ca_file: str = ""
+    tls_required: int = 0
+    tls_min_version: int = 0x0301
+    statsd_address: str = ""
+    statsd_prefix: str = "nsq.%s"
+    statsd_interval: float = 60.0
+    statsd_mem_stats: bool = True
+    statsd_udp_packet_size: int = 508
+    statsd_exclude_ephemeral: bool = False
+    enable_experiment: list = dataclasses.field(default_factory=list)
 
     # topology experiment: only echoed in IDENTIFY responses
     topology_region: str = ""
@@ -112,9 +139,37 @@ class Options:
                 raise OptionError("%s must be >= 0 (got %s)" % (flag, value))
         if self.msg_timeout > self.max_msg_timeout:
             raise OptionError("--msg-timeout must be <= --max-msg-timeout")
+        for p in self.e2e_processing_latency_percentiles:
+            if not 0 < p <= 1:
+                raise OptionError("invalid E2E processing latency percentile: %g" % p)
+        self.e2e_processing_latency_percentiles = sorted(self.e2e_processing_latency_percentiles, reverse=True)
         if self.log_level.lower() not in LOG_LEVELS:
             raise OptionError("--log-level must be one of debug, info, warn, error, fatal")
         return self
 
 
 LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
+
+
+# Options whose /config value is a Go time.Duration (rendered in nanoseconds).
+DURATION_OPTIONS = frozenset(
+    {
+        "sync_timeout",
+        "msg_timeout",
+        "max_msg_timeout",
+        "max_req_timeout",
+        "max_heartbeat_interval",
+        "max_output_buffer_timeout",
+        "min_output_buffer_timeout",
+        "output_buffer_timeout",
+        "http_client_connect_timeout",
+        "http_client_request_timeout",
+        "statsd_interval",
+        "e2e_processing_latency_window_time",
+    }
+)
+
+# Fields that are internal constants in nsqd (no flag, so no /config entry).
+INTERNAL_OPTIONS = frozenset(
+    {"client_timeout", "queue_scan_interval", "queue_scan_refresh_interval", "queue_scan_dirty_percent", "version"}
+)

@@ -115,14 +115,17 @@ class Topic:
         """Get or create a channel."""
         with self._lock:
             channel = self._channels.get(name)
-            if channel is None:
-                if self.exiting:
-                    raise TopicError("exiting")
-                channel = Channel(self.name, name, self._nsqd)
-                self._channels[name] = channel
-                self._backlog_ready.notify()
-                self._nsqd.log.info("TOPIC(%s): new channel(%s)", self.name, name)
-            return channel
+            if channel is not None:
+                return channel
+            if self.exiting:
+                raise TopicError("exiting")
+            channel = Channel(self.name, name, self._nsqd)
+            self._channels[name] = channel
+            self._backlog_ready.notify()
+            self._nsqd.log.info("TOPIC(%s): new channel(%s)", self.name, name)
+        if not (self.ephemeral or channel.ephemeral):
+            self._nsqd.persist_metadata()
+        return channel
 
     def get_existing_channel(self, name):
         with self._lock:
@@ -152,13 +155,27 @@ class Topic:
             )
             if delete_topic:
                 self._delete_scheduled = True
-            return delete_topic
+        if not (self.ephemeral or channel.ephemeral):
+            self._nsqd.persist_metadata()
+        return delete_topic
 
     # -- administration ----------------------------------------------------
 
     def depth(self):
         with self._lock:
             return len(self._memory) + self._backend.depth()
+
+    def snapshot(self):
+        """``(depth, backend_depth, message_count, message_bytes, paused)`` for /stats."""
+        with self._lock:
+            backend_depth = self._backend.depth()
+            return (
+                len(self._memory) + backend_depth,
+                backend_depth,
+                self.message_count,
+                self.message_bytes,
+                self.paused,
+            )
 
     def pause(self):
         with self._lock:

@@ -1,0 +1,69 @@
+"""nsqd.dat: the topics, channels and pause states that survive a restart.
+
+The format is Go nsqd's, byte for byte, so a data directory moves between the
+two: compact JSON, keys ``topics`` then ``version``; ``"channels":null`` for
+a topic without (non-ephemeral) channels and ``"topics":null`` for none;
+ephemeral topics and channels are never written.
+"""
+
+import json
+import os
+import random
+
+FILE_NAME = "nsqd.dat"
+
+
+def encode(topics, version):
+    """``topics``: iterable of ``(name, paused, [(channel, paused), ...])``."""
+    docs = []
+    for name, paused, channels in topics:
+        if name.endswith("#ephemeral"):
+            continue
+        chans = [{"name": c, "paused": p} for c, p in channels if not c.endswith("#ephemeral")]
+        docs.append({"name": name, "paused": paused, "channels": chans or None})
+    return json.dumps({"topics": docs or None, "version": version}, separators=(",", ":")).encode()
+
+
+def decode(data):
+    """Inverse of :func:`encode`; unknown keys are ignored, bad entries raise ValueError."""
+    doc = json.loads(data.decode("utf-8"))
+    if not isinstance(doc, dict):
+        raise ValueError("metadata is not a JSON object")
+    out = []
+    for t in doc.get("topics") or []:
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            raise ValueError("invalid topic entry %r" % (t,))
+        channels = []
+        for c in t.get("channels") or []:
+            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+                raise ValueError("invalid channel entry %r" % (c,))
+            channels.append((c["name"], bool(c.get("paused"))))
+        out.append((t["name"], bool(t.get("paused")), channels))
+    return out
+
+
+def write_atomic(path, data):
+    """Temp file in the same directory, fsync, rename over ``path``, fsync the directory."""
+    directory = os.path.dirname(path) or "."
+    tmp = "%s.%d.tmp" % (path, random.randrange(1 << 63))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def read(path):
+    """The file's content, or None when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,377 @@
+"""Stats: snapshots of topics, channels and clients, and their renderings.
+
+:func:`collect` takes a consistent-enough snapshot from the live objects
+(each channel under its own lock, as nsqd does) into plain dicts whose key
+order is Go nsqd's.  The renderers are pure functions of that snapshot:
+:func:`render_json` (/stats?format=json), :func:`render_text` (/stats) and
+:func:`render_prometheus` (/metrics).
+"""
+
+import decimal
+import gc
+import json
+import os
+import sys
+import time
+
+from .durations import format_duration
+
+
+def go_float(f):
+    """A float64 as Go's encoding/json writes it (``0``, ``0.99``, ``1e+21``)."""
+    if f == 0:
+        return "0"
+    a = abs(f)
+    if 1e-6 <= a < 1e21:
+        text = format(decimal.Decimal(repr(f)), "f")
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+        return text
+    return repr(f)
+
+
+def _encode(obj, out):
+    if isinstance(obj, str):
+        out.append(json.dumps(obj, ensure_ascii=False))
+    elif obj is None:
+        out.append("null")
+    elif obj is True:
+        out.append("true")
+    elif obj is False:
+        out.append("false")
+    elif isinstance(obj, int):
+        out.append(str(obj))
+    elif isinstance(obj, float):
+        out.append(go_float(obj))
+    elif isinstance(obj, dict):
+        out.append("{")
+        first = True
+        for k, v in obj.items():
+            if not first:
+                out.append(",")
+            first = False
+            out.append(json.dumps(k, ensure_ascii=False))
+            out.append(":")
+            _encode(v, out)
+        out.append("}")
+    else:
+        out.append("[")
+        for i, v in enumerate(obj):
+            if i:
+                out.append(",")
+            _encode(v, out)
+        out.append("]")
+
+
+def go_json(doc):
+    """JSON as Go's encoding/json writes it: compact, HTML-escaped, Go float format."""
+    out = []
+    _encode(doc, out)
+    return (
+        "".join(out)
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+# -- snapshot ----------------------------------------------------------------
+
+
+def client_stats(client, pub_topic=None):
+    """One client object, keys in nsqd's order (omitempty keys left out when empty)."""
+    doc = {
+        "client_id": client.client_id,
+        "hostname": client.hostname,
+        "version": "V2",
+        "remote_address": client.remote_address,
+        "state": client.state,
+        "ready_count": client.ready_count,
+        "in_flight_count": client.in_flight_count,
+        "message_count": client.message_count,
+        "finish_count": client.finish_count,
+        "requeue_count": client.requeue_count,
+        "connect_ts": int(client.connect_time),
+        "sample_rate": client.sample_rate,
+        "deflate": False,
+        "snappy": False,
+        "user_agent": client.user_agent,
+        "topology_zone": client.topology_zone,
+        "topology_region": client.topology_region,
+    }
+    counts = dict(client.pub_counts)
+    if counts:
+        # nsqd's loop stops after the first entry: at most one topic is shown.
+        topic = pub_topic if pub_topic in counts else next(iter(counts))
+        doc["pub_counts"] = [{"topic": topic, "count": counts[topic]}]
+    doc.update(
+        {
+            "tls": False,
+            "tls_cipher_suite": "",
+            "tls_version": "",
+            "tls_negotiated_protocol": "",
+            "tls_negotiated_protocol_is_mutual": False,
+        }
+    )
+    return doc
+
+
+def _e2e(percentiles, quantiles):
+    count, values = percentiles
+    if not quantiles:
+        return {"count": 0, "percentiles": None}
+    return {
+        "count": count,
+        "percentiles": [{"quantile": q, "value": float(v)} for q, v in zip(quantiles, values)],
+    }
+
+
+def channel_stats(channel, include_clients, quantiles):
+    snap = channel.snapshot()
+    doc = {
+        "channel_name": channel.name,
+        "depth": snap["depth"],
+        "backend_depth": snap["backend_depth"],
+        "in_flight_count": snap["in_flight_count"],
+        "deferred_count": snap["deferred_count"],
+        "message_count": snap["message_count"],
+    }
+    if snap["global_msg_count"]:
+        doc["global_msg_count"] = snap["global_msg_count"]
+    doc.update(
+        {
+            "requeue_count": snap["requeue_count"],
+            "timeout_count": snap["timeout_count"],
+            "client_count": len(snap["clients"]),
+            "clients": [client_stats(c) for c in snap["clients"]] if include_clients else None,
+            "paused": snap["paused"],
+            "e2e_processing_latency": _e2e(channel.e2e.query(), quantiles),
+        }
+    )
+    return doc, channel.e2e
+
+
+def topic_stats(topic, channel_name, include_clients, quantiles):
+    """A topic object, or None when a channel filter is given and the topic lacks it."""
+    channels = sorted(topic.channels(), key=lambda c: c.name.encode())
+    if channel_name is not None:
+        channels = [c for c in channels if c.name == channel_name]
+        if not channels:
+            return None
+    chans = []
+    estimators = []
+    for c in channels:
+        doc, est = channel_stats(c, include_clients, quantiles)
+        chans.append(doc)
+        estimators.append(est)
+    depth, backend_depth, message_count, message_bytes, paused = topic.snapshot()
+    if quantiles and estimators:
+        merged = estimators[0].merged_query(estimators)
+        e2e = _e2e(merged, quantiles)
+    else:
+        e2e = {"count": 0, "percentiles": None}
+    return {
+        "topic_name": topic.name,
+        "channels": chans,
+        "depth": depth,
+        "backend_depth": backend_depth,
+        "message_count": message_count,
+        "message_bytes": message_bytes,
+        "paused": paused,
+        "e2e_processing_latency": e2e,
+    }
+
+
+def collect(nsqd, topic_name=None, channel_name=None, include_clients=True, include_mem=True):
+    """The whole /stats document as an ordered dict."""
+    quantiles = nsqd.options.e2e_processing_latency_percentiles
+    topics = sorted(nsqd.topics(), key=lambda t: t.name.encode())
+    if topic_name is not None:
+        topics = [t for t in topics if t.name == topic_name]
+    topic_docs = []
+    for t in topics:
+        doc = topic_stats(t, channel_name, include_clients, quantiles)
+        if doc is not None:
+            topic_docs.append(doc)
+    if topic_name is not None and not topics:
+        topic_docs = None
+    out = {
+        "version": nsqd.options.version,
+        "health": nsqd.health(),
+        "start_time": int(nsqd.start_time),
+        "topics": topic_docs,
+    }
+    if include_mem:
+        out["memory"] = memory_stats(nsqd)
+    producers = None
+    if include_clients:
+        producers = [client_stats(c, topic_name) for c in nsqd.clients() if c.pub_counts] or None
+    out["producers"] = producers
+    return out
+
+
+def memory_stats(nsqd):
+    """Go's runtime memory keys, mapped to what Python can honestly report.
+
+    heap_objects: blocks allocated by CPython's allocator (0 on PyPy);
+    heap_in_use_bytes: resident set size; heap_idle/released: 0 (no Python
+    equivalent); gc_pause_usec_*: percentiles of this broker's observed
+    collection pauses; next_gc_bytes: 0; gc_total_runs: collections so far.
+    """
+    pauses = sorted(nsqd.gc_pauses())
+    doc = {
+        "heap_objects": sys.getallocatedblocks() if hasattr(sys, "getallocatedblocks") else 0,
+        "heap_idle_bytes": 0,
+        "heap_in_use_bytes": rss_bytes(),
+        "heap_released_bytes": 0,
+        "gc_pause_usec_100": _pct(pauses, 100),
+        "gc_pause_usec_99": _pct(pauses, 99),
+        "gc_pause_usec_95": _pct(pauses, 95),
+        "next_gc_bytes": 0,
+        "gc_total_runs": sum(s.get("collections", 0) for s in gc.get_stats()),
+    }
+    return doc
+
+
+def _pct(sorted_values, p):
+    n = len(sorted_values)
+    if not n:
+        return 0
+    i = min(int(p / 100.0 * n + 0.5), n - 1)
+    return int(sorted_values[i])
+
+
+def rss_bytes():
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+# -- renderings --------------------------------------------------------------
+
+
+def render_json(stats):
+    return go_json(stats)
+
+
+def _human_ns(v):
+    if v > 1e9:
+        return "%0.1fs" % (v / 1e9)
+    if v > 1e6:
+        return "%0.1fms" % (v / 1e6)
+    if v > 1e3:
+        return "%0.1fus" % (v / 1e3)
+    return "%0.1fns" % v
+
+
+def _e2e_text(e2e):
+    return ", ".join(_human_ns(p["value"]) for p in (e2e["percentiles"] or []))
+
+
+def _connected(connect_ts, now):
+    return format_duration(float(max(0, int(now - connect_ts))))
+
+
+def render_text(stats, nsqd, now=None):
+    """The default /stats text layout, byte for byte as nsqd prints it."""
+    now = time.time() if now is None else now
+    start = stats["start_time"]
+    lines = [
+        "nsqd v%s (built w/%s)\n" % (stats["version"], runtime_name()),
+        "start_time %s\n" % rfc3339(start),
+        "uptime %s\n" % format_duration(now - nsqd.start_time),
+        "\nHealth: %s\n" % stats["health"],
+    ]
+    if "memory" in stats:
+        lines.append("\nMemory:\n")
+        for key, value in stats["memory"].items():
+            lines.append("   %-25s\t%d\n" % (key, value))
+    topics = stats["topics"]
+    if not topics:
+        lines.append("\nTopics: None\n")
+    else:
+        lines.append("\nTopics:")
+        for t in topics:
+            lines.append(
+                "\n%s[%-15s] depth: %-5d be-depth: %-5d msgs: %-8d e2e%%: %s\n"
+                % (
+                    "*P " if t["paused"] else "   ",
+                    t["topic_name"],
+                    t["depth"],
+                    t["backend_depth"],
+                    t["message_count"],
+                    _e2e_text(t["e2e_processing_latency"]),
+                )
+            )
+            for c in t["channels"]:
+                lines.append(
+                    "%s[%-25s] depth: %-5d be-depth: %-5d inflt: %-4d def: %-4d re-q: %-5d "
+                    "timeout: %-5d msgs: %-8d e2e%%: %s\n"
+                    % (
+                        "   *P " if c["paused"] else "      ",
+                        c["channel_name"],
+                        c["depth"],
+                        c["backend_depth"],
+                        c["in_flight_count"],
+                        c["deferred_count"],
+                        c["requeue_count"],
+                        c["timeout_count"],
+                        c["message_count"],
+                        _e2e_text(c["e2e_processing_latency"]),
+                    )
+                )
+                for cl in c["clients"] or []:
+                    port = cl["remote_address"].rpartition(":")[2]
+                    name = "%s:%s %s" % (cl["hostname"], port, cl["user_agent"])
+                    lines.append(
+                        "        [V2 %-21s] state: %d inflt: %-4d rdy: %-4d fin: %-8d re-q: %-8d "
+                        "msgs: %-8d connected: %s\n"
+                        % (
+                            name,
+                            cl["state"],
+                            cl["in_flight_count"],
+                            cl["ready_count"],
+                            cl["finish_count"],
+                            cl["requeue_count"],
+                            cl["message_count"],
+                            _connected(cl["connect_ts"], now),
+                        )
+                    )
+    producers = stats["producers"]
+    if not producers:
+        lines.append("\nProducers: None\n")
+    else:
+        lines.append("\nProducers:\n")
+        for p in producers:
+            counts = p.get("pub_counts", [])
+            lines.append(
+                "   [V2 %-21s] msgs: %-8d topics: %s connected: %s\n"
+                % (
+                    p["remote_address"],
+                    sum(pc["count"] for pc in counts),
+                    ",".join("%s=%d" % (pc["topic"], pc["count"]) for pc in counts),
+                    _connected(p["connect_ts"], now),
+                )
+            )
+    return "".join(lines)
+
+
+def runtime_name():
+    impl = sys.implementation
+    return "%s%d.%d.%d" % (impl.name, *impl.version[:3])
+
+
+def rfc3339(ts):
+    t = time.localtime(ts)
+    offset = t.tm_gmtoff or 0
+    if offset == 0:
+        zone = "Z"
+    else:
+        sign = "+" if offset > 0 else "-"
+        offset = abs(offset)
+        zone = "%s%02d:%02d" % (sign, offset // 3600, (offset % 3600) // 60)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + zone
