@@ -8,6 +8,8 @@ conventions are plain functions.
 
 import http.server
 import json
+import posixpath
+import re
 import socket
 import socketserver
 import threading
@@ -37,9 +39,9 @@ class Response:
 
 
 def ok_text(text):
-    """A V1 string result: 200, raw text (Go sniffs text/plain)."""
+    """A V1 string result: 200, raw text (Go sniffs text/plain; an empty body is not sniffed)."""
     body = text if isinstance(text, bytes) else text.encode()
-    return Response(200, body, [("Content-Type", TEXT_TYPE), X_NSQ])
+    return Response(200, body, [("Content-Type", TEXT_TYPE), X_NSQ] if body else [X_NSQ])
 
 
 def ok_empty():
@@ -138,12 +140,17 @@ class HTTPAPI:
         }
         self._lower_paths = {p.lower(): p for p in self.routes}
 
+    def _methods(self, path):
+        """The {method: handler} of a routed path, or None."""
+        methods = self.routes.get(path)
+        if methods is None and path.startswith("/config/") and path.count("/") == 2 and len(path) > 8:
+            methods = {"GET": self.config_get, "PUT": self.config_put}
+        return methods
+
     def dispatch(self, request):
         """Route a request to its handler; returns a Response (never raises)."""
         path = request.path
-        methods = self.routes.get(path)
-        if methods is None and path.startswith("/config/") and path.count("/") == 2:
-            methods = {"GET": self.config_get, "PUT": self.config_put}
+        methods = self._methods(path)
         if methods is None:
             return self._redirect_or_404(request)
         allow = ", ".join(sorted(list(methods) + ["OPTIONS"]))
@@ -160,22 +167,43 @@ class HTTPAPI:
             self.nsqd.log.error("HTTP: %s %s failed\n%s", request.method, path, traceback.format_exc())
             return HTTPError(500, "INTERNAL_ERROR").response()
 
+    def _canonical(self, path):
+        """httprouter's case-insensitive lookup: the registered spelling of ``path``, or None."""
+        lower = path.lower()
+        if lower in self._lower_paths:
+            return self._lower_paths[lower]
+        if lower.startswith("/config/") and self._methods("/config/" + path[8:]):
+            return "/config/" + path[8:]  # the :opt segment keeps its case
+        return None
+
     def _redirect_or_404(self, request):
+        """httprouter: redirect to a route *of the same method* (trailing slash, case, unclean path)."""
         path = request.path
+        method = request.method
         canonical = None
-        if path.endswith("/") and path[:-1] in self.routes:
-            canonical = path[:-1]
-        elif path.lower() in self._lower_paths:
-            canonical = self._lower_paths[path.lower()]
-        elif path.lower().rstrip("/") in self._lower_paths:
-            canonical = self._lower_paths[path.lower().rstrip("/")]
+        if path != "/":
+            candidates = []
+            if path.endswith("/"):
+                candidates.append(path[:-1])  # trailing-slash redirect
+            clean = _clean_path(path)
+            candidates.append(self._canonical(clean))  # fixed-path redirect
+            if clean.endswith("/") and len(clean) > 1:
+                candidates.append(self._canonical(clean[:-1]))
+            for c in candidates:
+                methods = c and self._methods(c)
+                if methods and method in methods:
+                    canonical = c
+                    break
         if canonical is None:
             return HTTPError(404, "NOT_FOUND").response()
-        location = canonical + ("?" + request.query if request.query else "")
-        status = 301 if request.method == "GET" else 307
-        body = ('<a href="%s">Moved Permanently</a>.\n\n' % location).encode() if status == 301 else b""
+        location = urllib.parse.quote(canonical, safe="/:@!$&'()*+,;=") + (
+            "?" + request.query if request.query else ""
+        )
+        status = 301 if method == "GET" else 307
         headers = [("Location", location)]
-        if body:
+        body = b""
+        if method == "GET":  # Go's http.Redirect writes a body for GET only
+            body = ('<a href="%s">Moved Permanently</a>.\n\n' % _html_escape(location)).encode()
             headers.append(("Content-Type", "text/html; charset=utf-8"))
         return Response(status, body, headers)
 
@@ -266,12 +294,10 @@ class HTTPAPI:
         topic = self.nsqd.get_topic_or_503(name)
         defer_ns = 0
         if "defer" in q:
-            try:
-                defer_ms = int(q["defer"], 10)
-                if q["defer"].strip() != q["defer"] or "_" in q["defer"]:
-                    raise ValueError
-            except ValueError:
-                raise HTTPError(400, "INVALID_DEFER") from None
+            # Go's strconv.ParseInt(s, 10, 64): ASCII digits with an optional sign.
+            if not _GO_INT.fullmatch(q["defer"]):
+                raise HTTPError(400, "INVALID_DEFER")
+            defer_ms = int(q["defer"], 10)
             if not 0 <= defer_ms <= int(self.opts.max_req_timeout * 1000):
                 raise HTTPError(400, "INVALID_DEFER")
             defer_ns = defer_ms * 1000000
@@ -431,6 +457,24 @@ class HTTPAPI:
 _MISSING = object()
 
 
+def _clean_path(p):
+    """httprouter's CleanPath: one leading slash, no ``//``, ``.`` or ``..``; a trailing slash kept."""
+    if not p.startswith("/"):
+        p = "/" + p
+    clean = "/" + posixpath.normpath(p).lstrip("/")
+    if p.endswith("/") and clean != "/":
+        clean += "/"
+    return clean
+
+
+def _html_escape(s):
+    """Go's htmlEscape (used by http.Redirect)."""
+    for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&#34;"), ("'", "&#39;")):
+        s = s.replace(a, b)
+    return s
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+
+
 def _ns(seconds):
     return int(round(seconds * 1e9))
 
@@ -512,8 +556,15 @@ class _HTTPHandler(http.server.BaseHTTPRequestHandler):
 
     def _serve(self):
         api = self.server.api
-        split = urllib.parse.urlsplit(self.path)
-        request = _Request(self, self.command, split.path, split.query)
+        if self.path.startswith("/"):  # origin form; urlsplit would take "//x" for a host
+            path, _, query = self.path.partition("?")
+            path = path.partition("#")[0]
+            query = query.partition("#")[0]
+        else:
+            split = urllib.parse.urlsplit(self.path)
+            path, query = split.path, split.query
+        # httprouter routes on the decoded path (req.URL.Path).
+        request = _Request(self, self.command, urllib.parse.unquote(path), query)
         response = api.dispatch(request)
         request.finish()
         self.send_response_only(response.status)
@@ -524,7 +575,8 @@ class _HTTPHandler(http.server.BaseHTTPRequestHandler):
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(response.body)
+        if self.command != "HEAD":  # Go sends a HEAD response's headers only
+            self.wfile.write(response.body)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_OPTIONS = do_HEAD = do_PATCH = _serve
 

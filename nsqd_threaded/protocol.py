@@ -172,28 +172,47 @@ def is_valid_name(name):
     return 0 < len(name) <= 64 and _NAME_RE.fullmatch(name) is not None
 
 
+_GO_SHORT_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+    '"': '\\"',
+    "\\": "\\\\",
+}
+
+
 def go_quote(raw):
-    """Render bytes the way Go's ``%q`` does, for error texts."""
+    """Render bytes the way Go's ``%q`` (``strconv.Quote``) does, for error texts.
+
+    Printable runes (``str.isprintable`` is Go's ``unicode.IsPrint``) are kept
+    as is; each byte of invalid UTF-8 becomes ``\\xNN``; other runes are
+    escaped as ``\\a``..``\\v``, ``\\xNN`` (below space and DEL), ``\\uNNNN``
+    or ``\\UNNNNNNNN``.
+    """
+    text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, (bytes, bytearray)) else raw
     out = ['"']
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     for ch in text:
+        esc = _GO_SHORT_ESCAPES.get(ch)
+        if esc is not None:
+            out.append(esc)
+            continue
         o = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\ufffd":
-            out.append("\\ufffd")
+        if 0xDC80 <= o <= 0xDCFF:  # an undecodable byte (surrogateescape)
+            out.append("\\x%02x" % (o - 0xDC00))
+        elif ch.isprintable():
+            out.append(ch)
         elif o < 0x20 or o == 0x7F:
             out.append("\\x%02x" % o)
+        elif 0xD800 <= o <= 0xDFFF:  # not a valid rune
+            out.append("\\ufffd")
+        elif o < 0x10000:
+            out.append("\\u%04x" % o)
         else:
-            out.append(ch)
+            out.append("\\U%08x" % o)
     out.append('"')
     return "".join(out)
 
@@ -296,28 +315,59 @@ _IDENTIFY_FIELDS = {
 }
 
 
+class _JSONObject(list):
+    """A JSON object as its (key, value) pairs, in document order (duplicates kept)."""
+
+
+def _reject_constant(name):
+    raise ValueError("invalid JSON constant %s" % name)
+
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def _go_json_key(key):
+    """Fold a key the way encoding/json matches it to a field name (case-insensitive).
+
+    Besides ASCII case, Go's folding maps U+017F (long s) to "s" and U+212A
+    (Kelvin sign) to "k"; ``str.lower`` already covers the latter.
+    """
+    return key.lower().replace("\u017f", "s")
+
+
 def decode_identify(body):
     """Decode an IDENTIFY JSON body the way Go's encoding/json would.
 
     Returns a dict with only the known fields that were present and not null.
     Raises ProtocolError(E_BAD_BODY, "IDENTIFY failed to decode JSON body").
+    Go semantics kept: keys match case-insensitively, a later duplicate key
+    overrides an earlier one but ``null`` changes nothing, a type error
+    anywhere fails the decode, NaN/Infinity are not JSON, a ``null`` document
+    is a no-op, and invalid UTF-8 in strings becomes U+FFFD.
     """
     bad = ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
     try:
-        doc = json.loads(bytes(body).decode("utf-8", "surrogateescape"))
-    except (ValueError, UnicodeDecodeError):
+        doc = json.loads(
+            bytes(body).decode("utf-8", "surrogateescape"),
+            object_pairs_hook=_JSONObject,
+            parse_constant=_reject_constant,
+        )
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise bad from None
-    if not isinstance(doc, dict):
+    if doc is None:
+        return {}
+    if not isinstance(doc, _JSONObject):
         raise bad
     out = {}
-    for key, value in doc.items():
-        name = key.lower()
+    for key, value in doc:
+        name = _go_json_key(key)
         kind = _IDENTIFY_FIELDS.get(name)
         if kind is None or value is None:
             continue
         if kind is str:
             if not isinstance(value, str):
                 raise bad
+            value = _SURROGATE_RE.sub("\ufffd", value)
         elif kind is bool:
             if not isinstance(value, bool):
                 raise bad
@@ -329,6 +379,20 @@ def decode_identify(body):
                 raise bad
         out[name] = value
     return out
+
+
+def ns(seconds):
+    """A duration held as float seconds, as Go's integer nanoseconds."""
+    return int(round(seconds * 1e9))
+
+
+def ms(seconds):
+    """A duration held as float seconds, in whole milliseconds as Go computes ``d / time.Millisecond``.
+
+    Go durations are integer nanoseconds; ``int(seconds * 1000)`` would turn
+    1.001 s into 1000 ms.
+    """
+    return ns(seconds) // 1000000
 
 
 def negotiate_identify(fields, opts, client_timeout_ms=60000):
@@ -348,7 +412,7 @@ def negotiate_identify(fields, opts, client_timeout_ms=60000):
         s["heartbeat_interval_ms"] = 0
     elif hb == 0:
         s["heartbeat_interval_ms"] = client_timeout_ms // 2
-    elif 1000 <= hb <= int(opts.max_heartbeat_interval * 1000):
+    elif 1000 <= hb <= ms(opts.max_heartbeat_interval):
         s["heartbeat_interval_ms"] = hb
     else:
         raise invalid("heartbeat interval", hb)
@@ -357,8 +421,8 @@ def negotiate_identify(fields, opts, client_timeout_ms=60000):
     if obt == -1:
         s["output_buffer_timeout_ms"] = 0
     elif obt == 0:
-        s["output_buffer_timeout_ms"] = int(opts.output_buffer_timeout * 1000)
-    elif int(opts.min_output_buffer_timeout * 1000) <= obt <= int(opts.max_output_buffer_timeout * 1000):
+        s["output_buffer_timeout_ms"] = ms(opts.output_buffer_timeout)
+    elif ms(opts.min_output_buffer_timeout) <= obt <= ms(opts.max_output_buffer_timeout):
         s["output_buffer_timeout_ms"] = obt
     else:
         raise invalid("output buffer timeout", obt)
@@ -381,32 +445,73 @@ def negotiate_identify(fields, opts, client_timeout_ms=60000):
 
     mt = fields.get("msg_timeout", 0)
     if mt == 0:
-        s["msg_timeout_ms"] = int(opts.msg_timeout * 1000)
-    elif 1000 <= mt <= int(opts.max_msg_timeout * 1000):
+        s["msg_timeout_ms"] = ms(opts.msg_timeout)
+    elif 1000 <= mt <= ms(opts.max_msg_timeout):
         s["msg_timeout_ms"] = mt
     else:
         raise invalid("msg timeout", mt)
     return s
 
 
+def deflate_level(negotiated, requested, max_level):
+    """IDENTIFY's deflate_level: 6, or the requested level when deflate was
+    negotiated and the request is > 0; then capped at --max-deflate-level
+    (the cap applies even when deflate is off)."""
+    level = 6
+    if negotiated and requested > 0:
+        level = requested
+    return min(level, max_level)
+
+
+_GO_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_GO_JSON_SPECIAL_RE = re.compile('["\\\\\x00-\x1f<>&\u2028\u2029\ud800-\udfff]')
+
+
+def _go_json_special(m):
+    ch = m.group()
+    esc = _GO_JSON_ESCAPES.get(ch)
+    if esc is not None:
+        return esc
+    if "\ud800" <= ch <= "\udfff":
+        return "\\ufffd"
+    return "\\u%04x" % ord(ch)
+
+
+def go_json_string(value):
+    """A JSON string as Go's encoding/json writes it (HTML-safe, UTF-8, Go 1.19 escapes)."""
+    return '"' + _GO_JSON_SPECIAL_RE.sub(_go_json_special, value) + '"'
+
+
+def _go_json(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return go_json_string(value)
+
+
 def identify_response(settings, opts, tls_v1=False, deflate=False, snappy=False, deflate_level=6):
-    """The feature-negotiation JSON, keys in nsqd's order."""
+    """The feature-negotiation JSON, keys in nsqd's order, encoded like Go's encoding/json.
+
+    ``deflate_level`` is the negotiated level (see :func:`deflate_level`).
+    """
     level = min(deflate_level, opts.max_deflate_level)
-    doc = {
-        "max_rdy_count": opts.max_rdy_count,
-        "version": opts.version,
-        "max_msg_timeout": int(opts.max_msg_timeout * 1000),
-        "msg_timeout": settings["msg_timeout_ms"],
-        "tls_v1": tls_v1,
-        "deflate": deflate,
-        "deflate_level": level,
-        "max_deflate_level": opts.max_deflate_level,
-        "snappy": snappy,
-        "sample_rate": settings["sample_rate"],
-        "auth_required": False,
-        "output_buffer_size": settings["output_buffer_size"],
-        "output_buffer_timeout": settings["output_buffer_timeout_ms"],
-        "topology_region": opts.topology_region,
-        "topology_zone": opts.topology_zone,
-    }
-    return json.dumps(doc, separators=(",", ":")).encode()
+    doc = (
+        ("max_rdy_count", opts.max_rdy_count),
+        ("version", opts.version),
+        ("max_msg_timeout", ms(opts.max_msg_timeout)),
+        ("msg_timeout", settings["msg_timeout_ms"]),
+        ("tls_v1", tls_v1),
+        ("deflate", deflate),
+        ("deflate_level", level),
+        ("max_deflate_level", opts.max_deflate_level),
+        ("snappy", snappy),
+        ("sample_rate", settings["sample_rate"]),
+        ("auth_required", False),
+        ("output_buffer_size", settings["output_buffer_size"]),
+        ("output_buffer_timeout", settings["output_buffer_timeout_ms"]),
+        ("topology_region", opts.topology_region),
+        ("topology_zone", opts.topology_zone),
+    )
+    body = ",".join('"%s":%s' % (k, _go_json(v)) for k, v in doc)
+    return ("{" + body + "}").encode("utf-8")

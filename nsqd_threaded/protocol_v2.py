@@ -9,6 +9,7 @@ its body is read).  Everything that can be computed without I/O lives in
 """
 
 import socket
+import time
 
 from . import protocol
 from .channel import ChannelError
@@ -32,8 +33,34 @@ class Reader:
         self._sock = sock
         self._buf = bytearray()
         self._pos = 0
+        self._deadline = None
+
+    def set_deadline(self, seconds):
+        """Start reading a command: its line and body must arrive within ``seconds``.
+
+        nsqd sets one read deadline before each command (2 x heartbeat
+        interval; none when heartbeats are off), so a client trickling bytes
+        cannot extend it.  The socket's timeout bounds each recv; it is
+        lowered when a command has already used part of its time.
+        """
+        sock = self._sock
+        if seconds is None or seconds <= 0:
+            self._deadline = None
+            if sock.gettimeout() is not None:
+                sock.settimeout(None)
+            return
+        self._deadline = time.monotonic() + seconds
+        if sock.gettimeout() != seconds:
+            sock.settimeout(seconds)
 
     def _fill(self):
+        if self._deadline is not None:
+            remaining = self._deadline - time.monotonic()
+            if remaining <= 0:
+                raise ConnectionClosed("i/o timeout")
+            timeout = self._sock.gettimeout()
+            if timeout is None or remaining < timeout:
+                self._sock.settimeout(remaining)
         try:
             data = self._sock.recv(262144)
         except (OSError, ValueError) as e:  # timeout, reset, closed
@@ -111,8 +138,11 @@ class ProtocolV2:
         client = self.client
         readline = self.reader.readline
         commands = self._commands
+        set_deadline = self.reader.set_deadline
         try:
             while True:
+                hb = client.heartbeat_interval
+                set_deadline(2 * hb if hb > 0 else None)
                 params = protocol.parse_line(readline())
                 handler = commands.get(params[0])
                 try:
@@ -185,15 +215,14 @@ class ProtocolV2:
         client.client_id = fields.get("client_id", "")
         client.hostname = fields.get("hostname", "")
         client.user_agent = fields.get("user_agent", "")
-        settings = protocol.negotiate_identify(fields, self.opts, int(self.opts.client_timeout * 1000))
+        settings = protocol.negotiate_identify(fields, self.opts, protocol.ms(self.opts.client_timeout))
         client.apply_identify(fields, settings)
         if not fields.get("feature_negotiation"):
             return protocol.OK_FRAME
         # TLS, snappy and deflate are not implemented, so none is negotiated
         # and no upgrade follows the JSON response.
-        return protocol.response_frame(
-            protocol.identify_response(settings, self.opts, deflate_level=fields.get("deflate_level", 0) or 6)
-        )
+        level = protocol.deflate_level(False, fields.get("deflate_level", 0), self.opts.max_deflate_level)
+        return protocol.response_frame(protocol.identify_response(settings, self.opts, deflate_level=level))
 
     def AUTH(self, params):
         if self.client.state != STATE_INIT:
@@ -256,7 +285,10 @@ class ProtocolV2:
             buf, pos, _ = reader.buffered()
             if buf[pos : pos + 4] != b"FIN " or buf[pos + 20 : pos + 21] != b"\n":
                 break
-            ids.append(bytes(buf[pos + 4 : pos + 20]))
+            msg_id = bytes(buf[pos + 4 : pos + 20])
+            if b" " in msg_id or b"\n" in msg_id or msg_id.endswith(b"\r"):
+                break  # not a plain "FIN <16-byte id>" line: parse it normally
+            ids.append(msg_id)
             reader.advance(pos + 21)
         failures = self.client.channel.finish_many(self.client, ids)
         if failures:
@@ -277,7 +309,7 @@ class ProtocolV2:
         if timeout_ms is None:
             raise ProtocolError("E_INVALID", "REQ could not parse timeout %s" % text(params[2]))
         delay_ns = protocol.int64(timeout_ms * 1000000)
-        max_ns = int(self.opts.max_req_timeout * 1e9)
+        max_ns = protocol.ns(self.opts.max_req_timeout)
         if delay_ns < 0:
             delay_ns = 0
         elif delay_ns > max_ns:
@@ -322,14 +354,20 @@ class ProtocolV2:
         timeout_ms = protocol.parse_uint(params[2])
         if timeout_ms is None:
             raise ProtocolError("E_INVALID", "DPUB could not parse timeout %s" % text(params[2]))
-        timeout_ms = protocol.int64(timeout_ms)
-        max_ms = int(self.opts.max_req_timeout * 1000)
-        if not 0 <= timeout_ms <= max_ms:
-            raise ProtocolError("E_INVALID", "DPUB timeout %d out of range 0-%d" % (timeout_ms, max_ms))
+        # Go: the parsed uint64 wraps, and time.Duration(ms) * time.Millisecond
+        # wraps in int64; the range check is on that duration, the text shows
+        # the uint64.
+        timeout_ms &= 0xFFFFFFFFFFFFFFFF
+        defer_ns = protocol.int64(timeout_ms * 1000000)
+        max_ns = protocol.ns(self.opts.max_req_timeout)
+        if not 0 <= defer_ns <= max_ns:
+            raise ProtocolError(
+                "E_INVALID", "DPUB timeout %d out of range 0-%d" % (timeout_ms, max_ns // 1000000)
+            )
         size = self._read_size("E_BAD_MESSAGE", "DPUB failed to read message body size")
         protocol.check_message_size("DPUB", size, self.opts.max_msg_size)
         body = self._read_body(size, "E_BAD_MESSAGE", "DPUB failed to read message body")
-        return self._publish("DPUB", topic_name, [body], timeout_ms * 1000000)
+        return self._publish("DPUB", topic_name, [body], defer_ns)
 
     def MPUB(self, params):
         if len(params) < 2:

@@ -102,9 +102,10 @@ def client_stats(client, pub_topic=None):
         "topology_region": client.topology_region,
     }
     counts = dict(client.pub_counts)
-    if counts:
-        # nsqd's loop stops after the first entry: at most one topic is shown.
-        topic = pub_topic if pub_topic in counts else next(iter(counts))
+    # nsqd's loop stops after the first entry: at most one topic is shown, and
+    # with a topic filter only that topic (nothing if it was not published to).
+    topic = next(iter(counts), None) if not pub_topic else pub_topic if pub_topic in counts else None
+    if topic is not None:
         doc["pub_counts"] = [{"topic": topic, "count": counts[topic]}]
     doc.update(
         {
@@ -128,7 +129,7 @@ def _e2e(percentiles, quantiles):
     }
 
 
-def channel_stats(channel, include_clients, quantiles):
+def channel_stats(channel, include_clients, quantiles, pub_topic=None):
     snap = channel.snapshot()
     doc = {
         "channel_name": channel.name,
@@ -145,7 +146,7 @@ def channel_stats(channel, include_clients, quantiles):
             "requeue_count": snap["requeue_count"],
             "timeout_count": snap["timeout_count"],
             "client_count": len(snap["clients"]),
-            "clients": [client_stats(c) for c in snap["clients"]] if include_clients else None,
+            "clients": [client_stats(c, pub_topic) for c in snap["clients"]] if include_clients else None,
             "paused": snap["paused"],
             "e2e_processing_latency": _e2e(channel.e2e.query(), quantiles),
         }
@@ -153,19 +154,17 @@ def channel_stats(channel, include_clients, quantiles):
     return doc, channel.e2e
 
 
-def topic_stats(topic, channel_name, include_clients, quantiles):
+def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None):
     """A topic object, or None when a channel filter is given and the topic lacks it."""
-    channels = sorted(topic.channels(), key=lambda c: c.name.encode())
-    if channel_name is not None:
+    all_channels = sorted(topic.channels(), key=lambda c: c.name.encode())
+    channels = all_channels
+    if channel_name:
         channels = [c for c in channels if c.name == channel_name]
         if not channels:
             return None
-    chans = []
-    estimators = []
-    for c in channels:
-        doc, est = channel_stats(c, include_clients, quantiles)
-        chans.append(doc)
-        estimators.append(est)
+    chans = [channel_stats(c, include_clients, quantiles, pub_topic)[0] for c in channels]
+    # nsqd merges every channel's estimator, whatever the channel filter.
+    estimators = [c.e2e for c in all_channels]
     depth, backend_depth, message_count, message_bytes, paused = topic.snapshot()
     if quantiles and estimators:
         merged = estimators[0].merged_query(estimators)
@@ -186,16 +185,19 @@ def topic_stats(topic, channel_name, include_clients, quantiles):
 
 def collect(nsqd, topic_name=None, channel_name=None, include_clients=True, include_mem=True):
     """The whole /stats document as an ordered dict."""
+    # An empty ``topic`` or ``channel`` means no filter, as in nsqd.
     quantiles = nsqd.options.e2e_processing_latency_percentiles
     topics = sorted(nsqd.topics(), key=lambda t: t.name.encode())
-    if topic_name is not None:
+    if topic_name:
         topics = [t for t in topics if t.name == topic_name]
     topic_docs = []
     for t in topics:
-        doc = topic_stats(t, channel_name, include_clients, quantiles)
+        doc = topic_stats(t, channel_name, include_clients, quantiles, topic_name)
         if doc is not None:
             topic_docs.append(doc)
-    if topic_name is not None and not topics:
+    # An unknown topic: nsqd returns before collecting anything, producers included.
+    unknown_topic = bool(topic_name) and not topics
+    if unknown_topic:
         topic_docs = None
     out = {
         "version": nsqd.options.version,
@@ -206,7 +208,7 @@ def collect(nsqd, topic_name=None, channel_name=None, include_clients=True, incl
     if include_mem:
         out["memory"] = memory_stats(nsqd)
     producers = None
-    if include_clients:
+    if include_clients and not unknown_topic:
         producers = [client_stats(c, topic_name) for c in nsqd.clients() if c.pub_counts] or None
     out["producers"] = producers
     return out
@@ -325,39 +327,39 @@ def render_text(stats, nsqd, now=None):
                     )
                 )
                 for cl in c["clients"] or []:
-                    port = cl["remote_address"].rpartition(":")[2]
-                    name = "%s:%s %s" % (cl["hostname"], port, cl["user_agent"])
-                    lines.append(
-                        "        [V2 %-21s] state: %d inflt: %-4d rdy: %-4d fin: %-8d re-q: %-8d "
-                        "msgs: %-8d connected: %s\n"
-                        % (
-                            name,
-                            cl["state"],
-                            cl["in_flight_count"],
-                            cl["ready_count"],
-                            cl["finish_count"],
-                            cl["requeue_count"],
-                            cl["message_count"],
-                            _connected(cl["connect_ts"], now),
-                        )
-                    )
+                    lines.append("        %s\n" % client_text(cl, now))
     producers = stats["producers"]
     if not producers:
         lines.append("\nProducers: None\n")
     else:
         lines.append("\nProducers:\n")
         for p in producers:
-            counts = p.get("pub_counts", [])
-            lines.append(
-                "   [V2 %-21s] msgs: %-8d topics: %s connected: %s\n"
-                % (
-                    p["remote_address"],
-                    sum(pc["count"] for pc in counts),
-                    ",".join("%s=%d" % (pc["topic"], pc["count"]) for pc in counts),
-                    _connected(p["connect_ts"], now),
-                )
-            )
+            lines.append("   %s\n" % client_text(p, now))
     return "".join(lines)
+
+
+def client_text(cl, now):
+    """nsqd's ClientV2Stats.String(): the producer form whenever pub_counts is shown."""
+    port = cl["remote_address"].rpartition(":")[2]
+    name = "%s:%s %s" % (cl["hostname"], port, cl["user_agent"])
+    counts = cl.get("pub_counts")
+    if counts:
+        return "[V2 %-21s] msgs: %-8d topics: %s connected: %s" % (
+            name,
+            sum(pc["count"] for pc in counts),
+            ",".join("%s=%d" % (pc["topic"], pc["count"]) for pc in counts),
+            _connected(cl["connect_ts"], now),
+        )
+    return "[V2 %-21s] state: %d inflt: %-4d rdy: %-4d fin: %-8d re-q: %-8d msgs: %-8d connected: %s" % (
+        name,
+        cl["state"],
+        cl["in_flight_count"],
+        cl["ready_count"],
+        cl["finish_count"],
+        cl["requeue_count"],
+        cl["message_count"],
+        _connected(cl["connect_ts"], now),
+    )
 
 
 def runtime_name():

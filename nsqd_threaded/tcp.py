@@ -55,8 +55,10 @@ class PromptShutdownMixIn:
 
     def server_close(self):
         super().server_close()
-        for fd in (self._wake_r, self._wake_w):
-            os.close(fd)
+        # A failed bind calls server_close() before server_activate() made the pipe.
+        for fd in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
+            if fd is not None:
+                os.close(fd)
 
 
 class _ConnectionHandler(socketserver.BaseRequestHandler):

@@ -77,7 +77,8 @@ class Topic:
                         self._nsqd.backend_put(self._backend, msgs[max(room, 0) :])
                 except BackendError as e:
                     raise TopicError(str(e)) from None
-                self._backlog_ready.notify()
+                if self._channels and not self.paused:
+                    self._backlog_ready.notify()  # only when the pump can make progress
             self.message_count += len(msgs)
             self.message_bytes += sum(len(m.body) for m in msgs)
 

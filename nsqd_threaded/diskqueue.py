@@ -1,0 +1,878 @@
+"""The file backend: go-diskqueue v1.1.0's on-disk format, synchronously.
+
+A data directory moves between Go nsqd and this broker in both directions:
+file names, the record format and the metadata file are byte-identical to
+go-diskqueue's (see ``shared/spec/diskqueue.md``)::
+
+    <data>/<name>.diskqueue.meta.dat        "%d\\n%d,%d\\n%d,%d\\n"  depth, read file,pos, write file,pos
+    <data>/<name>.diskqueue.000042.dat      records: int32 BE length N + N payload bytes
+    <data>/<name>.diskqueue.000042.dat.bad  a data file set aside after a read error
+
+Go runs an I/O goroutine per queue; here every method is called with the
+owning topic's or channel's lock held, which serializes them just as well,
+so the queue has no thread.  The owner's periodic loop calls
+:meth:`DiskQueue.maybe_sync` for the --sync-timeout flush.
+
+Differences from go-diskqueue, all invisible in the files it reads:
+
+* No read-ahead record: :meth:`get` parses records straight out of a large
+  buffered read, and a batch :meth:`put` goes out in one ``write()`` per file.
+* A put is all-or-nothing: on a write error nothing of the batch is counted
+  (Go writes record by record and keeps the ones before the failure).
+* The upstream spurious ``.bad`` bug (go-diskqueue#42) is fixed: a clean EOF
+  at a record boundary of a complete file is an ordinary roll, and a reader
+  that has caught up when the writer rolls moves on (deleting the file) at
+  once, so the metadata never points at the end of a complete file.
+* Crash recovery also counts the records found past the metadata's write
+  position (Go leaves depth too low), follows a chain of such files, and
+  also applies when the metadata file is missing (Go would overwrite).
+* Deferred messages keep their due time across the disk (and a restart)
+  through a sidecar file, ``<name>.diskqueue.deferred.dat``, which Go nsqd
+  never opens: Go delivers such messages immediately (as it does for every
+  message read back from disk), and the entries it has consumed are pruned
+  when this broker opens the queue again.  See :class:`DiskQueue`.
+"""
+
+import errno
+import os
+import random
+import re
+import struct
+import time
+
+from .backend import Backend, BackendError
+from .message import Message
+
+_LEN = struct.Struct(">i")
+_HEADER = struct.Struct(">iqH")  # record length, timestamp, attempts
+MSG_HEADER_LENGTH = 26
+
+READ_CHUNK = 256 * 1024  # bytes read per refill (more if one record is bigger)
+SIDECAR_COMPACT_MIN = 1024  # stale sidecar lines tolerated before a rewrite
+
+_META_INT = re.compile(rb"[ \t]*([+-]?[0-9]+)")
+
+
+class _NullLogger:
+    def debug(self, fmt, *args):
+        pass
+
+    info = warn = error = debug
+
+
+def _strerror(e):
+    """OSError text as Go prints it: ``file too large``, ``no space left on device``."""
+    text = e.strerror or str(e)
+    return text[:1].lower() + text[1:]
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.EIO, "short write")
+        view = view[n:]
+
+
+if hasattr(os, "pread"):
+
+    def _pread(fd, size, offset):
+        return os.pread(fd, size, offset)
+
+else:  # pragma: no cover - Windows
+
+    def _pread(fd, size, offset):
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.read(fd, size)
+
+
+def parse_meta(data):
+    """Parse metadata as Go's ``Fscanf("%d\\n%d,%d\\n%d,%d\\n")`` does.
+
+    Returns ``(fields, error)``: the integers parsed before the first
+    mismatch (up to 5: depth, read file, read pos, write file, write pos) and
+    None or a description of the mismatch.
+    """
+    fields = []
+    pos = 0
+    for sep in (b"\n", b",", b"\n", b",", b"\n"):
+        m = _META_INT.match(data, pos)
+        if not m:
+            return fields, "expected integer at byte %d" % pos
+        fields.append(int(m.group(1)))
+        pos = m.end()
+        if data[pos : pos + 1] != sep:
+            if sep == b"\n" and len(fields) == 5 and pos == len(data):
+                break  # a missing final newline is accepted
+            return fields, "unexpected %r at byte %d" % (data[pos : pos + 1], pos)
+        pos += 1
+    return fields, None
+
+
+def format_meta(depth, read_file_num, read_pos, write_file_num, write_pos):
+    return b"%d\n%d,%d\n%d,%d\n" % (depth, read_file_num, read_pos, write_file_num, write_pos)
+
+
+class DiskQueue(Backend):
+    """A go-diskqueue compatible queue of messages in ``data_path``.
+
+    ``min_msg_size``/``max_msg_size`` bound the record payload (26-byte header
+    + body), as nsqd passes them: 26 and --max-msg-size + 26.
+    ``sync_timeout`` is in seconds.
+
+    Deferred messages: :meth:`put` stores a message whose ``deferred_ns`` is
+    > 0 as due at ``time.time_ns() + deferred_ns`` (Unix ns, so it survives a
+    restart), recorded in the sidecar file by record position and message ID;
+    :meth:`get` hands it back with ``deferred_ns`` set to the delay remaining
+    then (0 if already due).  Every other message comes back with
+    ``deferred_ns == 0``.  So an owner must keep ``deferred_ns`` at 0 for a
+    message whose delay has been served, and set it to the remaining delay
+    when it flushes its deferred index.
+    """
+
+    def __init__(
+        self,
+        name,
+        data_path,
+        max_bytes_per_file,
+        min_msg_size=MSG_HEADER_LENGTH,
+        max_msg_size=1048576 + MSG_HEADER_LENGTH,
+        sync_every=2500,
+        sync_timeout=2.0,
+        logger=None,
+    ):
+        self.name = name
+        self.data_path = data_path
+        self.max_bytes_per_file = max_bytes_per_file
+        self.min_msg_size = min_msg_size
+        self.max_msg_size = max_msg_size
+        self.sync_every = sync_every
+        self.sync_timeout = sync_timeout
+        self.log = logger if logger is not None else _NullLogger()
+
+        self._depth = 0
+        self.read_file_num = 0
+        self.read_pos = 0
+        self.write_file_num = 0
+        self.write_pos = 0
+
+        self._count = 0  # writes + taken reads since the last sync
+        self._need_sync = False
+        self._last_sync = time.monotonic()
+        self._exiting = False
+
+        self._wfd = None  # write fd, positioned at write_pos
+        self._rfd = None  # read fd of read_file_num
+        self._rsize = None  # fstat size of the read file (complete files without a known size)
+        self._rbuf = b""  # bytes of the read file starting at offset _rbuf_start
+        self._rbuf_start = 0
+        self._complete_sizes = {}  # file num -> size at the roll (files rolled by this process)
+
+        self._deferred = {}  # (file num, pos) -> (msg id, due unix ns)
+        self._dfd = None  # sidecar append fd
+        self._deferred_lines = 0  # lines in the sidecar file
+
+        self._retrieve_meta_data()
+        self._recover_write_file()
+        self._load_deferred()
+
+    def __repr__(self):
+        return "DiskQueue(%r)" % self.name
+
+    # -- names ---------------------------------------------------------------
+
+    def file_name(self, file_num):
+        return os.path.join(self.data_path, "%s.diskqueue.%06d.dat" % (self.name, file_num))
+
+    @property
+    def meta_file_name(self):
+        return os.path.join(self.data_path, "%s.diskqueue.meta.dat" % self.name)
+
+    @property
+    def deferred_file_name(self):
+        return os.path.join(self.data_path, "%s.diskqueue.deferred.dat" % self.name)
+
+    # -- Backend interface ----------------------------------------------------
+
+    def depth(self):
+        """Records written and not yet taken.
+
+        Like Go's, the stored depth is eventually consistent (wrong after a
+        .bad file or stale metadata until the reader reaches the tail); it is
+        reported as at least 1 while unread data exists so an owner that asks
+        ``depth()`` before ``get()`` never stalls on such a queue.
+        """
+        d = self._depth
+        if d > 0 or self._exiting:
+            return d
+        if self.read_file_num < self.write_file_num or self.read_pos < self.write_pos:
+            return 1
+        return d
+
+    def put(self, msgs):
+        if self._exiting:
+            raise BackendError("exiting")
+        if not msgs:
+            return
+        pack = _LEN.pack
+        lo, hi, max_bytes = self.min_msg_size, self.max_msg_size, self.max_bytes_per_file
+        start_file, start_pos = self.write_file_num, self.write_pos
+        fnum, pos = start_file, start_pos
+        segments = []  # [file num, start pos, parts]
+        parts = []
+        seg_start = pos
+        deferred = None
+        for msg in msgs:
+            payload = msg.encode()
+            n = len(payload)
+            if n < lo or n > hi:
+                raise BackendError("invalid message write size (%d) minMsgSize=%d maxMsgSize=%d" % (n, lo, hi))
+            if pos > 0 and pos + 4 + n > max_bytes:
+                if parts:
+                    segments.append((fnum, seg_start, parts))
+                    parts = []
+                fnum += 1
+                pos = seg_start = 0
+            if msg.deferred_ns > 0:
+                if deferred is None:
+                    deferred = []
+                deferred.append((fnum, pos, msg))
+            parts.append(pack(n))
+            parts.append(payload)
+            pos += 4 + n
+        segments.append((fnum, seg_start, parts))
+
+        self._write_segments(start_file, start_pos, segments)
+
+        # Committed: every file before the last one is complete.
+        rolled = fnum != start_file
+        if rolled:
+            for num, seg_pos, seg_parts in segments[:-1]:
+                self._complete_sizes[num] = seg_pos + sum(len(p) for p in seg_parts)
+            if start_file not in self._complete_sizes:  # rolled before writing anything to it
+                self._complete_sizes[start_file] = start_pos
+        self.write_file_num = fnum
+        self.write_pos = pos
+        self._depth += len(msgs)
+        self._count += len(msgs)
+        if deferred:
+            self._add_deferred(deferred)
+        if rolled:
+            # A reader that had consumed everything of the old write file
+            # moves on now (go-diskqueue#42 would later call that EOF corrupt).
+            if self.read_file_num == start_file and self.read_pos >= self._complete_sizes[start_file]:
+                self._finish_read_file()
+            self._need_sync = True
+        if self._need_sync or self._count >= self.sync_every:
+            self._sync_logged()
+
+    def get(self, n):
+        """Take up to ``n`` records, oldest first, as Messages."""
+        out = []
+        if self._exiting or n <= 0:
+            return out
+        took = 0
+        dmap = self._deferred
+        now = None
+        while len(out) < n:
+            rf, wf = self.read_file_num, self.write_file_num
+            if rf == wf:
+                limit = self.write_pos
+                if self.read_pos >= limit:
+                    break  # caught up
+            elif rf < wf:
+                if self._rfd is None and not self._open_read_file():
+                    continue
+                limit = self._complete_sizes.get(rf)
+                if limit is None:
+                    limit = self._read_file_size()
+                if self.read_pos == limit:
+                    self._finish_read_file()  # clean EOF at a record boundary: a roll, not corruption
+                    continue
+            else:
+                break  # read file past the write file: the tail check below skips ahead
+
+            if self._rfd is None and not self._open_read_file():
+                continue
+            buf = self._rbuf
+            base = self._rbuf_start
+            p = self.read_pos - base
+            if p < 0 or p > len(buf):
+                buf, base, p = b"", self.read_pos, 0
+            avail = len(buf)
+            unpack_header = _HEADER.unpack_from
+            lo, hi = self.min_msg_size, self.max_msg_size
+            error = None
+            need = 4
+            while len(out) < n:
+                if p + 4 > avail:
+                    need = 4
+                    break
+                size = _LEN.unpack_from(buf, p)[0]
+                if size < lo or size > hi:
+                    error = "invalid message read size (%d)" % size
+                    break
+                end = p + 4 + size
+                if end > avail:
+                    need = 4 + size
+                    break
+                if size >= MSG_HEADER_LENGTH:
+                    _, ts, attempts = unpack_header(buf, p)
+                    msg = Message(buf[p + 14 : p + 30], buf[p + 30 : end], ts, attempts)
+                    if dmap:
+                        entry = dmap.pop((rf, base + p), None)
+                        if entry is not None and entry[0] == msg.id:
+                            if now is None:
+                                now = time.time_ns()
+                            if entry[1] > now:
+                                msg.deferred_ns = entry[1] - now
+                    out.append(msg)
+                else:
+                    self.log.error(
+                        "DISKQUEUE(%s) skipping undecodable record (%d bytes) at %d of %s",
+                        self.name,
+                        size,
+                        base + p,
+                        self.file_name(rf),
+                    )
+                took += 1
+                p = end
+            self.read_pos = base + p
+            if error is None and len(out) < n:
+                # Refill from read_pos: everything up to limit may be read.
+                want = min(max(READ_CHUNK, need), limit - self.read_pos)
+                if want <= 0:
+                    buf, base = b"", self.read_pos
+                elif want < need:
+                    error = "unexpected EOF"  # the record runs past the end of the file
+                else:
+                    try:
+                        data = _pread(self._rfd, want, self.read_pos)
+                    except OSError as e:
+                        data = None
+                        error = _strerror(e)
+                    if data is not None:
+                        if len(data) < need:
+                            error = "EOF" if not data else "unexpected EOF"
+                        else:
+                            buf, base = data, self.read_pos
+            elif p >= avail:
+                buf, base = b"", self.read_pos
+            self._rbuf, self._rbuf_start = buf, base
+            if error is not None:
+                self._depth -= took
+                self._count += took
+                took = 0
+                self._handle_read_error(error)
+                continue
+            if rf < self.write_file_num and self.read_pos == limit:
+                self._finish_read_file()
+        self._depth -= took
+        self._count += took
+        self._check_tail_corruption()
+        if self._need_sync or (took and self._count >= self.sync_every):
+            self._sync_logged()
+        return out
+
+    def empty(self):
+        if self._exiting:
+            raise BackendError("exiting")
+        self.log.info("DISKQUEUE(%s): emptying", self.name)
+        self._skip_to_next_rw_file()
+        try:
+            os.remove(self.meta_file_name)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to remove metadata file - %s", self.name, e)
+        self._drop_deferred()
+        self._count = 0
+        self._need_sync = False
+
+    def close(self):
+        """Close the files, then sync: fsync the write file and persist the metadata."""
+        if self._exiting:
+            return
+        self.log.info("DISKQUEUE(%s): closing", self.name)
+        self._exiting = True
+        self._close_read_file()
+        if self._wfd is not None:
+            try:
+                os.fsync(self._wfd)
+            except OSError as e:
+                self.log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+            self._close_write_file()
+        self._compact_deferred()
+        self._close_deferred(sync=True)
+        try:
+            self._persist_meta_data()
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+        self._count = 0
+        self._need_sync = False
+
+    def delete(self):
+        """Close the files without syncing and without deleting anything (call empty() first)."""
+        if self._exiting:
+            return
+        self.log.info("DISKQUEUE(%s): deleting", self.name)
+        self._exiting = True
+        self._close_read_file()
+        self._close_write_file()
+        self._close_deferred(sync=False)
+
+    # -- sync policy ----------------------------------------------------------
+
+    def sync(self):
+        """fsync the write file and persist the metadata; False (logged) on failure."""
+        return self._sync_logged()
+
+    def maybe_sync(self, now=None):
+        """The --sync-timeout flush: sync if anything changed and ``sync_timeout``
+        (seconds of ``time.monotonic()``) has passed since the last sync.
+        For the owner's periodic loop; returns True if it synced."""
+        if self._exiting or (self._count == 0 and not self._need_sync):
+            return False
+        if now is None:
+            now = time.monotonic()
+        if now - self._last_sync < self.sync_timeout:
+            return False
+        self._sync_logged()
+        return True
+
+    sync_if_idle_due = maybe_sync
+
+    def _sync_logged(self):
+        ok = True
+        try:
+            self._sync()
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+            ok = False
+        self._count = 0
+        self._last_sync = time.monotonic()
+        return ok
+
+    def _sync(self):
+        if self._exiting:
+            return
+        if self._wfd is not None:
+            try:
+                os.fsync(self._wfd)
+            except OSError:
+                self._close_write_file()
+                raise
+        if self._dfd is not None:
+            try:
+                os.fsync(self._dfd)
+            except OSError as e:
+                self.log.error("DISKQUEUE(%s) failed to sync deferred file - %s", self.name, e)
+        self._persist_meta_data()
+        self._need_sync = False
+
+    def _persist_meta_data(self):
+        path = self.meta_file_name
+        tmp = "%s.%d.tmp" % (path, random.getrandbits(63))
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            try:
+                _write_all(
+                    fd,
+                    format_meta(self._depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos),
+                )
+            except OSError:
+                os.close(fd)
+                fd = None
+                _remove_quietly(tmp)
+                raise
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass  # as Go: the error is ignored
+        finally:
+            if fd is not None:
+                os.close(fd)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            _remove_quietly(tmp)
+            raise
+
+    # -- startup ------------------------------------------------------------
+
+    def _retrieve_meta_data(self):
+        try:
+            with open(self.meta_file_name, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to retrieveMetaData - %s", self.name, e)
+            return
+        fields, err = parse_meta(data)
+        names = ("_depth", "read_file_num", "read_pos", "write_file_num", "write_pos")
+        for attr, value in zip(names[1:], fields[1:]):
+            setattr(self, attr, value)
+        if err is None:
+            self._depth = fields[0]  # as Go: depth only when the whole file parsed
+        else:
+            self.log.error("DISKQUEUE(%s) failed to retrieveMetaData - %s", self.name, err)
+
+    def _recover_write_file(self):
+        """The write file is larger than the metadata says (crash before the last sync).
+
+        As Go: new writes go to the next file and the reader consumes the
+        stale one up to its real size.  Beyond Go: the records found past
+        writePos are added to depth, a chain of such files is followed, and
+        this also runs when the metadata file was missing.
+        """
+        while True:
+            path = self.file_name(self.write_file_num)
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                return
+            if size <= self.write_pos:
+                return
+            self.log.warn(
+                "DISKQUEUE(%s) %s metadata writePos %d < file size of %d, skipping to new file",
+                self.name,
+                path,
+                self.write_pos,
+                size,
+            )
+            self._depth += self._count_records(path, self.write_pos, size)
+            self.write_file_num += 1
+            self.write_pos = 0
+            self._need_sync = True
+
+    def _count_records(self, path, pos, size):
+        count = 0
+        try:
+            with open(path, "rb") as f:
+                f.seek(pos)
+                buf = b""
+                p = 0
+                while pos < size:
+                    if len(buf) - p < 4:
+                        buf = buf[p:] + f.read(READ_CHUNK)
+                        p = 0
+                        if len(buf) < 4:
+                            break
+                    n = _LEN.unpack_from(buf, p)[0]
+                    if n < self.min_msg_size or n > self.max_msg_size or pos + 4 + n > size:
+                        break
+                    p += 4 + n
+                    pos += 4 + n
+                    count += 1
+                    if p > len(buf):
+                        f.seek(pos)
+                        buf, p = b"", 0
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to scan %s - %s", self.name, path, e)
+        return count
+
+    # -- write side ---------------------------------------------------------
+
+    def _open_write_file(self, file_num, pos):
+        fd = os.open(self.file_name(file_num), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size > pos:
+                # Only the leftovers of a failed write can lie past writePos.
+                try:
+                    os.ftruncate(fd, pos)
+                except OSError:
+                    pass
+            os.lseek(fd, pos, os.SEEK_SET)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
+    def _write_segments(self, start_file, start_pos, segments):
+        created = []
+        wrote_start = False
+        path = self.file_name(segments[0][0])
+        op = "open"
+        try:
+            for num, pos, parts in segments:
+                path = self.file_name(num)
+                if num != start_file and self._wfd is not None:
+                    self._roll_write_file()
+                if self._wfd is None:
+                    op = "open"
+                    self._wfd = self._open_write_file(num, pos)
+                    if num != start_file:
+                        created.append(num)
+                op = "write"
+                if num == start_file:
+                    wrote_start = True
+                _write_all(self._wfd, b"".join(parts))
+        except OSError as e:
+            # Nothing of the batch counts: drop what reached the files.
+            self._close_write_file()
+            if wrote_start:
+                try:
+                    os.truncate(self.file_name(start_file), start_pos)
+                except OSError:
+                    pass
+            for num in created:
+                _remove_quietly(self.file_name(num))
+            raise BackendError("%s %s: %s" % (op, path, _strerror(e)))
+
+    def _roll_write_file(self):
+        try:
+            os.fsync(self._wfd)
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+        self._close_write_file()
+
+    def _close_write_file(self):
+        if self._wfd is not None:
+            try:
+                os.close(self._wfd)
+            except OSError:
+                pass
+            self._wfd = None
+
+    # -- read side ------------------------------------------------------------
+
+    def _open_read_file(self):
+        """Open the read file; on failure handle it as a read error and return False."""
+        path = self.file_name(self.read_file_num)
+        try:
+            self._rfd = os.open(path, os.O_RDONLY)
+        except OSError as e:
+            self._handle_read_error("open %s: %s" % (path, _strerror(e)))
+            return False
+        self._rsize = None
+        self._rbuf, self._rbuf_start = b"", self.read_pos
+        return True
+
+    def _read_file_size(self):
+        if self._rsize is None:
+            try:
+                self._rsize = os.fstat(self._rfd).st_size
+            except OSError:
+                self._rsize = self.max_bytes_per_file
+        return self._rsize
+
+    def _close_read_file(self):
+        if self._rfd is not None:
+            try:
+                os.close(self._rfd)
+            except OSError:
+                pass
+            self._rfd = None
+        self._rsize = None
+        self._rbuf = b""
+
+    def _finish_read_file(self):
+        """The read file is fully consumed: delete it and move to the next one."""
+        self._close_read_file()
+        num = self.read_file_num
+        path = self.file_name(num)
+        try:
+            os.remove(path)
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, path, e)
+        self._complete_sizes.pop(num, None)
+        self.read_file_num = num + 1
+        self.read_pos = 0
+        self._need_sync = True
+        if self._deferred_lines:
+            self._compact_deferred()
+
+    def _handle_read_error(self, err):
+        num = self.read_file_num
+        bad = self.file_name(num)
+        self.log.error("DISKQUEUE(%s) reading at %d of %s - %s", self.name, self.read_pos, bad, err)
+        self._close_read_file()
+        if num == self.write_file_num:
+            # The current write file cannot be read: skip it for writes too.
+            self._close_write_file()
+            self.write_file_num += 1
+            self.write_pos = 0
+        bad_rename = bad + ".bad"
+        self.log.warn("DISKQUEUE(%s) jump to next file and saving bad file as %s", self.name, bad_rename)
+        try:
+            os.rename(bad, bad_rename)
+        except OSError:
+            self.log.error(
+                "DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s", self.name, bad, bad_rename
+            )
+        self._complete_sizes.pop(num, None)
+        self.read_file_num = num + 1
+        self.read_pos = 0
+        self._need_sync = True
+        self._check_tail_corruption()
+
+    def _check_tail_corruption(self):
+        rf, rp, wf, wp = self.read_file_num, self.read_pos, self.write_file_num, self.write_pos
+        if rf < wf or (rf == wf and rp < wp):
+            return
+        if rf > wf and rp < wp:
+            # Go would try to read a file past the write file; skip straight to the fix.
+            pass
+        if self._depth != 0:
+            if self._depth < 0:
+                self.log.error(
+                    "DISKQUEUE(%s) negative depth at tail (%d), metadata corruption, resetting 0...",
+                    self.name,
+                    self._depth,
+                )
+            else:
+                self.log.error(
+                    "DISKQUEUE(%s) positive depth at tail (%d), data loss, resetting 0...", self.name, self._depth
+                )
+            self._depth = 0
+            self._need_sync = True
+        if rf != wf or rp != wp:
+            if rf > wf:
+                self.log.error(
+                    "DISKQUEUE(%s) readFileNum > writeFileNum (%d > %d), corruption, "
+                    "skipping to next writeFileNum and resetting 0...",
+                    self.name,
+                    rf,
+                    wf,
+                )
+            if rp > wp:
+                self.log.error(
+                    "DISKQUEUE(%s) readPos > writePos (%d > %d), corruption, "
+                    "skipping to next writeFileNum and resetting 0...",
+                    self.name,
+                    rp,
+                    wp,
+                )
+            self._skip_to_next_rw_file()
+            self._need_sync = True
+
+    def _skip_to_next_rw_file(self):
+        self._close_read_file()
+        self._close_write_file()
+        for num in range(self.read_file_num, self.write_file_num + 1):
+            path = self.file_name(num)
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                self.log.error("DISKQUEUE(%s) failed to remove data file - %s", self.name, e)
+        self._complete_sizes.clear()
+        self.write_file_num += 1
+        self.write_pos = 0
+        self.read_file_num = self.write_file_num
+        self.read_pos = 0
+        self._depth = 0
+        if self._deferred or self._deferred_lines:
+            self._drop_deferred()
+
+    # -- deferred sidecar ---------------------------------------------------
+    #
+    # One line per deferred record: "<file num> <pos> <hex id> <due unix ns>\n",
+    # appended when the record is written.  Entries below the read position
+    # or at/after the write position are stale and dropped on open; the file
+    # is rewritten (atomically) when mostly stale and removed when empty.
+
+    def _add_deferred(self, entries):
+        now = time.time_ns()
+        lines = []
+        for fnum, pos, msg in entries:
+            due = now + msg.deferred_ns
+            self._deferred[(fnum, pos)] = (msg.id, due)
+            lines.append(b"%d %d %s %d\n" % (fnum, pos, msg.id.hex().encode(), due))
+        try:
+            if self._dfd is None:
+                self._dfd = os.open(self.deferred_file_name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            _write_all(self._dfd, b"".join(lines))
+            self._deferred_lines += len(lines)
+        except OSError as e:
+            # The messages are stored; only their delay would not survive a restart.
+            self.log.error("DISKQUEUE(%s) failed to write %s - %s", self.name, self.deferred_file_name, e)
+
+    def _load_deferred(self):
+        path = self.deferred_file_name
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to read %s - %s", self.name, path, e)
+            return
+        lo = (self.read_file_num, self.read_pos)
+        hi = (self.write_file_num, self.write_pos)
+        lines = data.split(b"\n")
+        for line in lines:
+            parts = line.split()
+            if len(parts) != 4:
+                continue
+            try:
+                key = (int(parts[0]), int(parts[1]))
+                entry = (bytes.fromhex(parts[2].decode("ascii")), int(parts[3]))
+            except ValueError:
+                continue
+            if lo <= key < hi:
+                self._deferred[key] = entry
+        self._deferred_lines = sum(1 for line in lines if line)
+        self._compact_deferred()
+
+    def _compact_deferred(self):
+        """Remove the sidecar when no entry is live, rewrite it when mostly stale."""
+        live = len(self._deferred)
+        if live == 0:
+            if self._deferred_lines or self._dfd is not None:
+                self._drop_deferred()
+            return
+        if self._deferred_lines - live <= max(live, SIDECAR_COMPACT_MIN):
+            return
+        path = self.deferred_file_name
+        tmp = "%s.%d.tmp" % (path, random.getrandbits(63))
+        data = b"".join(
+            b"%d %d %s %d\n" % (k[0], k[1], v[0].hex().encode(), v[1]) for k, v in sorted(self._deferred.items())
+        )
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._close_deferred(sync=False)
+            os.replace(tmp, path)
+            self._deferred_lines = live
+        except OSError as e:
+            _remove_quietly(tmp)
+            self.log.error("DISKQUEUE(%s) failed to rewrite %s - %s", self.name, path, e)
+
+    def _drop_deferred(self):
+        self._deferred.clear()
+        self._close_deferred(sync=False)
+        try:
+            os.remove(self.deferred_file_name)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to remove %s - %s", self.name, self.deferred_file_name, e)
+        self._deferred_lines = 0
+
+    def _close_deferred(self, sync):
+        if self._dfd is not None:
+            if sync:
+                try:
+                    os.fsync(self._dfd)
+                except OSError:
+                    pass
+            try:
+                os.close(self._dfd)
+            except OSError:
+                pass
+            self._dfd = None
+
+
+def _remove_quietly(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass

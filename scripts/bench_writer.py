@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Publish load in the manner of NSQ's bench_writer: MPUB batches over N connections.
+
+Each connection runs in its own process and sends pre-encoded MPUB commands,
+waiting for each OK, so the generator costs far less than the broker.
+Prints msg/s and MB/s.
+"""
+
+import argparse
+import multiprocessing
+import os
+import socket
+import struct
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from nsqd_threaded.protocol import encode_mpub_body  # noqa: E402
+
+
+def _recv_exact(sock, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
+
+
+def _publisher(address, topic, size, batch, deadline, start_at, result):
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.sendall(b"  V2")
+    body = b"a" * size
+    if batch == 1:
+        cmd = b"PUB " + topic.encode() + b"\n" + struct.pack(">i", size) + body
+    else:
+        payload = encode_mpub_body([body] * batch)
+        cmd = b"MPUB " + topic.encode() + b"\n" + struct.pack(">i", len(payload)) + payload
+    while time.time() < start_at:
+        time.sleep(0.001)
+    sent = 0
+    while time.time() < deadline:
+        sock.sendall(cmd)
+        resp = _recv_exact(sock, 4)
+        data = _recv_exact(sock, struct.unpack(">i", resp)[0])
+        if data[4:] != b"OK":
+            raise RuntimeError(data)
+        sent += batch
+    sock.close()
+    result.put(sent)
+
+
+def run(address, topic="bench", size=200, batch=200, runfor=10.0, connections=None):
+    connections = connections or os.cpu_count() or 1
+    result = multiprocessing.Queue()
+    start_at = time.time() + 0.5
+    deadline = start_at + runfor
+    procs = [
+        multiprocessing.Process(target=_publisher, args=(address, topic, size, batch, deadline, start_at, result))
+        for _ in range(connections)
+    ]
+    for p in procs:
+        p.start()
+    total = sum(result.get(timeout=runfor + 60) for _ in procs)
+    for p in procs:
+        p.join()
+    elapsed = runfor
+    return total / elapsed, total * size / elapsed / 1e6, total
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150")
+    ap.add_argument("--topic", default="bench")
+    ap.add_argument("--size", type=int, default=200)
+    ap.add_argument("--batch-size", type=int, default=200)
+    ap.add_argument("--runfor", type=float, default=10.0)
+    ap.add_argument("--connections", type=int, default=os.cpu_count())
+    a = ap.parse_args()
+    rate, mbps, total = run(a.nsqd_tcp_address, a.topic, a.size, a.batch_size, a.runfor, a.connections)
+    print("duration: %.1fs - %.3fmb/s - %.1fops/s - %d msgs" % (a.runfor, mbps, rate, total))
+
+
+if __name__ == "__main__":
+    main()

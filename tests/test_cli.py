@@ -1,0 +1,523 @@
+"""The command line: flag syntax, resolution order, refusals, and the real process lifetime."""
+
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+import nsqd_threaded
+from nsqd_threaded import cli
+from nsqd_threaded.config import SETTINGS, UNSUPPORTED
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nsqd_threaded.__file__)))
+
+
+def options_for(*args):
+    """Parse ``args`` as the command would and resolve them, without starting a broker."""
+    ctx = cli.main.make_context("nsqd-threaded", list(args))
+    return cli.resolve(ctx.params)
+
+
+def invoke(*args):
+    """Run the command in-process; ``output`` holds stdout and stderr."""
+    return CliRunner().invoke(cli.main, list(args))
+
+
+def write_config(tmp_path, text):
+    path = tmp_path / "nsqd.cfg"
+    path.write_text(text)
+    return str(path)
+
+
+# -- Go flag syntax -------------------------------------------------------------
+
+
+def test_go_style_args_rewrites():
+    assert cli.go_style_args(
+        ["-tcp-address=1:2", "-msg-timeout", "5s", "--verbose", "-deflate=false", "--max-rdy-count", "7"]
+    ) == ["--tcp-address=1:2", "--msg-timeout", "5s", "--verbose=true", "--deflate=false", "--max-rdy-count", "7"]
+    # a flag's separate value is never rewritten, and nothing after "--" is
+    assert cli.go_style_args(["--log-prefix", "-verbose", "--", "-verbose"]) == [
+        "--log-prefix", "-verbose", "--", "-verbose"]
+    assert cli.go_style_args(["-h"]) == ["--help"]
+    assert cli.go_style_args(["-help"]) == ["--help"]
+    assert cli.go_style_args(["-no-such-flag", "positional"]) == ["-no-such-flag", "positional"]
+    assert cli.go_style_args(["--log-prefix"]) == ["--log-prefix"]
+
+
+def test_defaults_are_nsqds():
+    opts, warnings = options_for()
+    assert warnings == []
+    assert opts.tcp_address == "0.0.0.0:4150"
+    assert opts.http_address == "0.0.0.0:4151"
+    assert opts.msg_timeout == 60.0
+    assert opts.max_msg_timeout == 900.0
+    assert opts.max_req_timeout == 3600.0
+    assert opts.output_buffer_timeout == 0.25
+    assert opts.max_bytes_per_file == 104857600
+    assert opts.data_path == ""  # nsqd then uses the current directory
+    assert 0 <= opts.node_id < 1024
+
+
+def test_flag_forms():
+    opts, _ = options_for(
+        "-tcp-address=127.0.0.1:0",
+        "--http-address", "",
+        "-msg-timeout", "1m30s",
+        "--max-msg-timeout=1h",
+        "-output-buffer-timeout=100ms",
+        "--max-rdy-count=0x10",
+        "-mem-queue-size=010",
+        "--node-id", "5",
+        "--log-level=DEBUG",
+        "--log-prefix", "-x- ",
+        "--data-path=/tmp/somewhere",
+        "--max-bytes-per-file=1024",
+        "--sync-every=10",
+        "--sync-timeout=500ms",
+        "--queue-scan-worker-pool-max=2",
+        "--queue-scan-selection-count=5",
+        "--max-channel-consumers=3",
+        "--broadcast-address=example.org",
+        "--broadcast-tcp-port=1",
+        "--broadcast-http-port=2",
+    )
+    assert opts.tcp_address == "127.0.0.1:0"
+    assert opts.http_address == ""
+    assert opts.msg_timeout == 90.0
+    assert opts.max_msg_timeout == 3600.0
+    assert opts.output_buffer_timeout == 0.1
+    assert opts.max_rdy_count == 16
+    assert opts.mem_queue_size == 8
+    assert opts.node_id == 5
+    assert opts.log_level == "debug"
+    assert opts.log_prefix == "-x- "
+    assert opts.data_path == "/tmp/somewhere"
+    assert (opts.max_bytes_per_file, opts.sync_every, opts.sync_timeout) == (1024, 10, 0.5)
+    assert (opts.queue_scan_worker_pool_max, opts.queue_scan_selection_count) == (2, 5)
+    assert opts.max_channel_consumers == 3
+    assert (opts.broadcast_address, opts.broadcast_tcp_port, opts.broadcast_http_port) == ("example.org", 1, 2)
+
+
+def test_last_flag_wins():
+    opts, _ = options_for("--max-rdy-count=1", "--max-rdy-count=2")
+    assert opts.max_rdy_count == 2
+
+
+@pytest.mark.parametrize("args", [["--verbose"], ["-verbose=false"], ["--worker-id=1"]])
+def test_deprecated_flags_are_accepted_with_a_warning(args):
+    _, warnings = options_for(*args)
+    assert len(warnings) == 1
+    assert "deprecated" in warnings[0] and args[0].lstrip("-").split("=")[0] in warnings[0]
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--msg-timeout", "5"], "--msg-timeout"),
+        (["-msg-timeout=soon"], "--msg-timeout"),
+        (["--sync-timeout="], "--sync-timeout"),
+        (["--max-rdy-count=ten"], "--max-rdy-count"),
+        (["--node-id=1.5"], "--node-id"),
+        (["--mem-queue-size=99999999999999999999"], "--mem-queue-size"),
+        (["--log-level=loud"], "--log-level"),
+        (["--verbose=maybe"], "--verbose"),
+        (["--worker-id="], "--worker-id"),
+    ],
+)
+def test_unparsable_flag_exits_2_naming_it(args, flag):
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    error_lines = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(error_lines) == 1 and flag in error_lines[0], result.output
+
+
+@pytest.mark.parametrize("args", [["--no-such-flag=1"], ["-nosuch"], ["positional"], ["--verbose", "false"]])
+def test_unknown_flags_and_arguments_exit_2(args):
+    assert invoke(*args).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (["--node-id=1024"], "--node-id must be [0,1024)"),
+        (["--node-id=-1"], "--node-id must be [0,1024)"),
+        (["--msg-timeout=0s"], "--msg-timeout must be > 0"),
+        (["--msg-timeout=20m"], "--msg-timeout must be <= --max-msg-timeout"),
+        (["--max-bytes-per-file=0"], "--max-bytes-per-file must be > 0"),
+        (["--queue-scan-worker-pool-max=0"], "--queue-scan-worker-pool-max must be > 0"),
+        (["--max-rdy-count=-1"], "--max-rdy-count must be >= 0"),
+    ],
+)
+def test_invalid_options_are_fatal(args, reason):
+    result = invoke(*args)
+    assert result.exit_code == 1, result.output
+    assert "FATAL: failed to instantiate nsqd - " + reason in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_version():
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert re.fullmatch(r"nsqd-threaded v1\.3\.0 \(python \d+\.\d+\.\d+\S*\)\n", result.output)
+    assert invoke("-version=true").output == result.output
+
+
+def test_help_lists_every_flag():
+    result = invoke("-h")
+    assert result.exit_code == 0
+    for setting in SETTINGS:
+        assert "--%s " % setting.flag in result.output
+    assert "(default 1m0s)" in result.output
+
+
+# -- refusals of features not built yet ---------------------------------------------
+
+_SAMPLE = {"str": "x", "strlist": "x:1", "int": "3", "duration": "3s", "floatlist": "0.5"}
+
+
+def _refusal_args(setting):
+    if setting.kind in ("bool", "tlsrequired"):
+        return ["--" + setting.flag]  # bare boolean form
+    return ["--%s=%s" % (setting.flag, _SAMPLE[setting.kind])]
+
+
+UNSUPPORTED_SETTINGS = [s for s in SETTINGS if s.status == UNSUPPORTED]
+
+
+@pytest.mark.parametrize("setting", UNSUPPORTED_SETTINGS, ids=lambda s: s.flag)
+def test_unsupported_flag_is_refused(setting):
+    result = invoke(*_refusal_args(setting))
+    assert result.exit_code == 2, result.output
+    assert result.output == "Error: --%s is not supported yet\n" % setting.flag
+
+
+def test_unsupported_flags_in_go_forms_are_refused():
+    for args in (["-tls-cert=x"], ["-deflate=false"], ["--snappy=true"], ["-lookupd-tcp-address", "a:1"]):
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "is not supported yet" in result.output
+
+
+def test_unsupported_feature_list():
+    assert {s.flag for s in UNSUPPORTED_SETTINGS} == {
+        "https-address", "tls-cert", "tls-key", "tls-client-auth-policy", "tls-root-ca-file",
+        "tls-required", "tls-min-version", "auth-http-address", "auth-http-request-method",
+        "statsd-address", "statsd-interval", "statsd-mem-stats", "statsd-prefix",
+        "statsd-udp-packet-size", "statsd-exclude-ephemeral", "lookupd-tcp-address",
+        "http-client-connect-timeout", "http-client-request-timeout", "deflate", "snappy",
+        "max-deflate-level", "topology-region", "topology-zone", "enable-experiment",
+    }
+
+
+@pytest.mark.parametrize(
+    "line, flag",
+    [
+        ('tls_cert = "cert.pem"', "--tls-cert"),
+        ('nsqlookupd_tcp_addresses = ["127.0.0.1:4160"]', "--lookupd-tcp-address"),
+        ('auth_http_addresses = "a:1,b:2"', "--auth-http-address"),
+        ('statsd_address = "127.0.0.1:8125"', "--statsd-address"),
+        ("max_deflate_level = 9", "--max-deflate-level"),
+        ('tls_required = "tcp-https"', "--tls-required"),
+        ('enable_experiment = ["topology-aware-consumption"]', "--enable-experiment"),
+    ],
+)
+def test_unsupported_config_key_is_refused(tmp_path, line, flag):
+    path = write_config(tmp_path, line + "\n")
+    result = invoke("--config", path)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: %s is not supported yet (" % flag)
+    assert path in result.output and len(result.output.splitlines()) == 1
+
+
+def test_inert_unsupported_config_keys_are_accepted(tmp_path):
+    path = write_config(
+        tmp_path,
+        "\n".join(
+            [
+                'tls_cert = ""',
+                'tls_key = ""',
+                "tls_required = false",
+                'tls_min_version = ""',
+                "deflate = true",
+                "snappy = false",
+                "max_deflate_level = 6",
+                "nsqlookupd_tcp_addresses = []",
+                "e2e_processing_latency_percentiles = []",
+                'statsd_prefix = "nsq.%s"',
+                'statsd_interval = "60s"',
+                "statsd_mem_stats = true",
+                'http_client_connect_timeout = "2s"',
+                "max_rdy_count = 99",
+            ]
+        ),
+    )
+    opts, _ = options_for("--config", path)
+    assert opts.max_rdy_count == 99
+
+
+# -- the config file ------------------------------------------------------------------
+
+
+def test_config_values_and_flag_precedence(tmp_path):
+    path = write_config(
+        tmp_path,
+        """
+        # a comment
+        id = 77
+        msg_timeout = "7s"
+        max_msg_timeout = 600000      # integer: milliseconds
+        max_rdy_count = 123
+        log_level = "WARN"
+        verbose = true                # deprecated flags have no config key: ignored
+        no_such_key = "ignored"
+        """,
+    )
+    opts, warnings = options_for("-config=" + path, "--msg-timeout=9s")
+    assert opts.node_id == 77
+    assert opts.msg_timeout == 9.0  # flag beats config file
+    assert opts.max_msg_timeout == 600.0
+    assert opts.max_rdy_count == 123
+    assert opts.log_level == "warn"
+    assert warnings == []
+
+
+def test_config_file_missing_is_fatal(tmp_path):
+    path = str(tmp_path / "absent.cfg")
+    result = invoke("--config", path)
+    assert result.exit_code == 1
+    assert "FATAL: failed to load config file %s - " % path in result.output
+
+
+@pytest.mark.parametrize(
+    "text, detail",
+    [
+        ("msg_timeout = 1.5", "msg_timeout: want a duration string"),
+        ('msg_timeout = "1"', 'msg_timeout: time: missing unit in duration "1"'),
+        ('max_rdy_count = "many"', 'max_rdy_count: invalid integer "many"'),
+        ("tcp_address = 4150", "tcp_address: want a string"),
+        ("msg_timeout = ", "line 1"),
+    ],
+)
+def test_config_file_bad_value_is_fatal(tmp_path, text, detail):
+    path = write_config(tmp_path, text + "\n")
+    result = invoke("--config", path)
+    assert result.exit_code == 1, result.output
+    assert "FATAL: failed to load config file %s - " % path in result.output
+    assert detail in result.output
+    assert len(result.output.splitlines()) == 1
+
+
+def test_config_value_failing_validation_is_fatal(tmp_path):
+    path = write_config(tmp_path, "id = 4096\n")
+    result = invoke("--config", path)
+    assert result.exit_code == 1
+    assert "FATAL: failed to instantiate nsqd - --node-id must be [0,1024)" in result.output
+
+
+# -- start failures (in-process: they exit before serving) ----------------------------
+
+
+def test_bound_port_is_fatal(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        address = "127.0.0.1:%d" % taken.getsockname()[1]
+        before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+        result = invoke("--tcp-address=" + address, "--http-address=", "--data-path=" + str(tmp_path))
+    assert result.exit_code == 1, result.output
+    assert "FATAL: failed to instantiate nsqd - listen (%s) failed - " % address in result.output
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_locked_data_path_is_fatal(make_nsqd, tmp_path):
+    running = make_nsqd()
+    data_path = running.options.data_path
+    result = invoke("--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=" + data_path)
+    assert result.exit_code == 1, result.output
+    assert "FATAL: failed to instantiate nsqd - failed to lock data-path: cannot flock directory %s" % (
+        data_path) in result.output
+
+
+def test_missing_data_path_is_fatal(tmp_path):
+    missing = str(tmp_path / "missing")
+    result = invoke("--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=" + missing)
+    assert result.exit_code == 1, result.output
+    assert "FATAL: failed to instantiate nsqd - " in result.output and missing in result.output
+
+
+# -- the real process -----------------------------------------------------------------
+
+
+class BrokerProcess:
+    """``python -m nsqd_threaded`` with its stderr lines collected by a reader thread."""
+
+    def __init__(self, args, cwd=None):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nsqd_threaded"] + list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            universal_newlines=True,
+        )
+        self.log = []
+        self._lines = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def wait_for(self, pattern, timeout=15.0):
+        """The match of the first new stderr line matching ``pattern``; fails at the deadline or at exit."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError("no %r within %ss; log: %r" % (pattern, timeout, self.log)) from None
+            if line is None:
+                raise AssertionError("exited (%s) before %r; log: %r" % (self.proc.poll(), pattern, self.log))
+            self.log.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+
+    def tcp_port(self):
+        return int(self.wait_for(r"TCP: listening on 127\.0\.0\.1:(\d+)").group(1))
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=15)
+        self._reader.join(timeout=15)
+        self.proc.stderr.close()
+
+
+@pytest.fixture
+def spawn():
+    started = []
+
+    def start(*args, **kwargs):
+        broker = BrokerProcess(args, **kwargs)
+        started.append(broker)
+        return broker
+
+    yield start
+    for broker in started:
+        broker.close()
+
+
+def connect(port):
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(b"  V2")
+    return sock
+
+
+def recv_exact(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError("connection closed")
+        data += chunk
+    return data
+
+
+def identify(sock):
+    """IDENTIFY with feature negotiation; returns the response JSON."""
+    body = json.dumps({"feature_negotiation": True}).encode()
+    sock.sendall(b"IDENTIFY\n" + struct.pack(">I", len(body)) + body)
+    size, frame_type = struct.unpack(">II", recv_exact(sock, 8))
+    data = recv_exact(sock, size - 4)
+    assert frame_type == 0, data
+    return json.loads(data)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_stops_the_broker(spawn, tmp_path, signum):
+    broker = spawn("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", "--data-path=%s" % tmp_path)
+    sock = connect(broker.tcp_port())
+    with sock:
+        sock.sendall(b"NOP\n")
+        assert identify(sock)["max_rdy_count"] == 2500  # the connection is being served
+        broker.proc.send_signal(signum)
+        assert broker.proc.wait(timeout=15) == 0, broker.log
+        assert sock.recv(1) == b""  # the broker closed it on the way out
+    broker.wait_for(r"NSQ: stopped")
+
+
+def test_data_path_defaults_to_the_working_directory(spawn, tmp_path):
+    broker = spawn("-tcp-address=127.0.0.1:0", "-http-address=127.0.0.1:0", cwd=str(tmp_path))
+    broker.tcp_port()
+    broker.proc.send_signal(signal.SIGTERM)
+    assert broker.proc.wait(timeout=15) == 0, broker.log
+    assert os.path.exists(tmp_path / "nsqd.dat")
+
+
+def test_config_file_and_flag_override_in_a_real_process(spawn, tmp_path):
+    path = write_config(
+        tmp_path,
+        "tcp_address = '127.0.0.1:0'\n"
+        "http_address = '127.0.0.1:0'\n"
+        "data_path = '%s'\n"
+        "max_rdy_count = 123\n"
+        "msg_timeout = '7s'\n"
+        "max_msg_timeout = 600000\n" % tmp_path,
+    )
+    broker = spawn("-config=" + path, "--msg-timeout=9s")
+    with connect(broker.tcp_port()) as sock:
+        response = identify(sock)
+    assert response["max_rdy_count"] == 123  # from the file
+    assert response["max_msg_timeout"] == 600000  # integer milliseconds in the file
+    assert response["msg_timeout"] == 9000  # the flag wins over the file's 7s
+    broker.proc.send_signal(signal.SIGTERM)
+    assert broker.proc.wait(timeout=15) == 0, broker.log
+
+
+def test_version_process():
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "nsqd_threaded", "--version"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("nsqd-threaded v1.3.0 (python ")
+    assert len(done.stdout.splitlines()) == 1
+
+
+def test_fatal_process_exit_code(spawn, tmp_path):
+    broker = spawn("--node-id=5000", "--data-path=%s" % tmp_path)
+    broker.wait_for(r"FATAL: failed to instantiate nsqd - --node-id must be \[0,1024\)")
+    assert broker.proc.wait(timeout=15) == 1
+
+
+
+def test_e2e_percentiles_are_supported(tmp_path):
+    """The e2e latency window is built: its flags reach Options, sorted descending."""
+    from nsqd_threaded.cli import resolve  # noqa: F401 (the resolution under test)
+
+    path = write_config(tmp_path, "e2e_processing_latency_percentiles = [0.5, 0.99]\n")
+    result = invoke("--config", path, "--e2e-processing-latency-percentile=1.5")
+    assert result.exit_code == 1, result.output
+    assert "invalid E2E processing latency percentile: 1.5" in result.output
