@@ -157,15 +157,15 @@ class Channel:
                         continue
                 break
             now = time.time_ns()
-            expiry = now + client.msg_timeout_ns
-            add = self._in_flight.add
             cid = client.id
             for msg in msgs:
                 msg.attempts = (msg.attempts + 1) & 0xFFFF
                 msg.client_id = cid
                 msg.delivery_ns = now
-                add(msg, expiry)
-            client.in_flight_count += len(msgs)
+            # A duplicate ID already in flight is still sent (as nsqd does) but
+            # counted once.
+            added = self._in_flight.add_many(msgs, now + client.msg_timeout_ns)
+            client.in_flight_count += len(added)
             client.message_count += len(msgs)
             if client.in_flight_count >= client.ready_count:
                 client.blocked = True

@@ -173,12 +173,9 @@ class Client:
                 # IDENTIFY changed the interval: restart the ticker.
                 hb_interval = self.heartbeat_interval
                 next_heartbeat = time.monotonic() + hb_interval
-            now = time.monotonic()
-            if hb_interval > 0 and now >= next_heartbeat:
-                if not self.send(protocol.HEARTBEAT_FRAME):
-                    return
-                # A fixed ticker: missed ticks are skipped, not sent in a burst.
-                next_heartbeat += hb_interval * (1 + int((now - next_heartbeat) // hb_interval))
+            next_heartbeat = self._heartbeat_if_due(hb_interval, next_heartbeat)
+            if next_heartbeat is None:
+                return
             channel = self.channel
             if channel is not None and self.state == STATE_SUBSCRIBED:
                 while True:
@@ -187,6 +184,22 @@ class Client:
                         break
                     if not self._send_messages(msgs):
                         return
+                    # A steady stream never lets the pump wait: keep the ticker going.
+                    next_heartbeat = self._heartbeat_if_due(hb_interval, next_heartbeat)
+                    if next_heartbeat is None:
+                        return
+
+    def _heartbeat_if_due(self, interval, next_heartbeat):
+        """Send a heartbeat if the ticker fired; returns the next tick, None if the write failed."""
+        if interval <= 0:
+            return next_heartbeat
+        now = time.monotonic()
+        if now < next_heartbeat:
+            return next_heartbeat
+        if not self.send(protocol.HEARTBEAT_FRAME):
+            return None
+        # A fixed ticker: missed ticks are skipped, not sent in a burst.
+        return next_heartbeat + interval * (1 + int((now - next_heartbeat) // interval))
 
     # -- shutdown ----------------------------------------------------------
 

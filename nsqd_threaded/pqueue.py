@@ -37,6 +37,24 @@ class TimedIndex:
         self._by_deadline.add((deadline_ns, msg.id))
         return True
 
+    def add_many(self, msgs, deadline_ns):
+        """Index a batch due at one deadline (a delivery batch); returns those added.
+
+        One ``SortedList.update`` instead of an insertion per message.
+        """
+        by_id = self._by_id
+        added = []
+        keys = []
+        for msg in msgs:
+            if msg.id in by_id:
+                continue  # nsqd silently keeps the first of a duplicate ID
+            msg.expiry_ns = deadline_ns
+            by_id[msg.id] = msg
+            added.append(msg)
+            keys.append((deadline_ns, msg.id))
+        self._by_deadline.update(keys)
+        return added
+
     def remove(self, msg_id):
         """Remove and return the message with this ID, or None."""
         msg = self._by_id.pop(msg_id, None)
