@@ -82,6 +82,7 @@ class Channel:
                 if msg.deferred_ns:
                     # An ID already deferred is dropped, as nsqd drops it.
                     self._deferred.add(msg, now + msg.deferred_ns)
+                    msg.deferred_ns = 0  # the index holds the due time from now on
                 else:
                     immediate.append(msg)
             if immediate:
@@ -144,7 +145,7 @@ class Channel:
                     memory.clear()
                     self.global_msg_count += len(msgs)
                     if len(msgs) < budget and self._backend.depth():
-                        msgs.extend(self._backend.get(budget - len(msgs)))
+                        msgs.extend(self._from_backend_locked(budget - len(msgs)))
                 if not msgs:
                     if client not in self._waiting:
                         self._waiting.append(client)
@@ -170,6 +171,23 @@ class Channel:
             if client.in_flight_count >= client.ready_count:
                 client.blocked = True
             return msgs
+
+    def _from_backend_locked(self, n):
+        """Up to ``n`` messages from the backend; those still deferred go to the deferred index."""
+        ready = []
+        backend = self._backend
+        while len(ready) < n and backend.depth():
+            msgs = backend.get(n - len(ready))
+            if not msgs:
+                break
+            now = time.time_ns()
+            for msg in msgs:
+                if msg.deferred_ns:
+                    self._deferred.add(msg, now + msg.deferred_ns)
+                    msg.deferred_ns = 0
+                else:
+                    ready.append(msg)
+        return ready
 
     def _release_locked(self, client, n=1):
         """A client's in-flight count drops; True if its pump should be woken."""
@@ -392,6 +410,13 @@ class Channel:
         with self._lock:
             return len(self._deferred)
 
+    def sync_backend(self, now):
+        """Periodic fsync of the backend when --sync-timeout has passed (queue-scan loop)."""
+        with self._lock:
+            maybe_sync = getattr(self._backend, "maybe_sync", None)
+            if maybe_sync is not None and not self.exiting:
+                maybe_sync(now)
+
     def pause(self):
         with self._lock:
             self.paused = True
@@ -441,7 +466,12 @@ class Channel:
             flush = list(self._memory)
             self._memory.clear()
             flush.extend(self._in_flight.drain())
-            flush.extend(self._deferred.drain())
+            deferred = self._deferred.drain()
+            now = time.time_ns()
+            for msg in deferred:
+                # Beyond nsqd: the remaining delay is kept on disk (diskqueue sidecar).
+                msg.deferred_ns = max(1, msg.expiry_ns - now)
+            flush.extend(deferred)
             if flush:
                 try:
                     self._backend.put(flush)

@@ -290,6 +290,9 @@ class DiskQueue(Backend):
                 if self.read_pos == limit:
                     self._finish_read_file()  # clean EOF at a record boundary: a roll, not corruption
                     continue
+                if self.read_pos > limit:
+                    self._handle_read_error("EOF")
+                    continue
             else:
                 break  # read file past the write file: the tail check below skips ahead
 
@@ -681,8 +684,8 @@ class DiskQueue(Backend):
         self.read_file_num = num + 1
         self.read_pos = 0
         self._need_sync = True
-        if self._deferred_lines:
-            self._compact_deferred()
+        if self._deferred_lines or self._deferred:
+            self._prune_deferred()
 
     def _handle_read_error(self, err):
         num = self.read_file_num
@@ -706,15 +709,14 @@ class DiskQueue(Backend):
         self.read_file_num = num + 1
         self.read_pos = 0
         self._need_sync = True
+        if self._deferred_lines or self._deferred:
+            self._prune_deferred()
         self._check_tail_corruption()
 
     def _check_tail_corruption(self):
         rf, rp, wf, wp = self.read_file_num, self.read_pos, self.write_file_num, self.write_pos
         if rf < wf or (rf == wf and rp < wp):
             return
-        if rf > wf and rp < wp:
-            # Go would try to read a file past the write file; skip straight to the fix.
-            pass
         if self._depth != 0:
             if self._depth < 0:
                 self.log.error(
@@ -816,6 +818,14 @@ class DiskQueue(Backend):
             if lo <= key < hi:
                 self._deferred[key] = entry
         self._deferred_lines = sum(1 for line in lines if line)
+        self._compact_deferred()
+
+    def _prune_deferred(self):
+        """Forget entries of files the reader has left (consumed or set aside as .bad)."""
+        rf = self.read_file_num
+        stale = [key for key in self._deferred if key[0] < rf]
+        for key in stale:
+            del self._deferred[key]
         self._compact_deferred()
 
     def _compact_deferred(self):

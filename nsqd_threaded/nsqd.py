@@ -21,13 +21,13 @@ import socket
 import threading
 import time
 
-from .backend import MemoryBackend
+from .diskqueue import DiskQueue
 from .channel import ChannelError
 from .client_v2 import Client
 from . import metadata
 from .logger import Logger
 from .options import Options
-from .protocol import is_valid_name
+from .protocol import MSG_HEADER_LENGTH, is_valid_name
 from .http_api import _MISSING, HTTPServer
 from .options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS
 from .tcp import TCPServer
@@ -72,8 +72,18 @@ class NSQD:
         return threading.Lock()
 
     def new_backend(self, name):
-        """The backend for a non-ephemeral topic (``name``) or channel (``topic:channel``)."""
-        return MemoryBackend()
+        """The disk queue of a non-ephemeral topic (``name``) or channel (``topic:channel``)."""
+        o = self.options
+        return DiskQueue(
+            name,
+            self.data_path,
+            o.max_bytes_per_file,
+            MSG_HEADER_LENGTH,
+            o.max_msg_size + MSG_HEADER_LENGTH,
+            o.sync_every,
+            o.sync_timeout,
+            self.log,
+        )
 
     def backend_put(self, backend, msgs):
         """Write to a backend and record health, as nsqd's SetHealth does after each write."""
@@ -428,6 +438,12 @@ class NSQD:
             for channel in channels:
                 channel.process_in_flight(now)
                 channel.process_deferred(now)
+            # The disk queues' --sync-timeout: fsync whatever changed since the last sync.
+            mono = time.monotonic()
+            for topic in self.topics():
+                topic.sync_backend(mono)
+            for channel in channels:
+                channel.sync_backend(mono)
 
 
 def _shutdown_socket(sock):

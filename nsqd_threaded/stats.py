@@ -11,6 +11,7 @@ import decimal
 import gc
 import json
 import os
+import re
 import sys
 import time
 
@@ -30,9 +31,18 @@ def go_float(f):
     return repr(f)
 
 
+# Go (1.19, nsqd 1.3.0's toolchain) writes \b and \f as \u0008 and \u000c.
+_ESCAPE_RE = re.compile(r"\\(.)")
+_GO_ESCAPES = {"b": "\\u0008", "f": "\\u000c"}
+
+
+def _go_string(s):
+    return _ESCAPE_RE.sub(lambda m: _GO_ESCAPES.get(m.group(1), m.group(0)), json.dumps(s, ensure_ascii=False))
+
+
 def _encode(obj, out):
     if isinstance(obj, str):
-        out.append(json.dumps(obj, ensure_ascii=False))
+        out.append(_go_string(obj))
     elif obj is None:
         out.append("null")
     elif obj is True:
@@ -50,7 +60,7 @@ def _encode(obj, out):
             if not first:
                 out.append(",")
             first = False
-            out.append(json.dumps(k, ensure_ascii=False))
+            out.append(_go_string(k))
             out.append(":")
             _encode(v, out)
         out.append("}")

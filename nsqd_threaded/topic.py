@@ -178,6 +178,13 @@ class Topic:
                 self.paused,
             )
 
+    def sync_backend(self, now):
+        """Periodic fsync of the backend when --sync-timeout has passed (queue-scan loop)."""
+        with self._lock:
+            maybe_sync = getattr(self._backend, "maybe_sync", None)
+            if maybe_sync is not None and not self.exiting:
+                maybe_sync(now)
+
     def pause(self):
         with self._lock:
             self.paused = True
