@@ -23,6 +23,7 @@ import time
 from .backend import BackendError, DiscardBackend
 from .e2e import E2ELatency
 from .pqueue import TimedIndex
+from .protocol import ns
 
 
 class ChannelError(Exception):
@@ -45,7 +46,9 @@ class Channel:
         opts = nsqd.options
         self._lock = nsqd.new_lock()
         self._memory = collections.deque()
-        self._mem_capacity = opts.mem_queue_size
+        self._durable = opts.durable and not self.ephemeral
+        # Durable: every message goes through the disk queue (memory holds only requeues).
+        self._mem_capacity = 0 if self._durable else opts.mem_queue_size
         if self.ephemeral:
             self._backend = DiscardBackend()
         else:
@@ -55,7 +58,7 @@ class Channel:
         self._clients = {}  # client id -> Client
         self._waiting = []  # clients whose pump is ready and found nothing to take
         self._max_consumers = opts.max_channel_consumers
-        self._max_msg_timeout_ns = int(opts.max_msg_timeout * 1e9)
+        self._max_msg_timeout_ns = ns(opts.max_msg_timeout)
         self.paused = False
         self.exiting = False
         self._delete_scheduled = False
@@ -70,28 +73,53 @@ class Channel:
 
     # -- putting messages in --------------------------------------------
 
-    def put_messages(self, msgs):
-        """Topic fan-out: queue immediate messages, index deferred ones."""
+    def put_messages(self, msgs, strict=False):
+        """Topic fan-out: queue immediate messages, index deferred ones.
+
+        If the backend cannot take the overflow, ``strict`` (a publisher still
+        waiting for its answer) raises BackendError; otherwise (messages already
+        acknowledged) they stay in memory beyond --mem-queue-size rather than be
+        lost.  In durable mode every message is written to the disk queue and
+        the returned token is what the caller waits on before acknowledging.
+        """
         now = time.time_ns()
+        token = None
         with self._lock:
             if self.exiting:
                 raise ChannelError("exiting")
-            self.message_count += len(msgs)
-            immediate = []
-            for msg in msgs:
-                if msg.deferred_ns:
-                    # An ID already deferred is dropped, as nsqd drops it.
-                    self._deferred.add(msg, now + msg.deferred_ns)
-                    msg.deferred_ns = 0  # the index holds the due time from now on
-                else:
-                    immediate.append(msg)
-            if immediate:
-                self._queue_locked(immediate)
+            if self._durable:
+                # Deferral is kept by the disk queue and restored when read back.
+                self._nsqd.backend_put(self._backend, msgs)
+                token = self._backend.sync_point()
+                self.message_count += len(msgs)
                 waiters = self._take_waiters_locked()
             else:
-                waiters = ()
+                immediate = []
+                for msg in msgs:
+                    if msg.deferred_ns:
+                        # An ID already deferred is dropped, as nsqd drops it.
+                        self._deferred.add(msg, now + msg.deferred_ns)
+                        msg.deferred_ns = 0  # the index holds the due time from now on
+                    else:
+                        immediate.append(msg)
+                if immediate:
+                    try:
+                        self._queue_locked(immediate)
+                    except BackendError as e:
+                        if strict:
+                            raise
+                        self._nsqd.log.error("%r: backend write failed, keeping %d messages in memory - %s",
+                                             self, len(immediate), e)
+                        self._memory.extend(immediate)
+                self.message_count += len(msgs)
+                waiters = self._take_waiters_locked() if immediate else ()
         for client in waiters:
             client.wake()
+        return token
+
+    def wait_synced(self, token):
+        """Durable mode: block (without the channel lock) until the token's writes are fsynced."""
+        self._backend.wait_synced(token)
 
     def _queue_locked(self, msgs):
         """Memory queue up to capacity, the rest to the backend (may raise BackendError)."""
@@ -114,8 +142,21 @@ class Channel:
         return waiters
 
     def _requeue_locked(self, msgs):
-        """Back to the tail of the queue (REQ 0, timeout, deferred due)."""
-        self._queue_locked(msgs)
+        """Back to the tail of the queue (REQ 0, timeout, deferred due); never loses one.
+
+        In durable mode their records are still unacknowledged on disk, so the
+        memory queue is enough.  Otherwise a backend failure keeps them in
+        memory beyond --mem-queue-size (and health shows the failure).
+        """
+        if self._durable:
+            self._memory.extend(msgs)
+        else:
+            try:
+                self._queue_locked(msgs)
+            except BackendError as e:
+                self._nsqd.log.error("%r: backend write failed, keeping %d messages in memory - %s",
+                                     self, len(msgs), e)
+                self._memory.extend(msgs)
         return self._take_waiters_locked()
 
     # -- delivery ----------------------------------------------------------
@@ -153,7 +194,10 @@ class Channel:
                 if client.sample_rate:
                     # nsqd drops a message for this channel when rand[0,100) > rate.
                     rate = client.sample_rate
-                    msgs = [m for m in msgs if random.randrange(100) <= rate]
+                    kept = [m for m in msgs if random.randrange(100) <= rate]
+                    if self._durable and len(kept) < len(msgs):
+                        self._backend.ack([m.id for m in msgs if m not in kept])
+                    msgs = kept
                     if not msgs:
                         continue
                 break
@@ -166,6 +210,8 @@ class Channel:
             # A duplicate ID already in flight is still sent (as nsqd does) but
             # counted once.
             added = self._in_flight.add_many(msgs, now + client.msg_timeout_ns)
+            if self._durable and len(added) < len(msgs):
+                self._backend.ack([m.id for m in msgs if m not in added])  # the duplicates
             client.in_flight_count += len(added)
             client.message_count += len(msgs)
             if client.in_flight_count >= client.ready_count:
@@ -206,19 +252,9 @@ class Channel:
         return msg, None
 
     def finish(self, client, msg_id):
-        """FIN.  Returns an error reason or None."""
-        with self._lock:
-            msg, err = self._owned_locked(client, msg_id, "FIN")
-            if err:
-                return err
-            self._in_flight.remove(msg_id)
-            client.finish_count += 1
-            wake = self._release_locked(client)
-            if self.e2e.enabled:
-                self.e2e.add(time.time_ns() - msg.timestamp)
-        if wake:
-            client.wake()
-        return None
+        """FIN one message.  Returns an error reason or None."""
+        failures = self.finish_many(client, [msg_id])
+        return failures[0][1] if failures else None
 
     def finish_many(self, client, msg_ids):
         """FIN a run of IDs under one lock acquisition; returns [(id, reason)] of failures."""
@@ -227,7 +263,7 @@ class Channel:
             remove = self._in_flight.remove
             get = self._in_flight.get
             cid = client.id
-            done = 0
+            done = []
             sample = self.e2e.add if self.e2e.enabled else None
             now = time.time_ns()
             for msg_id in msg_ids:
@@ -238,11 +274,15 @@ class Channel:
                     failures.append((msg_id, "client does not own message"))
                 else:
                     remove(msg_id)
-                    done += 1
+                    done.append(msg_id)
                     if sample:
                         sample(now - msg.timestamp)
-            client.finish_count += done
-            wake = self._release_locked(client, done) if done else False
+            if not done:
+                return failures
+            client.finish_count += len(done)
+            if self._durable:
+                self._backend.ack(done)
+            wake = self._release_locked(client, len(done))
         if wake:
             client.wake()
         return failures
@@ -265,10 +305,7 @@ class Channel:
             if delay_ns > 0:
                 self._deferred.add(msg, time.time_ns() + delay_ns)
             else:
-                try:
-                    waiters = self._requeue_locked([msg])
-                except BackendError as e:
-                    return str(e)
+                waiters = self._requeue_locked([msg])
         if wake:
             client.wake()
         for c in waiters:
@@ -321,10 +358,7 @@ class Channel:
             waiters = ()
             if orphans and not self.exiting:
                 orphans.sort(key=lambda m: m.delivery_ns)
-                try:
-                    waiters = self._requeue_locked(orphans)
-                except BackendError as e:
-                    self._nsqd.log.error("%r: failed to requeue %d in-flight messages - %s", self, len(orphans), e)
+                waiters = self._requeue_locked(orphans)
             delete = (
                 self.ephemeral and not self._clients and not self.exiting and not self._delete_scheduled
             )
@@ -354,10 +388,7 @@ class Channel:
                 owner = self._clients.get(msg.client_id)
                 if owner is not None and self._release_locked(owner):
                     to_wake.add(owner)
-            try:
-                to_wake.update(self._requeue_locked(expired))
-            except BackendError as e:
-                self._nsqd.log.error("%r: failed to requeue timed-out messages - %s", self, e)
+            to_wake.update(self._requeue_locked(expired))
         for c in to_wake:
             c.wake()
         return True
@@ -370,11 +401,7 @@ class Channel:
             due = self._deferred.pop_due(now_ns)
             if not due:
                 return False
-            try:
-                waiters = self._requeue_locked(due)
-            except BackendError as e:
-                self._nsqd.log.error("%r: failed to queue deferred messages - %s", self, e)
-                waiters = ()
+            waiters = self._requeue_locked(due)
         for c in waiters:
             c.wake()
         return True
@@ -475,6 +502,9 @@ class Channel:
             if flush:
                 try:
                     self._backend.put(flush)
+                    if self._durable:
+                        # Rewritten at the tail: their old records are done.
+                        self._backend.ack([m.id for m in flush])
                 except BackendError as e:
                     self._nsqd.log.error("%r: failed to flush %d messages - %s", self, len(flush), e)
             self._backend.close()

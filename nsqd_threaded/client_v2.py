@@ -55,7 +55,7 @@ class Client:
 
         # settings (IDENTIFY may change them)
         self.heartbeat_interval = opts.client_timeout / 2
-        self.msg_timeout_ns = int(opts.msg_timeout * 1e9)
+        self.msg_timeout_ns = protocol.ns(opts.msg_timeout)
         self.output_buffer_size = 16384
         self.output_buffer_timeout = opts.output_buffer_timeout
         self.sample_rate = 0

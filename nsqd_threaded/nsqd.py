@@ -27,7 +27,7 @@ from .client_v2 import Client
 from . import metadata
 from .logger import Logger
 from .options import Options
-from .protocol import MSG_HEADER_LENGTH, is_valid_name
+from .protocol import MSG_HEADER_LENGTH, is_valid_name, ns
 from .http_api import _MISSING, HTTPServer
 from .options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS
 from .tcp import TCPServer
@@ -83,6 +83,7 @@ class NSQD:
             o.sync_every,
             o.sync_timeout,
             self.log,
+            **({"durable": True} if o.durable else {}),
         )
 
     def backend_put(self, backend, msgs):
@@ -392,7 +393,7 @@ class NSQD:
             return _MISSING
         value = getattr(opts, key)
         if key in DURATION_OPTIONS:
-            return int(round(value * 1e9))
+            return ns(value)
         if key == "log_level":
             return LOG_LEVELS[value.lower()]
         if key == "broadcast_tcp_port" and value == 0 and self._tcp_server:

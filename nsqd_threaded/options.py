@@ -37,6 +37,7 @@ class Options:
 
     # queues
     data_path: str = ""
+    durable: bool = False  # beyond nsqd: acknowledge publishes only once fsynced
     mem_queue_size: int = 10000
     max_bytes_per_file: int = 104857600
     sync_every: int = 2500

@@ -40,6 +40,7 @@ class Topic:
         self._backlog_ready = threading.Condition(self._lock)
         self._channels = {}
         self._memory = collections.deque()
+        self._durable = opts.durable and not self.ephemeral
         self._mem_capacity = opts.mem_queue_size
         self._backend = DiscardBackend() if self.ephemeral else nsqd.new_backend(name)
         self._guid = GUIDFactory(opts.node_id)
@@ -60,47 +61,78 @@ class Topic:
         return self._guid.new_ids(n)
 
     def put_messages(self, msgs):
-        """Publish; raises TopicError.  Counted only once accepted."""
+        """Publish; raises TopicError.  Counted only once accepted.
+
+        Durable mode: written to the topic's disk queue and acknowledged only
+        after an fsync that concurrent publishers share (group commit).
+        """
+        token = None
         with self._lock:
             if self.exiting:
                 raise TopicError("exiting")
-            if self._channels and not self.paused and not self._memory and not self._backend.depth():
-                self._fan_out_locked(msgs)
-            else:
-                room = self._mem_capacity - len(self._memory)
-                try:
+            try:
+                if self._durable:
+                    self._nsqd.backend_put(self._backend, msgs)
+                    token = self._backend.sync_point()
+                    if self._channels and not self.paused:
+                        self._backlog_ready.notify()
+                elif self._channels and not self.paused and not self._memory and not self._backend.depth():
+                    self._fan_out_locked(msgs, strict=True)
+                else:
+                    room = self._mem_capacity - len(self._memory)
                     if room >= len(msgs):
                         self._memory.extend(msgs)
                     else:
                         if room > 0:
                             self._memory.extend(msgs[:room])
                         self._nsqd.backend_put(self._backend, msgs[max(room, 0) :])
-                except BackendError as e:
-                    raise TopicError(str(e)) from None
-                if self._channels and not self.paused:
-                    self._backlog_ready.notify()  # only when the pump can make progress
+                    if self._channels and not self.paused:
+                        self._backlog_ready.notify()  # only when the pump can make progress
+            except BackendError as e:
+                raise TopicError(str(e)) from None
             self.message_count += len(msgs)
             self.message_bytes += sum(len(m.body) for m in msgs)
+        if token is not None:
+            try:
+                self._backend.wait_synced(token)
+            except BackendError as e:
+                raise TopicError(str(e)) from None
 
-    def _fan_out_locked(self, msgs):
-        """Every channel gets every message: the first the originals, the others copies."""
+    def _fan_out_locked(self, msgs, strict=False):
+        """Every channel gets every message: the first the originals, the others copies.
+
+        ``strict`` (the publisher is waiting): a channel whose backend fails
+        makes the publish fail after every channel was tried, so the client
+        retries (channels that took it may then see it twice; none loses it).
+        Returns the durable-mode sync tokens as ``[(channel, token)]``.
+        """
         first = True
+        tokens = []
+        error = None
         for channel in list(self._channels.values()):
             batch = msgs if first else [m.copy() for m in msgs]
             first = False
             try:
-                channel.put_messages(batch)
-            except (ChannelError, BackendError) as e:
+                token = channel.put_messages(batch, strict)
+            except ChannelError as e:
                 self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(msgs), channel, e)
+            except BackendError as e:
+                self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(msgs), channel, e)
+                error = error or e
+            else:
+                if token is not None:
+                    tokens.append((channel, token))
+        if error is not None:
+            raise error
+        return tokens
 
     def _pump_loop(self):
+        if self._durable:
+            self._durable_pump_loop()
+            return
         with self._lock:
             while True:
-                while not self.exiting and not (
-                    self._channels and not self.paused and (self._memory or self._backend.depth())
-                ):
-                    self._backlog_ready.wait()
-                if self.exiting:
+                if not self._wait_for_backlog_locked():
                     return
                 memory = self._memory
                 if memory:
@@ -109,6 +141,45 @@ class Topic:
                 else:
                     batch = self._backend.get(PUMP_BATCH)
                 self._fan_out_locked(batch)
+
+    def _wait_for_backlog_locked(self):
+        """Wait until the backlog can be drained; False when the topic is exiting."""
+        while not self.exiting and not (
+            self._channels and not self.paused and (self._memory or self._backend.depth())
+        ):
+            self._backlog_ready.wait()
+        return not self.exiting
+
+    def _durable_pump_loop(self):
+        """Fan out from the topic's disk queue; acknowledge a batch there only once
+        every channel's copy is fsynced, so a crash in between duplicates, never loses.
+        A failed batch is retried every second until the disk takes it."""
+        batch = None
+        while True:
+            with self._lock:
+                if batch is None:
+                    if not self._wait_for_backlog_locked():
+                        return
+                    batch = self._backend.get(PUMP_BATCH)
+                    if not batch:
+                        batch = None
+                        continue
+                elif self.exiting:
+                    return  # unacknowledged: read again after the restart
+                try:
+                    tokens = self._fan_out_locked(batch, strict=True)
+                except BackendError:
+                    self._backlog_ready.wait(1.0)
+                    continue
+            try:
+                for channel, token in tokens:
+                    channel.wait_synced(token)
+            except BackendError as e:
+                self._nsqd.log.error("%r: fsync of a channel failed - %s", self, e)
+                continue
+            with self._lock:
+                self._backend.ack([m.id for m in batch])
+            batch = None
 
     # -- channels ----------------------------------------------------------
 

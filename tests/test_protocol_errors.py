@@ -110,6 +110,14 @@ def test_magic_in_pieces_is_accepted_and_answers_nothing(nsqd):
         assert c.pub("magic_pieces", b"x") == b"OK"
 
 
+def test_eof_inside_the_magic_closes_silently(nsqd):
+    with Conn(nsqd.tcp_address, magic=b"  V") as c:
+        half_close(c)
+        assert read_all_until_closed(c) == b""
+    with Conn(nsqd.tcp_address) as c:  # the broker is unaffected
+        assert c.pub("after_partial_magic", b"x") == b"OK"
+
+
 def test_eof_while_waiting_for_a_line_is_a_clean_close(conn):
     conn.cmd(b"NOP")
     conn.send(b"PUB")  # partial line, then EOF

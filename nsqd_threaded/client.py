@@ -1,0 +1,799 @@
+"""A small synchronous NSQ client: :class:`Producer` and :class:`Consumer`.
+
+Blocking sockets and threads, standard library only (no tornado, no asyncio), and
+exact about the TCP protocol V2 (see ``tcp-protocol.md``):
+
+* every connection sends the magic, then ``IDENTIFY`` (with feature negotiation, no
+  TLS or compression), and answers each ``_heartbeat_`` with ``NOP``;
+* the Producer pipelines ``PUB``/``MPUB``/``DPUB`` from any number of threads on one
+  connection and matches each ``OK`` or error frame to its request in order (nsqd
+  answers the commands of a connection in the order it reads them);
+* the Consumer sends ``SUB`` then ``RDY <max_in_flight>`` (split over its
+  connections), hands messages to a handler or an iterator, and ``FIN``/``REQ``/
+  ``TOUCH`` them; it reconnects with exponential backoff and closes with ``CLS``.
+
+Errors from nsqd are :class:`NSQError` (``code``, ``description``, ``fatal``).  Only
+``E_FIN_FAILED``, ``E_REQ_FAILED`` and ``E_TOUCH_FAILED`` are non-fatal; after any
+other error nsqd closes the connection.  FIN, REQ and TOUCH have no answer on
+success, so their failures arrive later and go to the Consumer's ``on_error``.
+
+Durations on the wire (``delay_ms``, IDENTIFY fields) are in milliseconds as in the
+protocol; client-side waits (``timeout``, ``reconnect_backoff``) are in seconds.
+"""
+
+import collections
+import concurrent.futures
+import json
+import logging
+import queue
+import socket
+import threading
+import time
+
+from . import protocol
+from .options import VERSION
+
+__all__ = ["Producer", "Consumer", "Message", "NSQError", "ConnectionClosed"]
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "nsqd_threaded.client/%s" % VERSION
+HEARTBEAT = b"_heartbeat_"
+DEFAULT_HEARTBEAT_MS = 30000  # nsqd's client_timeout / 2
+
+
+class NSQError(Exception):
+    """An error frame from nsqd: ``code`` (``E_BAD_TOPIC`` ...), ``description``, ``fatal``."""
+
+    def __init__(self, data, address=None):
+        text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray)) else str(data)
+        super().__init__(text)
+        self.code, _, self.description = text.partition(" ")
+        self.fatal = self.code not in protocol.NON_FATAL_CODES
+        self.address = address
+
+
+class ConnectionClosed(ConnectionError):
+    """The connection is closed or ended before the answer came."""
+
+
+def parse_address(address):
+    """``"host:port"``, ``"[v6]:port"`` or ``(host, port)`` -> ``(host, port)``."""
+    if isinstance(address, str):
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError("invalid nsqd address %r (want host:port)" % address)
+        return host.strip("[]") or "127.0.0.1", int(port)
+    host, port = address[:2]
+    return host, int(port)
+
+
+def parse_addresses(addresses):
+    """One address or a list of them -> a list of ``(host, port)``."""
+    if isinstance(addresses, str) or (
+        isinstance(addresses, tuple) and len(addresses) == 2 and isinstance(addresses[1], int)
+    ):
+        return [parse_address(addresses)]
+    result = [parse_address(a) for a in addresses]
+    if not result:
+        raise ValueError("no nsqd address given")
+    return result
+
+
+def _name(name, what):
+    raw = name.encode("utf-8") if isinstance(name, str) else bytes(name)
+    if b" " in raw or b"\n" in raw or b"\r" in raw:
+        raise ValueError("%s name %r cannot contain a space or a line break" % (what, name))
+    return raw
+
+
+def _body(body):
+    return body.encode("utf-8") if isinstance(body, str) else bytes(body)
+
+
+def _fmt(address):
+    host, port = address
+    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+
+
+class Connection:
+    """One protocol V2 connection: the handshake, framed reads, serialized writes.
+
+    Reads happen on one thread at a time (the handshake, then the reader thread);
+    writes from any thread, serialized by ``_write_lock``.
+    """
+
+    def __init__(self, address, timeout):
+        self.address = address
+        self.timeout = timeout
+        self.settings = {}  # the IDENTIFY response
+        self.closed = False
+        self.close_wait = threading.Event()  # CLOSE_WAIT received (or the connection ended)
+        self._write_lock = threading.Lock()
+        self._idle_timeout = 2 * DEFAULT_HEARTBEAT_MS / 1000.0
+        self._buf = bytearray()
+        self._frames = collections.deque()
+        try:
+            self._sock = socket.create_connection(address, timeout)
+        except socket.timeout:
+            raise TimeoutError("connect to nsqd at %s timed out after %gs" % (_fmt(address), timeout)) from None
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def __repr__(self):
+        return "<Connection %s%s>" % (_fmt(self.address), " closed" if self.closed else "")
+
+    def send(self, data):
+        try:
+            with self._write_lock:
+                if self.closed:
+                    raise ConnectionClosed("connection to %s is closed" % _fmt(self.address))
+                self._sock.sendall(data)
+        except OSError as e:
+            if isinstance(e, ConnectionClosed):
+                raise
+            self.shutdown()
+            raise ConnectionClosed("connection to %s failed: %s" % (_fmt(self.address), e)) from None
+
+    def read_frame(self):
+        """The next ``(frame_type, data)``; raises ConnectionClosed at EOF, OSError on errors."""
+        frames = self._frames
+        while not frames:
+            chunk = self._sock.recv(262144)
+            if not chunk:
+                raise ConnectionClosed("nsqd at %s closed the connection" % _fmt(self.address))
+            self._buf += chunk
+            parsed, used = protocol.split_frames(self._buf)
+            if used:
+                del self._buf[:used]
+                frames.extend(parsed)
+        return frames.popleft()
+
+    def read_answer(self):
+        """The next response or error frame during the handshake, answering heartbeats; errors raise."""
+        try:
+            while True:
+                frame_type, data = self.read_frame()
+                if frame_type == protocol.FRAME_TYPE_RESPONSE and data == HEARTBEAT:
+                    self.send(b"NOP\n")
+                    continue
+                if frame_type == protocol.FRAME_TYPE_ERROR:
+                    raise NSQError(data, self.address)
+                if frame_type != protocol.FRAME_TYPE_RESPONSE:
+                    raise ConnectionClosed("unexpected frame type %d from %s" % (frame_type, _fmt(self.address)))
+                return data
+        except socket.timeout:
+            raise TimeoutError("no answer from nsqd at %s within %gs" % (_fmt(self.address), self.timeout)) from None
+
+    def identify(self, fields):
+        """Send the magic and IDENTIFY; keep the negotiated settings (the JSON answer)."""
+        body = json.dumps(fields).encode()
+        self.send(protocol.MAGIC_V2 + b"IDENTIFY\n" + protocol.encode_size(len(body)) + body)
+        data = self.read_answer()
+        if fields.get("feature_negotiation") and data != b"OK":
+            self.settings = json.loads(data.decode("utf-8"))
+        hb = fields.get("heartbeat_interval") or DEFAULT_HEARTBEAT_MS
+        self._idle_timeout = 2 * hb / 1000.0 if hb > 0 else None
+
+    def handshake_done(self):
+        """From now on a read may wait 2 heartbeat intervals: nsqd sends one every interval,
+        so a longer silence means the connection is dead."""
+        self._sock.settimeout(self._idle_timeout)
+
+    def shutdown(self):
+        """Make the pending and future reads end (any thread)."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self):
+        with self._write_lock:
+            self.closed = True
+        self.close_wait.set()
+        self.shutdown()
+        self._sock.close()
+
+
+def _identify_fields(extra):
+    fields = {
+        "client_id": socket.gethostname().split(".")[0],
+        "hostname": socket.gethostname(),
+        "user_agent": USER_AGENT,
+        "feature_negotiation": True,
+    }
+    fields.update(extra or {})
+    return fields
+
+
+# -- Producer --------------------------------------------------------------------
+
+
+class Producer:
+    """Publishes to one nsqd over one pipelined connection; safe to share between threads.
+
+    ``Producer(address, *, timeout=10.0, identify=None)``: ``address`` is ``"host:port"``
+    or ``(host, port)``; ``timeout`` bounds connecting and waiting for each answer;
+    ``identify`` adds or overrides IDENTIFY fields (wire names and units).
+
+    The connection is made on first use (or by :meth:`connect`) and made again on the
+    next request after it ends, for instance after a fatal error.  A request in
+    flight when its connection ends fails with ConnectionClosed (it may or may not
+    have been published): nothing is retried behind your back.
+
+    ``_lock`` guards ``_conn``, ``_threads`` and ``_closed``, and is held while a
+    request is written so that each connection's ``pending`` queue is in write order.
+    """
+
+    def __init__(self, address, *, timeout=10.0, identify=None):
+        self.address = parse_address(address)
+        self.timeout = timeout
+        self._identify = _identify_fields(identify)
+        self._lock = threading.Lock()
+        self._conn = None
+        self._threads = []
+        self._closed = False
+        self.heartbeats = 0  # heartbeats answered (for tests and curiosity)
+
+    def __repr__(self):
+        return "<Producer %s>" % _fmt(self.address)
+
+    def connect(self):
+        """Connect now (otherwise the first request does); returns self."""
+        with self._lock:
+            self._connection()
+        return self
+
+    def __enter__(self):
+        return self.connect()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _connection(self):
+        if self._closed:
+            raise ConnectionClosed("producer is closed")
+        conn = self._conn
+        if conn is None:
+            conn = Connection(self.address, self.timeout)
+            try:
+                conn.identify(self._identify)
+            except BaseException:
+                conn.close()
+                raise
+            conn.handshake_done()
+            conn.pending = collections.deque()
+            thread = threading.Thread(
+                target=self._read_loop, args=(conn,), name="nsq-producer[%s]" % _fmt(self.address), daemon=True
+            )
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
+            self._conn = conn
+            thread.start()
+        return conn
+
+    def _request(self, data):
+        future = concurrent.futures.Future()
+        with self._lock:
+            conn = self._connection()
+            conn.pending.append(future)
+            try:
+                conn.send(data)
+            except ConnectionClosed:
+                # The reader drains `pending` only under _lock, so ours is still there.
+                conn.pending.remove(future)
+                if self._conn is conn:
+                    self._conn = None
+                raise
+        return future
+
+    def _read_loop(self, conn):
+        """The reader thread of one connection: match answers to requests, answer heartbeats."""
+        cause = None
+        try:
+            while True:
+                frame_type, data = conn.read_frame()
+                if frame_type == protocol.FRAME_TYPE_RESPONSE and data == HEARTBEAT:
+                    self.heartbeats += 1
+                    conn.send(b"NOP\n")
+                    continue
+                try:
+                    future = conn.pending.popleft()
+                except IndexError:
+                    future = None
+                if frame_type == protocol.FRAME_TYPE_ERROR:
+                    error = NSQError(data, conn.address)
+                    if error.fatal:
+                        # nsqd closes after a fatal error: later requests get a new connection.
+                        cause = error
+                        with self._lock:
+                            if self._conn is conn:
+                                self._conn = None
+                    if future is None:
+                        log.warning("%s: error without a request: %s", _fmt(conn.address), error)
+                    else:
+                        future.set_exception(error)
+                elif frame_type == protocol.FRAME_TYPE_RESPONSE and future is not None:
+                    future.set_result(data)
+                else:
+                    cause = "unexpected frame type %d %r" % (frame_type, data[:64])
+                    if future is not None:
+                        future.set_exception(ConnectionClosed(cause))
+                    log.error("%s: %s; closing", _fmt(conn.address), cause)
+                    return
+        except (OSError, ValueError) as e:  # EOF (ConnectionClosed), reset, timeout, closed
+            if cause is None:
+                cause = e
+        finally:
+            with self._lock:
+                if self._conn is conn:
+                    self._conn = None
+                pending = list(conn.pending)
+                conn.pending.clear()
+            conn.close()
+            for future in pending:
+                future.set_exception(
+                    ConnectionClosed("connection to %s ended before the answer (%s)" % (_fmt(conn.address), cause))
+                )
+
+    def _wait(self, future, timeout):
+        timeout = self.timeout if timeout is None else timeout
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError("no answer from nsqd at %s within %gs" % (_fmt(self.address), timeout)) from None
+
+    # -- commands --------------------------------------------------------------
+
+    def pub_async(self, topic, body):
+        """Send ``PUB``; a Future of the answer (``b"OK"``, or NSQError / ConnectionClosed)."""
+        body = _body(body)
+        return self._request(b"PUB %s\n%s%s" % (_name(topic, "topic"), protocol.encode_size(len(body)), body))
+
+    def mpub_async(self, topic, bodies):
+        """Send ``MPUB`` of a list of bodies; a Future of the answer."""
+        payload = protocol.encode_mpub_body([_body(b) for b in bodies])
+        return self._request(b"MPUB %s\n%s%s" % (_name(topic, "topic"), protocol.encode_size(len(payload)), payload))
+
+    def dpub_async(self, topic, delay_ms, body):
+        """Send ``DPUB`` (deliver after ``delay_ms`` milliseconds); a Future of the answer."""
+        body = _body(body)
+        line = b"DPUB %s %d\n" % (_name(topic, "topic"), delay_ms)
+        return self._request(line + protocol.encode_size(len(body)) + body)
+
+    def pub(self, topic, body, timeout=None):
+        """Publish one message; returns when nsqd said OK, raises NSQError if it refused."""
+        self._wait(self.pub_async(topic, body), timeout)
+
+    def mpub(self, topic, bodies, timeout=None):
+        """Publish several messages atomically (one MPUB)."""
+        self._wait(self.mpub_async(topic, bodies), timeout)
+
+    def dpub(self, topic, delay_ms, body, timeout=None):
+        """Publish one message, delivered after ``delay_ms`` milliseconds."""
+        self._wait(self.dpub_async(topic, delay_ms, body), timeout)
+
+    def close(self, timeout=None):
+        """Wait (up to ``timeout``, default the producer's) for the answers in flight, then disconnect."""
+        with self._lock:
+            self._closed = True
+            conn = self._conn
+            pending = list(conn.pending) if conn is not None else []
+        if pending:
+            concurrent.futures.wait(pending, self.timeout if timeout is None else timeout)
+        with self._lock:
+            conn = self._conn
+            self._conn = None
+            threads, self._threads = self._threads, []
+        if conn is not None:
+            conn.shutdown()
+        for thread in threads:
+            thread.join()
+
+
+# -- Consumer --------------------------------------------------------------------
+
+
+class Message:
+    """A delivered message: ``id`` (16 bytes), ``body``, ``timestamp`` (ns), ``attempts``.
+
+    :meth:`fin`, :meth:`req` and :meth:`touch` write to the connection it came by.
+    ``responded`` is set by fin/req; a handler's return value is applied only when
+    the handler did not respond itself (nor called :meth:`enable_async`).
+    """
+
+    __slots__ = ("id", "body", "timestamp", "attempts", "responded", "connection", "_async")
+
+    def __init__(self, data, connection):
+        self.timestamp, self.attempts, self.id, self.body = protocol.decode_message(data)
+        self.connection = connection
+        self.responded = False
+        self._async = False
+
+    def __repr__(self):
+        return "<Message %s attempts=%d %r>" % (self.id.decode("ascii", "replace"), self.attempts, self.body[:40])
+
+    def fin(self):
+        """``FIN``: done with it.  Raises ConnectionClosed if its connection ended."""
+        self.responded = True
+        self.connection.send(b"FIN %s\n" % self.id)
+
+    def req(self, delay_ms=0):
+        """``REQ``: deliver it again after ``delay_ms`` milliseconds (nsqd caps at --max-req-timeout)."""
+        self.responded = True
+        self.connection.send(b"REQ %s %d\n" % (self.id, delay_ms))
+
+    def touch(self):
+        """``TOUCH``: restart its msg_timeout."""
+        self.connection.send(b"TOUCH %s\n" % self.id)
+
+    def enable_async(self):
+        """The handler will answer later (from another thread): no automatic FIN/REQ."""
+        self._async = True
+
+
+_STOP = object()
+
+
+class Consumer:
+    """Consumes ``topic``/``channel`` from one or more nsqd, with up to ``max_in_flight`` messages at once.
+
+    ``Consumer(addresses, topic, channel, handler=None, *, max_in_flight=1, concurrency=1,
+    identify=None, requeue_delay_ms=0, reconnect_backoff=(0.1, 5.0), timeout=10.0,
+    on_error=None)``
+
+    * With a ``handler``, ``concurrency`` threads call ``handler(message)``: a return of
+      ``False`` or an exception sends ``REQ <id> <requeue_delay_ms>``, anything else ``FIN``
+      (unless the handler answered itself or called ``message.enable_async()``).
+    * Without, iterate (``for message in consumer``) or call :meth:`get`; answer each
+      message with ``fin()``/``req()``.
+    * ``max_in_flight`` is split over the connections (each gets at least 1) and capped
+      at the ``max_rdy_count`` nsqd announces; it is sent as ``RDY`` right after ``SUB``.
+    * ``identify`` adds or overrides IDENTIFY fields (e.g. ``{"heartbeat_interval": 1000,
+      "msg_timeout": 5000}``, in ms).
+    * A lost connection is made again at once, then after ``reconnect_backoff`` seconds
+      (min, max), doubling, until it works or the consumer is closed.
+    * ``on_error(error)`` receives every NSQError that arrives on an established
+      connection (e.g. the non-fatal E_FIN_FAILED) and every failed reconnection;
+      by default they are logged.
+
+    :meth:`start` (or ``with``) connects and subscribes; :meth:`close` sends ``CLS``,
+    waits for ``CLOSE_WAIT``, requeues the messages nobody took, stops the handler
+    threads and joins every thread.
+
+    ``_lock`` (and the ``_changed`` condition on it) guards ``_conns``, ``_subscribed``
+    and ``_closing``.
+    """
+
+    def __init__(
+        self,
+        addresses,
+        topic,
+        channel,
+        handler=None,
+        *,
+        max_in_flight=1,
+        concurrency=1,
+        identify=None,
+        requeue_delay_ms=0,
+        reconnect_backoff=(0.1, 5.0),
+        timeout=10.0,
+        on_error=None
+    ):
+        self.addresses = parse_addresses(addresses)
+        self.topic = topic
+        self.channel = channel
+        self._sub = b"SUB %s %s\n" % (_name(topic, "topic"), _name(channel, "channel"))
+        if max_in_flight < 0:
+            raise ValueError("max_in_flight must be >= 0")
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.handler = handler
+        self.max_in_flight = max_in_flight
+        self.concurrency = concurrency
+        self.requeue_delay_ms = requeue_delay_ms
+        self.reconnect_backoff = reconnect_backoff
+        self.timeout = timeout
+        self.on_error = on_error
+        self._identify = _identify_fields(identify)
+        self._queue = queue.Queue()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._conns = set()
+        self._subscribed = set()
+        self._closing = False
+        self._started = False
+        self._readers = []
+        self._workers = []
+        self.heartbeats = 0  # heartbeats answered (for tests and curiosity)
+
+    def __repr__(self):
+        return "<Consumer %s/%s %s>" % (self.topic, self.channel, ",".join(_fmt(a) for a in self.addresses))
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self, wait=True):
+        """Connect to every address.  With ``wait``, return once each one is subscribed,
+        or close and raise the first failure (NSQError, OSError, TimeoutError)."""
+        with self._lock:
+            if self._started:
+                raise RuntimeError("consumer already started")
+            self._started = True
+        n = len(self.addresses)
+        firsts = []
+        for i, address in enumerate(self.addresses):
+            rdy = max(1, self.max_in_flight // n + (1 if i < self.max_in_flight % n else 0))
+            if self.max_in_flight == 0:
+                rdy = 0
+            first = _Outcome() if wait else None
+            firsts.append(first)
+            thread = threading.Thread(
+                target=self._run,
+                args=(address, rdy, first),
+                name="nsq-consumer[%s %s/%s]" % (_fmt(address), self.topic, self.channel),
+                daemon=True,
+            )
+            self._readers.append(thread)
+            thread.start()
+        if self.handler is not None:
+            for i in range(self.concurrency):
+                worker = threading.Thread(
+                    target=self._work, name="nsq-handler[%s/%s %d]" % (self.topic, self.channel, i), daemon=True
+                )
+                self._workers.append(worker)
+                worker.start()
+        if wait:
+            deadline = time.monotonic() + self.timeout
+            for first in firsts:
+                first.wait(max(0.0, deadline - time.monotonic()))
+            failure = next((f.error for f in firsts if f.error is not None), None)
+            if failure is None and not all(f.is_set() for f in firsts):
+                failure = TimeoutError("not subscribed within %gs" % self.timeout)
+            if failure is not None:
+                self.close()
+                raise failure
+        return self
+
+    def __enter__(self):
+        if not self._started:
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def wait_subscribed(self, count=None, timeout=None):
+        """Wait until ``count`` (default: all) connections are subscribed; False on timeout."""
+        count = len(self.addresses) if count is None else count
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: len(self._subscribed) >= count, self.timeout if timeout is None else timeout
+            )
+
+    @property
+    def subscribed(self):
+        """The addresses currently subscribed."""
+        with self._lock:
+            return sorted(c.address for c in self._subscribed)
+
+    def close(self, timeout=None):
+        """``CLS`` every connection, wait for ``CLOSE_WAIT``, requeue what nobody took, stop everything.
+
+        Waits at most ``timeout`` seconds (default: the consumer's) for each stage.
+        """
+        timeout = self.timeout if timeout is None else timeout
+        with self._lock:
+            already = self._closing
+            self._closing = True
+            conns = list(self._subscribed)
+        self._stop.set()
+        if not already:
+            for conn in conns:
+                try:
+                    conn.send(b"CLS\n")
+                except ConnectionClosed:
+                    pass
+            deadline = time.monotonic() + timeout
+            for conn in conns:
+                conn.close_wait.wait(max(0.0, deadline - time.monotonic()))
+            self._requeue_queued()
+            self._queue.put(_STOP)
+        deadline = time.monotonic() + timeout
+        me = threading.current_thread()
+        for worker in self._workers:
+            if worker is not me:
+                worker.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            conn.shutdown()
+        for reader in self._readers:
+            if reader is not me:
+                reader.join(max(0.0, deadline - time.monotonic()))
+
+    def _requeue_queued(self):
+        while True:
+            try:
+                msg = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if msg is _STOP or msg.connection.closed:
+                continue
+            try:
+                msg.req(0)
+            except ConnectionClosed:
+                pass
+
+    # -- messages --------------------------------------------------------------
+
+    def _next(self, timeout):
+        """The next message whose connection is still open; None once closed; queue.Empty on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            item = self._queue.get(timeout=remaining)
+            if item is _STOP:
+                self._queue.put(_STOP)  # for the other getters
+                return None
+            if item.connection.closed:
+                continue  # nsqd took it back when that connection ended
+            return item
+
+    def get(self, timeout=None):
+        """The next message (iterator mode).  TimeoutError after ``timeout`` seconds;
+        ConnectionClosed once the consumer is closed."""
+        if self.handler is not None:
+            raise RuntimeError("this consumer has a handler")
+        try:
+            msg = self._next(timeout)
+        except queue.Empty:
+            raise TimeoutError("no message within %gs" % timeout) from None
+        if msg is None:
+            raise ConnectionClosed("consumer is closed")
+        return msg
+
+    def __iter__(self):
+        if self.handler is not None:
+            raise RuntimeError("this consumer has a handler")
+        while True:
+            msg = self._next(None)
+            if msg is None:
+                return
+            yield msg
+
+    def _work(self):
+        """A handler thread."""
+        while True:
+            msg = self._next(None)
+            if msg is None:
+                return
+            try:
+                result = self.handler(msg)
+            except Exception:
+                log.exception("handler failed for %r; requeueing", msg)
+                result = False
+            if msg.responded or msg._async:
+                continue
+            try:
+                if result is False:
+                    msg.req(self.requeue_delay_ms)
+                else:
+                    msg.fin()
+            except ConnectionClosed as e:
+                log.info("cannot answer %r: %s", msg, e)
+
+    # -- connections -----------------------------------------------------------
+
+    def _report(self, error):
+        if self.on_error is None:
+            log.warning("%s: %s", self, error)
+            return
+        try:
+            self.on_error(error)
+        except Exception:
+            log.exception("on_error failed")
+
+    def _run(self, address, rdy, first):
+        """The thread of one address: connect, subscribe, read; again after a loss, with backoff."""
+        low, high = self.reconnect_backoff
+        delay = low
+        while not self._stop.is_set():
+            try:
+                conn = self._subscribe(address, rdy)
+            except (OSError, NSQError, ValueError) as e:  # ConnectionClosed and TimeoutError are OSErrors
+                if first is not None:
+                    first.fail(e)
+                    first = None
+                elif not self._stop.is_set():
+                    self._report(e)
+                if self._stop.wait(delay):
+                    return
+                delay = min(delay * 2, high)
+                continue
+            if first is not None:
+                first.set()
+                first = None
+            if self._read_loop(conn):
+                # Ended by a fatal error: retrying at once could spin.
+                if self._stop.wait(delay):
+                    return
+                delay = min(delay * 2, high)
+            else:
+                delay = low
+
+    def _subscribe(self, address, rdy):
+        conn = Connection(address, self.timeout)
+        with self._lock:
+            if self._closing:
+                conn.close()
+                raise ConnectionClosed("consumer is closing")
+            self._conns.add(conn)
+        try:
+            conn.identify(self._identify)
+            conn.send(self._sub)
+            answer = conn.read_answer()
+            if answer != b"OK":
+                raise ConnectionClosed("unexpected answer to SUB: %r" % answer[:64])
+            max_rdy = conn.settings.get("max_rdy_count")
+            if isinstance(max_rdy, int) and rdy > max_rdy:
+                rdy = max_rdy
+            conn.send(b"RDY %d\n" % rdy)
+            conn.handshake_done()
+        except BaseException:
+            with self._lock:
+                self._conns.discard(conn)
+            conn.close()
+            raise
+        with self._changed:
+            if self._closing:
+                self._conns.discard(conn)
+                conn.close()
+                raise ConnectionClosed("consumer is closing")
+            self._subscribed.add(conn)
+            self._changed.notify_all()
+        return conn
+
+    def _read_loop(self, conn):
+        """Read until the connection ends; True if it ended with a fatal error from nsqd."""
+        put = self._queue.put
+        try:
+            while True:
+                frame_type, data = conn.read_frame()
+                if frame_type == protocol.FRAME_TYPE_MESSAGE:
+                    put(Message(data, conn))
+                elif frame_type == protocol.FRAME_TYPE_RESPONSE:
+                    if data == HEARTBEAT:
+                        self.heartbeats += 1
+                        conn.send(b"NOP\n")
+                    elif data == b"CLOSE_WAIT":
+                        conn.close_wait.set()
+                    else:
+                        log.warning("%s: unexpected response %r", _fmt(conn.address), data[:64])
+                elif frame_type == protocol.FRAME_TYPE_ERROR:
+                    error = NSQError(data, conn.address)
+                    self._report(error)
+                    if error.fatal:
+                        return True  # nsqd closes the connection
+                else:
+                    log.error("%s: unknown frame type %d; closing", _fmt(conn.address), frame_type)
+                    return True
+        except (OSError, ValueError) as e:
+            if not self._stop.is_set():
+                log.info("%s: connection lost (%s); reconnecting", _fmt(conn.address), e)
+            return False
+        finally:
+            with self._changed:
+                self._conns.discard(conn)
+                self._subscribed.discard(conn)
+                self._changed.notify_all()
+            conn.close()
+
+
+class _Outcome(threading.Event):
+    """The first connection attempt of one address: set when it ended; ``error`` if it failed."""
+
+    error = None
+
+    def fail(self, error):
+        self.error = error
+        self.set()

@@ -1,0 +1,605 @@
+"""Real brokers for test suites: in this process (:class:`Broker`) or as a child process (:class:`BrokerProcess`).
+
+::
+
+    from nsqd_threaded.testing import Broker
+
+    with Broker("--msg-timeout=1s", mem_queue_size=100) as nsqd:
+        nsqd.tcp_address            # ("127.0.0.1", 40213): the real ephemeral port
+        nsqd.http_url               # "http://127.0.0.1:40214"
+    # every broker thread joined, every socket and file closed, the data directory removed
+
+A broker takes nsqd's own flags (Go spelling, ``--name=value`` or ``-name value``) as
+positional arguments and :class:`~nsqd_threaded.options.Options` fields as keyword arguments
+(keywords win; a duration may be given as seconds or as a Go string such as ``"250ms"``).
+Unless told otherwise it listens on ``127.0.0.1`` port 0 (TCP and HTTP) and keeps its data in
+a new temporary directory that :meth:`~Broker.stop` removes.
+
+Nothing here is module-global: any number of brokers of either kind can run at once.
+"""
+
+import dataclasses
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+
+from .durations import format_duration, parse_duration
+from .nsqd import NSQD
+from .options import DURATION_OPTIONS, Options
+
+__all__ = ["Broker", "BrokerProcess", "LogBuffer", "resolve_options"]
+
+TEMP_PREFIX = "nsqd-threaded-"
+LOCALHOST = "127.0.0.1"
+
+_OPTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Options))
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# -- options ---------------------------------------------------------------------
+
+
+def resolve_options(flags=(), options=None):
+    """The Options fields set by nsqd ``flags`` and then by the ``options`` mapping (which wins).
+
+    Only what was given is returned (a dict), so callers can supply their own
+    defaults.  ``flags`` are parsed exactly as the ``nsqd-threaded`` command parses
+    them (``--config`` files included).  Raises ValueError for a bad flag or value,
+    an unknown option name, or a feature that is not built yet; the values
+    themselves are checked later by :meth:`Options.validate`.
+    """
+    values = _flags_to_values(list(flags)) if flags else {}
+    for name, value in (options or {}).items():
+        if name not in _OPTION_FIELDS:
+            raise ValueError("unknown nsqd option %r (see nsqd_threaded.options.Options)" % name)
+        if name in DURATION_OPTIONS and isinstance(value, str):
+            value = parse_duration(value)
+        values[name] = value
+    return values
+
+
+def _flags_to_values(flags):
+    """Parse flags with the command's own parser; resolve like ``cli.resolve``, without exiting."""
+    import click
+
+    from . import cli, config
+
+    if any(not isinstance(f, str) for f in flags):
+        raise ValueError("nsqd flags must be strings, got %r" % (flags,))
+    try:
+        ctx = cli.main.make_context("nsqd-threaded", list(flags))
+    except click.exceptions.Exit:
+        raise ValueError("nsqd flags %r ask for help, not for a broker" % (flags,)) from None
+    except click.ClickException as e:
+        raise ValueError("bad nsqd flags %r: %s" % (flags, e.format_message())) from None
+    params = ctx.params
+    if params.get("version"):
+        raise ValueError("--version does not start a broker")
+    values = {}
+    path = params.get("config")
+    if path:
+        try:
+            from_file = config.resolve(config.load(path))
+        except (OSError, ValueError) as e:
+            raise ValueError("failed to load config file %s - %s" % (path, e)) from None
+        for setting, value in from_file.items():
+            if setting.status == config.UNSUPPORTED and not config.is_inert(setting, value):
+                raise ValueError("--%s is not supported yet (%s in %s)" % (setting.flag, setting.key, path))
+            if setting.status == config.SUPPORTED:
+                values[setting.field] = value
+    for setting in config.SETTINGS:
+        value = params.get(setting.field)
+        if value in (None, ()):
+            continue
+        if setting.status == config.UNSUPPORTED:
+            raise ValueError("--%s is not supported yet" % setting.flag)
+        if setting.status != config.SUPPORTED:
+            continue  # --config, --version, deprecated no-ops
+        if setting.kind == "floatlist":
+            value = [v for item in value for v in item]
+        elif setting.multiple:
+            value = list(value)
+        values[setting.field] = value
+    return values
+
+
+def _values_to_flags(values):
+    """Options fields -> ``--flag=value`` strings for a child process."""
+    from . import config
+
+    by_field = {s.field: s for s in config.SETTINGS if s.status == config.SUPPORTED}
+    flags = []
+    for name, value in values.items():
+        setting = by_field.get(name)
+        if setting is None:
+            raise ValueError("option %r has no nsqd flag, so a child process cannot be given it" % name)
+        if setting.kind == "duration":
+            flags.append("--%s=%s" % (setting.flag, format_duration(value)))
+        elif setting.kind == "bool":
+            flags.append("--%s=%s" % (setting.flag, "true" if value else "false"))
+        elif setting.kind == "floatlist":
+            flags.append("--%s=%s" % (setting.flag, ",".join(repr(float(v)) for v in value)))
+        elif setting.multiple:
+            flags.extend("--%s=%s" % (setting.flag, v) for v in value)
+        else:
+            flags.append("--%s=%s" % (setting.flag, value))
+    return flags
+
+
+def join_host_port(host, port):
+    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+
+
+# -- logs ------------------------------------------------------------------------
+
+
+class LogBuffer:
+    """A thread-safe, in-memory log sink (a write-only text stream), optionally teed to ``tee``.
+
+    ``_cond`` (with its lock) guards ``_parts`` and ``_size``; writers notify it so
+    a reader can wait for a line to appear (:meth:`wait_for`).
+    """
+
+    def __init__(self, tee=None):
+        self._cond = threading.Condition(threading.Lock())
+        self._parts = []
+        self._size = 0
+        self._closed = False
+        self.tee = tee
+
+    def write(self, text):
+        with self._cond:
+            self._parts.append(text)
+            self._size += len(text)
+            self._cond.notify_all()
+        if self.tee is not None:
+            try:
+                self.tee.write(text)
+                self.tee.flush()
+            except (OSError, ValueError):
+                pass
+        return len(text)
+
+    def flush(self):
+        pass
+
+    def tell(self):
+        """The current length in characters: pass it to :meth:`getvalue` to read only what follows."""
+        with self._cond:
+            return self._size
+
+    def getvalue(self, start=0):
+        with self._cond:
+            if len(self._parts) > 1:
+                self._parts = ["".join(self._parts)]
+            text = self._parts[0] if self._parts else ""
+        return text[start:]
+
+    def close(self):
+        """No more writes will come (a child's stderr reached EOF): wakes :meth:`wait_for`."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def reopen(self):
+        """Expect writes again (the next child process)."""
+        with self._cond:
+            self._closed = False
+
+    def wait_for(self, predicate, timeout):
+        """Wait until ``predicate(text)`` is true or the buffer is closed; returns its last value."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if len(self._parts) > 1:
+                    self._parts = ["".join(self._parts)]
+                result = predicate(self._parts[0] if self._parts else "")
+                remaining = deadline - time.monotonic()
+                if result or self._closed or remaining <= 0:
+                    return result
+                self._cond.wait(remaining)
+
+
+# -- in-process broker -----------------------------------------------------------
+
+
+class Broker:
+    """A complete nsqd (:class:`~nsqd_threaded.NSQD`) in this process, for a test.
+
+    ``Broker(*flags, log_stream=None, tmp_dir=None, **options)``: ``flags`` are nsqd
+    flags, ``options`` are :class:`~nsqd_threaded.options.Options` fields.  The log is
+    kept in memory (:attr:`log`) and also written to ``log_stream`` if given.  The
+    temporary data directory is created in ``tmp_dir`` (default: the system's).
+
+    ``_lock`` serializes start/stop/restart.
+    """
+
+    def __init__(self, *flags, log_stream=None, tmp_dir=None, **options):
+        self._values = resolve_options(flags, options)
+        self._log = LogBuffer(log_stream)
+        self._tmp_dir = tmp_dir
+        self._lock = threading.Lock()
+        self._own_data_path = "data_path" not in self._values
+        self.data_path = self._values.get("data_path")
+        self.nsqd = None  # the NSQD (kept after stop() for inspection)
+        self.running = False
+        self._tcp_address = None
+        self._http_address = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self):
+        """Start the broker; returns self.  Raises what NSQD.start raises (nothing is left behind)."""
+        with self._lock:
+            if self.running:
+                raise RuntimeError("broker already running")
+            made = False
+            if self._own_data_path and self.data_path is None:
+                self.data_path = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=self._tmp_dir)
+                made = True
+            try:
+                self._start_nsqd(self._options())
+            except BaseException:
+                if made:
+                    shutil.rmtree(self.data_path, ignore_errors=True)
+                    self.data_path = None
+                raise
+        return self
+
+    def _options(self, tcp_address=None, http_address=None):
+        values = {"tcp_address": "%s:0" % LOCALHOST, "http_address": "%s:0" % LOCALHOST}
+        values.update(self._values)
+        values["data_path"] = self.data_path
+        if tcp_address is not None:
+            values["tcp_address"] = tcp_address
+        if http_address is not None:
+            values["http_address"] = http_address
+        return Options(**values)
+
+    def _start_nsqd(self, options):
+        nsqd = NSQD(options, log_stream=self._log)
+        nsqd.start()
+        self.nsqd = nsqd
+        self._tcp_address = nsqd.tcp_address
+        self._http_address = nsqd.http_address
+        self.running = True
+
+    def stop(self):
+        """Stop the broker (every thread joined, every socket closed) and remove its temporary data."""
+        with self._lock:
+            if self.running:
+                self.running = False
+                self.nsqd.stop()
+            if self._own_data_path and self.data_path is not None:
+                shutil.rmtree(self.data_path, ignore_errors=True)
+                self.data_path = None
+
+    def restart(self):
+        """Stop and start again on the same ports with the same data directory (nsqd.dat survives)."""
+        with self._lock:
+            if not self.running:
+                raise RuntimeError("broker is not running")
+            self.running = False
+            self.nsqd.stop()
+            http = join_host_port(*self._http_address) if self._http_address else ""
+            self._start_nsqd(self._options(join_host_port(*self._tcp_address), http))
+        return self
+
+    def __enter__(self):
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        state = "running" if self.running else "stopped"
+        return "<Broker tcp=%s http=%s %s>" % (self.tcp_addr, self.http_addr, state)
+
+    # -- addresses -------------------------------------------------------------
+
+    @property
+    def tcp_address(self):
+        """The bound TCP ``(host, port)`` (the last one, once stopped)."""
+        return self._tcp_address
+
+    @property
+    def http_address(self):
+        """The bound HTTP ``(host, port)``, or None when HTTP is disabled."""
+        return self._http_address
+
+    @property
+    def tcp_addr(self):
+        """``"host:port"`` of the TCP listener (what pynsq and go-nsq take)."""
+        return join_host_port(*self._tcp_address) if self._tcp_address else None
+
+    @property
+    def http_addr(self):
+        return join_host_port(*self._http_address) if self._http_address else None
+
+    @property
+    def http_url(self):
+        return "http://" + self.http_addr if self._http_address else None
+
+    # -- logs and HTTP ---------------------------------------------------------
+
+    @property
+    def log(self):
+        """Everything the broker has logged so far."""
+        return self._log.getvalue()
+
+    def log_position(self):
+        return self._log.tell()
+
+    def log_since(self, position):
+        return self._log.getvalue(position)
+
+    def http(self, method, path, body=None, timeout=10.0):
+        """One request to the HTTP API: ``(status, body bytes)``."""
+        return _http(self._http_address, method, path, body, timeout)
+
+    def stats(self, **params):
+        """``/stats?format=json`` (plus ``topic=``, ``channel=`` ... params) as a dict."""
+        return _stats(self._http_address, params)
+
+
+# -- child-process broker --------------------------------------------------------
+
+
+class BrokerProcess:
+    """``nsqd-threaded`` as a child process, for tests that crash or restart the broker.
+
+    ``BrokerProcess(*flags, command=None, tmp_dir=None, env=None, log_stream=None,
+    start_timeout=10.0, stop_timeout=10.0, **options)``.  ``command`` defaults to
+    ``[sys.executable, "-m", "nsqd_threaded"]`` (any nsqd-compatible command works:
+    readiness is read from its ``TCP: listening on`` / ``HTTP: listening on`` log
+    lines).  :meth:`start` returns once both listeners are bound; :meth:`kill` is a
+    crash (SIGKILL, data directory kept); :meth:`restart` starts it again on the same
+    ports; :meth:`stop` is a graceful SIGTERM and removes the temporary data.
+
+    ``_lock`` serializes start/stop/kill/restart.
+    """
+
+    _TCP_RE = re.compile(r"TCP: listening on (\S+):(\d+)")
+    _HTTP_RE = re.compile(r"HTTP: listening on (\S+):(\d+)")
+
+    def __init__(
+        self,
+        *flags,
+        command=None,
+        tmp_dir=None,
+        env=None,
+        log_stream=None,
+        start_timeout=10.0,
+        stop_timeout=10.0,
+        **options
+    ):
+        self._values = resolve_options(flags, options)  # checks the flags before any process starts
+        self._flags = list(flags) + _values_to_flags({k: self._values[k] for k in options})
+        self.command = list(command) if command else [sys.executable, "-m", "nsqd_threaded"]
+        self._env = env
+        self._tmp_dir = tmp_dir
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self._log = LogBuffer(log_stream)
+        self._lock = threading.Lock()
+        self._own_data_path = "data_path" not in self._values
+        self.data_path = self._values.get("data_path")
+        self._http_enabled = self._values.get("http_address", "x") != ""
+        self.proc = None
+        self._reader = None
+        self._finalizer = None
+        self._tcp_address = None
+        self._http_address = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self):
+        """Spawn the broker and wait until it listens (not a sleep: its log says so)."""
+        with self._lock:
+            if self.running:
+                raise RuntimeError("broker process already running")
+            try:
+                self._spawn()
+            except BaseException:
+                self._reap(signal.SIGKILL)
+                raise
+        return self
+
+    def _args(self):
+        args = list(self.command)
+        if "tcp_address" not in self._values:
+            port = self._tcp_address[1] if self._tcp_address else 0
+            args.append("--tcp-address=%s:%d" % (LOCALHOST, port))
+        if "http_address" not in self._values:
+            port = self._http_address[1] if self._http_address else 0
+            args.append("--http-address=%s:%d" % (LOCALHOST, port))
+        if self._own_data_path:
+            args.append("--data-path=%s" % self.data_path)
+        return args + self._flags
+
+    def _spawn(self):
+        if self._own_data_path and self.data_path is None:
+            self.data_path = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=self._tmp_dir)
+        env = dict(os.environ if self._env is None else self._env)
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + path if path else "")
+        args = self._args()
+        offset = self._log.tell()
+        self._log.reopen()
+        self._log.write("--- started: %s\n" % " ".join(args))
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+        )
+        self.proc = proc
+        self._finalizer = weakref.finalize(self, _kill_quietly, proc)
+        self._reader = threading.Thread(
+            target=_pump_lines, args=(proc.stderr, self._log), name="nsqd-process-log[%d]" % proc.pid, daemon=True
+        )
+        self._reader.start()
+
+        def ready(text):
+            text = text[offset:]
+            tcp = self._TCP_RE.search(text)
+            http = self._HTTP_RE.search(text) if self._http_enabled else True
+            return (tcp, http) if tcp and http else None
+
+        found = self._log.wait_for(ready, self.start_timeout)
+        if not found:
+            status = proc.poll()
+            why = "exited with status %s" % status if status is not None else "not ready in %gs" % self.start_timeout
+            raise RuntimeError("nsqd process %s; its log:\n%s" % (why, self._log.getvalue(offset)))
+        tcp, http = found
+        self._tcp_address = (tcp.group(1).strip("[]"), int(tcp.group(2)))
+        self._http_address = (http.group(1).strip("[]"), int(http.group(2))) if self._http_enabled else None
+
+    def _reap(self, sig):
+        """Signal the process (if alive), wait for it, join the log reader."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._reader is not None:
+            self._reader.join()
+            self._reader = None
+            self._log.write("--- exited with status %s\n" % proc.returncode)
+        proc.stderr.close()
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+
+    def kill(self):
+        """Crash the broker: SIGKILL, nothing flushed.  The data directory stays for :meth:`restart`."""
+        with self._lock:
+            self._reap(signal.SIGKILL)
+
+    def terminate(self):
+        """Graceful shutdown (SIGTERM); the data directory stays for :meth:`restart`."""
+        with self._lock:
+            self._reap(signal.SIGTERM)
+
+    def restart(self, kill=False):
+        """Stop (SIGTERM, or SIGKILL when ``kill``) and start again on the same ports and data directory."""
+        with self._lock:
+            self._reap(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self._spawn()
+            except BaseException:
+                self._reap(signal.SIGKILL)
+                raise
+        return self
+
+    def stop(self):
+        """SIGTERM and wait (SIGKILL after ``stop_timeout``); remove the temporary data directory."""
+        with self._lock:
+            self._reap(signal.SIGTERM)
+            if self._own_data_path and self.data_path is not None:
+                shutil.rmtree(self.data_path, ignore_errors=True)
+                self.data_path = None
+
+    def __enter__(self):
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        pid = self.proc.pid if self.proc else None
+        state = "running" if self.running else "stopped"
+        return "<BrokerProcess pid=%s tcp=%s http=%s %s>" % (pid, self.tcp_addr, self.http_addr, state)
+
+    # -- state -----------------------------------------------------------------
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    @property
+    def returncode(self):
+        return self.proc.poll() if self.proc else None
+
+    tcp_address = Broker.tcp_address
+    http_address = Broker.http_address
+    tcp_addr = Broker.tcp_addr
+    http_addr = Broker.http_addr
+    http_url = Broker.http_url
+    log = Broker.log
+    log_position = Broker.log_position
+    log_since = Broker.log_since
+    http = Broker.http
+    stats = Broker.stats
+
+
+def _pump_lines(stream, buf):
+    """Copy a child's stderr into ``buf`` line by line until EOF (the log-reader thread)."""
+    try:
+        for raw in iter(stream.readline, b""):
+            buf.write(raw.decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        pass
+    finally:
+        buf.close()
+
+
+def _kill_quietly(proc):
+    """At interpreter exit: never leave a child broker behind."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+# -- HTTP helpers ----------------------------------------------------------------
+
+
+def _http(address, method, path, body, timeout):
+    if address is None:
+        raise RuntimeError("HTTP is disabled on this broker")
+    if isinstance(body, str):
+        body = body.encode()
+    conn = http.client.HTTPConnection(address[0], address[1], timeout=timeout)
+    try:
+        conn.request(method, path, body=body)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def _stats(address, params):
+    from urllib.parse import urlencode
+
+    query = dict(params, format="json")
+    status, body = _http(address, "GET", "/stats?" + urlencode(query), None, 10.0)
+    if status != 200:
+        raise RuntimeError("/stats answered %d: %r" % (status, body))
+    return json.loads(body)
