@@ -93,6 +93,8 @@ SETTINGS = (
     Setting("max-bytes-per-file", "int", "number of bytes per diskqueue file before rolling"),
     Setting("sync-every", "int", "number of messages per diskqueue fsync"),
     Setting("sync-timeout", "duration", "duration of time per diskqueue fsync"),
+    Setting("durable", "bool", "(not in Go nsqd) acknowledge a publish only once it is fsynced "
+            "(group commit), and keep every message recoverable until it is FINed"),
     Setting("queue-scan-worker-pool-max", "int", "max concurrency for checking in-flight and deferred "
             "message timeouts"),
     Setting("queue-scan-selection-count", "int", "number of channels to check per cycle (every 100ms) "

@@ -12,6 +12,7 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
 """
 
 import collections
+import dataclasses
 import errno
 import gc
 import fcntl
@@ -389,7 +390,8 @@ class NSQD:
         """An option's /config value: durations in ns, log level as its number."""
         opts = self.options
         key = {"id": "node_id"}.get(name, name)
-        if name == "node_id" or key in INTERNAL_OPTIONS or not hasattr(opts, key) or key.startswith("_"):
+        fields = {f.name for f in dataclasses.fields(opts)}
+        if name == "node_id" or key in INTERNAL_OPTIONS or key not in fields:
             return _MISSING
         value = getattr(opts, key)
         if key in DURATION_OPTIONS:

@@ -261,11 +261,12 @@ def test_stop_joins_every_thread_and_closes_clients(make_nsqd):
     idle = Conn(nsqd.tcp_address, magic=b"")  # never sends the magic
     with Conn(nsqd.tcp_address) as pub:
         pub.pub("stop", b"x")
+    for s in subs:
+        s.read_message()  # in flight at shutdown
     start = time.monotonic()
     nsqd.stop()
     assert time.monotonic() - start < 2
     for s in subs:
-        s.read_message()
         s.assert_closed()
     idle.assert_closed()
     assert set(threading.enumerate()) - before == set()

@@ -1,0 +1,146 @@
+"""pytest plugin: real nsqd brokers as fixtures (registered through the ``pytest11`` entry point).
+
+Fixtures:
+
+* ``nsqd``: a fresh in-process broker for the test (:class:`~nsqd_threaded.testing.Broker`).
+* ``nsqd_session``: one broker shared by the whole session.
+* ``nsqd_factory``: ``nsqd_factory(*flags, **options)`` starts more brokers for the test.
+* ``nsqd_process``: a broker in a child process
+  (:class:`~nsqd_threaded.testing.BrokerProcess`), to ``kill()`` and ``restart()``.
+
+Broker flags and options, later ones winning (keyword options over flags):
+``nsqd_flags`` in the ini file, then ``--nsqd-flag=FLAG`` on the command line (these two
+apply to every broker, the session one included), then the test's
+``@pytest.mark.nsqd(*flags, **options)`` markers (module, class, then function), then
+the arguments given to ``nsqd_factory``.
+
+When a test fails, the log of each broker it used is attached to its report
+("Captured nsqd log ..." sections, next to the captured output).
+"""
+
+import pytest
+
+from .testing import Broker, BrokerProcess
+
+_BROKERS = pytest.StashKey()  # item -> [(broker, log position at its start)]
+_SESSION = pytest.StashKey()  # config -> the session broker
+_SESSION_START = pytest.StashKey()  # item -> session broker's log position when the item began
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("nsqd", "nsqd-threaded test brokers")
+    group.addoption(
+        "--nsqd-flag",
+        action="append",
+        default=[],
+        dest="nsqd_flags",
+        metavar="FLAG",
+        help="an nsqd flag for every broker the nsqd fixtures start (repeatable), "
+        "e.g. --nsqd-flag=--mem-queue-size=100",
+    )
+    parser.addini("nsqd_flags", type="args", default=[], help="nsqd flags for every broker the nsqd fixtures start")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "nsqd(*flags, **options): nsqd flags (e.g. '--msg-timeout=1s') and Options fields "
+        "(e.g. mem_queue_size=0) for the brokers of the nsqd, nsqd_factory and nsqd_process fixtures",
+    )
+
+
+def _config_flags(config):
+    return list(config.getini("nsqd_flags")) + list(config.getoption("nsqd_flags") or [])
+
+
+def _marker_args(node):
+    """Flags and options of the ``nsqd`` markers, farthest (module) first so the closest wins."""
+    flags, options = [], {}
+    for mark in reversed(list(node.iter_markers("nsqd"))):
+        flags.extend(mark.args)
+        options.update(mark.kwargs)
+    return flags, options
+
+
+def _track(node, broker):
+    node.stash.setdefault(_BROKERS, []).append((broker, broker.log_position()))
+
+
+@pytest.fixture
+def nsqd_factory(request):
+    """``nsqd_factory(*flags, **options)``: start another in-process broker for this test."""
+    started = []
+    base_flags = _config_flags(request.config)
+    marker_flags, marker_options = _marker_args(request.node)
+
+    def factory(*flags, **options):
+        all_flags = base_flags + marker_flags + list(flags)
+
+        def make():
+            broker = Broker(*all_flags, **dict(marker_options, **options))
+            _track(request.node, broker)
+            started.append(broker)
+            return broker.start()
+
+        return _start(all_flags, make)
+
+    yield factory
+    errors = []
+    for broker in reversed(started):
+        try:
+            broker.stop()
+        except Exception as e:  # stop the others anyway
+            errors.append(e)
+    if errors:
+        raise errors[0]
+
+
+@pytest.fixture
+def nsqd(nsqd_factory):
+    """A fresh broker for this test, on 127.0.0.1 ephemeral ports with a temporary data directory."""
+    return nsqd_factory()
+
+
+@pytest.fixture(scope="session")
+def nsqd_session(request):
+    """One broker for the whole session (ini and --nsqd-flag flags only; markers do not apply)."""
+    flags = _config_flags(request.config)
+
+    def make():
+        broker = Broker(*flags)
+        request.config.stash[_SESSION] = broker
+        return broker.start()
+
+    broker = _start(flags, make)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def nsqd_process(request):
+    """A broker in a child process (``nsqd-threaded``), ready when returned; stopped at the end."""
+    marker_flags, marker_options = _marker_args(request.node)
+    flags = _config_flags(request.config) + marker_flags
+
+    def make():
+        broker = BrokerProcess(*flags, **marker_options)
+        _track(request.node, broker)
+        return broker.start()
+
+    broker = _start(flags, make)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def _start(flags, make):
+    """``make()`` the broker; one that cannot start fails the test with one line, not a traceback."""
+    try:
+        return make()
+    except (ValueError, OSError, RuntimeError) as e:
+        error = e
+    given = " (flags: %s)" % " ".join(flags) if flags else ""
+    pytest.fail("nsqd did not start%s: %s: %s" % (given, type(error).__name__, error), pytrace=False)
