@@ -13,6 +13,7 @@ import re
 import socket
 import socketserver
 import threading
+import time
 import traceback
 import urllib.parse
 
@@ -328,7 +329,8 @@ class HTTPAPI:
                 bodies.append(line)
         if bodies:
             ids = topic.new_ids(len(bodies))
-            self._put(topic, [Message(i, b) for i, b in zip(ids, bodies)])
+            now = time.time_ns()
+            self._put(topic, [Message(i, b, now) for i, b in zip(ids, bodies)])
         return ok_text("OK")
 
     def _mpub_binary(self, body):
@@ -472,6 +474,8 @@ def _html_escape(s):
     for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&#34;"), ("'", "&#39;")):
         s = s.replace(a, b)
     return s
+
+
 _GO_INT = re.compile(r"[+-]?[0-9]+")
 
 

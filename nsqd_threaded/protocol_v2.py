@@ -190,7 +190,8 @@ class ProtocolV2:
     def _publish(self, cmd, topic_name, bodies, defer_ns=0):
         topic = self.nsqd.get_topic(topic_name)
         ids = topic.new_ids(len(bodies))
-        msgs = [Message(i, b, None, 0, defer_ns) for i, b in zip(ids, bodies)]
+        now = time.time_ns()  # one timestamp object shared by the batch (memory per queued message)
+        msgs = [Message(i, b, now, 0, defer_ns) for i, b in zip(ids, bodies)]
         try:
             topic.put_messages(msgs)
         except TopicError as e:

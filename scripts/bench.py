@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Run every benchmark against brokers this script starts itself, and print one table.
+
+    scripts/bench                      # CPython from .venv, 10 s per throughput phase
+    scripts/bench --python pypy3       # the broker under another interpreter
+    scripts/bench --runfor 3 --quick   # a shorter run
+
+The load generators always run under the interpreter running this script, in
+several processes, so that they cost less than the broker they measure.
+Targets (issue 6) are relative to Go nsqd 1.3 on the same 2-core machine class.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+
+import bench_memory  # noqa: E402
+import bench_reader  # noqa: E402
+import bench_roundtrip  # noqa: E402
+import bench_writer  # noqa: E402
+
+GO = {  # Go nsqd 1.3, this machine class (issue 6)
+    "mpub": 290000.0,
+    "consume": 145000.0,
+    "pub": 30000.0,
+    "rtt_p50": 60.0,
+    "rtt_p99": 150.0,
+    "mem": 350.0,
+}
+
+
+class Broker:
+    def __init__(self, python, *flags):
+        self.data = tempfile.mkdtemp(prefix="nsqd-bench-")
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        self.proc = subprocess.Popen(
+            [python, "-m", "nsqd_threaded", "--tcp-address=127.0.0.1:0", "--http-address=",
+             "--data-path=" + self.data, "--log-level=warn", *flags],
+            stderr=subprocess.PIPE, env=env,
+        )
+        # --log-level=warn hides the listening line; ask /proc for the port instead.
+        deadline = time.monotonic() + 30
+        self.address = None
+        while self.address is None:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("broker did not start: %s" % self.proc.stderr.read().decode())
+            self.address = _listening_address(self.proc.pid)
+            time.sleep(0.02)
+        self._drain = threading.Thread(target=self.proc.stderr.read, daemon=True)
+        self._drain.start()
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(60)
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+def _listening_address(pid):
+    """The TCP port a process listens on, from /proc (no log parsing needed)."""
+    try:
+        inodes = set()
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            m = re.match(r"socket:\[(\d+)\]", link)
+            if m:
+                inodes.add(m.group(1))
+        with open("/proc/net/tcp") as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                local, state, inode = parts[1], parts[3], parts[9]
+                if state == "0A" and inode in inodes:
+                    port = int(local.split(":")[1], 16)
+                    return "127.0.0.1:%d" % port
+    except OSError:
+        return None
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--python", default=sys.executable, help="interpreter that runs the broker")
+    ap.add_argument("--runfor", type=float, default=10.0)
+    ap.add_argument("--count", type=int, default=1000000, help="messages for the memory probe")
+    ap.add_argument("--quick", action="store_true", help="fewer round trips and a smaller memory probe")
+    a = ap.parse_args()
+    rtt_count = 2000 if a.quick else 10000
+    mem_count = 200000 if a.quick else a.count
+    rows = []
+
+    def row(name, value, unit, target, go, higher_better=True):
+        ratio = value / go if higher_better else go / value
+        ok = value >= target if higher_better else value <= target
+        rows.append((name, value, unit, target, ratio, "yes" if ok else "NO"))
+
+    b = Broker(a.python)
+    try:
+        rate, mbps, _ = bench_writer.run(b.address, "sub_bench", 200, 200, a.runfor)
+        row("MPUB 200x200B msg/s", rate, "msg/s", 150000, GO["mpub"])
+        rate, mbps, _ = bench_reader.run(b.address, "sub_bench", "ch", 2500, a.runfor)
+        row("consume RDY 2500 msg/s", rate, "msg/s", 75000, GO["consume"])
+        rate, mbps, _ = bench_writer.run(b.address, "pub_bench", 200, 1, a.runfor, 2)
+        row("PUB x2 conns msg/s", rate, "msg/s", 20000, GO["pub"])
+        r = bench_roundtrip.run(b.address, "rtt_idle", rtt_count)
+        row("round trip p50 (idle)", r["p50_us"], "us", 1000, GO["rtt_p50"], False)
+        row("round trip p99 (idle)", r["p99_us"], "us", 1000, GO["rtt_p99"], False)
+        load = threading.Thread(target=bench_writer.run, args=(b.address, "bg", 200, 200, a.runfor, 1))
+        load.start()
+        time.sleep(0.7)
+        r = bench_roundtrip.run(b.address, "rtt_load", rtt_count)
+        load.join()
+        row("round trip p99 (writer running)", r["p99_us"], "us", 10000, GO["rtt_p99"], False)
+    finally:
+        b.stop()
+
+    b = Broker(a.python, "--mem-queue-size=%d" % (mem_count + 10000))
+    try:
+        per, _, _ = bench_memory.run(b.address, b.proc.pid, mem_count)
+        row("RSS per queued 200B msg (%dk)" % (mem_count // 1000), per, "bytes", 450, GO["mem"], False)
+    finally:
+        b.stop()
+
+    impl = subprocess.run([a.python, "-c", "import sys,platform;print(platform.python_implementation(), "
+                           "platform.python_version())"], capture_output=True, text=True).stdout.strip()
+    print("broker: %s; %d cores; %s" % (impl, os.cpu_count(), " ".join(os.uname()[2:4][:1])))
+    print("%-34s %12s %-6s %10s %10s %4s" % ("benchmark", "value", "unit", "target", "vs Go", "met"))
+    for name, value, unit, target, ratio, ok in rows:
+        print("%-34s %12.0f %-6s %10d %9.2fx %4s" % (name, value, unit, target, ratio, ok))
+
+
+if __name__ == "__main__":
+    main()

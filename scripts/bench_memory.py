@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Memory probe: RSS growth of a broker process per queued 200-byte message.
+
+Publishes N messages (MPUB, batches of 200) to a topic with no channel, with
+--mem-queue-size above N so every message stays in memory, and reads the
+broker's RSS from /proc before and after.
+"""
+
+import argparse
+import os
+import socket
+import struct
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from nsqd_threaded.protocol import encode_mpub_body  # noqa: E402
+
+
+def rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def run(address, pid, count=1000000, size=200, topic="mem"):
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(b"  V2")
+    before = rss(pid)
+    payload = encode_mpub_body([b"m" * size] * 200)
+    cmd = b"MPUB " + topic.encode() + b"\n" + struct.pack(">i", len(payload)) + payload
+    for _ in range(count // 200):
+        sock.sendall(cmd)
+        got = b""
+        while len(got) < 10:
+            got += sock.recv(10 - len(got))
+    time.sleep(0.5)  # let the allocator settle before reading RSS (a measurement, not a test)
+    after = rss(pid)
+    sock.close()
+    return (after - before) / count, before, after
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--nsqd-tcp-address", required=True)
+    ap.add_argument("--pid", type=int, required=True, help="the broker's process id")
+    ap.add_argument("--count", type=int, default=1000000)
+    a = ap.parse_args()
+    per, before, after = run(a.nsqd_tcp_address, a.pid, a.count)
+    print("RSS %.1f MB -> %.1f MB: %.0f bytes per queued message" % (before / 1e6, after / 1e6, per))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Message IDs: nsqd's layout, order and retry rules, with a controlled clock."""
+
+from nsqd_threaded.guid import TWEPOCH, GUIDFactory
+
+
+class Clock:
+    def __init__(self, ticks):
+        self.ticks = list(ticks)  # successive values in 2**20 ns units
+
+    def __call__(self):
+        t = self.ticks[0] if len(self.ticks) == 1 else self.ticks.pop(0)
+        return t << 20
+
+
+def test_layout_matches_nsqd():
+    ts = TWEPOCH + 123456
+    f = GUIDFactory(617, Clock([ts]))
+    ids = f.new_ids(3)
+    assert all(len(i) == 16 for i in ids)
+    values = [int(i, 16) for i in ids]
+    assert [v & 0xFFF for v in values] == [0, 1, 2]
+    assert all((v >> 12) & 0x3FF == 617 for v in values)
+    assert all(v >> 22 == 123456 for v in values)
+
+
+def test_spec_example_digits():
+    # internals.md: node 617 (0x269) shows as "269" or "669" in hex digits 4-6 from the right.
+    f = GUIDFactory(617, Clock([TWEPOCH + 1]))
+    assert f.new_id()[-6:] in (b"269000", b"669000")
+
+
+def test_sequence_exhaustion_waits_for_the_next_tick():
+    ts = TWEPOCH + 10
+    f = GUIDFactory(1, Clock([ts, ts, ts + 1]))
+    ids = f.new_ids(4096 + 5)
+    values = [int(i, 16) for i in ids]
+    assert values == sorted(set(values))
+    assert values[4095] >> 22 == 10 and values[4096] >> 22 == 11
+    assert values[4096] & 0xFFF == 0
+
+
+def test_clock_going_backwards_is_waited_out():
+    ts = TWEPOCH + 50
+    f = GUIDFactory(1, Clock([ts]))
+    first = f.new_ids(2)
+    f._clock = Clock([ts - 5, ts - 1, ts])
+    later = f.new_ids(1)
+    assert int(later[0], 16) > int(first[-1], 16)
+
+
+def test_ids_increase_across_calls():
+    f = GUIDFactory(3)
+    ids = [i for _ in range(50) for i in f.new_ids(37)]
+    assert ids == sorted(set(ids))
