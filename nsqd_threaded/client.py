@@ -143,6 +143,8 @@ class Connection:
                 raise ConnectionClosed("nsqd at %s closed the connection" % _fmt(self.address))
             self._buf += chunk
             parsed, used = protocol.split_frames(self._buf)
+            if used < 0:  # a negative frame size (split_frames does not reject it)
+                raise ConnectionClosed("malformed frame from %s" % _fmt(self.address))
             if used:
                 del self._buf[:used]
                 frames.extend(parsed)
@@ -236,6 +238,12 @@ class Producer:
 
     def __repr__(self):
         return "<Producer %s>" % _fmt(self.address)
+
+    @property
+    def connected(self):
+        """True while a connection is open (it may still turn out dead on the next request)."""
+        with self._lock:
+            return self._conn is not None
 
     def connect(self):
         """Connect now (otherwise the first request does); returns self."""

@@ -145,7 +145,8 @@ class NSQD:
             self._spawn("nsqd-http-accept", self._http_server.serve_forever)
         self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
         self._spawn("nsqd-queue-scan", self._queue_scan_loop)
-        gc.callbacks.append(self._on_gc)
+        if hasattr(gc, "callbacks"):  # CPython only (PyPy has none)
+            gc.callbacks.append(self._on_gc)
         self._started = True
         return self
 
@@ -191,7 +192,7 @@ class NSQD:
             for t in self._threads:
                 t.join()
             self._threads = []
-            if self._on_gc in gc.callbacks:
+            if self._on_gc in getattr(gc, "callbacks", ()):
                 gc.callbacks.remove(self._on_gc)
             self._unlock_data_path()
             self.log.info("NSQ: stopped")

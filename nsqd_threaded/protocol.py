@@ -111,6 +111,8 @@ def split_frames(buf):
     unpack = _FRAME_HEADER.unpack_from
     while n - pos >= 8:
         size, frame_type = unpack(buf, pos)
+        if size < 4:
+            raise ValueError("invalid frame size %d" % size)
         end = pos + 4 + size
         if end > n:
             break

@@ -1,4 +1,9 @@
-"""pytest plugin: real nsqd brokers as fixtures (registered through the ``pytest11`` entry point).
+"""pytest plugin: real nsqd brokers as fixtures.
+
+Registered through the ``pytest11`` entry point named after this module
+(``nsqd_threaded.pytest_plugin``), so ``-p nsqd_threaded.pytest_plugin`` is harmless
+when it is installed and enables it when it is not; ``-p no:nsqd_threaded.pytest_plugin``
+disables it.
 
 Fixtures:
 
@@ -144,3 +149,28 @@ def _start(flags, make):
         error = e
     given = " (flags: %s)" % " ".join(flags) if flags else ""
     pytest.fail("nsqd did not start%s: %s: %s" % (given, type(error).__name__, error), pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    session_broker = item.config.stash.get(_SESSION, None)
+    item.stash[_SESSION_START] = session_broker.log_position() if session_broker is not None else 0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Attach the log of each broker a failing test used to its report."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    logs = list(item.stash.get(_BROKERS, []))
+    session_broker = item.config.stash.get(_SESSION, None)
+    if session_broker is not None and "nsqd_session" in getattr(item, "fixturenames", ()):
+        logs.append((session_broker, item.stash.get(_SESSION_START, 0)))
+    for broker, start in logs:
+        text = broker.log_since(start)
+        if broker.tcp_addr is None and not text:
+            continue  # never started: the error says why
+        where = broker.tcp_addr or "not started"
+        report.sections.append(("Captured nsqd log %s (%s)" % (report.when, where), text or "(nothing logged)\n"))

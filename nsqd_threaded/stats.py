@@ -242,9 +242,17 @@ def memory_stats(nsqd):
         "gc_pause_usec_99": _pct(pauses, 99),
         "gc_pause_usec_95": _pct(pauses, 95),
         "next_gc_bytes": 0,
-        "gc_total_runs": sum(s.get("collections", 0) for s in gc.get_stats()),
+        "gc_total_runs": gc_runs(),
     }
     return doc
+
+
+def gc_runs():
+    """Collections so far (CPython's per-generation counters; 0 where unavailable, as on PyPy)."""
+    try:
+        return sum(s.get("collections", 0) for s in gc.get_stats())
+    except (AttributeError, TypeError):
+        return 0
 
 
 def _pct(sorted_values, p):

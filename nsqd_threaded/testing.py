@@ -69,9 +69,9 @@ def resolve_options(flags=(), options=None):
 
 def _flags_to_values(flags):
     """Parse flags with the command's own parser; resolve like ``cli.resolve``, without exiting."""
-    import click
-
     from . import cli, config
+
+    click = cli.click  # the click that built the command (not a re-imported copy)
 
     if any(not isinstance(f, str) for f in flags):
         raise ValueError("nsqd flags must be strings, got %r" % (flags,))
@@ -190,6 +190,11 @@ class LogBuffer:
             self._closed = True
             self._cond.notify_all()
 
+    @property
+    def closed(self):
+        with self._cond:
+            return self._closed
+
     def reopen(self):
         """Expect writes again (the next child process)."""
         with self._cond:
@@ -276,12 +281,14 @@ class Broker:
     def stop(self):
         """Stop the broker (every thread joined, every socket closed) and remove its temporary data."""
         with self._lock:
-            if self.running:
-                self.running = False
-                self.nsqd.stop()
-            if self._own_data_path and self.data_path is not None:
-                shutil.rmtree(self.data_path, ignore_errors=True)
-                self.data_path = None
+            try:
+                if self.running:
+                    self.running = False
+                    self.nsqd.stop()
+            finally:
+                if self._own_data_path and self.data_path is not None:
+                    shutil.rmtree(self.data_path, ignore_errors=True)
+                    self.data_path = None
 
     def restart(self):
         """Stop and start again on the same ports with the same data directory (nsqd.dat survives)."""
@@ -409,10 +416,14 @@ class BrokerProcess:
         with self._lock:
             if self.running:
                 raise RuntimeError("broker process already running")
+            made = self._own_data_path and self.data_path is None
             try:
                 self._spawn()
             except BaseException:
                 self._reap(signal.SIGKILL)
+                if made and self.data_path is not None:
+                    shutil.rmtree(self.data_path, ignore_errors=True)
+                    self.data_path = None
                 raise
         return self
 
@@ -461,6 +472,11 @@ class BrokerProcess:
 
         found = self._log.wait_for(ready, self.start_timeout)
         if not found:
+            if self._log.closed:  # its stderr ended: it is exiting
+                try:
+                    proc.wait(self.stop_timeout)
+                except subprocess.TimeoutExpired:
+                    pass
             status = proc.poll()
             why = "exited with status %s" % status if status is not None else "not ready in %gs" % self.start_timeout
             raise RuntimeError("nsqd process %s; its log:\n%s" % (why, self._log.getvalue(offset)))
@@ -516,10 +532,12 @@ class BrokerProcess:
     def stop(self):
         """SIGTERM and wait (SIGKILL after ``stop_timeout``); remove the temporary data directory."""
         with self._lock:
-            self._reap(signal.SIGTERM)
-            if self._own_data_path and self.data_path is not None:
-                shutil.rmtree(self.data_path, ignore_errors=True)
-                self.data_path = None
+            try:
+                self._reap(signal.SIGTERM)
+            finally:
+                if self._own_data_path and self.data_path is not None:
+                    shutil.rmtree(self.data_path, ignore_errors=True)
+                    self.data_path = None
 
     def __enter__(self):
         if not self.running:
