@@ -31,6 +31,8 @@ Differences from go-diskqueue, all invisible in the files it reads:
   never opens: Go delivers such messages immediately (as it does for every
   message read back from disk), and the entries it has consumed are pruned
   when this broker opens the queue again.  See :class:`DiskQueue`.
+* ``durable=True`` (``--durable``): records stay on disk until acknowledged
+  and publishes can wait for a shared fsync; see ``diskqueue_durable``.
 """
 
 import errno
@@ -41,6 +43,7 @@ import struct
 import time
 
 from .backend import Backend, BackendError
+from .diskqueue_durable import DurableMixin, fsync_dir
 from .message import Message
 
 _LEN = struct.Struct(">i")
@@ -114,7 +117,7 @@ def format_meta(depth, read_file_num, read_pos, write_file_num, write_pos):
     return b"%d\n%d,%d\n%d,%d\n" % (depth, read_file_num, read_pos, write_file_num, write_pos)
 
 
-class DiskQueue(Backend):
+class DiskQueue(DurableMixin, Backend):
     """A go-diskqueue compatible queue of messages in ``data_path``.
 
     ``min_msg_size``/``max_msg_size`` bound the record payload (26-byte header
@@ -129,6 +132,10 @@ class DiskQueue(Backend):
     ``deferred_ns == 0``.  So an owner must keep ``deferred_ns`` at 0 for a
     message whose delay has been served, and set it to the remaining delay
     when it flushes its deferred index.
+
+    ``durable``: :meth:`get` records stay until :meth:`ack`, and
+    :meth:`sync_point`/:meth:`wait_synced` give group-committed fsyncs
+    (:class:`~nsqd_threaded.diskqueue_durable.DurableMixin`).
     """
 
     def __init__(
@@ -141,6 +148,7 @@ class DiskQueue(Backend):
         sync_every=2500,
         sync_timeout=2.0,
         logger=None,
+        durable=False,
     ):
         self.name = name
         self.data_path = data_path
@@ -175,6 +183,8 @@ class DiskQueue(Backend):
 
         self._retrieve_meta_data()
         self._recover_write_file()
+        if durable:
+            self._durable_init()
         self._load_deferred()
 
     def __repr__(self):
@@ -264,6 +274,10 @@ class DiskQueue(Backend):
             if self.read_file_num == start_file and self.read_pos >= self._complete_sizes[start_file]:
                 self._finish_read_file()
             self._need_sync = True
+        if self._gsync is not None:
+            self._gsync.wrote((fnum, pos))
+            if rolled:
+                self._advance_commit()
         if self._need_sync or self._count >= self.sync_every:
             self._sync_logged()
 
@@ -274,6 +288,8 @@ class DiskQueue(Backend):
             return out
         took = 0
         dmap = self._deferred
+        unacked = self._unacked
+        dtake = dmap.pop if unacked is None else dmap.get  # durable: kept until acked
         now = None
         while len(out) < n:
             rf, wf = self.read_file_num, self.write_file_num
@@ -324,13 +340,15 @@ class DiskQueue(Backend):
                     _, ts, attempts = unpack_header(buf, p)
                     msg = Message(buf[p + 14 : p + 30], buf[p + 30 : end], ts, attempts)
                     if dmap:
-                        entry = dmap.pop((rf, base + p), None)
+                        entry = dtake((rf, base + p), None)
                         if entry is not None and entry[0] == msg.id:
                             if now is None:
                                 now = time.time_ns()
                             if entry[1] > now:
                                 msg.deferred_ns = entry[1] - now
                     out.append(msg)
+                    if unacked is not None:
+                        unacked.add(msg.id, rf, base + p, base + end)
                 else:
                     self.log.error(
                         "DISKQUEUE(%s) skipping undecodable record (%d bytes) at %d of %s",
@@ -374,6 +392,8 @@ class DiskQueue(Backend):
         self._depth -= took
         self._count += took
         self._check_tail_corruption()
+        if unacked is not None:
+            self._advance_commit()
         if self._need_sync or (took and self._count >= self.sync_every):
             self._sync_logged()
         return out
@@ -382,7 +402,9 @@ class DiskQueue(Backend):
         if self._exiting:
             raise BackendError("exiting")
         self.log.info("DISKQUEUE(%s): emptying", self.name)
-        self._skip_to_next_rw_file()
+        self._skip_to_next_rw_file(emptying=True)
+        if self._gsync is not None:
+            self._durable_emptied()
         try:
             os.remove(self.meta_file_name)
         except FileNotFoundError:
@@ -400,12 +422,14 @@ class DiskQueue(Backend):
         self.log.info("DISKQUEUE(%s): closing", self.name)
         self._exiting = True
         self._close_read_file()
-        if self._wfd is not None:
+        if self._gsync is not None:
+            self._gsync.close(self, flush=True)  # fsyncs what waiters may wait for (failure logged)
+        elif self._wfd is not None:
             try:
                 os.fsync(self._wfd)
             except OSError as e:
                 self.log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
-            self._close_write_file()
+        self._close_write_file()
         self._compact_deferred()
         self._close_deferred(sync=True)
         try:
@@ -424,6 +448,8 @@ class DiskQueue(Backend):
         self._close_read_file()
         self._close_write_file()
         self._close_deferred(sync=False)
+        if self._gsync is not None:
+            self._gsync.close(self, flush=False)
 
     # -- sync policy ----------------------------------------------------------
 
@@ -463,9 +489,13 @@ class DiskQueue(Backend):
         if self._wfd is not None:
             try:
                 os.fsync(self._wfd)
-            except OSError:
+            except OSError as e:
+                if self._gsync is not None:
+                    self._gsync.failed("fsync %s: %s" % (self.file_name(self.write_file_num), _strerror(e)))
                 self._close_write_file()
                 raise
+            if self._gsync is not None:
+                self._gsync.mark_synced((self.write_file_num, self.write_pos))
         if self._dfd is not None:
             try:
                 os.fsync(self._dfd)
@@ -480,10 +510,7 @@ class DiskQueue(Backend):
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             try:
-                _write_all(
-                    fd,
-                    format_meta(self._depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos),
-                )
+                _write_all(fd, format_meta(*self._meta_fields()))
             except OSError:
                 os.close(fd)
                 fd = None
@@ -501,6 +528,8 @@ class DiskQueue(Backend):
         except OSError:
             _remove_quietly(tmp)
             raise
+        if self._unacked is not None:
+            fsync_dir(self.data_path)
 
     # -- startup ------------------------------------------------------------
 
@@ -601,13 +630,17 @@ class DiskQueue(Backend):
         try:
             for num, pos, parts in segments:
                 path = self.file_name(num)
-                if num != start_file and self._wfd is not None:
-                    self._roll_write_file()
+                if num != start_file and (self._wfd is not None or self._gsync is not None):
+                    op, path = "sync", self.file_name(num - 1)
+                    self._roll_write_file(num)
+                    path = self.file_name(num)
                 if self._wfd is None:
                     op = "open"
                     self._wfd = self._open_write_file(num, pos)
                     if num != start_file:
                         created.append(num)
+                    if self._gsync is not None:
+                        self._durable_opened(self._wfd, num)
                 op = "write"
                 if num == start_file:
                     wrote_start = True
@@ -622,17 +655,24 @@ class DiskQueue(Backend):
                     pass
             for num in created:
                 _remove_quietly(self.file_name(num))
+            if self._gsync is not None:
+                self._gsync.rollback((start_file, start_pos))
             raise BackendError("%s %s: %s" % (op, path, _strerror(e)))
 
-    def _roll_write_file(self):
-        try:
-            os.fsync(self._wfd)
-        except OSError as e:
-            self.log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+    def _roll_write_file(self, new_num):
+        if self._gsync is not None:
+            self._gsync.roll(self._wfd, new_num)  # durable: a failed fsync fails the put
+        else:
+            try:
+                os.fsync(self._wfd)
+            except OSError as e:
+                self.log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
         self._close_write_file()
 
     def _close_write_file(self):
         if self._wfd is not None:
+            if self._gsync is not None:
+                self._gsync.detach()
             try:
                 os.close(self._wfd)
             except OSError:
@@ -676,10 +716,11 @@ class DiskQueue(Backend):
         self._close_read_file()
         num = self.read_file_num
         path = self.file_name(num)
-        try:
-            os.remove(path)
-        except OSError as e:
-            self.log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, path, e)
+        if self._unacked is None:  # durable: deleted once the committed position passes it
+            try:
+                os.remove(path)
+            except OSError as e:
+                self.log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, path, e)
         self._complete_sizes.pop(num, None)
         self.read_file_num = num + 1
         self.read_pos = 0
@@ -699,12 +740,15 @@ class DiskQueue(Backend):
             self.write_pos = 0
         bad_rename = bad + ".bad"
         self.log.warn("DISKQUEUE(%s) jump to next file and saving bad file as %s", self.name, bad_rename)
-        try:
-            os.rename(bad, bad_rename)
-        except OSError:
-            self.log.error(
-                "DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s", self.name, bad, bad_rename
-            )
+        if self._unacked is not None:
+            self._bad_files.add(num)  # renamed once the committed position passes it
+        else:
+            try:
+                os.rename(bad, bad_rename)
+            except OSError:
+                self.log.error(
+                    "DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s", self.name, bad, bad_rename
+                )
         self._complete_sizes.pop(num, None)
         self.read_file_num = num + 1
         self.read_pos = 0
@@ -750,10 +794,11 @@ class DiskQueue(Backend):
             self._skip_to_next_rw_file()
             self._need_sync = True
 
-    def _skip_to_next_rw_file(self):
+    def _skip_to_next_rw_file(self, emptying=False):
         self._close_read_file()
         self._close_write_file()
-        for num in range(self.read_file_num, self.write_file_num + 1):
+        first = self.read_file_num if self._unacked is None else self._durable_skip_from(emptying)
+        for num in range(first, self.write_file_num + 1):
             path = self.file_name(num)
             try:
                 os.remove(path)
@@ -821,8 +866,8 @@ class DiskQueue(Backend):
         self._compact_deferred()
 
     def _prune_deferred(self):
-        """Forget entries of files the reader has left (consumed or set aside as .bad)."""
-        rf = self.read_file_num
+        """Forget entries of files the reader has left (durable: the committed position)."""
+        rf = self.read_file_num if self._unacked is None else self._commit_file
         stale = [key for key in self._deferred if key[0] < rf]
         for key in stale:
             del self._deferred[key]

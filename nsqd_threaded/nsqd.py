@@ -84,7 +84,7 @@ class NSQD:
             o.sync_every,
             o.sync_timeout,
             self.log,
-            **({"durable": True} if o.durable else {}),
+            durable=o.durable,
         )
 
     def backend_put(self, backend, msgs):

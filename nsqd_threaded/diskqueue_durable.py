@@ -1,0 +1,477 @@
+"""Durable mode of the file diskqueue (``--durable``, beyond go-diskqueue).
+
+The promise: a publish is acknowledged only once its record is fsynced, and a
+record stays recoverable until its message is FINed, so a crash at any
+instant loses nothing acknowledged (messages in flight at the crash are
+delivered again: duplicates, never loss).  Three pieces, mixed into
+:class:`~nsqd_threaded.diskqueue.DiskQueue` by :class:`DurableMixin`:
+
+* **Unacked records** (:class:`Unacked`): every record :meth:`get` hands out
+  is remembered (message ID, file, start, end) until :meth:`ack`.  The
+  *committed read position* is the start of the oldest record not yet acked
+  (or the read position when there is none); the metadata file stores it as
+  the read position, with depth = unread + unacked records, so reopening the
+  queue reads every unacked record again.  Go nsqd reading such a metadata
+  file simply sees those records as unread.  Data files are deleted (or set
+  aside as ``.bad`` after a read error) only once the committed position has
+  passed them, and only after the metadata saying so is on disk.
+
+* **Group commit** (:class:`GroupSync`): :meth:`sync_point` (owner's lock
+  held, right after ``put``) returns a token; :meth:`wait_synced` (owner's
+  lock *not* held) returns once everything up to the token is fsynced.  One
+  waiter at a time fsyncs -- a ``dup()`` of the write fd, outside any lock --
+  everything written so far; the others wait for it and return if it covered
+  them.  A write-file roll fsyncs the finished file, which covers every token
+  in it.  Directory entries of new data files and of the metadata file are
+  fsynced too.  An fsync failure is sticky: every later wait for a token not
+  synced before it raises BackendError (the kernel may have dropped the
+  pages, so nothing written since can be trusted until a restart).
+
+* **Startup**: data files past the metadata's write position (the metadata
+  was lost or is older than them, e.g. a crash right after ``empty()``) are
+  adopted rather than later overwritten, and a read position on a file that
+  is gone moves to the next existing file.
+
+All of this runs with the owner's lock held, except :meth:`wait_synced`,
+whose state is guarded by the GroupSync's own lock; the owner takes that
+lock only briefly (put, roll, close, empty).
+"""
+
+import collections
+import os
+import re
+import threading
+
+from .backend import BackendError
+
+
+def _strerror(e):
+    text = e.strerror or str(e)
+    return text[:1].lower() + text[1:]
+
+
+def fsync_dir(path):
+    """fsync a directory, so the names created/renamed in it survive power loss."""
+    fd = os.open(path or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Rec:
+    __slots__ = ("msg_id", "file_num", "start", "end", "done")
+
+    def __init__(self, msg_id, file_num, start, end):
+        self.msg_id = msg_id
+        self.file_num = file_num
+        self.start = start
+        self.end = end
+        self.done = False
+
+
+class Unacked:
+    """Records handed out by ``get()`` and not yet acknowledged, oldest first.
+
+    Acked records after the oldest unacked one stay in the log (they are read
+    again after a crash) until everything before them is acked too.
+    """
+
+    __slots__ = ("_log", "_by_id")
+
+    def __init__(self):
+        self._log = collections.deque()
+        self._by_id = {}  # msg id -> _Rec, or a deque of _Rec (oldest first) for a duplicated ID
+
+    def __len__(self):
+        return len(self._log)
+
+    def add(self, msg_id, file_num, start, end):
+        rec = _Rec(msg_id, file_num, start, end)
+        self._log.append(rec)
+        prev = self._by_id.get(msg_id)
+        if prev is None:
+            self._by_id[msg_id] = rec
+        elif type(prev) is _Rec:
+            self._by_id[msg_id] = collections.deque((prev, rec))
+        else:
+            prev.append(rec)
+
+    def ack(self, msg_id):
+        """Mark the oldest unacked record of ``msg_id`` done; False if there is none."""
+        entry = self._by_id.get(msg_id)
+        if entry is None:
+            return False
+        if type(entry) is _Rec:
+            del self._by_id[msg_id]
+            entry.done = True
+        else:
+            entry.popleft().done = True
+            if not entry:
+                del self._by_id[msg_id]
+        return True
+
+    def advance(self):
+        """Drop the leading done records; returns how many."""
+        log = self._log
+        n = 0
+        while log and log[0].done:
+            log.popleft()
+            n += 1
+        return n
+
+    def head(self):
+        return self._log[0] if self._log else None
+
+    def last_file(self):
+        return self._log[-1].file_num if self._log else None
+
+    def clear(self):
+        self._log.clear()
+        self._by_id.clear()
+
+
+class GroupSync:
+    """What is written and what is fsynced, shared with threads in ``wait()``.
+
+    Positions are ``(file num, pos)`` tuples, which order like the stream
+    (file numbers only grow).  ``synced``: every record ending at or before
+    it is on disk.
+    """
+
+    def __init__(self, file_name, position):
+        self._file_name = file_name
+        self._cond = threading.Condition(threading.Lock())
+        self.written = position
+        self.synced = position
+        self._fd = None  # the owner's current write fd (dup'ed before use outside the lock)
+        self._fd_num = None
+        self._syncing = False  # a waiter is fsyncing outside the lock
+        self._error = None  # sticky fsync failure text
+        self._error_floor = None  # synced at the time of the failure
+        self._closed = False
+        self.fsync_count = 0  # fsyncs issued by waiters (group commits)
+
+    # -- owner side (owner's lock held) ------------------------------------------
+
+    def attach(self, fd, file_num):
+        with self._cond:
+            self._fd, self._fd_num = fd, file_num
+
+    def detach(self):
+        """Before the owner closes its write fd."""
+        with self._cond:
+            self._fd = self._fd_num = None
+
+    def wrote(self, position):
+        with self._cond:
+            if position > self.written:
+                self.written = position
+
+    def mark_synced(self, position):
+        with self._cond:
+            if position > self.synced:
+                self.synced = position
+                self._cond.notify_all()
+
+    def failed(self, text):
+        with self._cond:
+            if self._error is None:
+                self._error = text
+                self._error_floor = self.synced
+            self._cond.notify_all()
+
+    def rollback(self, position):
+        """A failed put truncated the stream back to ``position``."""
+        with self._cond:
+            if self.synced > position:
+                self.synced = position
+
+    def reset(self, position):
+        """empty(): everything before ``position`` is gone, so nothing to wait for."""
+        with self._cond:
+            self.written = max(self.written, position)
+            self.synced = max(self.synced, position)
+            self._cond.notify_all()
+
+    def roll(self, fd, new_num):
+        """The writer moves on to file ``new_num``: fsync the finished file.
+
+        ``fd`` is the finished file's write fd, or None if it is not open
+        (then the file holding unsynced writes, if any, is fsynced by name).
+        Raises OSError (and the failure is sticky) if the fsync fails.
+        """
+        with self._cond:
+            need = self.synced < self.written
+            num = self.written[0] if fd is None else self._fd_num
+        try:
+            if fd is not None:
+                os.fsync(fd)
+            elif need and num < new_num:
+                self._fsync_path(num)
+        except OSError as e:
+            self.failed("fsync %s: %s" % (self._file_name(num), _strerror(e)))
+            raise
+        self.mark_synced((new_num, 0))
+
+    def close(self, queue, flush):
+        """close() (``flush``: fsync what is still unsynced first) or delete()."""
+        if flush:
+            try:
+                self.wait(self.written)
+            except BackendError as e:
+                queue.log.error("DISKQUEUE(%s) failed to sync - %s", queue.name, e)
+        with self._cond:
+            self._closed = True
+            self._fd = self._fd_num = None
+            self._cond.notify_all()
+
+    # -- waiters (any thread, owner's lock not held) --------------------------------
+
+    def wait(self, token):
+        cond = self._cond
+        with cond:
+            while True:
+                if self._error is not None and token > self._error_floor:
+                    raise BackendError(self._error)
+                if token <= self.synced:
+                    return
+                if not self._syncing:
+                    if self._closed:
+                        raise BackendError("exiting")
+                    break
+                cond.wait()
+            # Leader: fsync everything written so far.
+            self._syncing = True
+            target = self.written
+            fd = None
+            try:
+                if self._fd is not None and self._fd_num == target[0]:
+                    fd = os.dup(self._fd)
+            except OSError:
+                fd = None  # fall back to opening the file
+        synced = False
+        error = None
+        sticky = False
+        try:
+            if fd is None:
+                try:
+                    fd = os.open(self._file_name(target[0]), os.O_RDONLY)
+                except FileNotFoundError:
+                    synced = True  # emptied, or consumed and acked: nothing left to sync
+                except OSError as e:
+                    error = "open %s: %s" % (self._file_name(target[0]), _strerror(e))
+            if fd is not None:
+                try:
+                    os.fsync(fd)
+                    synced = True
+                except OSError as e:
+                    error = "fsync %s: %s" % (self._file_name(target[0]), _strerror(e))
+                    sticky = True
+                finally:
+                    os.close(fd)
+        finally:
+            with cond:
+                self._syncing = False
+                if synced:
+                    if fd is not None:
+                        self.fsync_count += 1
+                    if target > self.synced:
+                        self.synced = target
+                elif sticky and self._error is None:
+                    self._error = error
+                    self._error_floor = self.synced
+                cond.notify_all()
+                if synced and self._error is not None and token > self._error_floor:
+                    # Another fsync of this data failed meanwhile; this one may only
+                    # have succeeded because that one consumed the error report.
+                    raise BackendError(self._error)
+        if not synced:
+            raise BackendError(error or "exiting")
+
+    def _fsync_path(self, file_num):
+        try:
+            fd = os.open(self._file_name(file_num), os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class DurableMixin:
+    """The durable-mode methods of DiskQueue (see the module docstring).
+
+    With ``durable=False`` ``_unacked`` and ``_gsync`` are None: :meth:`ack`
+    is a no-op, :meth:`sync_point` returns None and ``wait_synced(None)``
+    returns at once.
+    """
+
+    _unacked = None
+    _gsync = None
+
+    # -- API ------------------------------------------------------------------------
+
+    @property
+    def fsync_count(self):
+        """fsyncs issued by :meth:`wait_synced` callers (one per group commit)."""
+        return self._gsync.fsync_count if self._gsync is not None else 0
+
+    def sync_point(self):
+        """A token for everything written so far (call with the owner's lock held)."""
+        if self._gsync is None:
+            return None
+        position = (self.write_file_num, self.write_pos)
+        self._gsync.wrote(position)
+        return position
+
+    def wait_synced(self, token):
+        """Return once everything up to ``token`` is fsynced; call WITHOUT the owner's lock.
+
+        Raises BackendError on an fsync failure (this one or an earlier one)
+        and ``exiting`` if the queue was closed by delete() (or a failing
+        close()) before the data was synced; after a successful close() it
+        returns.  Tokens of data emptied away return at once.
+        """
+        if token is None or self._gsync is None:
+            return
+        self._gsync.wait(token)
+
+    def ack(self, msg_ids):
+        """Mark records handed out by get() as done (the oldest one for a repeated ID).
+
+        Moves the committed read position over the leading done records and
+        deletes the data files it has passed.  Unknown IDs are ignored.
+        Returns the number of records marked done.
+        """
+        unacked = self._unacked
+        if unacked is None or self._exiting:
+            return 0
+        n = 0
+        for msg_id in msg_ids:
+            if unacked.ack(msg_id):
+                n += 1
+        if n:
+            moved = unacked.advance()
+            if moved:
+                self._count += moved
+                self._advance_commit()
+                if self._count >= self.sync_every:
+                    self._sync_logged()
+        return n
+
+    @property
+    def unacked_count(self):
+        return len(self._unacked) if self._unacked is not None else 0
+
+    def committed_position(self):
+        """``(file num, pos)`` where reading resumes after a reopen."""
+        head = self._unacked.head() if self._unacked is not None else None
+        if head is None:
+            return self.read_file_num, self.read_pos
+        return head.file_num, head.start
+
+    # -- hooks called by DiskQueue --------------------------------------------------
+
+    def _durable_init(self):
+        self._unacked = Unacked()
+        self._bad_files = set()  # read errors: renamed to .bad once committed past
+        self._adopt_unknown_files()
+        self._commit_file = self.read_file_num  # files below it are deleted
+        self._dir_synced_num = None  # write file whose directory entry was fsynced
+        self._gsync = GroupSync(self.file_name, (self.write_file_num, self.write_pos))
+
+    def _meta_fields(self):
+        if self._unacked is None:
+            return self._depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos
+        rf, rp = self.committed_position()
+        return self._depth + len(self._unacked), rf, rp, self.write_file_num, self.write_pos
+
+    def _durable_opened(self, fd, file_num):
+        """A write file was opened: make its directory entry durable, let waiters use the fd."""
+        if self._dir_synced_num != file_num:
+            fsync_dir(self.data_path)
+            self._dir_synced_num = file_num
+        self._gsync.attach(fd, file_num)
+
+    def _durable_skip_from(self, emptying):
+        """First file _skip_to_next_rw_file may delete."""
+        if emptying:
+            first = min(self.read_file_num, self._commit_file)
+            self._unacked.clear()
+            self._bad_files.clear()
+            return first
+        if self._unacked.last_file() == self.read_file_num:
+            return self.read_file_num + 1  # it still holds unacked records
+        return self.read_file_num
+
+    def _durable_emptied(self):
+        self._commit_file = self.read_file_num
+        self._gsync.reset((self.write_file_num, self.write_pos))
+
+    def _advance_commit(self):
+        """Delete (or set aside as .bad) the data files the committed position has passed."""
+        new = self.committed_position()[0]
+        old = self._commit_file
+        if new <= old:
+            return
+        self._sync_logged()  # the metadata moves past these files before they go
+        for num in range(old, new):
+            path = self.file_name(num)
+            try:
+                if num in self._bad_files:
+                    self._bad_files.discard(num)
+                    os.rename(path, path + ".bad")
+                else:
+                    os.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                self.log.error("DISKQUEUE(%s) failed to remove/rename %s - %s", self.name, path, e)
+        self._commit_file = new
+        if self._deferred_lines or self._deferred:
+            self._prune_deferred()
+
+    def _adopt_unknown_files(self):
+        """Startup: never lose (or later overwrite) data files the metadata does not know."""
+        pattern = re.compile(re.escape(self.name) + r"\.diskqueue\.([0-9]{6,})\.dat\Z")
+        try:
+            names = os.listdir(self.data_path or ".")
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to list %s - %s", self.name, self.data_path, e)
+            return
+        nums = sorted(int(m.group(1)) for m in map(pattern.match, names) if m)
+        for num in nums:
+            if num >= self.read_file_num:
+                break
+            # Consumed and acknowledged: left by a crash between the metadata update and the deletion.
+            self.log.info("DISKQUEUE(%s) removing consumed data file %s", self.name, self.file_name(num))
+            try:
+                os.remove(self.file_name(num))
+            except OSError as e:
+                self.log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, self.file_name(num), e)
+        later = [n for n in nums if n > self.write_file_num]
+        if later:
+            self.log.warn(
+                "DISKQUEUE(%s) data files %d..%d past the metadata's write file %d, adopting them",
+                self.name,
+                later[0],
+                later[-1],
+                self.write_file_num,
+            )
+            for num in later:
+                path = self.file_name(num)
+                try:
+                    size = os.stat(path).st_size
+                except OSError:
+                    continue
+                self._depth += self._count_records(path, 0, size)
+            self.write_file_num = later[-1] + 1
+            self.write_pos = 0
+            self._need_sync = True
+        if self.read_file_num < self.write_file_num and self.read_file_num not in nums:
+            nxt = [n for n in nums if self.read_file_num < n < self.write_file_num]
+            self.read_file_num = nxt[0] if nxt else self.write_file_num
+            self.read_pos = 0
+            self._need_sync = True
