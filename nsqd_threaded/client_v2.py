@@ -80,17 +80,11 @@ class Client:
         self._closing = False
         self._write_lock = threading.Lock()
         self._pump = None
-        self._apply_deadline()
 
     def __repr__(self):
         return "Client(%d, %s)" % (self.id, self.remote_address)
 
     # -- settings ----------------------------------------------------------
-
-    def _apply_deadline(self):
-        """Read deadline = 2 x heartbeat interval; none when heartbeats are off."""
-        hb = self.heartbeat_interval
-        self._sock.settimeout(2 * hb if hb > 0 else None)
 
     def apply_identify(self, fields, settings):
         self.client_id = fields.get("client_id", "")
@@ -105,7 +99,6 @@ class Client:
         self.msg_timeout_ns = settings["msg_timeout_ms"] * 1000000
         self.feature_negotiation = bool(fields.get("feature_negotiation"))
         self.identified = True
-        self._apply_deadline()
         self.wake()
 
     def set_ready(self, count):

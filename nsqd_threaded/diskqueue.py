@@ -152,6 +152,7 @@ class DiskQueue(DurableMixin, Backend):
     ):
         self.name = name
         self.data_path = data_path
+        self._file_prefix = os.path.join(data_path, "%s.diskqueue." % name)  # file_name() is on the hot path
         self.max_bytes_per_file = max_bytes_per_file
         self.min_msg_size = min_msg_size
         self.max_msg_size = max_msg_size
@@ -193,7 +194,7 @@ class DiskQueue(DurableMixin, Backend):
     # -- names ---------------------------------------------------------------
 
     def file_name(self, file_num):
-        return os.path.join(self.data_path, "%s.diskqueue.%06d.dat" % (self.name, file_num))
+        return "%s%06d.dat" % (self._file_prefix, file_num)
 
     @property
     def meta_file_name(self):

@@ -13,13 +13,11 @@ import re
 import socket
 import socketserver
 import threading
-import time
 import traceback
 import urllib.parse
 
 from . import protocol, stats
 from .channel import ChannelError
-from .message import Message
 from .metrics import render_prometheus
 from .protocol import ProtocolError
 from .tcp import PromptShutdownMixIn, split_address
@@ -254,9 +252,9 @@ class HTTPAPI:
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
         return topic, channel
 
-    def _put(self, topic, msgs):
+    def _publish(self, topic, bodies, defer_ns=0):
         try:
-            topic.put_messages(msgs)
+            topic.publish(bodies, defer_ns)
         except TopicError:
             raise HTTPError(503, "EXITING") from None
 
@@ -302,8 +300,7 @@ class HTTPAPI:
             if not 0 <= defer_ms <= int(self.opts.max_req_timeout * 1000):
                 raise HTTPError(400, "INVALID_DEFER")
             defer_ns = defer_ms * 1000000
-        msg = Message(topic.new_ids(1)[0], body, None, 0, defer_ns)
-        self._put(topic, [msg])
+        self._publish(topic, [body], defer_ns)
         return ok_text("OK")
 
     def mpub(self, request):
@@ -328,9 +325,7 @@ class HTTPAPI:
                     raise HTTPError(413, "MSG_TOO_BIG")
                 bodies.append(line)
         if bodies:
-            ids = topic.new_ids(len(bodies))
-            now = time.time_ns()
-            self._put(topic, [Message(i, b, now) for i, b in zip(ids, bodies)])
+            self._publish(topic, bodies)
         return ok_text("OK")
 
     def _mpub_binary(self, body):

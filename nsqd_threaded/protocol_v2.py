@@ -9,12 +9,12 @@ its body is read).  Everything that can be computed without I/O lives in
 """
 
 import socket
+import struct
 import time
 
 from . import protocol
 from .channel import ChannelError
 from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
-from .message import Message
 from .protocol import ProtocolError, go_quote, text
 from .topic import TopicError
 
@@ -34,43 +34,58 @@ class Reader:
         self._buf = bytearray()
         self._pos = 0
         self._deadline = None
+        sock.settimeout(None)  # blocking: deadlines are the kernel's (see set_deadline)
+        self._timeout = None
+        # recv_into one reused buffer: recv(n) would allocate (mmap) n bytes per call.
+        self._chunk = bytearray(262144)
+        self._chunk_view = memoryview(self._chunk)
 
     def set_deadline(self, seconds):
         """Start reading a command: its line and body must arrive within ``seconds``.
 
         nsqd sets one read deadline before each command (2 x heartbeat
         interval; none when heartbeats are off), so a client trickling bytes
-        cannot extend it.  The socket's timeout bounds each recv; it is
-        lowered when a command has already used part of its time.
+        cannot extend it.  The deadline is enforced by the kernel
+        (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket: no poll() before every
+        recv and send, unlike a Python socket timeout).  It is set only when it
+        changes, and lowered only for a command that has used half its time.
         """
-        sock = self._sock
         if seconds is None or seconds <= 0:
             self._deadline = None
-            if sock.gettimeout() is not None:
-                sock.settimeout(None)
+            if self._timeout is not None:
+                self._set_timeout(None)
             return
         self._deadline = time.monotonic() + seconds
-        if sock.gettimeout() != seconds:
-            sock.settimeout(seconds)
+        if self._timeout != seconds:
+            self._set_timeout(seconds)
+
+    def _set_timeout(self, seconds):
+        if seconds is None:
+            sec = usec = 0  # a zero timeval means no timeout
+        else:
+            sec, usec = divmod(max(1, int(seconds * 1e6)), 1000000)
+        tv = struct.pack("@ll", sec, usec)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)  # the pump's writes too
+        self._timeout = seconds
 
     def _fill(self):
         if self._deadline is not None:
             remaining = self._deadline - time.monotonic()
             if remaining <= 0:
                 raise ConnectionClosed("i/o timeout")
-            timeout = self._sock.gettimeout()
-            if timeout is None or remaining < timeout:
-                self._sock.settimeout(remaining)
+            if remaining < self._timeout * 0.5:
+                self._set_timeout(remaining)
         try:
-            data = self._sock.recv(262144)
-        except (OSError, ValueError) as e:  # timeout, reset, closed
+            n = self._sock.recv_into(self._chunk)
+        except (OSError, ValueError) as e:  # timeout (EAGAIN), reset, closed
             raise ConnectionClosed(str(e)) from None
-        if not data:
+        if not n:
             raise ConnectionClosed("EOF")
         if self._pos > 65536 or self._pos == len(self._buf):
             del self._buf[: self._pos]
             self._pos = 0
-        self._buf += data
+        self._buf += self._chunk_view[:n]
 
     def readline(self):
         """One line without its ``\\n``."""
@@ -118,6 +133,8 @@ class ProtocolV2:
         self.opts = nsqd.options
         self.client = client
         self.reader = Reader(sock)
+        self._valid_topics = {}  # raw name -> str, for names already validated
+        self._topics = {}  # name -> Topic
         self._commands = {
             b"FIN": self.FIN,
             b"RDY": self.RDY,
@@ -183,21 +200,32 @@ class ProtocolV2:
         return raw
 
     def _topic_name(self, raw, cmd, code_prefix=""):
+        name = self._valid_topics.get(raw)
+        if name is not None:
+            return name
         if not protocol.is_valid_name(raw):
             raise ProtocolError("E_BAD_TOPIC", "%s%s topic name %s is not valid" % (code_prefix, cmd, go_quote(raw)))
-        return raw.decode("ascii")
+        name = raw.decode("ascii")
+        if len(self._valid_topics) < 64:  # a producer publishes to a handful of topics
+            self._valid_topics[raw] = name
+        return name
+
+    def _topic(self, name):
+        """The topic, from a per-connection cache unless it has been deleted since."""
+        topic = self._topics.get(name)
+        if topic is None or topic.exiting:
+            topic = self.nsqd.get_topic(name)
+            if len(self._topics) < 64:
+                self._topics[name] = topic
+        return topic
 
     def _publish(self, cmd, topic_name, bodies, defer_ns=0):
-        topic = self.nsqd.get_topic(topic_name)
-        ids = topic.new_ids(len(bodies))
-        now = time.time_ns()  # one timestamp object shared by the batch (memory per queued message)
-        msgs = [Message(i, b, now, 0, defer_ns) for i, b in zip(ids, bodies)]
         try:
-            topic.put_messages(msgs)
+            self._topic(topic_name).publish(bodies, defer_ns)
         except TopicError as e:
             raise ProtocolError("E_%s_FAILED" % cmd, "%s failed %s" % (cmd, e)) from None
         counts = self.client.pub_counts
-        counts[topic_name] = counts.get(topic_name, 0) + len(msgs)
+        counts[topic_name] = counts.get(topic_name, 0) + len(bodies)
         return protocol.OK_FRAME
 
     # -- commands ----------------------------------------------------------
@@ -374,7 +402,7 @@ class ProtocolV2:
         if len(params) < 2:
             raise ProtocolError("E_INVALID", "MPUB insufficient number of parameters")
         topic_name = self._topic_name(params[1], "MPUB", "E_BAD_TOPIC ")
-        self.nsqd.get_topic(topic_name)  # nsqd creates the topic before reading the body
+        self._topic(topic_name)  # nsqd creates the topic before reading the body
         body_size = self._read_size("E_BAD_BODY", "MPUB failed to read body size")
         protocol.check_mpub_body_size(body_size, self.opts.max_body_size)
         count = self._read_size("E_BAD_BODY", "MPUB failed to read message count")
