@@ -8,9 +8,10 @@ go-diskqueue's (see ``shared/spec/diskqueue.md``)::
     <data>/<name>.diskqueue.000042.dat      records: int32 BE length N + N payload bytes
     <data>/<name>.diskqueue.000042.dat.bad  a data file set aside after a read error
 
-Go runs an I/O goroutine per queue; here every method is called with the
-owning topic's or channel's lock held, which serializes them just as well,
-so the queue has no thread.  The owner's periodic loop calls
+Go runs an I/O goroutine per queue; here every method (except durable
+mode's ``wait_synced``) is called with the owning topic's or channel's lock
+held, which serializes them just as well, so the queue has neither a thread
+nor a lock of its own.  The owner's periodic loop calls
 :meth:`DiskQueue.maybe_sync` for the --sync-timeout flush.
 
 Differences from go-diskqueue, all invisible in the files it reads:
@@ -30,7 +31,8 @@ Differences from go-diskqueue, all invisible in the files it reads:
   through a sidecar file, ``<name>.diskqueue.deferred.dat``, which Go nsqd
   never opens: Go delivers such messages immediately (as it does for every
   message read back from disk), and the entries it has consumed are pruned
-  when this broker opens the queue again.  See :class:`DiskQueue`.
+  when this broker opens the queue again.  See :class:`DiskQueue` and
+  ``diskqueue_deferred``.
 * ``durable=True`` (``--durable``): records stay on disk until acknowledged
   and publishes can wait for a shared fsync; see ``diskqueue_durable``.
 """
@@ -43,6 +45,7 @@ import struct
 import time
 
 from .backend import Backend, BackendError
+from .diskqueue_deferred import SIDECAR_COMPACT_MIN, DeferredSidecar
 from .diskqueue_durable import DurableMixin, fsync_dir
 from .message import Message
 
@@ -51,7 +54,6 @@ _HEADER = struct.Struct(">iqH")  # record length, timestamp, attempts
 MSG_HEADER_LENGTH = 26
 
 READ_CHUNK = 256 * 1024  # bytes read per refill (more if one record is bigger)
-SIDECAR_COMPACT_MIN = 1024  # stale sidecar lines tolerated before a rewrite
 
 _META_INT = re.compile(rb"[ \t]*([+-]?[0-9]+)")
 
@@ -126,7 +128,8 @@ class DiskQueue(DurableMixin, Backend):
 
     Deferred messages: :meth:`put` stores a message whose ``deferred_ns`` is
     > 0 as due at ``time.time_ns() + deferred_ns`` (Unix ns, so it survives a
-    restart), recorded in the sidecar file by record position and message ID;
+    restart), recorded in the sidecar file by record position and message ID
+    (:class:`~nsqd_threaded.diskqueue_deferred.DeferredSidecar`);
     :meth:`get` hands it back with ``deferred_ns`` set to the delay remaining
     then (0 if already due).  Every other message comes back with
     ``deferred_ns == 0``.  So an owner must keep ``deferred_ns`` at 0 for a
@@ -178,15 +181,14 @@ class DiskQueue(DurableMixin, Backend):
         self._rbuf_start = 0
         self._complete_sizes = {}  # file num -> size at the roll (files rolled by this process)
 
-        self._deferred = {}  # (file num, pos) -> (msg id, due unix ns)
-        self._dfd = None  # sidecar append fd
-        self._deferred_lines = 0  # lines in the sidecar file
+        # Deferred due times; SIDECAR_COMPACT_MIN is looked up here, when the queue opens.
+        self._sidecar = DeferredSidecar(self.deferred_file_name, name, self.log, SIDECAR_COMPACT_MIN)
 
         self._retrieve_meta_data()
         self._recover_write_file()
         if durable:
             self._durable_init()
-        self._load_deferred()
+        self._sidecar.load((self.read_file_num, self.read_pos), (self.write_file_num, self.write_pos))
 
     def __repr__(self):
         return "DiskQueue(%r)" % self.name
@@ -268,7 +270,7 @@ class DiskQueue(DurableMixin, Backend):
         self._depth += len(msgs)
         self._count += len(msgs)
         if deferred:
-            self._add_deferred(deferred)
+            self._sidecar.add(deferred)
         if rolled:
             # A reader that had consumed everything of the old write file
             # moves on now (go-diskqueue#42 would later call that EOF corrupt).
@@ -288,7 +290,7 @@ class DiskQueue(DurableMixin, Backend):
         if self._exiting or n <= 0:
             return out
         took = 0
-        dmap = self._deferred
+        dmap = self._sidecar.entries
         unacked = self._unacked
         dtake = dmap.pop if unacked is None else dmap.get  # durable: kept until acked
         now = None
@@ -412,7 +414,7 @@ class DiskQueue(DurableMixin, Backend):
             pass
         except OSError as e:
             self.log.error("DISKQUEUE(%s) failed to remove metadata file - %s", self.name, e)
-        self._drop_deferred()
+        self._sidecar.drop()
         self._count = 0
         self._need_sync = False
 
@@ -431,8 +433,8 @@ class DiskQueue(DurableMixin, Backend):
             except OSError as e:
                 self.log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
         self._close_write_file()
-        self._compact_deferred()
-        self._close_deferred(sync=True)
+        self._sidecar.compact()
+        self._sidecar.close(sync=True)
         try:
             self._persist_meta_data()
         except OSError as e:
@@ -448,7 +450,7 @@ class DiskQueue(DurableMixin, Backend):
         self._exiting = True
         self._close_read_file()
         self._close_write_file()
-        self._close_deferred(sync=False)
+        self._sidecar.close(sync=False)
         if self._gsync is not None:
             self._gsync.close(self, flush=False)
 
@@ -497,11 +499,7 @@ class DiskQueue(DurableMixin, Backend):
                 raise
             if self._gsync is not None:
                 self._gsync.mark_synced((self.write_file_num, self.write_pos))
-        if self._dfd is not None:
-            try:
-                os.fsync(self._dfd)
-            except OSError as e:
-                self.log.error("DISKQUEUE(%s) failed to sync deferred file - %s", self.name, e)
+        self._sidecar.sync()
         self._persist_meta_data()
         self._need_sync = False
 
@@ -726,8 +724,8 @@ class DiskQueue(DurableMixin, Backend):
         self.read_file_num = num + 1
         self.read_pos = 0
         self._need_sync = True
-        if self._deferred_lines or self._deferred:
-            self._prune_deferred()
+        # Deferred entries of the files left (durable: left by the committed position).
+        self._sidecar.prune(self.read_file_num if self._unacked is None else self._commit_file)
 
     def _handle_read_error(self, err):
         num = self.read_file_num
@@ -754,8 +752,7 @@ class DiskQueue(DurableMixin, Backend):
         self.read_file_num = num + 1
         self.read_pos = 0
         self._need_sync = True
-        if self._deferred_lines or self._deferred:
-            self._prune_deferred()
+        self._sidecar.prune(self.read_file_num if self._unacked is None else self._commit_file)
         self._check_tail_corruption()
 
     def _check_tail_corruption(self):
@@ -813,118 +810,8 @@ class DiskQueue(DurableMixin, Backend):
         self.read_file_num = self.write_file_num
         self.read_pos = 0
         self._depth = 0
-        if self._deferred or self._deferred_lines:
-            self._drop_deferred()
-
-    # -- deferred sidecar ---------------------------------------------------
-    #
-    # One line per deferred record: "<file num> <pos> <hex id> <due unix ns>\n",
-    # appended when the record is written.  Entries below the read position
-    # or at/after the write position are stale and dropped on open; the file
-    # is rewritten (atomically) when mostly stale and removed when empty.
-
-    def _add_deferred(self, entries):
-        now = time.time_ns()
-        lines = []
-        for fnum, pos, msg in entries:
-            due = now + msg.deferred_ns
-            self._deferred[(fnum, pos)] = (msg.id, due)
-            lines.append(b"%d %d %s %d\n" % (fnum, pos, msg.id.hex().encode(), due))
-        try:
-            if self._dfd is None:
-                self._dfd = os.open(self.deferred_file_name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            _write_all(self._dfd, b"".join(lines))
-            self._deferred_lines += len(lines)
-        except OSError as e:
-            # The messages are stored; only their delay would not survive a restart.
-            self.log.error("DISKQUEUE(%s) failed to write %s - %s", self.name, self.deferred_file_name, e)
-
-    def _load_deferred(self):
-        path = self.deferred_file_name
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            self.log.error("DISKQUEUE(%s) failed to read %s - %s", self.name, path, e)
-            return
-        lo = (self.read_file_num, self.read_pos)
-        hi = (self.write_file_num, self.write_pos)
-        lines = data.split(b"\n")
-        for line in lines:
-            parts = line.split()
-            if len(parts) != 4:
-                continue
-            try:
-                key = (int(parts[0]), int(parts[1]))
-                entry = (bytes.fromhex(parts[2].decode("ascii")), int(parts[3]))
-            except ValueError:
-                continue
-            if lo <= key < hi:
-                self._deferred[key] = entry
-        self._deferred_lines = sum(1 for line in lines if line)
-        self._compact_deferred()
-
-    def _prune_deferred(self):
-        """Forget entries of files the reader has left (durable: the committed position)."""
-        rf = self.read_file_num if self._unacked is None else self._commit_file
-        stale = [key for key in self._deferred if key[0] < rf]
-        for key in stale:
-            del self._deferred[key]
-        self._compact_deferred()
-
-    def _compact_deferred(self):
-        """Remove the sidecar when no entry is live, rewrite it when mostly stale."""
-        live = len(self._deferred)
-        if live == 0:
-            if self._deferred_lines or self._dfd is not None:
-                self._drop_deferred()
-            return
-        if self._deferred_lines - live <= max(live, SIDECAR_COMPACT_MIN):
-            return
-        path = self.deferred_file_name
-        tmp = "%s.%d.tmp" % (path, random.getrandbits(63))
-        data = b"".join(
-            b"%d %d %s %d\n" % (k[0], k[1], v[0].hex().encode(), v[1]) for k, v in sorted(self._deferred.items())
-        )
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                _write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            self._close_deferred(sync=False)
-            os.replace(tmp, path)
-            self._deferred_lines = live
-        except OSError as e:
-            _remove_quietly(tmp)
-            self.log.error("DISKQUEUE(%s) failed to rewrite %s - %s", self.name, path, e)
-
-    def _drop_deferred(self):
-        self._deferred.clear()
-        self._close_deferred(sync=False)
-        try:
-            os.remove(self.deferred_file_name)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            self.log.error("DISKQUEUE(%s) failed to remove %s - %s", self.name, self.deferred_file_name, e)
-        self._deferred_lines = 0
-
-    def _close_deferred(self, sync):
-        if self._dfd is not None:
-            if sync:
-                try:
-                    os.fsync(self._dfd)
-                except OSError:
-                    pass
-            try:
-                os.close(self._dfd)
-            except OSError:
-                pass
-            self._dfd = None
+        if self._sidecar.in_use():
+            self._sidecar.drop()
 
 
 def _remove_quietly(path):

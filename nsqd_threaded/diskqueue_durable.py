@@ -32,9 +32,17 @@ delivered again: duplicates, never loss).  Three pieces, mixed into
   adopted rather than later overwritten, and a read position on a file that
   is gone moves to the next existing file.
 
-All of this runs with the owner's lock held, except :meth:`wait_synced`,
-whose state is guarded by the GroupSync's own lock; the owner takes that
-lock only briefly (put, roll, close, empty).
+Locking: everything here runs with the owner's (topic's or channel's) lock
+held, which serializes it with the rest of DiskQueue -- except
+:meth:`wait_synced`, which must be called *without* it.  What waiters share
+with the owner lives in :class:`GroupSync` and is guarded by its own lock
+(``GroupSync._cond``): the written and synced positions, the owner's write
+fd and its file number, the leader flag, the sticky error, the closed flag
+and ``fsync_count``.  That lock is never held across an fsync; the owner
+takes it only briefly, in GroupSync's owner-side methods, always while
+holding its own lock (a waiter holding it never takes the owner's).
+:class:`Unacked` and the other durable state have no lock: the owner's
+lock covers them.
 """
 
 import collections
@@ -141,7 +149,7 @@ class GroupSync:
 
     def __init__(self, file_name, position):
         self._file_name = file_name
-        self._cond = threading.Condition(threading.Lock())
+        self._cond = threading.Condition(threading.Lock())  # guards all the state below; waiters sleep on it
         self.written = position
         self.synced = position
         self._fd = None  # the owner's current write fd (dup'ed before use outside the lock)
@@ -430,8 +438,7 @@ class DurableMixin:
             except OSError as e:
                 self.log.error("DISKQUEUE(%s) failed to remove/rename %s - %s", self.name, path, e)
         self._commit_file = new
-        if self._deferred_lines or self._deferred:
-            self._prune_deferred()
+        self._sidecar.prune(new)  # deferred due times of the files passed
 
     def _adopt_unknown_files(self):
         """Startup: never lose (or later overwrite) data files the metadata does not know."""

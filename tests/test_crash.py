@@ -244,3 +244,23 @@ def test_disk_write_failure_fails_publishes_and_recovers(tmp_path):
         assert set(acked) <= seen
     finally:
         broker.terminate()
+
+
+def test_memory_mode_kill9_keeps_what_overflowed_to_disk(tmp_path):
+    """Default memory queues: a kill -9 loses at most what the memory queues held."""
+    mem = 100
+    broker = BrokerProcess(tmp_path, "--mem-queue-size=%d" % mem)
+    with Conn(broker.address) as c:
+        c.sub("m", "c")  # the channel exists; nobody reads (RDY 0)
+        with Conn(broker.address) as p:
+            bodies = [b"x-%05d" % i for i in range(3000)]
+            for i in range(0, len(bodies), 100):
+                assert p.mpub("m", bodies[i : i + 100]) == b"OK"
+        broker.kill()
+    broker = BrokerProcess(tmp_path, "--mem-queue-size=%d" % mem)
+    try:
+        seen = drain(broker.address, "m", set(bodies[mem:]), seconds=20)
+    finally:
+        broker.terminate()
+    assert set(bodies[mem:]) <= seen  # everything beyond the channel's memory queue survived
+    assert len(set(bodies) - seen) <= mem
