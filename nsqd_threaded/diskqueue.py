@@ -37,16 +37,15 @@ Differences from go-diskqueue, all invisible in the files it reads:
   and publishes can wait for a shared fsync; see ``diskqueue_durable``.
 """
 
-import errno
 import os
-import random
 import re
 import struct
 import time
 
 from .backend import Backend, BackendError
 from .diskqueue_deferred import SIDECAR_COMPACT_MIN, DeferredSidecar
-from .diskqueue_durable import DurableMixin, fsync_dir
+from .diskqueue_durable import DurableMixin
+from .files import remove_quietly, replace_atomically, strerror, write_all
 from .message import Message
 
 _LEN = struct.Struct(">i")
@@ -63,21 +62,6 @@ class _NullLogger:
         pass
 
     info = warn = error = debug
-
-
-def _strerror(e):
-    """OSError text as Go prints it: ``file too large``, ``no space left on device``."""
-    text = e.strerror or str(e)
-    return text[:1].lower() + text[1:]
-
-
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        if n <= 0:
-            raise OSError(errno.EIO, "short write")
-        view = view[n:]
 
 
 if hasattr(os, "pread"):
@@ -375,7 +359,7 @@ class DiskQueue(DurableMixin, Backend):
                         data = _pread(self._rfd, want, self.read_pos)
                     except OSError as e:
                         data = None
-                        error = _strerror(e)
+                        error = strerror(e)
                     if data is not None:
                         if len(data) < need:
                             error = "EOF" if not data else "unexpected EOF"
@@ -494,7 +478,7 @@ class DiskQueue(DurableMixin, Backend):
                 os.fsync(self._wfd)
             except OSError as e:
                 if self._gsync is not None:
-                    self._gsync.failed("fsync %s: %s" % (self.file_name(self.write_file_num), _strerror(e)))
+                    self._gsync.failed("fsync %s: %s" % (self.file_name(self.write_file_num), strerror(e)))
                 self._close_write_file()
                 raise
             if self._gsync is not None:
@@ -504,31 +488,12 @@ class DiskQueue(DurableMixin, Backend):
         self._need_sync = False
 
     def _persist_meta_data(self):
-        path = self.meta_file_name
-        tmp = "%s.%d.tmp" % (path, random.getrandbits(63))
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            try:
-                _write_all(fd, format_meta(*self._meta_fields()))
-            except OSError:
-                os.close(fd)
-                fd = None
-                _remove_quietly(tmp)
-                raise
-            try:
-                os.fsync(fd)
-            except OSError:
-                pass  # as Go: the error is ignored
-        finally:
-            if fd is not None:
-                os.close(fd)
-        try:
-            os.replace(tmp, path)
-        except OSError:
-            _remove_quietly(tmp)
-            raise
-        if self._unacked is not None:
-            fsync_dir(self.data_path)
+        replace_atomically(
+            self.meta_file_name,
+            format_meta(*self._meta_fields()),
+            sync_dir=self._unacked is not None,  # durable: the rename must survive power loss
+            ignore_fsync_error=True,  # as go-diskqueue
+        )
 
     # -- startup ------------------------------------------------------------
 
@@ -643,7 +608,7 @@ class DiskQueue(DurableMixin, Backend):
                 op = "write"
                 if num == start_file:
                     wrote_start = True
-                _write_all(self._wfd, b"".join(parts))
+                write_all(self._wfd, b"".join(parts))
         except OSError as e:
             # Nothing of the batch counts: drop what reached the files.
             self._close_write_file()
@@ -653,10 +618,10 @@ class DiskQueue(DurableMixin, Backend):
                 except OSError:
                     pass
             for num in created:
-                _remove_quietly(self.file_name(num))
+                remove_quietly(self.file_name(num))
             if self._gsync is not None:
                 self._gsync.rollback((start_file, start_pos))
-            raise BackendError("%s %s: %s" % (op, path, _strerror(e)))
+            raise BackendError("%s %s: %s" % (op, path, strerror(e)))
 
     def _roll_write_file(self, new_num):
         if self._gsync is not None:
@@ -686,7 +651,7 @@ class DiskQueue(DurableMixin, Backend):
         try:
             self._rfd = os.open(path, os.O_RDONLY)
         except OSError as e:
-            self._handle_read_error("open %s: %s" % (path, _strerror(e)))
+            self._handle_read_error("open %s: %s" % (path, strerror(e)))
             return False
         self._rsize = None
         self._rbuf, self._rbuf_start = b"", self.read_pos
@@ -812,10 +777,3 @@ class DiskQueue(DurableMixin, Backend):
         self._depth = 0
         if self._sidecar.in_use():
             self._sidecar.drop()
-
-
-def _remove_quietly(path):
-    try:
-        os.remove(path)
-    except OSError:
-        pass

@@ -35,21 +35,12 @@ it only with the owner's (topic's or channel's) lock held, which serializes
 every call.
 """
 
-import errno
 import os
-import random
 import time
 
+from .files import remove_quietly, temp_name, write_all
+
 SIDECAR_COMPACT_MIN = 1024  # stale sidecar lines tolerated before a rewrite
-
-
-def _write_all(fd, data):  # as in diskqueue.py (this module imports nothing from it)
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        if n <= 0:
-            raise OSError(errno.EIO, "short write")
-        view = view[n:]
 
 
 class DeferredSidecar:
@@ -85,7 +76,7 @@ class DeferredSidecar:
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            _write_all(self._fd, b"".join(lines))
+            write_all(self._fd, b"".join(lines))
             self._lines += len(lines)
         except OSError as e:
             # The messages are stored; only their delay would not survive a restart.
@@ -136,14 +127,14 @@ class DeferredSidecar:
         if self._lines - live <= max(live, self.compact_min):
             return
         path = self.path
-        tmp = "%s.%d.tmp" % (path, random.getrandbits(63))
+        tmp = temp_name(path)
         data = b"".join(
             b"%d %d %s %d\n" % (k[0], k[1], v[0].hex().encode(), v[1]) for k, v in sorted(self.entries.items())
         )
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -151,10 +142,7 @@ class DeferredSidecar:
             os.replace(tmp, path)
             self._lines = live
         except OSError as e:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
+            remove_quietly(tmp)
             self.log.error("DISKQUEUE(%s) failed to rewrite %s - %s", self.name, path, e)
 
     def drop(self):

@@ -51,20 +51,7 @@ import re
 import threading
 
 from .backend import BackendError
-
-
-def _strerror(e):
-    text = e.strerror or str(e)
-    return text[:1].lower() + text[1:]
-
-
-def fsync_dir(path):
-    """fsync a directory, so the names created/renamed in it survive power loss."""
-    fd = os.open(path or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from .files import fsync_dir, strerror
 
 
 class _Rec:
@@ -218,7 +205,7 @@ class GroupSync:
             elif need and num < new_num:
                 self._fsync_path(num)
         except OSError as e:
-            self.failed("fsync %s: %s" % (self._file_name(num), _strerror(e)))
+            self.failed("fsync %s: %s" % (self._file_name(num), strerror(e)))
             raise
         self.mark_synced((new_num, 0))
 
@@ -268,13 +255,13 @@ class GroupSync:
                 except FileNotFoundError:
                     synced = True  # emptied, or consumed and acked: nothing left to sync
                 except OSError as e:
-                    error = "open %s: %s" % (self._file_name(target[0]), _strerror(e))
+                    error = "open %s: %s" % (self._file_name(target[0]), strerror(e))
             if fd is not None:
                 try:
                     os.fsync(fd)
                     synced = True
                 except OSError as e:
-                    error = "fsync %s: %s" % (self._file_name(target[0]), _strerror(e))
+                    error = "fsync %s: %s" % (self._file_name(target[0]), strerror(e))
                     sticky = True
                 finally:
                     os.close(fd)

@@ -7,8 +7,8 @@ ephemeral topics and channels are never written.
 """
 
 import json
-import os
-import random
+
+from .files import replace_atomically
 
 FILE_NAME = "nsqd.dat"
 
@@ -43,21 +43,8 @@ def decode(data):
 
 
 def write_atomic(path, data):
-    """Temp file in the same directory, fsync, rename over ``path``, fsync the directory."""
-    directory = os.path.dirname(path) or "."
-    tmp = "%s.%d.tmp" % (path, random.randrange(1 << 63))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    """Temp file, fsync, rename over ``path``, fsync the directory."""
+    replace_atomically(path, data, sync_dir=True)
 
 
 def read(path):

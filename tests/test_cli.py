@@ -515,8 +515,6 @@ def test_fatal_process_exit_code(spawn, tmp_path):
 
 def test_e2e_percentiles_are_supported(tmp_path):
     """The e2e latency window is built: its flags reach Options, sorted descending."""
-    from nsqd_threaded.cli import resolve  # noqa: F401 (the resolution under test)
-
     path = write_config(tmp_path, "e2e_processing_latency_percentiles = [0.5, 0.99]\n")
     result = invoke("--config", path, "--e2e-processing-latency-percentile=1.5")
     assert result.exit_code == 1, result.output
