@@ -41,6 +41,25 @@ class Backend:
         """Release resources without persisting (after empty(), on delete)."""
 
 
+class BackedQueue:
+    """What Topic and Channel share: a memory deque and a backend for the overflow.
+
+    Subclasses set ``_lock`` (guarding both), ``_memory``, ``_backend`` and ``exiting``.
+    """
+
+    def depth(self):
+        """Messages waiting: memory plus backend (not in flight, not deferred)."""
+        with self._lock:
+            return len(self._memory) + self._backend.depth()
+
+    def sync_backend(self, now):
+        """Periodic fsync of the backend once --sync-timeout has passed (queue-scan loop)."""
+        with self._lock:
+            maybe_sync = getattr(self._backend, "maybe_sync", None)
+            if maybe_sync is not None and not self.exiting:
+                maybe_sync(now)
+
+
 class MemoryBackend(Backend):
     """An unbounded in-process overflow queue.
 

@@ -20,7 +20,7 @@ import collections
 import random
 import time
 
-from .backend import BackendError, DiscardBackend
+from .backend import BackedQueue, BackendError, DiscardBackend
 from .e2e import E2ELatency
 from .pqueue import TimedIndex
 from .protocol import ns
@@ -30,7 +30,7 @@ class ChannelError(Exception):
     """A put/subscribe failure whose text nsqd sends to the client (``exiting``, ...)."""
 
 
-class Channel:
+class Channel(BackedQueue):
     """A topic's channel.
 
     ``_lock`` guards every mutable attribute below, including the per-client
@@ -408,10 +408,6 @@ class Channel:
 
     # -- administration ----------------------------------------------------
 
-    def depth(self):
-        with self._lock:
-            return len(self._memory) + self._backend.depth()
-
     def snapshot(self):
         """Figures for /stats, taken together under the lock."""
         with self._lock:
@@ -436,13 +432,6 @@ class Channel:
     def deferred_count(self):
         with self._lock:
             return len(self._deferred)
-
-    def sync_backend(self, now):
-        """Periodic fsync of the backend when --sync-timeout has passed (queue-scan loop)."""
-        with self._lock:
-            maybe_sync = getattr(self._backend, "maybe_sync", None)
-            if maybe_sync is not None and not self.exiting:
-                maybe_sync(now)
 
     def pause(self):
         with self._lock:

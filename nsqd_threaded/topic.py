@@ -13,7 +13,7 @@ import collections
 import threading
 import time
 
-from .backend import BackendError, DiscardBackend
+from .backend import BackedQueue, BackendError, DiscardBackend
 from .channel import Channel, ChannelError
 from .guid import GUIDFactory
 from .message import Message
@@ -25,7 +25,7 @@ class TopicError(Exception):
     """A publish failure whose text nsqd sends (``exiting`` or a backend error)."""
 
 
-class Topic:
+class Topic(BackedQueue):
     """A topic.
 
     ``_lock`` guards the channel map, the backlog, ``paused``/``exiting``, the
@@ -241,10 +241,6 @@ class Topic:
 
     # -- administration ----------------------------------------------------
 
-    def depth(self):
-        with self._lock:
-            return len(self._memory) + self._backend.depth()
-
     def snapshot(self):
         """``(depth, backend_depth, message_count, message_bytes, paused)`` for /stats."""
         with self._lock:
@@ -256,13 +252,6 @@ class Topic:
                 self.message_bytes,
                 self.paused,
             )
-
-    def sync_backend(self, now):
-        """Periodic fsync of the backend when --sync-timeout has passed (queue-scan loop)."""
-        with self._lock:
-            maybe_sync = getattr(self._backend, "maybe_sync", None)
-            if maybe_sync is not None and not self.exiting:
-                maybe_sync(now)
 
     def pause(self):
         with self._lock:
