@@ -243,18 +243,14 @@ class Channel(BackedQueue):
             return True
         return False
 
-    def _owned_locked(self, client, msg_id, cmd):
+    def _owned_locked(self, client, msg_id):
+        """The in-flight message if this client owns it, else (None, nsqd's reason)."""
         msg = self._in_flight.get(msg_id)
         if msg is None:
             return None, "ID not in flight"
         if msg.client_id != client.id:
             return None, "client does not own message"
         return msg, None
-
-    def finish(self, client, msg_id):
-        """FIN one message.  Returns an error reason or None."""
-        failures = self.finish_many(client, [msg_id])
-        return failures[0][1] if failures else None
 
     def finish_many(self, client, msg_ids):
         """FIN a run of IDs under one lock acquisition; returns [(id, reason)] of failures."""
@@ -291,7 +287,7 @@ class Channel(BackedQueue):
         """REQ.  Returns an error reason or None."""
         waiters = ()
         with self._lock:
-            msg, err = self._owned_locked(client, msg_id, "REQ")
+            msg, err = self._owned_locked(client, msg_id)
             if err:
                 return err
             if delay_ns == 0 and self.exiting:
@@ -315,7 +311,7 @@ class Channel(BackedQueue):
     def touch(self, client, msg_id):
         """TOUCH: push the deadline out, capped at delivery + --max-msg-timeout."""
         with self._lock:
-            msg, err = self._owned_locked(client, msg_id, "TOUCH")
+            msg, err = self._owned_locked(client, msg_id)
             if err:
                 return err
             new_expiry = time.time_ns() + client.msg_timeout_ns
