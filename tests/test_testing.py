@@ -25,7 +25,7 @@ def fds():
 
 
 def snapshot():
-    return set(threading.enumerate()), fds(), len(gc.callbacks)
+    return set(threading.enumerate()), fds(), len(getattr(gc, "callbacks", ()))  # CPython only
 
 
 def assert_nothing_left(before, tmp_root=None):
@@ -35,7 +35,7 @@ def assert_nothing_left(before, tmp_root=None):
     now = fds()
     left_fds = {fd: target for fd, target in now.items() if open_fds.get(fd) != target}
     assert not left_fds, "file descriptors left behind: %r" % left_fds
-    assert len(gc.callbacks) == callbacks, "gc callbacks left behind"
+    assert len(getattr(gc, "callbacks", ())) == callbacks, "gc callbacks left behind"
     if tmp_root is not None:
         assert os.listdir(str(tmp_root)) == [], "temporary files left behind"
 
