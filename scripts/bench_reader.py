@@ -6,14 +6,14 @@ FINs for everything one recv() brought in a single sendall.  Prints msg/s and MB
 """
 
 import argparse
-import multiprocessing
 import os
 import socket
 import struct
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import run_workers  # noqa: E402
 
 
 def _consumer(address, topic, channel, rdy, deadline, start_at, result):
@@ -60,19 +60,7 @@ def _consumer(address, topic, channel, rdy, deadline, start_at, result):
 
 
 def run(address, topic="bench", channel="ch", rdy=2500, runfor=10.0, connections=None):
-    connections = connections or os.cpu_count() or 1
-    result = multiprocessing.Queue()
-    start_at = time.time() + 0.5
-    deadline = start_at + runfor
-    procs = [
-        multiprocessing.Process(target=_consumer, args=(address, topic, channel, rdy, deadline, start_at, result))
-        for _ in range(connections)
-    ]
-    for p in procs:
-        p.start()
-    totals = [result.get(timeout=runfor + 60) for _ in procs]
-    for p in procs:
-        p.join()
+    totals = run_workers(_consumer, (address, topic, channel, rdy), runfor, connections)
     count = sum(t[0] for t in totals)
     nbytes = sum(t[1] for t in totals)
     return count / runfor, nbytes / runfor / 1e6, count

@@ -7,7 +7,6 @@ Prints msg/s and MB/s.
 """
 
 import argparse
-import multiprocessing
 import os
 import socket
 import struct
@@ -16,6 +15,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from nsqd_threaded.protocol import encode_mpub_body  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import run_workers  # noqa: E402
 
 
 def _recv_exact(sock, n):
@@ -58,19 +60,7 @@ def _publisher(address, topic, size, batch, deadline, start_at, result):
 
 
 def run(address, topic="bench", size=200, batch=200, runfor=10.0, connections=None):
-    connections = connections or os.cpu_count() or 1
-    result = multiprocessing.Queue()
-    start_at = time.time() + 0.5
-    deadline = start_at + runfor
-    procs = [
-        multiprocessing.Process(target=_publisher, args=(address, topic, size, batch, deadline, start_at, result))
-        for _ in range(connections)
-    ]
-    for p in procs:
-        p.start()
-    total = sum(result.get(timeout=runfor + 60) for _ in procs)
-    for p in procs:
-        p.join()
+    total = sum(run_workers(_publisher, (address, topic, size, batch), runfor, connections))
     elapsed = runfor
     return total / elapsed, total * size / elapsed / 1e6, total
 
