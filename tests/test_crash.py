@@ -8,65 +8,34 @@
 
 import os
 import random
-import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from nsqd_threaded import protocol
+from nsqd_threaded.testing import BrokerProcess
 from wire import Conn
 
 pytestmark = pytest.mark.timeout(300)
 
 
-class BrokerProcess:
-    """``python -m nsqd_threaded`` as a child process; ready when it logs its TCP port."""
+class Broker:
+    """A broker child process (nsqd_threaded.testing.BrokerProcess) on the test's data directory."""
 
     def __init__(self, data_path, *flags):
-        if not any(f.startswith("--http-address") for f in flags):
-            flags += ("--http-address=",)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nsqd_threaded", "--tcp-address=127.0.0.1:0",
-             "--data-path=%s" % data_path, "--log-level=info", *flags],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-        )
-        self.log = []
-        self.address = None
-        self.http_address = None
-        ready = threading.Event()
-
-        def read_log():
-            for raw in self.proc.stderr:
-                line = raw.decode("utf-8", "replace")
-                self.log.append(line)
-                h = re.search(r"HTTP: listening on ([\d.]+):(\d+)", line)
-                if h:
-                    self.http_address = (h.group(1), int(h.group(2)))
-                m = re.search(r"TCP: listening on ([\d.]+):(\d+)", line)
-                if m:
-                    self.address = (m.group(1), int(m.group(2)))
-                    ready.set()
-            ready.set()
-
-        self._reader = threading.Thread(target=read_log, daemon=True)
-        self._reader.start()
-        if not ready.wait(30) or self.address is None:
-            self.proc.kill()
-            raise AssertionError("broker did not start:\n" + "".join(self.log))
+        self._proc = BrokerProcess(*flags, data_path=str(data_path), start_timeout=30, stop_timeout=30).start()
+        self.address = self._proc.tcp_address
+        self.http_address = self._proc.http_address
+        self.pid = self._proc.pid
 
     def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-        self._reader.join(10)
+        self._proc.kill()
 
     def terminate(self):
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(30) == 0, "".join(self.log)
-        self._reader.join(10)
+        """SIGTERM; a graceful shutdown exits 0."""
+        self._proc.terminate()
+        assert self._proc.returncode == 0, self._proc.log
 
 
 class Load:
@@ -144,13 +113,13 @@ def run_until_acked(load, count, seconds=30):
 @pytest.mark.parametrize("trial", range(3))
 def test_durable_kill9_loses_no_acknowledged_message(tmp_path, trial):
     rng = random.Random(trial)
-    broker = BrokerProcess(tmp_path, "--durable", "--mem-queue-size=100")
+    broker = Broker(tmp_path, "--durable", "--mem-queue-size=100")
     load = Load(broker.address, "d", batch=rng.choice([1, 20]))
     run_until_acked(load, rng.randint(200, 2000))
     broker.kill()
     load.join()
     acked = set(load.acked)
-    broker = BrokerProcess(tmp_path, "--durable", "--mem-queue-size=100")
+    broker = Broker(tmp_path, "--durable", "--mem-queue-size=100")
     try:
         seen = drain(broker.address, "d", acked - load.finished)
     finally:
@@ -160,13 +129,13 @@ def test_durable_kill9_loses_no_acknowledged_message(tmp_path, trial):
 
 
 def test_default_disk_mode_kill9_loses_only_unfinished_deliveries(tmp_path):
-    broker = BrokerProcess(tmp_path, "--mem-queue-size=0")
+    broker = Broker(tmp_path, "--mem-queue-size=0")
     load = Load(broker.address, "q", batch=20)
     run_until_acked(load, 2000)
     broker.kill()
     load.join()
     acked = set(load.acked)
-    broker = BrokerProcess(tmp_path, "--mem-queue-size=0")
+    broker = Broker(tmp_path, "--mem-queue-size=0")
     try:
         seen = drain(broker.address, "q", acked - load.delivered, seconds=20)
     finally:
@@ -178,13 +147,13 @@ def test_default_disk_mode_kill9_loses_only_unfinished_deliveries(tmp_path):
 
 @pytest.mark.parametrize("flags", [(), ("--mem-queue-size=0",), ("--durable",)], ids=["memory", "disk", "durable"])
 def test_sigterm_loses_nothing(tmp_path, flags):
-    broker = BrokerProcess(tmp_path, *flags)
+    broker = Broker(tmp_path, *flags)
     load = Load(broker.address, "g", batch=50)
     run_until_acked(load, 3000)
     broker.terminate()
     load.join()
     acked = set(load.acked)
-    broker = BrokerProcess(tmp_path, *flags)
+    broker = Broker(tmp_path, *flags)
     try:
         seen = drain(broker.address, "g", acked - load.finished)
     finally:
@@ -210,9 +179,9 @@ def test_disk_write_failure_fails_publishes_and_recovers(tmp_path):
     """A file-size limit makes disk writes fail: PUB gets E_PUB_FAILED, /ping NOK, nothing acked is lost."""
     import resource
 
-    broker = BrokerProcess(tmp_path, "--mem-queue-size=0", "--http-address=127.0.0.1:0")
+    broker = Broker(tmp_path, "--mem-queue-size=0", "--http-address=127.0.0.1:0")
     try:
-        pid = broker.proc.pid
+        pid = broker.pid
         acked = []
         with Conn(broker.address) as c:
             for i in range(20):
@@ -249,7 +218,7 @@ def test_disk_write_failure_fails_publishes_and_recovers(tmp_path):
 def test_memory_mode_kill9_keeps_what_overflowed_to_disk(tmp_path):
     """Default memory queues: a kill -9 loses at most what the memory queues held."""
     mem = 100
-    broker = BrokerProcess(tmp_path, "--mem-queue-size=%d" % mem)
+    broker = Broker(tmp_path, "--mem-queue-size=%d" % mem)
     with Conn(broker.address) as c:
         c.sub("m", "c")  # the channel exists; nobody reads (RDY 0)
         with Conn(broker.address) as p:
@@ -257,7 +226,7 @@ def test_memory_mode_kill9_keeps_what_overflowed_to_disk(tmp_path):
             for i in range(0, len(bodies), 100):
                 assert p.mpub("m", bodies[i : i + 100]) == b"OK"
         broker.kill()
-    broker = BrokerProcess(tmp_path, "--mem-queue-size=%d" % mem)
+    broker = Broker(tmp_path, "--mem-queue-size=%d" % mem)
     try:
         seen = drain(broker.address, "m", set(bodies[mem:]), seconds=20)
     finally:
