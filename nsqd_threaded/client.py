@@ -142,9 +142,10 @@ class Connection:
             if not chunk:
                 raise ConnectionClosed("nsqd at %s closed the connection" % _fmt(self.address))
             self._buf += chunk
-            parsed, used = protocol.split_frames(self._buf)
-            if used < 0:  # a negative frame size (split_frames does not reject it)
-                raise ConnectionClosed("malformed frame from %s" % _fmt(self.address))
+            try:
+                parsed, used = protocol.split_frames(self._buf)
+            except ValueError:  # a frame size below 4
+                raise ConnectionClosed("malformed frame from %s" % _fmt(self.address)) from None
             if used:
                 del self._buf[:used]
                 frames.extend(parsed)
