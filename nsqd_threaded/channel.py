@@ -18,6 +18,7 @@ between threads on the delivery path, and it happens once per batch.
 
 import collections
 import random
+import threading
 import time
 
 from .backend import BackedQueue, BackendError, DiscardBackend
@@ -44,7 +45,7 @@ class Channel(BackedQueue):
         self.ephemeral = name.endswith("#ephemeral")
         self._nsqd = nsqd
         opts = nsqd.options
-        self._lock = nsqd.new_lock()
+        self._lock = threading.Lock()  # guards everything below (see the class docstring)
         self._memory = collections.deque()
         self._durable = opts.durable and not self.ephemeral
         # Durable: every message goes through the disk queue (memory holds only requeues).

@@ -74,11 +74,11 @@ class Client:
         self.requeue_count = 0
         self.pub_counts = {}
 
-        self._lock = threading.Lock()
-        self._wakeup = threading.Condition(self._lock)
+        self._lock = threading.Lock()  # guards _woken and _closing
+        self._wakeup = threading.Condition(self._lock)  # signals: the pump should look again
         self._woken = False
         self._closing = False
-        self._write_lock = threading.Lock()
+        self._write_lock = threading.Lock()  # serializes writes to the socket
         self._pump = None
 
     def __repr__(self):

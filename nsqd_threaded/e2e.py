@@ -37,7 +37,7 @@ class E2ELatency:
         self.quantiles = list(quantiles)
         self._half = window_seconds / 2.0
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards both buckets and the rotation time
         self._current = _Bucket()
         self._previous = _Bucket()
         self._rotate_at = clock() + self._half

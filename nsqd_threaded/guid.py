@@ -20,7 +20,7 @@ class GUIDFactory:
     def __init__(self, node_id, clock=time.time_ns):
         self.node_id = node_id
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards last timestamp, sequence and ID
         self._last_ts = -1
         self._sequence = 0
         self._last_id = 0

@@ -20,7 +20,7 @@ class Logger:
         self.prefix = prefix
         self.level = LOG_LEVELS[level.lower()]
         self.stream = stream if stream is not None else sys.stderr
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one line at a time on the stream
 
     def set_level(self, name):
         self.level = LOG_LEVELS[name.lower()]

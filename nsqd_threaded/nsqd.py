@@ -46,7 +46,7 @@ class NSQD:
     def __init__(self, options=None, log_stream=None):
         self.options = (options or Options()).validate()
         self.log = Logger(self.options.log_prefix, self.options.log_level, log_stream)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards topics, clients, connections, client IDs, _exiting
         self._topics = {}
         self._clients = {}
         self._connections = set()
@@ -67,10 +67,6 @@ class NSQD:
         self._gc_started = None
 
     # -- factories used by topics and channels ------------------------------
-
-    @staticmethod
-    def new_lock():
-        return threading.Lock()
 
     def new_backend(self, name):
         """The disk queue of a non-ephemeral topic (``name``) or channel (``topic:channel``)."""

@@ -38,8 +38,8 @@ class Topic(BackedQueue):
         self.ephemeral = name.endswith("#ephemeral")
         self._nsqd = nsqd
         opts = nsqd.options
-        self._lock = nsqd.new_lock()
-        self._backlog_ready = threading.Condition(self._lock)
+        self._lock = threading.Lock()  # guards channels, backlog, flags, counters, backend
+        self._backlog_ready = threading.Condition(self._lock)  # signals: the pump can drain, or must exit
         self._channels = {}
         self._memory = collections.deque()
         self._durable = opts.durable and not self.ephemeral
