@@ -528,6 +528,7 @@ _MAX_CONTENT_LENGTH = (1 << 63) - 1  # Go's strconv.ParseUint(cl, 10, 63)
 MAX_CHUNK_LINE = 4096  # a chunk-size line, or one trailer line
 MAX_TRAILER_LINES = 100
 DRAIN_LIMIT = 256 << 10  # Go's maxPostHandlerReadBytes: an unread body up to this is skipped, not a reason to close
+LINGER = 0.5  # Go's rstAvoidanceDelay: how long a closing connection still swallows what the client sends
 
 
 class FramingError(Exception):
@@ -758,6 +759,33 @@ class _HTTPHandler(http.server.BaseHTTPRequestHandler):
         self._reader = _DeadlineReader(self.connection)
         self.rfile = io.BufferedReader(self._reader, 65536)
         self._expect_continue = False
+        self._linger = False  # a reply said "Connection: close": close gently
+
+    def finish(self):
+        super().finish()
+        if self._linger:
+            self._linger_close()
+
+    def _linger_close(self):
+        """Half-close, then swallow what the client still sends for a moment.
+
+        Closing a socket with unread data makes the kernel send a reset, which
+        can destroy our reply (a 413 for a body we refused to read) before the
+        client reads it.
+        """
+        sock = self.connection
+        deadline = time.monotonic() + min(LINGER, self.server.read_timeout)
+        try:
+            sock.shutdown(socket.SHUT_WR)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                sock.settimeout(remaining)
+                if not sock.recv(65536):
+                    return
+        except OSError:
+            pass
 
     def handle_one_request(self):
         server = self.server
@@ -847,6 +875,7 @@ class _HTTPHandler(http.server.BaseHTTPRequestHandler):
         lines.append("Content-Length: %d" % len(response.body))
         if self.close_connection:
             lines.append("Connection: close")
+            self._linger = True
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         if self.command == "HEAD":  # Go sends a HEAD response's headers only
             self.wfile.write(head)
