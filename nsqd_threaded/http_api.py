@@ -892,6 +892,7 @@ class HTTPServer(BrokerServerMixIn, socketserver.ThreadingMixIn, http.server.HTT
     daemon_threads = False
     block_on_close = True
     allow_reuse_address = True
+    request_queue_size = 128  # socketserver's 5 drops the SYNs of a burst of clients (they retry after 1 s, 3 s...)
     log_name = "HTTP"
 
     def __init__(self, address, nsqd):
