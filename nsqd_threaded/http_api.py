@@ -1,9 +1,10 @@
 """The HTTP API on port 4151, served by ``http.server`` with HTTP/1.1 keep-alive.
 
-Routes, status codes, bodies and headers follow nsqd 1.3 (spec: http-api.md).
-Handlers return a :class:`Response`; the request handler class only moves
-bytes.  Query parsing (Go's ``url.ParseQuery`` rules) and the V1 response
-conventions are plain functions.
+Routes, status codes, bodies and headers follow nsqd 1.3.  Handlers return a
+:class:`Response`; the request handler class only moves bytes.  Query parsing
+(Go's ``url.ParseQuery`` rules), the V1 response conventions and body framing
+(Go's net/http rules) are plain functions; :class:`RequestBody` is the one
+place a body is read, under the request's deadline and the route's limit.
 """
 
 import dataclasses
@@ -517,9 +518,9 @@ def _ns(seconds):
 
 # -- request bodies ------------------------------------------------------------
 #
-# Every framing decision is here, free of I/O, so the rules can be tested on
-# their own: never read more than a route's limit, and never reuse a
-# connection whose next request might start anywhere but where we think.
+# BodyFraming and parse_chunk_size decide, free of I/O; RequestBody reads.  The
+# rules: never read more than a route's limit, and never reuse a connection
+# whose next request might start anywhere but where we think.
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _DIGITS = re.compile(r"[0-9]+")
@@ -737,13 +738,39 @@ class _DeadlineReader(io.RawIOBase):
         return self._sock.recv_into(buf)
 
 
+# Go's http.StatusText for what we send (Python's phrases vary between versions: 3.13 says "Content Too Large").
+_STATUS_TEXT = {
+    200: "OK",
+    301: "Moved Permanently",
+    307: "Temporary Redirect",
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Request Entity Too Large",
+    414: "Request URI Too Long",
+    417: "Expectation Failed",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
+
+
+def _status_text(status):
+    text = _STATUS_TEXT.get(status)
+    if text is None:
+        try:
+            text = http.HTTPStatus(status).phrase
+        except ValueError:
+            text = "status code %d" % status
+    return text
+
+
 def _status_token(status):
     """An HTTP status as an nsqd-style message: 400 -> BAD_REQUEST."""
-    try:
-        phrase = http.HTTPStatus(status).phrase
-    except ValueError:
-        phrase = "ERROR"
-    return re.sub(r"[^A-Z0-9]+", "_", phrase.upper())
+    return re.sub(r"[^A-Z0-9]+", "_", _status_text(status).upper())
 
 
 class _HTTPHandler(http.server.BaseHTTPRequestHandler):
@@ -868,7 +895,7 @@ class _HTTPHandler(http.server.BaseHTTPRequestHandler):
         """Send a response (headers only for HEAD); writes are bounded by the idle timeout."""
         self.connection.settimeout(self.server.idle_timeout)
         lines = [
-            "HTTP/1.1 %d %s" % (response.status, self.responses.get(response.status, ("",))[0]),
+            "HTTP/1.1 %d %s" % (response.status, _status_text(response.status)),
             "Date: " + self.date_time_string(),
         ]
         lines.extend("%s: %s" % kv for kv in response.headers)
