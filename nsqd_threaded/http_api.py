@@ -892,7 +892,10 @@ class _HTTPHandler(http.server.BaseHTTPRequestHandler):
         self._write(HTTPError(code, _status_token(code)).response())
 
     def _write(self, response):
-        """Send a response (headers only for HEAD); a client that takes longer than the idle timeout to accept it is dropped."""
+        """Send a response (headers only for HEAD).
+
+        A client that takes longer than the idle timeout to accept it is dropped.
+        """
         self.connection.settimeout(self.server.idle_timeout)
         lines = [
             "HTTP/1.1 %d %s" % (response.status, _status_text(response.status)),
