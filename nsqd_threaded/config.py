@@ -69,6 +69,10 @@ SETTINGS = (
     Setting("worker-id", "bool", "[deprecated] use --node-id", DEPRECATED, False, None),
     Setting("https-address", "str", "<addr>:<port> to listen on for HTTPS clients", U, "0.0.0.0:4152"),
     Setting("http-address", "str", "<addr>:<port> to listen on for HTTP clients"),
+    Setting("http-read-timeout", "duration", "(not in Go nsqd) time allowed for the head and body "
+            "of one HTTP request to arrive"),
+    Setting("http-idle-timeout", "duration", "(not in Go nsqd) time an HTTP connection may wait "
+            "for its next request"),
     Setting("tcp-address", "str", "<addr>:<port> to listen on for TCP clients"),
     Setting("auth-http-address", "strlist", "<addr>:<port> or a full url to query auth server "
             "(may be given multiple times)", U, (), "auth_http_addresses"),

@@ -7,18 +7,18 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
 * ``nsqd-tcp-accept``      the TCP server's accept loop,
 * ``nsqd-conn[...]``       one per connection (joined by ``TCPServer.server_close``),
   each owning its ``nsqd-client-pump[...]``,
+* ``nsqd-http-accept``     the HTTP server's accept loop,
+* ``nsqd-http[...]``       one per HTTP connection (joined by ``HTTPServer.server_close``),
 * ``nsqd-topic-pump[...]`` one per topic (joined by ``Topic.close``),
 * ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages.
 """
 
 import collections
-import dataclasses
 import errno
 import gc
 import fcntl
 import os
 import random
-import socket
 import threading
 import time
 
@@ -28,9 +28,8 @@ from .client_v2 import Client
 from . import metadata
 from .logger import Logger
 from .options import Options
-from .protocol import MSG_HEADER_LENGTH, is_valid_name, ns
-from .http_api import _MISSING, HTTPServer
-from .options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS
+from .protocol import MSG_HEADER_LENGTH, is_valid_name
+from .http_api import HTTPServer
 from .tcp import TCPServer
 from .topic import Topic, TopicError
 
@@ -38,18 +37,17 @@ from .topic import Topic, TopicError
 class NSQD:
     """A broker.  Use :meth:`start` / :meth:`stop`, or ``with NSQD(opts) as nsqd:``.
 
-    ``_lock`` guards the topic map, the client and connection registries, the
-    client ID counter and ``_exiting``.  Lock order: NSQD._lock -> Topic._lock
+    ``_lock`` guards the topic map, the client registry, the client ID counter
+    and ``_exiting``.  Each listener tracks its own connections.  Lock order: NSQD._lock -> Topic._lock
     -> Channel._lock -> Client._lock (never the reverse).
     """
 
     def __init__(self, options=None, log_stream=None):
         self.options = (options or Options()).validate()
         self.log = Logger(self.options.log_prefix, self.options.log_level, log_stream)
-        self._lock = threading.Lock()  # guards topics, clients, connections, client IDs, _exiting
+        self._lock = threading.Lock()  # guards topics, clients, client IDs, _exiting
         self._topics = {}
         self._clients = {}
-        self._connections = set()
         self._next_client_id = 0
         self._exiting = False
         self._started = False
@@ -168,17 +166,11 @@ class NSQD:
             self._stopped.wait()
             return
         try:
-            if self._tcp_server is not None:
-                self._tcp_server.shutdown()  # stops serve_forever
-                with self._lock:
-                    conns = list(self._connections)
-                for sock in conns:
-                    _shutdown_socket(sock)
-                self._tcp_server.server_close()  # joins connection threads
-            if self._http_server is not None:
-                self._http_server.shutdown()
-                self._http_server.close_connections()
-                self._http_server.server_close()
+            for server in (self._tcp_server, self._http_server):
+                if server is not None:
+                    server.shutdown()  # stops its accept loop
+                    server.close_connections()
+                    server.server_close()  # joins its connection threads
             self.persist_metadata()
             with self._lock:
                 topics = list(self._topics.values())
@@ -284,18 +276,6 @@ class NSQD:
 
     # -- connections and clients -------------------------------------------
 
-    def track_connection(self, sock):
-        """Register an accepted socket so stop() can close it; False when stopping."""
-        with self._lock:
-            if self._exiting:
-                return False
-            self._connections.add(sock)
-            return True
-
-    def untrack_connection(self, sock):
-        with self._lock:
-            self._connections.discard(sock)
-
     def add_client(self, sock, address):
         with self._lock:
             self._next_client_id += 1
@@ -351,15 +331,6 @@ class NSQD:
             self.persist_metadata()
         return topic
 
-    def get_topic_or_503(self, name):
-        """get_topic for HTTP handlers: an exiting broker answers 503 EXITING."""
-        from .http_api import HTTPError
-
-        try:
-            return self.get_topic(name)
-        except TopicError:
-            raise HTTPError(503, "EXITING") from None
-
     def get_existing_topic(self, name):
         with self._lock:
             return self._topics.get(name)
@@ -382,35 +353,6 @@ class NSQD:
         return True
 
     # -- runtime configuration (/config) ---------------------------------------
-
-    def config_value(self, name):
-        """An option's /config value: durations in ns, log level as its number."""
-        opts = self.options
-        key = {"id": "node_id"}.get(name, name)
-        fields = {f.name for f in dataclasses.fields(opts)}
-        if name == "node_id" or key in INTERNAL_OPTIONS or key not in fields:
-            return _MISSING
-        value = getattr(opts, key)
-        if key in DURATION_OPTIONS:
-            return ns(value)
-        if key == "log_level":
-            return LOG_LEVELS[value.lower()]
-        if key == "broadcast_tcp_port" and value == 0 and self._tcp_server:
-            return self.tcp_address[1]
-        if key == "broadcast_http_port" and value == 0 and self._http_server:
-            return self.http_address[1]
-        if key == "statsd_prefix":
-            return self.statsd_prefix()
-        return value
-
-    def statsd_prefix(self):
-        prefix = self.options.statsd_prefix
-        if not prefix:
-            return ""
-        http_port = self.options.broadcast_http_port or (self.http_address[1] if self._http_server else 0)
-        host_key = ("%s:%d" % (self.options.broadcast_address, http_port)).replace(".", "_").replace(":", "_")
-        prefix = prefix.replace("%s", host_key)
-        return prefix if prefix.endswith(".") else prefix + "."
 
     def set_log_level(self, level):
         self.options.log_level = level
@@ -445,9 +387,3 @@ class NSQD:
             for channel in channels:
                 channel.sync_backend(mono)
 
-
-def _shutdown_socket(sock):
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass

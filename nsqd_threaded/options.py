@@ -29,6 +29,8 @@ class Options:
     node_id: int = dataclasses.field(default_factory=default_node_id)
     tcp_address: str = "0.0.0.0:4150"
     http_address: str = "0.0.0.0:4151"
+    http_read_timeout: float = 30.0  # beyond nsqd: the head and body of one request must arrive within it
+    http_idle_timeout: float = 60.0  # beyond nsqd: the wait for a connection's next request
     broadcast_address: str = dataclasses.field(default_factory=socket.gethostname)
     broadcast_tcp_port: int = 0
     broadcast_http_port: int = 0
@@ -121,6 +123,8 @@ class Options:
             ("--sync-timeout", self.sync_timeout),
             ("--queue-scan-worker-pool-max", self.queue_scan_worker_pool_max),
             ("--queue-scan-selection-count", self.queue_scan_selection_count),
+            ("--http-read-timeout", self.http_read_timeout),
+            ("--http-idle-timeout", self.http_idle_timeout),
         ]
         for flag, value in positive:
             if value <= 0:
@@ -167,6 +171,8 @@ DURATION_OPTIONS = frozenset(
         "http_client_request_timeout",
         "statsd_interval",
         "e2e_processing_latency_window_time",
+        "http_read_timeout",
+        "http_idle_timeout",
     }
 )
 

@@ -437,12 +437,7 @@ class ProtocolV2:
 
 def handle_connection(nsqd, sock, address):
     """Serve one accepted connection from its magic to its close (connection thread)."""
-    if not nsqd.track_connection(sock):  # shutting down
-        return
-    try:
-        _serve(nsqd, sock, address)
-    finally:
-        nsqd.untrack_connection(sock)
+    _serve(nsqd, sock, address)
 
 
 def _serve(nsqd, sock, address):

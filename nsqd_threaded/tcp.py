@@ -1,64 +1,11 @@
 """The TCP listener: a ``socketserver.ThreadingTCPServer``, one thread per connection."""
 
-import os
-import selectors
 import socket
 import socketserver
 import threading
-import traceback
 
 from .protocol_v2 import handle_connection
-
-
-def split_address(address):
-    """``"host:port"`` -> ``(host, port)``; an empty host means all interfaces."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError("invalid address %r (want host:port)" % address)
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
-
-
-class PromptShutdownMixIn:
-    """``serve_forever`` that stops at once when :meth:`shutdown` is called.
-
-    The stock loop notices shutdown only at its next poll (0.5 s by default);
-    brokers started and stopped by test suites need milliseconds, so the loop
-    also watches a pipe that :meth:`shutdown` writes to.
-    """
-
-    def server_activate(self):
-        super().server_activate()
-        self._wake_r, self._wake_w = os.pipe()
-        self._stopping = False
-        self._serving = threading.Event()
-        self._served = threading.Event()
-
-    def serve_forever(self, poll_interval=None):
-        self._serving.set()
-        try:
-            with selectors.DefaultSelector() as selector:
-                selector.register(self, selectors.EVENT_READ)
-                selector.register(self._wake_r, selectors.EVENT_READ)
-                while not self._stopping:
-                    for key, _ in selector.select():
-                        if key.fileobj is self and not self._stopping:
-                            self._handle_request_noblock()
-        finally:
-            self._served.set()
-
-    def shutdown(self):
-        self._stopping = True
-        os.write(self._wake_w, b"x")
-        if self._serving.is_set():
-            self._served.wait()
-
-    def server_close(self):
-        super().server_close()
-        # A failed bind calls server_close() before server_activate() made the pipe.
-        for fd in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
-            if fd is not None:
-                os.close(fd)
+from .servers import BrokerServerMixIn, split_address
 
 
 class _ConnectionHandler(socketserver.BaseRequestHandler):
@@ -69,23 +16,22 @@ class _ConnectionHandler(socketserver.BaseRequestHandler):
         handle_connection(self.server.nsqd, sock, self.client_address)
 
 
-class TCPServer(PromptShutdownMixIn, socketserver.ThreadingTCPServer):
+class TCPServer(BrokerServerMixIn, socketserver.ThreadingTCPServer):
     """Accepts protocol V2 connections for one NSQD.
 
     The stock ThreadingMixIn records every connection thread and
-    ``server_close()`` joins them; NSQD closes the sockets first so they end.
+    ``server_close()`` joins them; :meth:`close_connections` first wakes them.
     """
 
     allow_reuse_address = True
     daemon_threads = False
     block_on_close = True
     request_queue_size = 128
+    log_name = "TCP"
 
     def __init__(self, address, nsqd):
         host, port = split_address(address)
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.nsqd = nsqd
+        self.log = nsqd.log
         super().__init__((host, port), _ConnectionHandler)
-
-    def handle_error(self, request, client_address):
-        self.nsqd.log.error("TCP: unhandled error on %s:%s\n%s", client_address[0], client_address[1], traceback.format_exc())

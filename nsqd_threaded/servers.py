@@ -1,0 +1,126 @@
+"""What the TCP and HTTP listeners share: address parsing, a prompt accept
+loop, the registry of open connections, and the error-logging policy."""
+
+import os
+import selectors
+import socket
+import sys
+import threading
+import traceback
+
+
+def split_address(address):
+    """``"host:port"`` -> ``(host, port)``; an empty host means all interfaces."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError("invalid address %r (want host:port)" % address)
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def shutdown_socket(sock):
+    """Wake whatever thread is blocked on ``sock``; it sees EOF and ends."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def client_left(exc):
+    """True for the errors a peer causes by going away or stalling (not our bugs)."""
+    return isinstance(exc, (ConnectionError, socket.timeout))
+
+
+class PromptShutdownMixIn:
+    """``serve_forever`` that stops at once when :meth:`shutdown` is called.
+
+    The stock loop notices shutdown only at its next poll (0.5 s by default);
+    brokers started and stopped by test suites need milliseconds, so the loop
+    also watches a pipe that :meth:`shutdown` writes to.
+    """
+
+    def server_activate(self):
+        super().server_activate()
+        self._wake_r, self._wake_w = os.pipe()
+        self._stopping = False
+        self._serving = threading.Event()
+        self._served = threading.Event()
+
+    def serve_forever(self, poll_interval=None):
+        self._serving.set()
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(self, selectors.EVENT_READ)
+                selector.register(self._wake_r, selectors.EVENT_READ)
+                while not self._stopping:
+                    for key, _ in selector.select():
+                        if key.fileobj is self and not self._stopping:
+                            self._handle_request_noblock()
+        finally:
+            self._served.set()
+
+    def shutdown(self):
+        self._stopping = True
+        os.write(self._wake_w, b"x")
+        if self._serving.is_set():
+            self._served.wait()
+
+    def server_close(self):
+        super().server_close()
+        # A failed bind calls server_close() before server_activate() made the pipe.
+        for fd in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
+            if fd is not None:
+                os.close(fd)
+
+
+class BrokerServerMixIn(PromptShutdownMixIn):
+    """A listener of one NSQD: tracks its connections (nsqd's ``conns`` map) and logs errors.
+
+    Connections are registered by the accept thread before their handler
+    thread starts, so :meth:`close_connections` after :meth:`shutdown` misses
+    none.  Subclasses set ``log`` (the broker's Logger) and ``log_name``.
+    """
+
+    log_name = "SERVER"
+
+    def server_activate(self):
+        super().server_activate()
+        self._conns_lock = threading.Lock()  # guards _conns and _closing
+        self._conns = set()
+        self._closing = False
+
+    def process_request(self, request, client_address):
+        with self._conns_lock:
+            closing = self._closing
+            if not closing:
+                self._conns.add(request)
+        if closing:
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request):
+        with self._conns_lock:
+            self._conns.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self):
+        """Shut down every open connection (after :meth:`shutdown`); their threads then end."""
+        with self._conns_lock:
+            self._closing = True
+            conns = list(self._conns)
+        for sock in conns:
+            shutdown_socket(sock)
+
+    def connection_count(self):
+        with self._conns_lock:
+            return len(self._conns)
+
+    def handle_error(self, request, client_address):
+        """A peer leaving or stalling is routine (debug); anything else is our bug (error + traceback)."""
+        exc = sys.exc_info()[1]
+        host, port = client_address[:2]
+        if client_left(exc):
+            self.log.debug("%s: client %s:%s left - %s", self.log_name, host, port, exc)
+        else:
+            self.log.error("%s: unhandled error on %s:%s\n%s", self.log_name, host, port, traceback.format_exc())
