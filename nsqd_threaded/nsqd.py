@@ -28,7 +28,8 @@ from .client_v2 import Client
 from . import metadata
 from .logger import Logger
 from .options import Options
-from .protocol import MSG_HEADER_LENGTH, is_valid_name, ns
+from .gocompat import ns
+from .protocol import MSG_HEADER_LENGTH, is_valid_name
 from .http_api import _MISSING, HTTPServer
 from .options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS
 from .tcp import TCPServer
