@@ -198,8 +198,8 @@ def _coerce_float(value):
     raise _want("a number", value)
 
 
-def _format_list(values):
-    return ",".join(str(v) for v in values)
+def _format_floats(values):
+    return ",".join(repr(float(v)) for v in values)
 
 
 STR = Kind("string", str, str, _coerce_str, str)
@@ -213,8 +213,8 @@ TLS_REQUIRED = Kind(
 TLS_VERSION = Kind("tls-version", int, parse_tls_version, lambda v: parse_tls_version(_coerce_str(v)),
                    _format_tls_version)
 FLOAT = Kind("float", float, float, _coerce_float, repr)
-STR_LIST = Kind("string", list, _parse_str_item, _coerce_str_list, _format_list, multiple=True)
-FLOAT_LIST = Kind("float-list", list, parse_float_list, _coerce_float_list, _format_list, multiple=True)
+STR_LIST = Kind("string", list, _parse_str_item, _coerce_str_list, ",".join, multiple=True)
+FLOAT_LIST = Kind("float-list", list, parse_float_list, _coerce_float_list, _format_floats, multiple=True)
 
 
 # -- startup checks (each returns an error text, or None) ----------------------------

@@ -33,7 +33,7 @@ import weakref
 
 from .gocompat import parse_duration
 from .nsqd import NSQD
-from .options import BY_FIELD, DURATION, Options
+from .options import BY_FIELD, DURATION, STR_LIST, Options
 
 __all__ = ["Broker", "BrokerProcess", "LogBuffer", "resolve_options"]
 
@@ -101,11 +101,8 @@ def _values_to_flags(values):
         setting = BY_FIELD.get(name)
         if setting is None or setting.flag is None:
             raise ValueError("option %r has no nsqd flag, so a child process cannot be given it" % name)
-        if setting.multiple:
-            if setting.kind.name == "float-list":
-                flags.append("--%s=%s" % (setting.flag, ",".join(repr(float(v)) for v in value)))
-            else:
-                flags.extend("--%s=%s" % (setting.flag, v) for v in value)
+        if setting.kind is STR_LIST:  # one flag per item: an item may contain a comma
+            flags.extend("--%s=%s" % (setting.flag, v) for v in value)
         else:
             flags.append("--%s=%s" % (setting.flag, setting.kind.format(value)))
     return flags

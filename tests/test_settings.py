@@ -277,3 +277,18 @@ def test_check_data_path(tmp_path):
     afile = tmp_path / "file"
     afile.write_text("")
     assert options.check_data_path(str(afile)) == "--data-path %s is not a directory" % afile
+
+
+def test_test_brokers_resolve_like_the_command_line(tmp_path):
+    """testing.Broker goes through config.resolve too: same acceptances, same warnings in its log."""
+    from nsqd_threaded.testing import Broker, resolve_options
+
+    path = write_config(tmp_path, "mem_queue_sizee = 100\nmax_rdy_count = 7\n")
+    assert resolve_options(["--config=" + path, "--snappy=false", "--tls-required=false"]) == {"max_rdy_count": 7}
+    with pytest.raises(ValueError, match="--snappy is not supported yet"):
+        resolve_options(["--snappy"])
+    with Broker("--config=" + path, "--verbose") as broker:
+        assert broker.nsqd.options.max_rdy_count == 7
+        log = broker.log
+    assert "WARNING: config file %s: unknown key mem_queue_sizee ignored (did you mean mem_queue_size?)" % path in log
+    assert "WARNING: --verbose is deprecated and has no effect, use --log-level" in log
