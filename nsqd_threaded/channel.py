@@ -24,7 +24,7 @@ import time
 from .backend import BackedQueue, BackendError, DiscardBackend
 from .e2e import E2ELatency
 from .pqueue import TimedIndex
-from .protocol import ns
+from .gocompat import ns
 
 
 class ChannelError(Exception):

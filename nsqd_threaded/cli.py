@@ -3,7 +3,9 @@
 Flags are Go nsqd's, spelled and defaulted the same, so a Go nsqd command
 line works unchanged: Go's ``-name=value`` and bare boolean ``-name`` forms
 are rewritten into click's before parsing (:func:`go_style_args`).  Flags of
-features that are not built yet are refused rather than ignored.
+features that are not built yet are refused rather than ignored, unless they
+only restate what the broker does anyway (``--snappy=false``).  Every startup
+failure is one ``FATAL`` line naming what to fix, never a traceback.
 """
 
 import platform
@@ -12,26 +14,17 @@ import signal
 import click
 
 from . import config
-from .config import DEPRECATED, SETTINGS, SUPPORTED, UNSUPPORTED
-from .durations import format_duration, parse_duration
 from .logger import Logger
 from .nsqd import NSQD
-from .options import LOG_LEVELS, VERSION, Options, OptionError
-
-_BOOL_KINDS = ("bool", "tlsrequired")  # bare --name means true; a value needs "="
-
-_DEPRECATION = {
-    "verbose": "--verbose is deprecated and has no effect, use --log-level",
-    "worker-id": "--worker-id is deprecated and has no effect, use --node-id",
-}
+from .options import LOG_LEVELS, SETTINGS, UNSUPPORTED, VERSION, OptionError, Options, check_data_path
 
 
 class GoValue(click.ParamType):
-    """A click type around one of the Go-syntax parsers in :mod:`config`."""
+    """A click type around one setting kind's Go-syntax parser (:class:`~nsqd_threaded.options.Kind`)."""
 
-    def __init__(self, name, parse):
-        self.name = name
-        self._parse = parse
+    def __init__(self, kind):
+        self.name = kind.name
+        self._parse = kind.parse
 
     def convert(self, value, param, ctx):
         if not isinstance(value, str):
@@ -42,28 +35,10 @@ class GoValue(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
-_TYPES = {
-    "str": click.STRING,
-    "strlist": click.STRING,
-    "int": GoValue("integer", config.parse_go_int),
-    "duration": GoValue("duration", parse_duration),
-    "bool": GoValue("bool", config.parse_go_bool),
-    "loglevel": GoValue("level", config.parse_log_level),
-    "tlsrequired": GoValue("tls-required", config.parse_tls_required),
-    "floatlist": GoValue("float-list", config.parse_float_list),
-}
-
-
 class NotSupported(click.ClickException):
     """A flag or config key of a feature not built yet: one line, exit 2 like a bad flag."""
 
     exit_code = 2
-
-    def __init__(self, setting, source=None):
-        message = "--%s is not supported yet" % setting.flag
-        if source:
-            message += " (%s)" % source
-        super().__init__(message)
 
 
 class GoFlagCommand(click.Command):
@@ -80,7 +55,7 @@ def go_style_args(args):
     so ``--log-prefix -x`` keeps ``-x``.  Unknown flags pass through for
     click to report.
     """
-    kinds = {s.flag: s.kind for s in SETTINGS}
+    kinds = {s.flag: s.kind for s in SETTINGS if s.flag}
     out = []
     rest = iter(args)
     for arg in rest:
@@ -95,7 +70,7 @@ def go_style_args(args):
         name, eq, value = body.partition("=")
         if name in ("h", "help") and not eq:
             out.append("--help")
-        elif kinds.get(name) in _BOOL_KINDS:
+        elif name in kinds and kinds[name].bare:
             out.append("--%s=%s" % (name, value if eq else "true"))
         elif name in kinds:
             out.append("--" + body)
@@ -112,44 +87,44 @@ def version_line():
     return "nsqd-threaded v%s (python %s)" % (VERSION, platform.python_version())
 
 
+def given_flags(params):
+    """Click's parsed parameters -> ``{Setting: value}`` for the flags given (repeatable ones flattened)."""
+    flags = {}
+    for setting in SETTINGS:
+        if setting.flag is None:
+            continue
+        value = params.get(_param_name(setting))
+        if value in (None, ()):
+            continue
+        if setting.multiple:
+            value = [item for parsed in value for item in parsed]
+        flags[setting] = value
+    return flags
+
+
+def parse(args):
+    """Parse a command line: ``(flags, params)``; raises what click raises (Exit for --help)."""
+    ctx = main.make_context("nsqd-threaded", list(args))
+    return given_flags(ctx.params), ctx.params
+
+
 def resolve(params):
     """Click's parsed parameters -> ``(Options, warnings)``: flag > config file > default.
 
     Raises NotSupported for an unbuilt feature, and exits 1 with nsqd's
     FATAL line for an unusable config file or a value Options rejects.
     """
-    given = {s: params[s.field] for s in SETTINGS if params.get(s.field) not in (None, ())}
-    for setting, value in given.items():
-        if setting.kind == "floatlist":  # repeatable and comma-separated: one flat list
-            given[setting] = [v for item in value for v in item]
-        elif setting.multiple:
-            given[setting] = list(value)
-    for setting in given:
-        if setting.status == UNSUPPORTED:
-            raise NotSupported(setting)
-    path = params.get("config")
-    chosen = _read_config(path) if path else {}
-    chosen.update(given)
-    values = {s.field: v for s, v in chosen.items() if s.status == SUPPORTED}
-    options = Options(**values)
     try:
-        options.validate()
+        values, warnings = config.resolve(given_flags(params), params.get("config"))
+    except config.NotSupportedError as e:
+        raise NotSupported(str(e)) from None
+    except config.ConfigError as e:
+        fatal(str(e))
+    try:
+        options = Options(**values).validate()
     except OptionError as e:
         fatal("failed to instantiate nsqd - %s" % e)
-    warnings = [_DEPRECATION[s.flag] for s in given if s.status == DEPRECATED]
     return options, warnings
-
-
-def _read_config(path):
-    """The supported settings a config file sets; refuses keys of unbuilt features."""
-    try:
-        values = config.resolve(config.load(path))
-    except (OSError, ValueError) as e:
-        fatal("failed to load config file %s - %s" % (path, e))
-    for setting, value in values.items():
-        if setting.status == UNSUPPORTED and not config.is_inert(setting, value):
-            raise NotSupported(setting, "%s in %s" % (setting.key, path))
-    return {s: v for s, v in values.items() if s.status == SUPPORTED}
 
 
 def fatal(message):
@@ -160,6 +135,9 @@ def fatal(message):
 
 def serve(options, warnings=()):
     """Run a broker until SIGTERM or SIGINT, then stop it gracefully."""
+    problem = check_data_path(options.data_path)
+    if problem:
+        fatal("failed to instantiate nsqd - %s" % problem)
     nsqd = NSQD(options)
     for warning in warnings:
         nsqd.log.warn("%s", warning)
@@ -170,7 +148,7 @@ def serve(options, warnings=()):
     try:
         try:
             nsqd.start()
-        except (OSError, RuntimeError, ValueError) as e:
+        except Exception as e:  # any startup failure is one FATAL line, never a traceback
             fatal(_start_failure(e))
         signum = signal.sigwait(signals)
         nsqd.log.info("%s: shutting down", signal.Signals(signum).name)
@@ -184,8 +162,11 @@ def _start_failure(exc):
     nsqd.dat errors from loading metadata afterwards."""
     if isinstance(exc, OSError) and exc.strerror:
         text = exc.strerror if exc.filename is None else "%s: %s" % (exc.filename, exc.strerror)
-    else:
+    elif isinstance(exc, (OSError, RuntimeError, ValueError)):
         text = str(exc)
+    else:
+        text = "%s: %s" % (type(exc).__name__, exc)
+    text = " ".join(text.split())  # one line
     if text.startswith("failed to parse metadata"):
         return "failed to load metadata - %s" % text
     return "failed to instantiate nsqd - %s" % text
@@ -199,38 +180,41 @@ def _run(**params):
 
 
 def _help(setting):
-    """nsqd's help text, with its default as Go prints it (zero values left out)."""
+    """nsqd's help text with its default as Go prints it (zero values left out).
+
+    An unbuilt feature shows the value in effect (``--snappy``: false), which
+    is the only one it accepts, besides off or empty.
+    """
     text = setting.help
-    default = config.default(setting)
-    if default and default != "false":
-        if setting.kind == "duration":
-            text += " (default %s)" % format_duration(default)
-        elif setting.kind == "bool":
-            text += " (default true)"
-        elif setting.kind == "int":
-            text += " (default %d)" % default
-        else:
-            text += ' (default "%s")' % default
+    default = setting.default
     if setting.status == UNSUPPORTED:
-        text += " [not supported yet]"
+        if default not in ("", ()):
+            text += " (default %s)" % setting.kind.format(default)
+        return text + " [not supported yet]"
+    if default not in (None, "", (), 0, False):
+        formatted = setting.kind.format(default)
+        text += ' (default "%s")' % formatted if setting.kind.type is str else " (default %s)" % formatted
     return text
 
 
+def _param_name(setting):
+    return setting.field or setting.flag.replace("-", "_")
+
+
 def _option(setting):
-    metavar = "[=BOOL]" if setting.kind in _BOOL_KINDS else None
     return click.Option(
-        ["--" + setting.flag, setting.field],
-        type=_TYPES[setting.kind],
+        ["--" + setting.flag, _param_name(setting)],
+        type=GoValue(setting.kind),
         multiple=setting.multiple,
         default=None,
-        metavar=metavar,
+        metavar="[=BOOL]" if setting.kind.bare else None,
         help=_help(setting),
     )
 
 
 main = GoFlagCommand(
     "nsqd-threaded",
-    params=[_option(s) for s in SETTINGS],
+    params=[_option(s) for s in SETTINGS if s.flag],
     callback=_run,
     help="NSQ's nsqd 1.3 message broker, in pure Python.  Flags are nsqd's: "
     "-name=value or --name value; booleans --name or --name=false.",

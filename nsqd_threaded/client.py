@@ -88,7 +88,22 @@ def _name(name, what):
 
 
 def _body(body):
-    return body.encode("utf-8") if isinstance(body, str) else bytes(body)
+    """A message body as bytes: bytes-like objects as they are, ``str`` as UTF-8.
+
+    Anything else is a TypeError: ``bytes(5)`` would publish five NUL bytes.
+    """
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    raise TypeError("a message body must be bytes (or str, sent as UTF-8), not %s" % type(body).__name__)
+
+
+def _bodies(bodies):
+    """MPUB's bodies: a list (any iterable) of bodies, not one body."""
+    if isinstance(bodies, (bytes, bytearray, memoryview, str)):
+        raise TypeError("mpub takes a list of message bodies, not one %s" % type(bodies).__name__)
+    return [_body(b) for b in bodies]
 
 
 def _fmt(address):
@@ -354,13 +369,16 @@ class Producer:
     # -- commands --------------------------------------------------------------
 
     def pub_async(self, topic, body):
-        """Send ``PUB``; a Future of the answer (``b"OK"``, or NSQError / ConnectionClosed)."""
+        """Send ``PUB``; a Future of the answer (``b"OK"``, or NSQError / ConnectionClosed).
+
+        ``body`` is bytes (any bytes-like object) or a str, sent as UTF-8; anything else is a TypeError.
+        """
         body = _body(body)
         return self._request(b"PUB %s\n%s%s" % (_name(topic, "topic"), protocol.encode_size(len(body)), body))
 
     def mpub_async(self, topic, bodies):
-        """Send ``MPUB`` of a list of bodies; a Future of the answer."""
-        payload = protocol.encode_mpub_body([_body(b) for b in bodies])
+        """Send ``MPUB`` of a list of bodies (each as :meth:`pub_async` takes it); a Future of the answer."""
+        payload = protocol.encode_mpub_body(_bodies(bodies))
         return self._request(b"MPUB %s\n%s%s" % (_name(topic, "topic"), protocol.encode_size(len(payload)), payload))
 
     def dpub_async(self, topic, delay_ms, body):

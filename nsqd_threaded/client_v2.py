@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 
-from . import protocol
+from . import gocompat, protocol
 
 STATE_INIT = 0
 STATE_SUBSCRIBED = 3
@@ -55,7 +55,7 @@ class Client:
 
         # settings (IDENTIFY may change them)
         self.heartbeat_interval = opts.client_timeout / 2
-        self.msg_timeout_ns = protocol.ns(opts.msg_timeout)
+        self.msg_timeout_ns = gocompat.ns(opts.msg_timeout)
         self.output_buffer_size = 16384
         self.output_buffer_timeout = opts.output_buffer_timeout
         self.sample_rate = 0

@@ -21,7 +21,7 @@ import time
 import traceback
 import urllib.parse
 
-from . import protocol, stats
+from . import gocompat, protocol, stats
 from .channel import ChannelError
 from .metrics import render_prometheus
 from .options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS, Options
@@ -54,7 +54,7 @@ def ok_empty():
 
 
 def ok_json(doc, raw=None):
-    body = (raw if raw is not None else stats.go_json(doc)).encode()
+    body = (raw if raw is not None else gocompat.go_json(doc)).encode()
     return Response(200, body, [("Content-Type", JSON_TYPE), X_NSQ])
 
 
@@ -288,9 +288,9 @@ class HTTPAPI:
             "http_port": self.nsqd.http_address[1] if self.nsqd.http_address else 0,
             "tcp_port": self.nsqd.tcp_address[1],
             "start_time": int(self.nsqd.start_time),
-            "max_heartbeat_interval": _ns(opts.max_heartbeat_interval),
+            "max_heartbeat_interval": gocompat.ns(opts.max_heartbeat_interval),
             "max_output_buffer_size": opts.max_output_buffer_size,
-            "max_output_buffer_timeout": _ns(opts.max_output_buffer_timeout),
+            "max_output_buffer_timeout": gocompat.ns(opts.max_output_buffer_timeout),
             "max_deflate_level": opts.max_deflate_level,
             "topology_zone": opts.topology_zone,
             "topology_region": opts.topology_region,
@@ -452,7 +452,7 @@ class HTTPAPI:
             self.nsqd.set_lookupd_addresses(value)
         elif name == "log_level":
             level = body.decode("utf-8", "replace").lower()
-            if level not in ("debug", "info", "warn", "error", "fatal"):
+            if level not in LOG_LEVELS:
                 raise HTTPError(400, "INVALID_VALUE")
             self.nsqd.set_log_level(level)
         else:
@@ -467,7 +467,7 @@ class HTTPAPI:
             raise HTTPError(400, "INVALID_OPTION")
         value = getattr(opts, key)
         if key in DURATION_OPTIONS:
-            return protocol.ns(value)
+            return gocompat.ns(value)
         if key == "log_level":
             return LOG_LEVELS[value.lower()]
         if key == "broadcast_tcp_port" and value == 0:
@@ -510,10 +510,6 @@ def _html_escape(s):
 
 
 _GO_INT = re.compile(r"[+-]?[0-9]+")
-
-
-def _ns(seconds):
-    return int(round(seconds * 1e9))
 
 
 # -- request bodies ------------------------------------------------------------

@@ -1,16 +1,40 @@
-"""Broker options: nsqd's flags, defaults and startup validation.
+"""Broker options: every setting of nsqd in one table, and the :class:`Options` built from it.
 
-Durations are held as float seconds; sizes and counts as ints.  The command
-line (:mod:`nsqd_threaded.cli`) and the test fixture both build an
-:class:`Options`; only :meth:`Options.validate` decides what is acceptable.
+:data:`SETTINGS` lists each setting once, in nsqd's ``--help`` order: its flag,
+value kind (how a flag value and a config-file value are parsed, and how the
+value is printed), default, help text, whether the feature is built, its
+config-file key and its startup check.  Everything else is derived from it:
+the :class:`Options` fields and defaults, the command line
+(:mod:`nsqd_threaded.cli`), the config file and flag resolution
+(:mod:`nsqd_threaded.config`), :meth:`Options.validate`, and the sets
+:data:`DURATION_OPTIONS`, :data:`INTERNAL_OPTIONS` and :data:`LOG_LEVELS`.
+
+Durations are held as float seconds; sizes and counts as ints.
 """
 
 import dataclasses
 import hashlib
+import os
 import socket
 import zlib
 
+from .gocompat import (
+    INT64_MAX,
+    INT64_MIN,
+    format_duration,
+    go_quote,
+    parse_duration,
+    parse_go_bool,
+    parse_go_int,
+)
+
 VERSION = "1.3.0"
+
+LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
+
+
+class OptionError(ValueError):
+    """A startup validation failure (the message names the flag)."""
 
 
 def default_node_id():
@@ -19,164 +43,474 @@ def default_node_id():
     return zlib.crc32(digest) % 1024
 
 
-class OptionError(ValueError):
-    """A startup validation failure (the message names the flag)."""
+# -- value kinds ---------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Options:
+class Kind:
+    """One kind of value: parsed from flag text, coerced from a TOML value, printed as Go does.
+
+    ``parse`` and ``coerce`` raise ValueError with a message that does not
+    name the setting (the caller adds the flag or key).  A ``multiple`` kind
+    may be given several times; each flag value parses to a tuple of items.
+    ``bare`` kinds take Go's bare ``--name`` form (meaning true).
+    """
+
+    def __init__(self, name, type_, parse, coerce, format_, multiple=False, bare=False):
+        self.name = name
+        self.type = type_
+        self.parse = parse
+        self.coerce = coerce
+        self.format = format_
+        self.multiple = multiple
+        self.bare = bare
+
+    def __repr__(self):
+        return "<Kind %s>" % self.name
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _want(what, value):
+    return ValueError("want %s, got %r" % (what, value))
+
+
+def _coerce_str(value):
+    if isinstance(value, str):
+        return value
+    raise _want("a string", value)
+
+
+def _coerce_int(value):
+    if _is_int(value):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError("%d is out of range" % value)
+        return value
+    if isinstance(value, str):
+        return parse_go_int(value)
+    raise _want("an integer", value)
+
+
+def _coerce_duration(value):
+    if isinstance(value, str):
+        return parse_duration(value)
+    if _is_int(value):
+        return value / 1000.0  # nsqd reads an integer as milliseconds
+    raise _want('a duration string like "2s" or integer milliseconds', value)
+
+
+def _coerce_bool(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return parse_go_bool(value)
+    raise _want("true or false", value)  # Go inverts integers (0 -> true); we refuse them
+
+
+def parse_log_level(text):
+    """A level name, case-insensitive, normalized to lower case."""
+    if text.lower() not in LOG_LEVELS:
+        raise ValueError("invalid log level %s (debug, info, warn, error, fatal)" % go_quote(text))
+    return text.lower()
+
+
+def _coerce_log_level(value):
+    if isinstance(value, str):
+        return parse_log_level(value)
+    raise _want("a level name", value)
+
+
+# nsqd's TLSRequired: 0 off, 1 TCP only ("tcp-https"), 2 TCP and HTTP ("true").
+_TLS_REQUIRED = {0: "false", 1: "tcp-https", 2: "true"}
+
+
+def parse_tls_required(text):
+    """``true``/``false`` (Go bool syntax) or ``tcp-https`` -> nsqd's 2/0/1."""
+    if text == "tcp-https":
+        return 1
+    try:
+        return 2 if parse_go_bool(text) else 0
+    except ValueError:
+        raise ValueError("invalid value %s (true, false, tcp-https)" % go_quote(text)) from None
+
+
+def _coerce_tls_required(value):
+    if isinstance(value, bool):
+        return 2 if value else 0
+    if isinstance(value, str):
+        return parse_tls_required(value)
+    raise _want('true, false or "tcp-https"', value)
+
+
+_TLS_VERSIONS = {"tls1.0": 0x0301, "tls1.1": 0x0302, "tls1.2": 0x0303, "tls1.3": 0x0304}
+
+
+def parse_tls_version(text):
+    """``tls1.0`` .. ``tls1.3`` -> the TLS version number nsqd keeps (empty: nsqd's tls1.0)."""
+    if text == "":
+        return 0x0301
+    version = _TLS_VERSIONS.get(text.lower())
+    if version is None:
+        raise ValueError("invalid TLS version %s (tls1.0, tls1.1, tls1.2, tls1.3)" % go_quote(text))
+    return version
+
+
+def _format_tls_version(version):
+    return {v: k for k, v in _TLS_VERSIONS.items()}.get(version, "0x%04x" % version)
+
+
+def _parse_str_item(text):
+    return (text,)
+
+
+def _coerce_str_list(value):
+    if isinstance(value, str):
+        return tuple(value.split(",")) if value else ()
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise _want("an array of strings or a comma-separated string", value)
+
+
+def parse_float_list(text):
+    """A comma-separated list of floats, as nsqd's percentile flag takes it."""
+    try:
+        return tuple(float(item.strip()) for item in text.split(","))
+    except ValueError:
+        raise ValueError("invalid list of floats %s" % go_quote(text)) from None
+
+
+def _coerce_float_list(value):
+    if isinstance(value, str):
+        return parse_float_list(value) if value else ()
+    if isinstance(value, list) and all(_is_number(v) for v in value):
+        return tuple(float(v) for v in value)
+    raise _want("an array of numbers or a comma-separated string", value)
+
+
+def _coerce_float(value):
+    if _is_number(value):
+        return float(value)
+    raise _want("a number", value)
+
+
+def _format_floats(values):
+    return ",".join(repr(float(v)) for v in values)
+
+
+STR = Kind("string", str, str, _coerce_str, str)
+INT = Kind("integer", int, parse_go_int, _coerce_int, str)
+DURATION = Kind("duration", float, parse_duration, _coerce_duration, format_duration)
+BOOL = Kind("bool", bool, parse_go_bool, _coerce_bool, lambda v: "true" if v else "false", bare=True)
+LOG_LEVEL = Kind("level", str, parse_log_level, _coerce_log_level, str)
+TLS_REQUIRED = Kind(
+    "tls-required", int, parse_tls_required, _coerce_tls_required, _TLS_REQUIRED.get, bare=True
+)
+TLS_VERSION = Kind("tls-version", int, parse_tls_version, lambda v: parse_tls_version(_coerce_str(v)),
+                   _format_tls_version)
+FLOAT = Kind("float", float, float, _coerce_float, repr)
+STR_LIST = Kind("string", list, _parse_str_item, _coerce_str_list, ",".join, multiple=True)
+FLOAT_LIST = Kind("float-list", list, parse_float_list, _coerce_float_list, _format_floats, multiple=True)
+
+
+# -- startup checks (each returns an error text, or None) ----------------------------
+
+
+def _positive(flag, value):
+    return None if value > 0 else "%s must be > 0 (got %s)" % (flag, value)
+
+
+def _non_negative(flag, value):
+    return None if value >= 0 else "%s must be >= 0 (got %s)" % (flag, value)
+
+
+def _node_id(flag, value):
+    return None if 0 <= value < 1024 else "%s must be [0,1024)" % flag
+
+
+def _deflate_level(flag, value):
+    return None if 1 <= value <= 9 else "%s must be [1,9]" % flag
+
+
+def _log_level(flag, value):
+    if value.lower() in LOG_LEVELS:
+        return None
+    return "%s must be one of debug, info, warn, error, fatal" % flag
+
+
+def _percentiles(flag, values):
+    for p in values:
+        if not 0 < p <= 1:
+            return "invalid E2E processing latency percentile: %g" % p
+    return None
+
+
+def _listen_address(flag, value):
+    """``host:port`` with a port in 0..65535; empty turns the listener off."""
+    if value == "":
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        return "%s=%s: invalid address (want host:port)" % (flag, value)
+    if int(port) > 65535:
+        return "%s=%s: invalid port %s (want 0-65535)" % (flag, value, port)
+    return None
+
+
+# -- the table ----------------------------------------------------------------------
+
+SUPPORTED = "supported"
+UNSUPPORTED = "unsupported"  # the feature is not built: refused unless the value asks for nothing
+DEPRECATED = "deprecated"  # accepted, no effect (as in nsqd)
+META = "meta"  # --version and --config: about the command, not the broker
+INTERNAL = "internal"  # an nsqd constant: an Options field without a flag or config key
+
+_SAME = object()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Setting:
+    """One nsqd setting.  ``default`` is in our units and is the :class:`Options` default.
+
+    ``field`` is the Options attribute (default: the flag with ``_``; None for
+    META and DEPRECATED flags); ``cfg`` the config-file key (default: the
+    field; None for none).  ``factory`` computes a default at startup.
+    ``go_default`` is Go nsqd's default where ours differs (a feature we do
+    not build that Go has on).  ``check(flag, value)`` returns an error text.
+    """
+
+    flag: object  # str, or None for INTERNAL settings
+    kind: Kind
+    default: object
+    help: str = ""
+    status: str = SUPPORTED
+    field: object = ""
+    cfg: object = ""
+    check: object = None
+    factory: object = None
+    go_default: object = _SAME
+
+    def __post_init__(self):
+        if self.field == "":
+            field = None if self.status in (META, DEPRECATED) else self.flag.replace("-", "_")
+            object.__setattr__(self, "field", field)
+        if self.cfg == "":
+            cfg = None if self.status == INTERNAL else self.field
+            object.__setattr__(self, "cfg", cfg)
+        if self.go_default is _SAME:
+            object.__setattr__(self, "go_default", self.default)
+
+    @property
+    def key(self):
+        """The config-file key, or None."""
+        return self.cfg
+
+    @property
+    def option(self):
+        """``--flag`` as messages spell it."""
+        return "--" + self.flag if self.flag else self.field
+
+    @property
+    def multiple(self):
+        return self.kind.multiple
+
+    def asks_for_nothing(self, value):
+        """True when a value of an unbuilt feature changes nothing: off, empty, or our default.
+
+        Such values are accepted (``--snappy=false``, ``tls_cert = ""``):
+        they only restate what the broker does anyway.
+        """
+        return value is False or value in ("", (), []) or value == self.default
+
+
+U = UNSUPPORTED
+
+SETTINGS = (
     # process / network
-    node_id: int = dataclasses.field(default_factory=default_node_id)
-    tcp_address: str = "0.0.0.0:4150"
-    http_address: str = "0.0.0.0:4151"
-    http_read_timeout: float = 30.0  # beyond nsqd: the head and body of one request must arrive within it
-    http_idle_timeout: float = 60.0  # beyond nsqd: the wait for a connection's next request
-    broadcast_address: str = dataclasses.field(default_factory=socket.gethostname)
-    broadcast_tcp_port: int = 0
-    broadcast_http_port: int = 0
-    log_level: str = "info"
-    log_prefix: str = "[nsqd] "
-
-    # queues
-    data_path: str = ""
-    durable: bool = False  # beyond nsqd: acknowledge publishes only once fsynced
-    mem_queue_size: int = 10000
-    max_bytes_per_file: int = 104857600
-    sync_every: int = 2500
-    sync_timeout: float = 2.0
-    queue_scan_worker_pool_max: int = 4
-    queue_scan_selection_count: int = 20
-
+    Setting("version", BOOL, False, "print version string", META),
+    Setting("config", STR, "", "path to config file", META),
+    Setting("log-level", LOG_LEVEL, "info", "set log verbosity: debug, info, warn, error, or fatal",
+            check=_log_level),
+    Setting("log-prefix", STR, "[nsqd] ", "log message prefix"),
+    Setting("verbose", BOOL, False, "[deprecated] has no effect, use --log-level", DEPRECATED),
+    Setting("node-id", INT, None, "unique part for message IDs, (int) in range [0,1024) "
+            "(default is hash of hostname)", cfg="id", check=_node_id, factory=default_node_id),
+    Setting("worker-id", BOOL, False, "[deprecated] use --node-id", DEPRECATED),
+    Setting("https-address", STR, "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients", U),
+    Setting("http-address", STR, "0.0.0.0:4151", "<addr>:<port> to listen on for HTTP clients",
+            check=_listen_address),
+    Setting("tcp-address", STR, "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients",
+            check=_listen_address),
+    Setting("auth-http-address", STR_LIST, (), "<addr>:<port> or a full url to query auth server "
+            "(may be given multiple times)", U, field="auth_http_addresses"),
+    Setting("auth-http-request-method", STR, "get", "HTTP method to use for auth server requests", U),
+    Setting("broadcast-address", STR, None, "address that will be registered with lookupd "
+            "(defaults to the OS hostname)", factory=socket.gethostname),
+    Setting("broadcast-tcp-port", INT, 0, "TCP port that will be registered with lookupd "
+            "(defaults to the TCP port that this nsqd is listening on)", check=_non_negative),
+    Setting("broadcast-http-port", INT, 0, "HTTP port that will be registered with lookupd "
+            "(defaults to the HTTP port that this nsqd is listening on)", check=_non_negative),
+    Setting("lookupd-tcp-address", STR_LIST, (), "lookupd TCP address (may be given multiple times)",
+            U, field="nsqlookupd_tcp_addresses"),
+    Setting("http-client-connect-timeout", DURATION, 2.0, "timeout for HTTP connect", U),
+    Setting("http-client-request-timeout", DURATION, 5.0, "timeout for HTTP request", U),
+    Setting("http-read-timeout", DURATION, 30.0, "(not in Go nsqd) how long the HTTP server waits "
+            "for a request's headers and body, and for the first request of a new connection", check=_positive),
+    Setting("http-idle-timeout", DURATION, 60.0, "(not in Go nsqd) how long an idle HTTP keep-alive "
+            "connection is kept open", check=_positive),
+    Setting("topology-region", STR, "", "region of this nsqd (experiment)", U),
+    Setting("topology-zone", STR, "", "availability zone of this nsqd (experiment)", U),
+    Setting("enable-experiment", STR_LIST, (), "enable experimental feature (may be given multiple "
+            "times) (valid options: 'topology-aware-consumption')", U),
+    # disk queue
+    Setting("data-path", STR, "", "path to store disk-backed messages (an existing directory "
+            "writable by this user; default: the working directory)"),
+    Setting("mem-queue-size", INT, 10000, "number of messages to keep in memory (per topic/channel)",
+            check=_non_negative),
+    Setting("max-bytes-per-file", INT, 104857600, "number of bytes per diskqueue file before rolling",
+            check=_positive),
+    Setting("sync-every", INT, 2500, "number of messages per diskqueue fsync", check=_positive),
+    Setting("sync-timeout", DURATION, 2.0, "duration of time per diskqueue fsync", check=_positive),
+    Setting("durable", BOOL, False, "(not in Go nsqd) acknowledge a publish only once it is fsynced "
+            "(group commit), and keep every message recoverable until it is FINed"),
+    Setting("queue-scan-worker-pool-max", INT, 4, "max concurrency for checking in-flight and "
+            "deferred message timeouts", check=_positive),
+    Setting("queue-scan-selection-count", INT, 20, "number of channels to check per cycle (every "
+            "100ms) for in-flight and deferred timeouts", check=_positive),
     # messages and commands
-    msg_timeout: float = 60.0
-    max_msg_timeout: float = 900.0
-    max_msg_size: int = 1048576
-    max_req_timeout: float = 3600.0
-    max_body_size: int = 5242880
-
+    Setting("msg-timeout", DURATION, 60.0, "default duration to wait before auto-requeing a message",
+            check=_positive),
+    Setting("max-msg-timeout", DURATION, 900.0, "maximum duration before a message will timeout",
+            check=_positive),
+    Setting("max-msg-size", INT, 1048576, "maximum size of a single message in bytes", check=_positive),
+    Setting("max-req-timeout", DURATION, 3600.0, "maximum requeuing timeout for a message",
+            check=_non_negative),
+    Setting("max-body-size", INT, 5242880, "maximum size of a single command body", check=_positive),
     # client-overridable bounds
-    max_heartbeat_interval: float = 60.0
-    max_rdy_count: int = 2500
-    max_output_buffer_size: int = 65536
-    max_output_buffer_timeout: float = 30.0
-    min_output_buffer_timeout: float = 0.025
-    output_buffer_timeout: float = 0.25
-    max_channel_consumers: int = 0
+    Setting("max-heartbeat-interval", DURATION, 60.0, "maximum client configurable duration of time "
+            "between client heartbeats", check=_positive),
+    Setting("max-rdy-count", INT, 2500, "maximum RDY count for a client", check=_non_negative),
+    Setting("max-output-buffer-size", INT, 65536, "maximum client configurable size (in bytes) for "
+            "a client output buffer", check=_positive),
+    Setting("max-output-buffer-timeout", DURATION, 30.0, "maximum client configurable duration of "
+            "time between flushing to a client", check=_non_negative),
+    Setting("min-output-buffer-timeout", DURATION, 0.025, "minimum client configurable duration of "
+            "time between flushing to a client", check=_non_negative),
+    Setting("output-buffer-timeout", DURATION, 0.25, "default duration of time between flushing "
+            "data to clients", check=_positive),
+    Setting("max-channel-consumers", INT, 0, "maximum channel consumer connection count per nsqd "
+            "instance (0 means unlimited)", check=_non_negative),
+    # statsd
+    Setting("statsd-address", STR, "", "UDP <addr>:<port> of a statsd daemon for pushing stats", U),
+    Setting("statsd-interval", DURATION, 60.0, "duration between pushing to statsd", U),
+    Setting("statsd-mem-stats", BOOL, True, "toggle sending memory and GC stats to statsd", U),
+    Setting("statsd-prefix", STR, "nsq.%s", "prefix used for keys sent to statsd (%s for host "
+            "replacement)", U),
+    Setting("statsd-udp-packet-size", INT, 508, "the size in bytes of statsd UDP packets", U),
+    Setting("statsd-exclude-ephemeral", BOOL, False, "skip ephemeral topics and channels when "
+            "sending stats to statsd", U),
+    # end-to-end latency (percentiles sorted descending by validate; empty = off)
+    Setting("e2e-processing-latency-percentile", FLOAT_LIST, (), "message processing time "
+            "percentiles (as float (0, 1.0]) to track (can be specified multiple times or comma "
+            "separated '1.0,0.99,0.95', default none)", field="e2e_processing_latency_percentiles",
+            check=_percentiles),
+    Setting("e2e-processing-latency-window-time", DURATION, 600.0, "calculate end to end latency "
+            "quantiles for this duration of time"),
+    # TLS
+    Setting("tls-cert", STR, "", "path to certificate file", U),
+    Setting("tls-key", STR, "", "path to key file", U),
+    Setting("tls-client-auth-policy", STR, "", "client certificate auth policy "
+            "('require' or 'require-verify')", U),
+    Setting("tls-root-ca-file", STR, "", "path to certificate authority file", U),
+    Setting("tls-required", TLS_REQUIRED, 0, "require TLS for client connections "
+            "(true, false, tcp-https)", U),
+    Setting("tls-min-version", TLS_VERSION, 0x0301, "minimum SSL/TLS version acceptable "
+            "('tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')", U),
+    # compression (negotiation not built: both off, and IDENTIFY says so)
+    Setting("deflate", BOOL, False, "enable deflate feature negotiation (client compression)", U,
+            go_default=True),
+    Setting("max-deflate-level", INT, 6, "max deflate compression level a client can negotiate "
+            "(> values == > nsqd CPU usage)", U, check=_deflate_level),
+    Setting("snappy", BOOL, False, "enable snappy feature negotiation (client compression)", U,
+            go_default=True),
+    # nsqd's internal constants (no flag, no config key, not in /config)
+    Setting(None, DURATION, 60.0, status=INTERNAL, field="client_timeout"),
+    Setting(None, DURATION, 0.1, status=INTERNAL, field="queue_scan_interval"),
+    Setting(None, DURATION, 5.0, status=INTERNAL, field="queue_scan_refresh_interval"),
+    Setting(None, FLOAT, 0.25, status=INTERNAL, field="queue_scan_dirty_percent"),
+    Setting(None, STR, VERSION, status=INTERNAL, field="version"),
+)
 
-    # end-to-end latency (percentiles sorted descending; empty = off)
-    e2e_processing_latency_percentiles: list = dataclasses.field(default_factory=list)
-    e2e_processing_latency_window_time: float = 600.0
+del U
 
-    # compression (negotiation not built yet: both off, advertised as false)
-    deflate: bool = False
-    max_deflate_level: int = 6
-    snappy: bool = False
+# Options whose /config value is a Go time.Duration (rendered in nanoseconds).
+DURATION_OPTIONS = frozenset(s.field for s in SETTINGS if s.kind is DURATION and s.status != INTERNAL)
 
-    # not built yet: present so /config answers with nsqd's defaults
-    https_address: str = "0.0.0.0:4152"
-    nsqlookupd_tcp_addresses: list = dataclasses.field(default_factory=list)
-    http_client_connect_timeout: float = 2.0
-    http_client_request_timeout: float = 5.0
-    auth_http_addresses: list = dataclasses.field(default_factory=list)
-    auth_http_request_method: str = "get"
-    tls_cert: str = ""
-    tls_key: str = ""
-    tls_client_auth_policy: str = ""
-    tls_root_ca_file: str = ""
-    tls_required: int = 0
-    tls_min_version: int = 0x0301
-    statsd_address: str = ""
-    statsd_prefix: str = "nsq.%s"
-    statsd_interval: float = 60.0
-    statsd_mem_stats: bool = True
-    statsd_udp_packet_size: int = 508
-    statsd_exclude_ephemeral: bool = False
-    enable_experiment: list = dataclasses.field(default_factory=list)
+# Fields that are internal constants in nsqd (no flag, so no /config entry).
+INTERNAL_OPTIONS = frozenset(s.field for s in SETTINGS if s.status == INTERNAL)
 
-    # topology experiment: only echoed in IDENTIFY responses
-    topology_region: str = ""
-    topology_zone: str = ""
+# The settings that are Options fields, by field name.
+BY_FIELD = {s.field: s for s in SETTINGS if s.field}
 
-    # fixed internals (no flag in nsqd)
-    client_timeout: float = 60.0
-    queue_scan_interval: float = 0.1
-    queue_scan_refresh_interval: float = 5.0
-    queue_scan_dirty_percent: float = 0.25
-    version: str = VERSION
+
+# -- Options -------------------------------------------------------------------
+
+
+def _fields_from_settings(cls):
+    """Make ``cls`` a dataclass with one field per setting that has one (table order)."""
+    annotations = {}
+    for s in SETTINGS:
+        if not s.field:
+            continue
+        annotations[s.field] = s.kind.type
+        if s.factory is not None:
+            value = dataclasses.field(default_factory=s.factory)
+        elif isinstance(s.default, tuple):
+            value = dataclasses.field(default_factory=list)
+        else:
+            value = s.default
+        setattr(cls, s.field, value)
+    cls.__annotations__ = annotations
+    return dataclasses.dataclass(cls)
+
+
+@_fields_from_settings
+class Options:
+    """A broker's settings: one attribute per :data:`SETTINGS` entry with a field.
+
+    Build with keywords (``Options(msg_timeout=5.0)``); :meth:`validate`
+    decides what is acceptable.
+    """
 
     def validate(self):
-        """Raise OptionError with nsqd's wording for an unusable value."""
-        if not 0 <= self.node_id < 1024:
-            raise OptionError("--node-id must be [0,1024)")
-        if not 1 <= self.max_deflate_level <= 9:
-            raise OptionError("--max-deflate-level must be [1,9]")
-        positive = [
-            ("--msg-timeout", self.msg_timeout),
-            ("--max-msg-timeout", self.max_msg_timeout),
-            ("--max-msg-size", self.max_msg_size),
-            ("--max-body-size", self.max_body_size),
-            ("--max-heartbeat-interval", self.max_heartbeat_interval),
-            ("--max-output-buffer-size", self.max_output_buffer_size),
-            ("--output-buffer-timeout", self.output_buffer_timeout),
-            ("--max-bytes-per-file", self.max_bytes_per_file),
-            ("--sync-every", self.sync_every),
-            ("--sync-timeout", self.sync_timeout),
-            ("--queue-scan-worker-pool-max", self.queue_scan_worker_pool_max),
-            ("--queue-scan-selection-count", self.queue_scan_selection_count),
-            ("--http-read-timeout", self.http_read_timeout),
-            ("--http-idle-timeout", self.http_idle_timeout),
-        ]
-        for flag, value in positive:
-            if value <= 0:
-                raise OptionError("%s must be > 0 (got %s)" % (flag, value))
-        non_negative = [
-            ("--mem-queue-size", self.mem_queue_size),
-            ("--max-rdy-count", self.max_rdy_count),
-            ("--max-req-timeout", self.max_req_timeout),
-            ("--max-channel-consumers", self.max_channel_consumers),
-            ("--max-output-buffer-timeout", self.max_output_buffer_timeout),
-            ("--min-output-buffer-timeout", self.min_output_buffer_timeout),
-            ("--broadcast-tcp-port", self.broadcast_tcp_port),
-            ("--broadcast-http-port", self.broadcast_http_port),
-        ]
-        for flag, value in non_negative:
-            if value < 0:
-                raise OptionError("%s must be >= 0 (got %s)" % (flag, value))
+        """Raise OptionError, naming the flag, for an unusable value; returns self."""
+        for s in SETTINGS:
+            if s.check is not None:
+                error = s.check(s.option, getattr(self, s.field))
+                if error:
+                    raise OptionError(error)
         if self.msg_timeout > self.max_msg_timeout:
-            raise OptionError("--msg-timeout must be <= --max-msg-timeout")
-        for p in self.e2e_processing_latency_percentiles:
-            if not 0 < p <= 1:
-                raise OptionError("invalid E2E processing latency percentile: %g" % p)
+            raise OptionError("%s must be <= %s" % (BY_FIELD["msg_timeout"].option,
+                                                    BY_FIELD["max_msg_timeout"].option))
         self.e2e_processing_latency_percentiles = sorted(self.e2e_processing_latency_percentiles, reverse=True)
-        if self.log_level.lower() not in LOG_LEVELS:
-            raise OptionError("--log-level must be one of debug, info, warn, error, fatal")
         return self
 
 
-LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
+def check_data_path(path):
+    """The one-line reason the data directory cannot be used, or None.
 
-
-# Options whose /config value is a Go time.Duration (rendered in nanoseconds).
-DURATION_OPTIONS = frozenset(
-    {
-        "sync_timeout",
-        "msg_timeout",
-        "max_msg_timeout",
-        "max_req_timeout",
-        "max_heartbeat_interval",
-        "max_output_buffer_timeout",
-        "min_output_buffer_timeout",
-        "output_buffer_timeout",
-        "http_client_connect_timeout",
-        "http_client_request_timeout",
-        "statsd_interval",
-        "e2e_processing_latency_window_time",
-        "http_read_timeout",
-        "http_idle_timeout",
-    }
-)
-
-# Fields that are internal constants in nsqd (no flag, so no /config entry).
-INTERNAL_OPTIONS = frozenset(
-    {"client_timeout", "queue_scan_interval", "queue_scan_refresh_interval", "queue_scan_dirty_percent", "version"}
-)
+    nsqd itself fails later with a bare OS error; this says which flag to fix.
+    """
+    shown = path or "%s (the working directory)" % os.getcwd()
+    path = path or os.getcwd()
+    if not os.path.exists(path):
+        return "--data-path %s does not exist (create it, writable by this user, or choose another)" % shown
+    if not os.path.isdir(path):
+        return "--data-path %s is not a directory" % shown
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        return "--data-path %s is not writable by this user" % shown
+    return None

@@ -8,9 +8,10 @@ Error texts and their fatal/non-fatal classification follow nsqd 1.3 exactly
 (see ``../shared/spec/tcp-protocol.md`` section 5).
 """
 
-import json
 import re
 import struct
+
+from .gocompat import JSONObject, go_json, go_json_fold_key, go_json_loads, go_json_text, ms
 
 MAGIC_V2 = b"  V2"
 MAX_LINE = 16384  # nsqd reads command lines through a 16 KiB bufio.Reader
@@ -174,51 +175,6 @@ def is_valid_name(name):
     return 0 < len(name) <= 64 and _NAME_RE.fullmatch(name) is not None
 
 
-_GO_SHORT_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-    '"': '\\"',
-    "\\": "\\\\",
-}
-
-
-def go_quote(raw):
-    """Render bytes the way Go's ``%q`` (``strconv.Quote``) does, for error texts.
-
-    Printable runes (``str.isprintable`` is Go's ``unicode.IsPrint``) are kept
-    as is; each byte of invalid UTF-8 becomes ``\\xNN``; other runes are
-    escaped as ``\\a``..``\\v``, ``\\xNN`` (below space and DEL), ``\\uNNNN``
-    or ``\\UNNNNNNNN``.
-    """
-    text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, (bytes, bytearray)) else raw
-    out = ['"']
-    for ch in text:
-        esc = _GO_SHORT_ESCAPES.get(ch)
-        if esc is not None:
-            out.append(esc)
-            continue
-        o = ord(ch)
-        if 0xDC80 <= o <= 0xDCFF:  # an undecodable byte (surrogateescape)
-            out.append("\\x%02x" % (o - 0xDC00))
-        elif ch.isprintable():
-            out.append(ch)
-        elif o < 0x20 or o == 0x7F:
-            out.append("\\x%02x" % o)
-        elif 0xD800 <= o <= 0xDFFF:  # not a valid rune
-            out.append("\\ufffd")
-        elif o < 0x10000:
-            out.append("\\u%04x" % o)
-        else:
-            out.append("\\U%08x" % o)
-    out.append('"')
-    return "".join(out)
-
-
 def text(raw):
     """Bytes from the wire as text for an error description."""
     return raw.decode("utf-8", "surrogateescape")
@@ -317,26 +273,6 @@ _IDENTIFY_FIELDS = {
 }
 
 
-class _JSONObject(list):
-    """A JSON object as its (key, value) pairs, in document order (duplicates kept)."""
-
-
-def _reject_constant(name):
-    raise ValueError("invalid JSON constant %s" % name)
-
-
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
-
-
-def _go_json_key(key):
-    """Fold a key the way encoding/json matches it to a field name (case-insensitive).
-
-    Besides ASCII case, Go's folding maps U+017F (long s) to "s" and U+212A
-    (Kelvin sign) to "k"; ``str.lower`` already covers the latter.
-    """
-    return key.lower().replace("\u017f", "s")
-
-
 def decode_identify(body):
     """Decode an IDENTIFY JSON body the way Go's encoding/json would.
 
@@ -349,27 +285,23 @@ def decode_identify(body):
     """
     bad = ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
     try:
-        doc = json.loads(
-            bytes(body).decode("utf-8", "surrogateescape"),
-            object_pairs_hook=_JSONObject,
-            parse_constant=_reject_constant,
-        )
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        doc = go_json_loads(body)
+    except ValueError:
         raise bad from None
     if doc is None:
         return {}
-    if not isinstance(doc, _JSONObject):
+    if not isinstance(doc, JSONObject):
         raise bad
     out = {}
     for key, value in doc:
-        name = _go_json_key(key)
+        name = go_json_fold_key(key)
         kind = _IDENTIFY_FIELDS.get(name)
         if kind is None or value is None:
             continue
         if kind is str:
             if not isinstance(value, str):
                 raise bad
-            value = _SURROGATE_RE.sub("\ufffd", value)
+            value = go_json_text(value)
         elif kind is bool:
             if not isinstance(value, bool):
                 raise bad
@@ -381,20 +313,6 @@ def decode_identify(body):
                 raise bad
         out[name] = value
     return out
-
-
-def ns(seconds):
-    """A duration held as float seconds, as Go's integer nanoseconds."""
-    return int(round(seconds * 1e9))
-
-
-def ms(seconds):
-    """A duration held as float seconds, in whole milliseconds as Go computes ``d / time.Millisecond``.
-
-    Go durations are integer nanoseconds; ``int(seconds * 1000)`` would turn
-    1.001 s into 1000 ms.
-    """
-    return ns(seconds) // 1000000
 
 
 def negotiate_identify(fields, opts, client_timeout_ms=60000):
@@ -465,55 +383,27 @@ def deflate_level(negotiated, requested, max_level):
     return min(level, max_level)
 
 
-_GO_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_GO_JSON_SPECIAL_RE = re.compile('["\\\\\x00-\x1f<>&\u2028\u2029\ud800-\udfff]')
-
-
-def _go_json_special(m):
-    ch = m.group()
-    esc = _GO_JSON_ESCAPES.get(ch)
-    if esc is not None:
-        return esc
-    if "\ud800" <= ch <= "\udfff":
-        return "\\ufffd"
-    return "\\u%04x" % ord(ch)
-
-
-def go_json_string(value):
-    """A JSON string as Go's encoding/json writes it (HTML-safe, UTF-8, Go 1.19 escapes)."""
-    return '"' + _GO_JSON_SPECIAL_RE.sub(_go_json_special, value) + '"'
-
-
-def _go_json(value):
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    return go_json_string(value)
-
-
 def identify_response(settings, opts, tls_v1=False, deflate=False, snappy=False, deflate_level=6):
     """The feature-negotiation JSON, keys in nsqd's order, encoded like Go's encoding/json.
 
     ``deflate_level`` is the negotiated level (see :func:`deflate_level`).
     """
     level = min(deflate_level, opts.max_deflate_level)
-    doc = (
-        ("max_rdy_count", opts.max_rdy_count),
-        ("version", opts.version),
-        ("max_msg_timeout", ms(opts.max_msg_timeout)),
-        ("msg_timeout", settings["msg_timeout_ms"]),
-        ("tls_v1", tls_v1),
-        ("deflate", deflate),
-        ("deflate_level", level),
-        ("max_deflate_level", opts.max_deflate_level),
-        ("snappy", snappy),
-        ("sample_rate", settings["sample_rate"]),
-        ("auth_required", False),
-        ("output_buffer_size", settings["output_buffer_size"]),
-        ("output_buffer_timeout", settings["output_buffer_timeout_ms"]),
-        ("topology_region", opts.topology_region),
-        ("topology_zone", opts.topology_zone),
-    )
-    body = ",".join('"%s":%s' % (k, _go_json(v)) for k, v in doc)
-    return ("{" + body + "}").encode("utf-8")
+    doc = {
+        "max_rdy_count": opts.max_rdy_count,
+        "version": opts.version,
+        "max_msg_timeout": ms(opts.max_msg_timeout),
+        "msg_timeout": settings["msg_timeout_ms"],
+        "tls_v1": tls_v1,
+        "deflate": deflate,
+        "deflate_level": level,
+        "max_deflate_level": opts.max_deflate_level,
+        "snappy": snappy,
+        "sample_rate": settings["sample_rate"],
+        "auth_required": False,
+        "output_buffer_size": settings["output_buffer_size"],
+        "output_buffer_timeout": settings["output_buffer_timeout_ms"],
+        "topology_region": opts.topology_region,
+        "topology_zone": opts.topology_zone,
+    }
+    return go_json(doc).encode("utf-8")

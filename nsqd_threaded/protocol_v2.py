@@ -12,10 +12,11 @@ import socket
 import struct
 import time
 
-from . import protocol
+from . import gocompat, protocol
 from .channel import ChannelError
 from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
-from .protocol import ProtocolError, go_quote, text
+from .gocompat import go_quote
+from .protocol import ProtocolError, text
 from .topic import TopicError
 
 
@@ -244,7 +245,7 @@ class ProtocolV2:
         client.client_id = fields.get("client_id", "")
         client.hostname = fields.get("hostname", "")
         client.user_agent = fields.get("user_agent", "")
-        settings = protocol.negotiate_identify(fields, self.opts, protocol.ms(self.opts.client_timeout))
+        settings = protocol.negotiate_identify(fields, self.opts, gocompat.ms(self.opts.client_timeout))
         client.apply_identify(fields, settings)
         if not fields.get("feature_negotiation"):
             return protocol.OK_FRAME
@@ -338,7 +339,7 @@ class ProtocolV2:
         if timeout_ms is None:
             raise ProtocolError("E_INVALID", "REQ could not parse timeout %s" % text(params[2]))
         delay_ns = protocol.int64(timeout_ms * 1000000)
-        max_ns = protocol.ns(self.opts.max_req_timeout)
+        max_ns = gocompat.ns(self.opts.max_req_timeout)
         if delay_ns < 0:
             delay_ns = 0
         elif delay_ns > max_ns:
@@ -388,7 +389,7 @@ class ProtocolV2:
         # the uint64.
         timeout_ms &= 0xFFFFFFFFFFFFFFFF
         defer_ns = protocol.int64(timeout_ms * 1000000)
-        max_ns = protocol.ns(self.opts.max_req_timeout)
+        max_ns = gocompat.ns(self.opts.max_req_timeout)
         if not 0 <= defer_ns <= max_ns:
             raise ProtocolError(
                 "E_INVALID", "DPUB timeout %d out of range 0-%d" % (timeout_ms, max_ns // 1000000)

@@ -7,84 +7,12 @@ order is Go nsqd's.  The renderers are pure functions of that snapshot:
 :func:`render_prometheus` (/metrics).
 """
 
-import decimal
 import gc
-import json
 import os
-import re
 import sys
 import time
 
-from .durations import format_duration
-
-
-def go_float(f):
-    """A float64 as Go's encoding/json writes it (``0``, ``0.99``, ``1e+21``)."""
-    if f == 0:
-        return "0"
-    a = abs(f)
-    if 1e-6 <= a < 1e21:
-        text = format(decimal.Decimal(repr(f)), "f")
-        if "." in text:
-            text = text.rstrip("0").rstrip(".")
-        return text
-    return repr(f)
-
-
-# Go (1.19, nsqd 1.3.0's toolchain) writes \b and \f as \u0008 and \u000c.
-_ESCAPE_RE = re.compile(r"\\(.)")
-_GO_ESCAPES = {"b": "\\u0008", "f": "\\u000c"}
-
-
-def _go_string(s):
-    return _ESCAPE_RE.sub(lambda m: _GO_ESCAPES.get(m.group(1), m.group(0)), json.dumps(s, ensure_ascii=False))
-
-
-def _encode(obj, out):
-    if isinstance(obj, str):
-        out.append(_go_string(obj))
-    elif obj is None:
-        out.append("null")
-    elif obj is True:
-        out.append("true")
-    elif obj is False:
-        out.append("false")
-    elif isinstance(obj, int):
-        out.append(str(obj))
-    elif isinstance(obj, float):
-        out.append(go_float(obj))
-    elif isinstance(obj, dict):
-        out.append("{")
-        first = True
-        for k, v in obj.items():
-            if not first:
-                out.append(",")
-            first = False
-            out.append(_go_string(k))
-            out.append(":")
-            _encode(v, out)
-        out.append("}")
-    else:
-        out.append("[")
-        for i, v in enumerate(obj):
-            if i:
-                out.append(",")
-            _encode(v, out)
-        out.append("]")
-
-
-def go_json(doc):
-    """JSON as Go's encoding/json writes it: compact, HTML-escaped, Go float format."""
-    out = []
-    _encode(doc, out)
-    return (
-        "".join(out)
-        .replace("<", "\\u003c")
-        .replace(">", "\\u003e")
-        .replace("&", "\\u0026")
-        .replace("\u2028", "\\u2028")
-        .replace("\u2029", "\\u2029")
-    )
+from .gocompat import format_duration, go_json
 
 
 # -- snapshot ----------------------------------------------------------------

@@ -18,7 +18,6 @@ a new temporary directory that :meth:`~Broker.stop` removes.
 Nothing here is module-global: any number of brokers of either kind can run at once.
 """
 
-import dataclasses
 import http.client
 import json
 import os
@@ -32,16 +31,15 @@ import threading
 import time
 import weakref
 
-from .durations import format_duration, parse_duration
+from .gocompat import parse_duration
 from .nsqd import NSQD
-from .options import DURATION_OPTIONS, Options
+from .options import BY_FIELD, DURATION, STR_LIST, Options
 
 __all__ = ["Broker", "BrokerProcess", "LogBuffer", "resolve_options"]
 
 TEMP_PREFIX = "nsqd-threaded-"
 LOCALHOST = "127.0.0.1"
 
-_OPTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Options))
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -52,86 +50,61 @@ def resolve_options(flags=(), options=None):
     """The Options fields set by nsqd ``flags`` and then by the ``options`` mapping (which wins).
 
     Only what was given is returned (a dict), so callers can supply their own
-    defaults.  ``flags`` are parsed exactly as the ``nsqd-threaded`` command parses
-    them (``--config`` files included).  Raises ValueError for a bad flag or value,
-    an unknown option name, or a feature that is not built yet; the values
-    themselves are checked later by :meth:`Options.validate`.
+    defaults.  ``flags`` are parsed and resolved exactly as the ``nsqd-threaded``
+    command does it (``--config`` files included).  Raises ValueError for a bad
+    flag or value, an unknown option name, or a feature that is not built yet;
+    the values themselves are checked later by :meth:`Options.validate`.
     """
-    values = _flags_to_values(list(flags)) if flags else {}
+    return _resolve(flags, options).values
+
+
+def _resolve(flags, options):
+    """:func:`resolve_options`, with the warnings (deprecated flags, unknown config keys) kept."""
+    from . import config
+
+    values, warnings = {}, []
+    if flags:
+        values, warnings = config.resolve(*_parse_flags(list(flags)))
     for name, value in (options or {}).items():
-        if name not in _OPTION_FIELDS:
+        setting = BY_FIELD.get(name)
+        if setting is None:
             raise ValueError("unknown nsqd option %r (see nsqd_threaded.options.Options)" % name)
-        if name in DURATION_OPTIONS and isinstance(value, str):
+        if setting.kind is DURATION and isinstance(value, str):
             value = parse_duration(value)
         values[name] = value
-    return values
+    return config.Resolved(values, warnings)
 
 
-def _flags_to_values(flags):
-    """Parse flags with the command's own parser; resolve like ``cli.resolve``, without exiting."""
-    from . import cli, config
+def _parse_flags(flags):
+    """``(flags, config_file)`` for :func:`config.resolve`, with the command's own parser; ValueError if bad."""
+    from . import cli
 
     click = cli.click  # the click that built the command (not a re-imported copy)
 
     if any(not isinstance(f, str) for f in flags):
         raise ValueError("nsqd flags must be strings, got %r" % (flags,))
     try:
-        ctx = cli.main.make_context("nsqd-threaded", list(flags))
+        given, params = cli.parse(flags)
     except click.exceptions.Exit:
         raise ValueError("nsqd flags %r ask for help, not for a broker" % (flags,)) from None
     except click.ClickException as e:
         raise ValueError("bad nsqd flags %r: %s" % (flags, e.format_message())) from None
-    params = ctx.params
     if params.get("version"):
         raise ValueError("--version does not start a broker")
-    values = {}
-    path = params.get("config")
-    if path:
-        try:
-            from_file = config.resolve(config.load(path))
-        except (OSError, ValueError) as e:
-            raise ValueError("failed to load config file %s - %s" % (path, e)) from None
-        for setting, value in from_file.items():
-            if setting.status == config.UNSUPPORTED and not config.is_inert(setting, value):
-                raise ValueError("--%s is not supported yet (%s in %s)" % (setting.flag, setting.key, path))
-            if setting.status == config.SUPPORTED:
-                values[setting.field] = value
-    for setting in config.SETTINGS:
-        value = params.get(setting.field)
-        if value in (None, ()):
-            continue
-        if setting.status == config.UNSUPPORTED:
-            raise ValueError("--%s is not supported yet" % setting.flag)
-        if setting.status != config.SUPPORTED:
-            continue  # --config, --version, deprecated no-ops
-        if setting.kind == "floatlist":
-            value = [v for item in value for v in item]
-        elif setting.multiple:
-            value = list(value)
-        values[setting.field] = value
-    return values
+    return given, params.get("config")
 
 
 def _values_to_flags(values):
     """Options fields -> ``--flag=value`` strings for a child process."""
-    from . import config
-
-    by_field = {s.field: s for s in config.SETTINGS if s.status == config.SUPPORTED}
     flags = []
     for name, value in values.items():
-        setting = by_field.get(name)
-        if setting is None:
+        setting = BY_FIELD.get(name)
+        if setting is None or setting.flag is None:
             raise ValueError("option %r has no nsqd flag, so a child process cannot be given it" % name)
-        if setting.kind == "duration":
-            flags.append("--%s=%s" % (setting.flag, format_duration(value)))
-        elif setting.kind == "bool":
-            flags.append("--%s=%s" % (setting.flag, "true" if value else "false"))
-        elif setting.kind == "floatlist":
-            flags.append("--%s=%s" % (setting.flag, ",".join(repr(float(v)) for v in value)))
-        elif setting.multiple:
+        if setting.kind is STR_LIST:  # one flag per item: an item may contain a comma
             flags.extend("--%s=%s" % (setting.flag, v) for v in value)
         else:
-            flags.append("--%s=%s" % (setting.flag, value))
+            flags.append("--%s=%s" % (setting.flag, setting.kind.format(value)))
     return flags
 
 
@@ -229,7 +202,7 @@ class Broker:
     """
 
     def __init__(self, *flags, log_stream=None, tmp_dir=None, **options):
-        self._values = resolve_options(flags, options)
+        self._values, self._warnings = _resolve(flags, options)
         self._log = LogBuffer(log_stream)
         self._tmp_dir = tmp_dir
         self._lock = threading.Lock()
@@ -272,6 +245,8 @@ class Broker:
 
     def _start_nsqd(self, options):
         nsqd = NSQD(options, log_stream=self._log)
+        for warning in self._warnings:
+            nsqd.log.warn("%s", warning)
         nsqd.start()
         self.nsqd = nsqd
         self._tcp_address = nsqd.tcp_address

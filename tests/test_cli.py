@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import nsqd_threaded
 from nsqd_threaded import cli
-from nsqd_threaded.config import SETTINGS, UNSUPPORTED
+from nsqd_threaded.options import DURATION, INT, SETTINGS, STR, STR_LIST, TLS_VERSION, UNSUPPORTED
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nsqd_threaded.__file__)))
 
@@ -177,25 +177,28 @@ def test_help_lists_every_flag():
     result = invoke("-h")
     assert result.exit_code == 0
     for setting in SETTINGS:
-        assert "--%s " % setting.flag in result.output
+        if setting.flag:
+            assert "--%s " % setting.flag in result.output
     assert "(default 1m0s)" in result.output
 
 
 # -- refusals of features not built yet ---------------------------------------------
 
-_SAMPLE = {"str": "x", "strlist": "x:1", "int": "3", "duration": "3s", "floatlist": "0.5"}
+_SAMPLE = {STR: "x", STR_LIST: "x:1", INT: "3", DURATION: "3s", TLS_VERSION: "tls1.2"}
 
 
 def _refusal_args(setting):
-    if setting.kind in ("bool", "tlsrequired"):
-        return ["--" + setting.flag]  # bare boolean form
+    if setting.kind.bare:
+        return ["--" + setting.flag]  # bare boolean form: true
     return ["--%s=%s" % (setting.flag, _SAMPLE[setting.kind])]
 
 
 UNSUPPORTED_SETTINGS = [s for s in SETTINGS if s.status == UNSUPPORTED]
+# statsd-mem-stats is on by default, and off is what we do: no value of it asks for anything
+REFUSABLE_SETTINGS = [s for s in UNSUPPORTED_SETTINGS if s.flag != "statsd-mem-stats"]
 
 
-@pytest.mark.parametrize("setting", UNSUPPORTED_SETTINGS, ids=lambda s: s.flag)
+@pytest.mark.parametrize("setting", REFUSABLE_SETTINGS, ids=lambda s: s.flag)
 def test_unsupported_flag_is_refused(setting):
     result = invoke(*_refusal_args(setting))
     assert result.exit_code == 2, result.output
@@ -203,7 +206,8 @@ def test_unsupported_flag_is_refused(setting):
 
 
 def test_unsupported_flags_in_go_forms_are_refused():
-    for args in (["-tls-cert=x"], ["-deflate=false"], ["--snappy=true"], ["-lookupd-tcp-address", "a:1"]):
+    for args in (["-tls-cert=x"], ["-deflate=true"], ["--snappy=true"], ["-lookupd-tcp-address", "a:1"],
+                 ["--tls-required=tcp-https"], ["-statsd-exclude-ephemeral"]):
         result = invoke(*args)
         assert result.exit_code == 2, (args, result.output)
         assert "is not supported yet" in result.output
@@ -262,8 +266,41 @@ def test_inert_unsupported_config_keys_are_accepted(tmp_path):
             ]
         ),
     )
-    opts, _ = options_for("--config", path)
+    opts, warnings = options_for("--config", path)
     assert opts.max_rdy_count == 99
+    assert not opts.deflate
+    assert warnings == [  # Go's default, but we do not deflate
+        "config file %s: deflate = true is not supported yet, so it has no effect (deflate stays false)" % path]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--snappy=false"], ["-deflate=false"], ["--tls-required=false"], ["--statsd-mem-stats=false"],
+        ["--statsd-mem-stats"], ["--max-deflate-level=6"], ["--tls-cert="], ["--tls-min-version=tls1.0"],
+        ["--http-client-connect-timeout=2s"],
+    ],
+)
+def test_flags_restating_an_unbuilt_features_default_are_accepted(args):
+    """What a config file may say, a flag may say: values that ask for nothing."""
+    opts, warnings = options_for(*args)
+    assert (opts.snappy, opts.deflate, opts.tls_required, opts.max_deflate_level) == (False, False, 0, 6)
+    assert warnings == []
+
+
+def test_help_shows_the_effective_value_of_unbuilt_features():
+    output = invoke("--help").output
+    help_of = {}
+    for line in re.split(r"\n(?=  -)", output):
+        match = re.match(r"\s*--([\w-]+)", line)
+        if match:
+            help_of[match.group(1)] = " ".join(line.split())
+    for flag in ("snappy", "deflate", "tls-required"):
+        assert "(default false) [not supported yet]" in help_of[flag], help_of[flag]
+    assert "(default true) [not supported yet]" in help_of["statsd-mem-stats"]
+    assert "(default 6) [not supported yet]" in help_of["max-deflate-level"]
+    assert "(default tls1.0) [not supported yet]" in help_of["tls-min-version"]
+    assert "(default 30s)" in help_of["http-read-timeout"] and "(default 1m0s)" in help_of["msg-timeout"]
 
 
 # -- the config file ------------------------------------------------------------------
@@ -289,7 +326,10 @@ def test_config_values_and_flag_precedence(tmp_path):
     assert opts.max_msg_timeout == 600.0
     assert opts.max_rdy_count == 123
     assert opts.log_level == "warn"
-    assert warnings == []
+    assert warnings == [
+        "config file %s: unknown key verbose ignored" % path,
+        "config file %s: unknown key no_such_key ignored" % path,
+    ]
 
 
 def test_config_file_missing_is_fatal(tmp_path):
@@ -353,7 +393,28 @@ def test_missing_data_path_is_fatal(tmp_path):
     missing = str(tmp_path / "missing")
     result = invoke("--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=" + missing)
     assert result.exit_code == 1, result.output
-    assert "FATAL: failed to instantiate nsqd - " in result.output and missing in result.output
+    assert result.output.endswith(
+        "FATAL: failed to instantiate nsqd - --data-path %s does not exist "
+        "(create it, writable by this user, or choose another)\n" % missing)
+    assert len(result.output.splitlines()) == 1
+
+
+def test_data_path_that_is_a_file_is_fatal(tmp_path):
+    afile = tmp_path / "file"
+    afile.write_text("")
+    result = invoke("--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=%s" % afile)
+    assert result.exit_code == 1, result.output
+    assert result.output.endswith("FATAL: failed to instantiate nsqd - --data-path %s is not a directory\n" % afile)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_read_only_data_path_is_fatal(tmp_path):
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    readonly.chmod(0o555)
+    result = invoke("--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=%s" % readonly)
+    assert result.exit_code == 1, result.output
+    assert "--data-path %s is not writable by this user" % readonly in result.output
 
 
 # -- the real process -----------------------------------------------------------------
@@ -519,3 +580,60 @@ def test_e2e_percentiles_are_supported(tmp_path):
     result = invoke("--config", path, "--e2e-processing-latency-percentile=1.5")
     assert result.exit_code == 1, result.output
     assert "invalid E2E processing latency percentile: 1.5" in result.output
+
+
+# -- one clear line for every startup error (a real process: no traceback reaches stderr) ----
+
+
+def run_cli(*args, cwd=None):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "nsqd_threaded"] + list(args),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, config, name",
+    [
+        (["--tcp-address=127.0.0.1:99999", "--http-address="], None, "--tcp-address"),
+        (["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:70000"], None, "--http-address"),
+        (["--tcp-address=localhost", "--http-address="], None, "--tcp-address"),
+        (["--http-address="], "tcp_address = '127.0.0.1:65536'\n", "--tcp-address"),
+        (["--tcp-address=127.0.0.1:0", "--http-address="], None, "--data-path"),
+        (["--tcp-address=127.0.0.1:0", "--http-address=", "--node-id=5000"], None, "--node-id"),
+        (["--snappy=true"], None, "--snappy"),
+        ([], "mem_queue_size = 'many'\n", "mem_queue_size"),
+    ],
+    ids=["tcp-port", "http-port", "no-port", "config-port", "data-path", "node-id", "snappy", "config-value"],
+)
+def test_startup_errors_are_one_line_naming_the_setting(tmp_path, args, config, name):
+    args = list(args)
+    if name != "--data-path":
+        args.append("--data-path=%s" % tmp_path)
+    else:
+        args.append("--data-path=%s" % (tmp_path / "absent"))
+    if config:
+        args.append("--config=" + write_config(tmp_path, config))
+    done = run_cli(*args, cwd=str(tmp_path))
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and name in lines[0], done.stderr
+
+
+def test_unknown_config_key_is_logged_as_a_warning(spawn, tmp_path):
+    path = write_config(tmp_path, "mem_queue_sizee = 100\ntcp_address = '127.0.0.1:0'\nhttp_address = ''\n")
+    broker = spawn("--config=" + path, "--data-path=%s" % tmp_path)
+    broker.wait_for(r"WARNING: config file %s: unknown key mem_queue_sizee ignored "
+                    r"\(did you mean mem_queue_size\?\)" % re.escape(path))
+    broker.tcp_port()
+    broker.proc.send_signal(signal.SIGTERM)
+    assert broker.proc.wait(timeout=15) == 0, broker.log

@@ -604,13 +604,12 @@ def test_ordinary_keep_alive_client_is_never_dropped(make_nsqd):
 
 
 def test_deadline_options_are_durations():
-    from nsqd_threaded.config import SETTINGS
-    from nsqd_threaded.options import DURATION_OPTIONS, Options, OptionError
+    from nsqd_threaded.options import DURATION, DURATION_OPTIONS, SETTINGS, Options, OptionError
 
     opts = Options()
     assert (opts.http_read_timeout, opts.http_idle_timeout) == (30.0, 60.0)
     kinds = {s.flag: s.kind for s in SETTINGS}
-    assert kinds["http-read-timeout"] == kinds["http-idle-timeout"] == "duration"
+    assert kinds["http-read-timeout"] is kinds["http-idle-timeout"] is DURATION
     assert {"http_read_timeout", "http_idle_timeout"} <= DURATION_OPTIONS
     for field in ("http_read_timeout", "http_idle_timeout"):
         with pytest.raises(OptionError):

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from nsqd_threaded import protocol
+from nsqd_threaded import gocompat, protocol
 from nsqd_threaded.options import Options
 from nsqd_threaded.protocol import ProtocolError
 
@@ -309,12 +309,12 @@ def test_is_valid_name_rejects_non_utf8_bytes():
     ],
 )
 def test_go_quote(raw, quoted):
-    assert protocol.go_quote(raw) == quoted
+    assert gocompat.go_quote(raw) == quoted
 
 
 def test_go_quote_accepts_text():
-    assert protocol.go_quote("a\nb") == '"a\\nb"'
-    assert protocol.go_quote(protocol.text(b"\xff")) == '"\\xff"'
+    assert gocompat.go_quote("a\nb") == '"a\\nb"'
+    assert gocompat.go_quote(protocol.text(b"\xff")) == '"\\xff"'
 
 
 def test_text_round_trips_wire_bytes():
@@ -835,8 +835,8 @@ def test_identify_response_strings_are_encoded_like_go():
     ],
 )
 def test_duration_conversions_are_exact(seconds, ns, ms):
-    assert protocol.ns(seconds) == ns
-    assert protocol.ms(seconds) == ms
+    assert gocompat.ns(seconds) == ns
+    assert gocompat.ms(seconds) == ms
 
 
 @pytest.mark.parametrize(
@@ -854,4 +854,4 @@ def test_duration_conversions_are_exact(seconds, ns, ms):
     ],
 )
 def test_go_json_string(value, encoded):
-    assert protocol.go_json_string(value) == encoded
+    assert gocompat.go_json_string(value) == encoded

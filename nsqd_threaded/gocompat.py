@@ -1,0 +1,343 @@
+"""Go's text formats, reproduced byte for byte: quoting, JSON, durations, integers.
+
+nsqd's clients and operators see what Go's standard library writes: ``%q`` in
+error texts, ``encoding/json`` in IDENTIFY responses and ``/stats``,
+``time.Duration`` in flags and ``/config``, ``strconv`` in flag values.
+Everything that imitates one of those lives here, so each has one
+implementation.  Pure functions only: no I/O, no state.
+"""
+
+import decimal
+import json
+import re
+
+# -- %q (strconv.Quote) ------------------------------------------------------
+
+_QUOTE_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+    '"': '\\"',
+    "\\": "\\\\",
+}
+
+
+def go_quote(raw):
+    """Render bytes (or text) the way Go's ``%q`` (``strconv.Quote``) does, for error texts.
+
+    Printable runes (``str.isprintable`` is Go's ``unicode.IsPrint``) are kept
+    as is; each byte of invalid UTF-8 becomes ``\\xNN``; other runes are
+    escaped as ``\\a``..``\\v``, ``\\xNN`` (below space and DEL), ``\\uNNNN``
+    or ``\\UNNNNNNNN``.
+    """
+    text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, (bytes, bytearray)) else raw
+    out = ['"']
+    for ch in text:
+        esc = _QUOTE_ESCAPES.get(ch)
+        if esc is not None:
+            out.append(esc)
+            continue
+        o = ord(ch)
+        if 0xDC80 <= o <= 0xDCFF:  # an undecodable byte (surrogateescape)
+            out.append("\\x%02x" % (o - 0xDC00))
+        elif ch.isprintable():
+            out.append(ch)
+        elif o < 0x20 or o == 0x7F:
+            out.append("\\x%02x" % o)
+        elif 0xD800 <= o <= 0xDFFF:  # not a valid rune
+            out.append("\\ufffd")
+        elif o < 0x10000:
+            out.append("\\u%04x" % o)
+        else:
+            out.append("\\U%08x" % o)
+    out.append('"')
+    return "".join(out)
+
+
+# -- encoding/json: writing ------------------------------------------------------
+
+# Go 1.19 (nsqd 1.3.0's toolchain) escapes HTML characters and U+2028/9, writes
+# \b and \f as \u0008 and \u000c, and replaces invalid UTF-8 with U+FFFD.
+_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_JSON_SPECIAL_RE = re.compile('["\\\\\x00-\x1f<>&\u2028\u2029\ud800-\udfff]')
+
+
+def _json_special(m):
+    ch = m.group()
+    esc = _JSON_ESCAPES.get(ch)
+    if esc is not None:
+        return esc
+    if "\ud800" <= ch <= "\udfff":
+        return "\\ufffd"
+    return "\\u%04x" % ord(ch)
+
+
+def go_json_string(value):
+    """A JSON string as Go's encoding/json writes it (HTML-safe, UTF-8)."""
+    return '"' + _JSON_SPECIAL_RE.sub(_json_special, value) + '"'
+
+
+def go_float(f):
+    """A float64 as Go's encoding/json writes it (``0``, ``0.99``, ``1e+21``)."""
+    if f == 0:
+        return "0"
+    a = abs(f)
+    if 1e-6 <= a < 1e21:
+        text = format(decimal.Decimal(repr(f)), "f")
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+        return text
+    return repr(f)
+
+
+def _encode(obj, out):
+    if isinstance(obj, str):
+        out.append(go_json_string(obj))
+    elif obj is None:
+        out.append("null")
+    elif obj is True:
+        out.append("true")
+    elif obj is False:
+        out.append("false")
+    elif isinstance(obj, int):
+        out.append(str(obj))
+    elif isinstance(obj, float):
+        out.append(go_float(obj))
+    elif isinstance(obj, dict):
+        out.append("{")
+        first = True
+        for k, v in obj.items():
+            if not first:
+                out.append(",")
+            first = False
+            out.append(go_json_string(k))
+            out.append(":")
+            _encode(v, out)
+        out.append("}")
+    else:
+        out.append("[")
+        for i, v in enumerate(obj):
+            if i:
+                out.append(",")
+            _encode(v, out)
+        out.append("]")
+
+
+def go_json(doc):
+    """``json.Marshal`` of ``doc``: compact, keys in the dict's order, Go's strings and floats."""
+    out = []
+    _encode(doc, out)
+    return "".join(out)
+
+
+# -- encoding/json: reading -------------------------------------------------------
+
+
+class JSONObject(list):
+    """A decoded JSON object as its (key, value) pairs, in document order (duplicates kept)."""
+
+
+def _reject_constant(name):
+    raise ValueError("invalid JSON constant %s" % name)
+
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def go_json_loads(data):
+    """Parse JSON bytes as Go's encoding/json reads them; ValueError when Go would fail.
+
+    Objects come back as :class:`JSONObject` (pairs, so the caller applies
+    Go's rules for duplicate and case-folded keys); NaN and Infinity are not
+    JSON.  Invalid UTF-8 in strings is kept as surrogates here:
+    :func:`go_json_text` turns it into U+FFFD as Go does.
+    """
+    try:
+        return json.loads(
+            bytes(data).decode("utf-8", "surrogateescape"),
+            object_pairs_hook=JSONObject,
+            parse_constant=_reject_constant,
+        )
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def go_json_text(value):
+    """A decoded JSON string with invalid UTF-8 replaced by U+FFFD, as Go decodes it."""
+    return _SURROGATE_RE.sub("\ufffd", value)
+
+
+def go_json_fold_key(key):
+    """Fold a key the way encoding/json matches it to a field name (case-insensitive).
+
+    Besides ASCII case, Go's folding maps U+017F (long s) to "s" and U+212A
+    (Kelvin sign) to "k"; ``str.lower`` already covers the latter.
+    """
+    return key.lower().replace("\u017f", "s")
+
+
+# -- time.Duration ------------------------------------------------------------------
+
+
+def ns(seconds):
+    """A duration held as float seconds, as Go's integer nanoseconds."""
+    return int(round(seconds * 1e9))
+
+
+def ms(seconds):
+    """A duration held as float seconds, in whole milliseconds as Go computes ``d / time.Millisecond``.
+
+    Go durations are integer nanoseconds; ``int(seconds * 1000)`` would turn
+    1.001 s into 1000 ms.
+    """
+    return ns(seconds) // 1000000
+
+
+_UNITS = {
+    "ns": 1,
+    "us": 1000,
+    "\u00b5s": 1000,  # MICRO SIGN
+    "\u03bcs": 1000,  # GREEK SMALL LETTER MU
+    "ms": 1000000,
+    "s": 1000000000,
+    "m": 60 * 1000000000,
+    "h": 3600 * 1000000000,
+}
+
+_MAX_NS = (1 << 63) - 1  # Go's Duration is an int64 count of nanoseconds
+
+
+def parse_duration_ns(text):
+    """Go's ``time.ParseDuration``: ``[-+]?([0-9]*(\\.[0-9]*)?[a-z]+)+`` -> int nanoseconds."""
+    s = text
+    negative = False
+    if s[:1] in ("-", "+"):
+        negative = s[0] == "-"
+        s = s[1:]
+    if s == "0":
+        return 0
+    if not s:
+        raise ValueError("time: invalid duration %s" % go_quote(text))
+    total = 0
+    while s:
+        if s[0] != "." and not _is_digit(s[0]):
+            raise ValueError("time: invalid duration %s" % go_quote(text))
+        whole, s = _split(s, _is_digit)
+        fraction = ""
+        if s[:1] == ".":
+            fraction, s = _split(s[1:], _is_digit)
+        if not whole and not fraction:
+            raise ValueError("time: invalid duration %s" % go_quote(text))
+        unit_text, s = _split(s, _is_unit_char)
+        if not unit_text:
+            raise ValueError("time: missing unit in duration %s" % go_quote(text))
+        unit = _UNITS.get(unit_text)
+        if unit is None:
+            raise ValueError("time: unknown unit %s in duration %s" % (go_quote(unit_text), go_quote(text)))
+        value = int(whole or "0") * unit
+        if fraction:
+            # Go truncates float64(f) * (unit / scale); an exact rational
+            # truncation differs only below a nanosecond.
+            value += int(fraction) * unit // 10 ** len(fraction)
+        total += value
+        if total > _MAX_NS + 1:
+            raise ValueError("time: invalid duration %s" % go_quote(text))
+    if negative:
+        return -total
+    if total > _MAX_NS:
+        raise ValueError("time: invalid duration %s" % go_quote(text))
+    return total
+
+
+def parse_duration(text):
+    """Go duration text -> float seconds; ValueError with Go's wording otherwise."""
+    return parse_duration_ns(text) / 1e9
+
+
+def format_duration(seconds):
+    """Float (or int) seconds -> Go's ``Duration.String()``: ``1m0s``, ``250ms``, ``0s``."""
+    return format_duration_ns(round(seconds * 1000000000))
+
+
+def format_duration_ns(ns):
+    """Int nanoseconds -> Go's ``Duration.String()``."""
+    if ns == 0:
+        return "0s"
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
+    if ns < 1000:
+        return "%s%dns" % (sign, ns)
+    if ns < 1000000:
+        return sign + _fraction(ns, 3) + "\u00b5s"
+    if ns < 1000000000:
+        return sign + _fraction(ns, 6) + "ms"
+    secs, frac = divmod(ns, 1000000000)
+    text = _fraction(frac, 9, whole=secs % 60) + "s"
+    minutes = secs // 60
+    if minutes:
+        text = "%dm%s" % (minutes % 60, text)
+        hours = minutes // 60
+        if hours:
+            text = "%dh%s" % (hours, text)
+    return sign + text
+
+
+def _fraction(value, digits, whole=None):
+    """``value`` scaled down by 10**digits as Go prints it: no trailing zeros, no bare dot."""
+    if whole is None:
+        whole, value = divmod(value, 10 ** digits)
+    frac = ("%0*d" % (digits, value)).rstrip("0")
+    return "%d.%s" % (whole, frac) if frac else "%d" % whole
+
+
+def _is_digit(c):
+    return "0" <= c <= "9"
+
+
+def _is_unit_char(c):
+    """Go takes everything up to the next number as the unit name."""
+    return c != "." and not _is_digit(c)
+
+
+def _split(s, accept):
+    """Split ``s`` after its longest prefix of characters that ``accept``."""
+    i = 0
+    while i < len(s) and accept(s[i]):
+        i += 1
+    return s[:i], s[i:]
+
+
+# -- strconv (flag values) ------------------------------------------------------------
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def parse_go_int(text):
+    """Go's ``strconv.ParseInt(s, 0, 64)``: ``0x``/``0o``/``0b`` prefixes, leading ``0`` = octal."""
+    sign, body = (text[0], text[1:]) if text[:1] in ("+", "-") else ("", text)
+    if re.fullmatch(r"0_*[0-7][0-7_]*", body):  # Go's legacy octal; Python wants 0o
+        body = "0o" + body[1:]
+    value = None
+    if body and all(c.isascii() and (c.isalnum() or c == "_") for c in body):
+        try:
+            value = int(sign + body, 0)
+        except ValueError:
+            pass
+    if value is None:
+        raise ValueError("invalid integer %s" % go_quote(text))
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError("integer %s out of range" % go_quote(text))
+    return value
+
+
+def parse_go_bool(text):
+    """Go's ``strconv.ParseBool``, which ``flag`` uses for ``--name=value``."""
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise ValueError("invalid boolean %s (true or false)" % go_quote(text))
