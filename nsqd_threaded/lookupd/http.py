@@ -248,12 +248,16 @@ class _HTTPHandler(http.server.BaseHTTPRequestHandler):
 
     def _serve(self):
         started = time.monotonic()
-        if self.path.startswith("/"):  # origin form; urlsplit would take "//x" for a host
-            path, _, query = self.path.partition("?")
+        # The request target as sent: newer http.server versions collapse a leading "//" in self.path,
+        # where httprouter would redirect.
+        words = self.requestline.split(" ")
+        target = words[1] if len(words) == 3 else self.path
+        if target.startswith("/"):  # origin form; urlsplit would take "//x" for a host
+            path, _, query = target.partition("?")
             path = path.partition("#")[0]
             query = query.partition("#")[0]
         else:
-            split = urllib.parse.urlsplit(self.path)
+            split = urllib.parse.urlsplit(target)
             path, query = split.path, split.query
         self._drain_body()
         # httprouter routes on the decoded path.

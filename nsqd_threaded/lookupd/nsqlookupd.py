@@ -2,9 +2,12 @@
 
 ::
 
-    with NSQLookupd(LookupdOptions(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0")) as lookupd:
+    with NSQLookupd(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0") as lookupd:
         lookupd.tcp_address     # ("127.0.0.1", 41234): the real ports
-        lookupd.http_address
+        lookupd.http_url        # "http://127.0.0.1:41235"
+
+    with NSQLookupd.local() as lookupd:   # the same, for tests (broadcast address 127.0.0.1)
+        ...
 
 Threads (all named, all joined by :meth:`stop`):
 
@@ -64,6 +67,14 @@ class NSQLookupd:
         self._http = None
         self._threads = []
         self._stopped = False
+
+    @classmethod
+    def local(cls, logger=None, **overrides):
+        """An instance for tests: 127.0.0.1, ephemeral ports, broadcast address 127.0.0.1 (not started)."""
+        overrides.setdefault("tcp_address", "127.0.0.1:0")
+        overrides.setdefault("http_address", "127.0.0.1:0")
+        overrides.setdefault("broadcast_address", "127.0.0.1")
+        return cls(logger=logger, **overrides)
 
     # -- lifecycle ---------------------------------------------------------------------
 
