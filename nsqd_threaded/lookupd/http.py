@@ -308,6 +308,7 @@ class HTTPServer(PromptShutdownMixIn, socketserver.ThreadingMixIn, http.server.H
     daemon_threads = False
     block_on_close = True
     allow_reuse_address = True
+    request_queue_size = 128  # http.server's default of 5 refuses bursts of clients
 
     def __init__(self, address, lookupd):
         host, port = split_address(address)

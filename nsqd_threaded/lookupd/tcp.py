@@ -32,6 +32,14 @@ class PeerConnection:
         return self.id
 
     def serve(self):
+        try:
+            self._serve()
+        finally:
+            # Closed here, not left to the GC: the socket only really closes
+            # (and the peer sees EOF) once its file object is closed too.
+            self.rfile.close()
+
+    def _serve(self):
         log = self.log
         log.info("TCP: new client(%s)", self.id)
         magic = self.rfile.read(4)
