@@ -1,0 +1,237 @@
+"""The TCP listener for nsqd peers: a ``ThreadingTCPServer``, one thread per peer connection.
+
+Each connection thread runs :func:`serve_peer`: magic, then one command at a
+time (parsing and encoding live in :mod:`.wire`).  When the connection ends,
+for whatever reason, the peer is removed as producer from every registration.
+"""
+
+import socket
+import socketserver
+import threading
+import traceback
+
+from ..tcp import PromptShutdownMixIn, split_address
+from . import wire
+from .registration_db import CLIENT, PeerInfo, Registration
+from .wire import V1Error
+
+
+class PeerConnection:
+    """The state of one V1 connection (owned by its connection thread)."""
+
+    def __init__(self, lookupd, sock, address):
+        self.lookupd = lookupd
+        self.db = lookupd.db
+        self.log = lookupd.log
+        self.sock = sock
+        self.id = address_text(address)
+        self.rfile = sock.makefile("rb")
+        self.peer = None  # PeerInfo once identified
+
+    def __str__(self):
+        return self.id
+
+    def serve(self):
+        try:
+            self._serve()
+        finally:
+            # Closed here, not left to the GC: the socket only really closes
+            # (and the peer sees EOF) once its file object is closed too.
+            self.rfile.close()
+
+    def _serve(self):
+        log = self.log
+        log.info("TCP: new client(%s)", self.id)
+        magic = self.rfile.read(4)
+        if len(magic) < 4:
+            log.error("failed to read protocol version - EOF")
+            return
+        log.info("CLIENT(%s): desired protocol magic '%s'", self.id, magic.decode("utf-8", "replace"))
+        if magic != wire.MAGIC_V1:
+            self.sock.sendall(wire.BAD_PROTOCOL)
+            log.error("client(%s) bad protocol magic '%s'", self.id, magic.decode("utf-8", "replace"))
+            return
+        try:
+            self._loop()
+        finally:
+            log.info("PROTOCOL(V1): [%s] exiting ioloop", self.id)
+            self._unregister_all()
+
+    def _loop(self):
+        while True:
+            line = self.rfile.readline(wire.MAX_LINE + 1)
+            if not line.endswith(b"\n"):
+                if len(line) > wire.MAX_LINE:
+                    self.log.error("[%s] - command line longer than %d bytes", self.id, wire.MAX_LINE)
+                return  # EOF (a partial last line is dropped, as nsqlookupd does)
+            params = wire.parse_line(line)
+            try:
+                response = self._exec(params)
+            except V1Error as e:
+                self.log.error("[%s] - %s", self.id, e)
+                self.sock.sendall(e.response())
+                return  # every V1 error is fatal
+            self.sock.sendall(response)
+
+    def _exec(self, params):
+        command = params[0]
+        if command == "PING":
+            return self.ping()
+        if command == "IDENTIFY":
+            return self.identify()
+        if command == "REGISTER":
+            return self.register(params[1:])
+        if command == "UNREGISTER":
+            return self.unregister(params[1:])
+        raise V1Error("E_INVALID", "invalid command %s" % command)
+
+    def ping(self):
+        if self.peer is not None:  # a PING may come before IDENTIFY
+            self.peer.touch()
+        return wire.OK
+
+    def identify(self):
+        if self.peer is not None:
+            raise V1Error("E_INVALID", "cannot IDENTIFY again")
+        raw = self.rfile.read(4)
+        if len(raw) < 4:
+            raise V1Error("E_BAD_BODY", "IDENTIFY failed to read body size")
+        size = wire.decode_size(raw)
+        wire.check_identify_size(size)
+        body = self.rfile.read(size)
+        if len(body) < size:
+            raise V1Error("E_BAD_BODY", "IDENTIFY failed to read body")
+        peer = PeerInfo(self.id, wire.decode_peer_info(body))
+        self.log.info(
+            "CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s",
+            self.id,
+            peer.broadcast_address,
+            peer.tcp_port,
+            peer.http_port,
+            peer.version,
+        )
+        self.peer = peer
+        if self.db.add_producer(CLIENT, peer):
+            self.log.info("DB: client(%s) REGISTER category:client key: subkey:", self.id)
+        lookupd = self.lookupd
+        return wire.identify_response(
+            lookupd.options.broadcast_address, lookupd.hostname, lookupd.tcp_address[1], lookupd.http_address[1], lookupd.version
+        )
+
+    def register(self, params):
+        if self.peer is None:
+            raise V1Error("E_INVALID", "client must IDENTIFY")
+        topic, channel = wire.topic_channel("REGISTER", params)
+        if channel:
+            self._add(Registration("channel", topic, channel))
+        self._add(Registration("topic", topic, ""))
+        return wire.OK
+
+    def _add(self, reg):
+        if self.db.add_producer(reg, self.peer):
+            self.log.info("DB: client(%s) REGISTER category:%s key:%s subkey:%s", self.id, *reg)
+
+    def unregister(self, params):
+        if self.peer is None:
+            raise V1Error("E_INVALID", "client must IDENTIFY")
+        topic, channel = wire.topic_channel("UNREGISTER", params)
+        db = self.db
+        if channel:
+            reg = Registration("channel", topic, channel)
+            removed, left = db.remove_producer(reg, self.id)
+            if removed:
+                self.log.info("DB: client(%s) UNREGISTER category:%s key:%s subkey:%s", self.id, *reg)
+            if left == 0 and channel.endswith("#ephemeral"):
+                db.remove_registration(reg)
+            return wire.OK
+        # A topic unregistration: nsqd unregisters the channels first, so any
+        # channel still holding this peer is unexpected.
+        for reg in db.find_registrations("channel", topic, "*"):
+            if db.remove_producer(reg, self.id)[0]:
+                self.log.warn("client(%s) unexpected UNREGISTER category:%s key:%s subkey:%s", self.id, *reg)
+        reg = Registration("topic", topic, "")
+        removed, left = db.remove_producer(reg, self.id)
+        if removed:
+            self.log.info("DB: client(%s) UNREGISTER category:%s key:%s subkey:%s", self.id, *reg)
+        if left == 0 and topic.endswith("#ephemeral"):
+            db.remove_registration(reg)
+        return wire.OK
+
+    def _unregister_all(self):
+        if self.peer is None:
+            return
+        for reg in self.db.lookup_registrations(self.id):
+            if self.db.remove_producer(reg, self.id)[0]:
+                self.log.info("DB: client(%s) UNREGISTER category:%s key:%s subkey:%s", self.id, *reg)
+
+
+def _shutdown(sock):
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def address_text(address):
+    """Go's net.Addr string: ``ip:port``, ``[ipv6]:port``."""
+    host, port = address[:2]
+    return ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
+
+
+class _PeerHandler(socketserver.BaseRequestHandler):
+    def handle(self):
+        sock = self.request
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.current_thread().name = "nsqlookupd-peer[%s]" % address_text(self.client_address)
+        server = self.server
+        server.track(sock)
+        try:
+            PeerConnection(server.lookupd, sock, self.client_address).serve()
+        except OSError as e:
+            # A reset or a socket closed by stop(): the peer is gone either way.
+            server.lookupd.log.debug("TCP: client(%s) - %s", address_text(self.client_address), e)
+        finally:
+            server.untrack(sock)
+
+
+class TCPServer(PromptShutdownMixIn, socketserver.ThreadingTCPServer):
+    """Accepts nsqd peers for one NSQLookupd.
+
+    Connection threads are recorded by ThreadingMixIn and joined by
+    ``server_close()``; :meth:`close_connections` ends them first.
+    """
+
+    allow_reuse_address = True
+    daemon_threads = False
+    block_on_close = True
+    request_queue_size = 128
+
+    def __init__(self, address, lookupd):
+        host, port = split_address(address)
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.lookupd = lookupd
+        self._conns_lock = threading.Lock()  # guards _conns and _closing
+        self._conns = set()  # open peer sockets, so stop() can end their threads
+        self._closing = False
+        super().__init__((host, port), _PeerHandler)
+
+    def track(self, sock):
+        with self._conns_lock:
+            self._conns.add(sock)
+            closing = self._closing
+        if closing:  # accepted just before stop(): end it like the others
+            _shutdown(sock)
+
+    def untrack(self, sock):
+        with self._conns_lock:
+            self._conns.discard(sock)
+
+    def close_connections(self):
+        with self._conns_lock:
+            self._closing = True
+            conns = list(self._conns)
+        for sock in conns:
+            _shutdown(sock)
+
+    def handle_error(self, request, client_address):
+        self.lookupd.log.error("TCP: unhandled error on %s\n%s", address_text(client_address), traceback.format_exc())

@@ -1,0 +1,189 @@
+"""The nsqlookupd TCP protocol "V1", as pure functions: no sockets here.
+
+A peer (an nsqd) sends the magic ``b"  V1"``, then command lines
+``NAME[ param]*\\n``; IDENTIFY is followed by a 4-byte big-endian signed
+length and a JSON body.  Every command gets one response, ``int32 BE length +
+data`` with no frame type; an error is sent the same way as
+``<CODE> <description>`` and then the connection is closed (every V1 error
+is fatal).
+
+The connection loop in :mod:`.tcp` reads bytes and calls these functions;
+they return responses or raise :class:`V1Error`.
+"""
+
+import json
+import re
+import struct
+
+from ..protocol import go_json_string, is_valid_name
+
+MAGIC_V1 = b"  V1"
+
+# A command line longer than this (without its newline) closes the connection.
+# nsqlookupd has no limit (its reader grows without bound); nsqd's longest
+# line, "UNREGISTER <64-byte topic> <64-byte channel>", is under 150 bytes.
+MAX_LINE = 64 * 1024
+
+# The largest IDENTIFY body accepted.  nsqlookupd allocates whatever size is
+# announced (a negative one crashes it); nsqd's body is ~150 bytes.
+MAX_IDENTIFY_BODY = 1024 * 1024
+
+_SIZE = struct.Struct(">i")
+
+# Go's unicode.IsSpace, which strings.TrimSpace uses (Python's str.strip also
+# strips \x1c-\x1f, which Go keeps).
+_GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+class V1Error(Exception):
+    """A client error: sent as ``CODE description``, then the connection is closed."""
+
+    def __init__(self, code, description):
+        super().__init__(code, description)
+        self.code = code
+        self.description = description
+
+    def __str__(self):
+        return "%s %s" % (self.code, self.description)
+
+    def response(self):
+        """The error's bytes on the wire (size prefix included)."""
+        return encode_response(str(self).encode("utf-8", "surrogateescape"))
+
+
+def encode_response(data):
+    """``int32 BE len(data) + data``: a V1 response, success or error alike."""
+    return _SIZE.pack(len(data)) + data
+
+
+OK = encode_response(b"OK")
+BAD_PROTOCOL = encode_response(b"E_BAD_PROTOCOL")
+
+
+def decode_size(raw4):
+    return _SIZE.unpack(raw4)[0]
+
+
+def parse_line(line):
+    """A command line (bytes, newline included or not) -> its params as str.
+
+    As nsqlookupd: trimmed of (Unicode) whitespace at both ends, then split on
+    every single space, so ``b"  PING  \\r\\n"`` is ``["PING"]`` and an empty
+    line is ``[""]``.  Bytes that are not UTF-8 survive as surrogate escapes.
+    """
+    return line.decode("utf-8", "surrogateescape").strip(_GO_SPACE).split(" ")
+
+
+def topic_channel(command, params):
+    """REGISTER/UNREGISTER's ``(topic, channel)`` (channel ``""`` when absent); extra params are ignored."""
+    if not params:
+        raise V1Error("E_INVALID", "%s insufficient number of params" % command)
+    topic = params[0]
+    channel = params[1] if len(params) >= 2 else ""
+    if not is_valid_name(topic):
+        raise V1Error("E_BAD_TOPIC", "%s topic name '%s' is not valid" % (command, topic))
+    if channel and not is_valid_name(channel):
+        raise V1Error("E_BAD_CHANNEL", "%s channel name '%s' is not valid" % (command, channel))
+    return topic, channel
+
+
+def check_identify_size(size):
+    """The announced IDENTIFY body size; a size nsqlookupd could not read is a read failure."""
+    if size < 0 or size > MAX_IDENTIFY_BODY:
+        raise V1Error("E_BAD_BODY", "IDENTIFY failed to read body")
+
+
+# PeerInfo's JSON fields (keys folded as Go's encoding/json matches them) -> type.
+PEER_FIELDS = {
+    "remote_address": str,
+    "hostname": str,
+    "broadcast_address": str,
+    "tcp_port": int,
+    "http_port": int,
+    "version": str,
+    "topology_zone": str,
+    "topology_region": str,
+}
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+class _Pairs(list):
+    """A JSON object as its (key, value) pairs in document order."""
+
+
+def _reject_constant(name):
+    raise ValueError("invalid JSON constant %s" % name)
+
+
+def decode_peer_info(body):
+    """An IDENTIFY body -> the PeerInfo fields it sets (a dict), as Go's json.Unmarshal would.
+
+    Keys match case-insensitively, a later key wins, ``null`` leaves a field
+    alone, unknown keys are ignored, a value of the wrong type anywhere (a
+    float or an out-of-range integer for a port) fails the whole decode, and
+    invalid UTF-8 in strings becomes U+FFFD.  Then the required fields are
+    checked.  Raises V1Error(E_BAD_BODY).
+    """
+    bad = V1Error("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+    try:
+        doc = json.loads(
+            bytes(body).decode("utf-8", "surrogateescape"), object_pairs_hook=_Pairs, parse_constant=_reject_constant
+        )
+    except (ValueError, RecursionError):
+        raise bad from None
+    fields = {}
+    if doc is not None:
+        if not isinstance(doc, _Pairs):
+            raise bad
+        for key, value in doc:
+            name = key.lower().replace("\u017f", "s")  # Go's case folding (U+017F folds to s)
+            kind = PEER_FIELDS.get(name)
+            if kind is None or value is None:
+                continue
+            if kind is str:
+                if not isinstance(value, str):
+                    raise bad
+                value = _SURROGATES.sub("\ufffd", value)
+            elif isinstance(value, bool) or not isinstance(value, int) or not _INT64[0] <= value <= _INT64[1]:
+                raise bad
+            fields[name] = value
+    if not fields.get("broadcast_address") or not fields.get("tcp_port") or not fields.get("http_port"):
+        raise V1Error("E_BAD_BODY", "IDENTIFY missing fields")
+    if not fields.get("version"):
+        raise V1Error("E_BAD_BODY", "IDENTIFY missing fields")
+    return fields
+
+
+def go_json(value):
+    """JSON as Go's encoding/json writes it for the shapes nsqlookupd answers with.
+
+    dicts keep their insertion order (callers order keys as Go would: struct
+    field order, or sorted for a Go map); strings are HTML-escaped as Go does.
+    """
+    if isinstance(value, str):
+        return go_json_string(value)
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(go_json_string(k) + ":" + go_json(v) for k, v in value.items()) + "}"
+    return "[" + ",".join(go_json(v) for v in value) + "]"
+
+
+def identify_response(broadcast_address, hostname, tcp_port, http_port, version):
+    """The IDENTIFY reply (a Go map: keys sorted), size prefix included."""
+    doc = {
+        "broadcast_address": broadcast_address,
+        "hostname": hostname,
+        "http_port": http_port,
+        "tcp_port": tcp_port,
+        "version": version,
+    }
+    return encode_response(go_json(doc).encode("utf-8"))

@@ -1,0 +1,253 @@
+"""The nsqlookupd-threaded command: flags, config file, and the real process lifetime."""
+
+import configparser
+import http.client
+import os
+import queue
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+import nsqd_threaded
+from nsqd_threaded.lookupd import cli
+from nsqd_threaded.lookupd.nsqlookupd import LookupdOptions
+
+pytestmark = pytest.mark.timeout(60)
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nsqd_threaded.__file__)))
+
+
+def options_for(*args):
+    ctx = cli.main.make_context("nsqlookupd-threaded", list(args))
+    return cli.resolve(ctx.params)
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli.main, list(args))
+
+
+def write_config(tmp_path, text):
+    path = tmp_path / "nsqlookupd.cfg"
+    path.write_text(text)
+    return str(path)
+
+
+# -- flags and config --------------------------------------------------------------------
+
+
+def test_go_style_args():
+    assert cli.go_style_args(["-tcp-address=1:2", "-tombstone-lifetime", "5s", "-version", "--verbose=false"]) == [
+        "--tcp-address=1:2", "--tombstone-lifetime", "5s", "--version=true", "--verbose=false"]
+    assert cli.go_style_args(["--log-prefix", "-x", "--", "-version"]) == ["--log-prefix", "-x", "--", "-version"]
+    assert cli.go_style_args(["-h"]) == ["--help"]
+    assert cli.go_style_args(["-nope"]) == ["-nope"]
+
+
+def test_defaults_are_nsqlookupds():
+    assert options_for() == LookupdOptions()
+    opts = options_for()
+    assert (opts.tcp_address, opts.http_address) == ("0.0.0.0:4160", "0.0.0.0:4161")
+    assert opts.broadcast_address == socket.gethostname()
+    assert (opts.inactive_producer_timeout, opts.tombstone_lifetime) == (300.0, 45.0)
+    assert (opts.log_level, opts.log_prefix) == ("info", "[nsqlookupd] ")
+
+
+def test_flags():
+    opts = options_for("-tcp-address=127.0.0.1:1", "--http-address", "127.0.0.1:2", "-broadcast-address", "b",
+                       "--inactive-producer-timeout=1m30s", "-tombstone-lifetime=250ms", "-log-level=WARN",
+                       "--log-prefix", "-p- ", "-verbose")
+    assert opts == LookupdOptions("127.0.0.1:1", "127.0.0.1:2", "b", 90.0, 0.25, "warn", "-p- ")
+
+
+@pytest.mark.parametrize("args", [["--tombstone-lifetime=5"], ["--inactive-producer-timeout=x"],
+                                  ["--log-level=loud"], ["--no-such-flag"], ["--verbose=maybe"]])
+def test_bad_flags_exit_2(args):
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+
+
+def test_version():
+    for flag in ("--version", "-version"):
+        result = invoke(flag)
+        assert result.exit_code == 0
+        assert re.fullmatch(r"nsqlookupd-threaded v1\.3\.0 \(python [\d.]+\w*\)\n", result.output), result.output
+
+
+def test_help_lists_the_flags():
+    result = invoke("-h")
+    assert result.exit_code == 0
+    for flag in ("--tcp-address", "--http-address", "--broadcast-address", "--inactive-producer-timeout",
+                 "--tombstone-lifetime", "--log-level", "--log-prefix", "--config", "--version"):
+        assert flag in result.output
+
+
+def test_config_file_then_flags(tmp_path):
+    path = write_config(tmp_path, "\n".join([
+        "tcp_address = '127.0.0.1:1'",
+        "http_address = '127.0.0.1:2'",
+        "broadcast_address = 'cfg'",
+        "inactive_producer_timeout = '10s'",
+        "tombstone_lifetime = 1500",  # integer milliseconds, as go-options reads them
+        "log_level = 'DEBUG'",
+        "unknown_key = 1",
+    ]))
+    assert options_for("--config", path) == LookupdOptions("127.0.0.1:1", "127.0.0.1:2", "cfg", 10.0, 1.5, "debug")
+    opts = options_for("--config=" + path, "--tcp-address=127.0.0.1:3", "--tombstone-lifetime=2s")
+    assert (opts.tcp_address, opts.tombstone_lifetime, opts.broadcast_address) == ("127.0.0.1:3", 2.0, "cfg")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("log_level = 'loud'", "FATAL: failed parsing log_level loud"),
+    ("tombstone_lifetime = 'soon'", "FATAL: failed to load config file %s - tombstone_lifetime: "),
+    ("tcp_address = 1", "FATAL: failed to load config file %s - tcp_address: "),
+    ("tcp_address = ", "FATAL: failed to load config file %s - "),
+])
+def test_bad_config_is_fatal(tmp_path, text, message):
+    path = write_config(tmp_path, text)
+    result = invoke("--config=" + path)
+    assert result.exit_code == 1, result.output
+    assert (message % path if "%s" in message else message) in result.output
+    assert result.output.startswith("[nsqlookupd] ") and result.output.count("\n") == 1
+
+
+def test_missing_config_is_fatal(tmp_path):
+    result = invoke("--config=" + str(tmp_path / "missing.cfg"))
+    assert result.exit_code == 1 and "FATAL: failed to load config file" in result.output
+
+
+def test_console_script_is_declared():
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(REPO_ROOT, "setup.cfg"))
+    scripts = cfg["options.entry_points"]["console_scripts"]
+    assert "nsqlookupd-threaded = nsqd_threaded.lookupd.cli:main" in scripts
+
+
+# -- the real process --------------------------------------------------------------------
+
+
+class LookupdProcess:
+    """The command in a child process, its stderr lines collected by a reader thread."""
+
+    def __init__(self, argv):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, universal_newlines=True)
+        self.log = []
+        self._lines = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name="lookupd-stderr-reader", daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def wait_for(self, pattern, timeout=20.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError("no %r within %ss; log: %r" % (pattern, timeout, self.log)) from None
+            if line is None:
+                raise AssertionError("exited (%s) before %r; log: %r" % (self.proc.poll(), pattern, self.log))
+            self.log.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+
+    def ports(self):
+        """(tcp, http): read from the startup log, which names HTTP first."""
+        http_port = int(self.wait_for(r"HTTP: listening on 127\.0\.0\.1:(\d+)").group(1))
+        tcp_port = int(self.wait_for(r"TCP: listening on 127\.0\.0\.1:(\d+)").group(1))
+        return tcp_port, http_port
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=15)
+        self._reader.join(timeout=15)
+        self.proc.stderr.close()
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def spawn():
+    started = []
+
+    def start(*args, argv=None):
+        proc = LookupdProcess((argv or [sys.executable, "-m", "nsqd_threaded.lookupd"]) + list(args))
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.close()
+
+
+LOCAL = ("-tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", "-broadcast-address=127.0.0.1")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_stops_the_daemon(spawn, signum):
+    lookupd = spawn(*LOCAL)
+    tcp_port, http_port = lookupd.ports()
+    conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=10)
+    conn.request("GET", "/ping")
+    assert conn.getresponse().read() == b"OK"
+    peer = socket.create_connection(("127.0.0.1", tcp_port), timeout=10)
+    with peer:
+        peer.sendall(b"  V1PING\n")
+        assert peer.recv(6) == b"\x00\x00\x00\x02OK"
+        lookupd.proc.send_signal(signum)
+        assert lookupd.proc.wait(timeout=15) == 0, lookupd.log
+        assert peer.recv(1) == b""  # closed on the way out
+    conn.close()
+    lookupd.wait_for(r"INFO: %s: shutting down" % signal.Signals(signum).name)
+
+
+def test_identify_answers_with_the_real_ports(spawn):
+    lookupd = spawn(*LOCAL)
+    tcp_port, http_port = lookupd.ports()
+    with socket.create_connection(("127.0.0.1", tcp_port), timeout=10) as peer:
+        body = b'{"broadcast_address":"127.0.0.1","tcp_port":1,"http_port":2,"version":"1.3.0"}'
+        peer.sendall(b"  V1IDENTIFY\n" + struct.pack(">i", len(body)) + body)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = peer.recv(4096)
+            assert chunk, data
+            data += chunk
+        assert b'"http_port":%d,"tcp_port":%d' % (http_port, tcp_port) in data
+    lookupd.proc.send_signal(signal.SIGTERM)
+    assert lookupd.proc.wait(timeout=15) == 0
+
+
+def test_listen_failure_is_one_fatal_line(spawn):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        address = "127.0.0.1:%d" % taken.getsockname()[1]
+        lookupd = spawn("--tcp-address=" + address, "--http-address=127.0.0.1:0")
+        assert lookupd.proc.wait(timeout=15) == 1
+        match = lookupd.wait_for(r"FATAL: (.*)")
+        assert match.group(1).startswith(
+            "failed to instantiate nsqlookupd - --tcp-address: listen (%s) failed - " % address)
+
+
+def test_installed_console_script(spawn):
+    script = os.path.join(os.path.dirname(sys.executable), "nsqlookupd-threaded")
+    if not os.path.exists(script):
+        pytest.skip("the package is not installed with its console scripts")
+    lookupd = spawn(*LOCAL, argv=[script])
+    lookupd.ports()
+    lookupd.proc.send_signal(signal.SIGTERM)
+    assert lookupd.proc.wait(timeout=15) == 0, lookupd.log
