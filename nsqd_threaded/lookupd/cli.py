@@ -12,7 +12,7 @@ import signal
 import click
 
 from .. import config
-from ..durations import format_duration, parse_duration
+from ..gocompat import format_duration, parse_duration
 from ..logger import Logger
 from ..options import VERSION
 from .nsqlookupd import LOG_LEVELS, LookupdOptions, NSQLookupd

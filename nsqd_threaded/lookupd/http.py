@@ -16,7 +16,7 @@ import urllib.parse
 
 from ..http_api import JSON_TYPE, TEXT_TYPE, X_NSQ, HTTPError, QueryError, Response, parse_query
 from ..protocol import is_valid_name
-from ..tcp import PromptShutdownMixIn, split_address
+from ..servers import PromptShutdownMixIn, split_address
 from .registration_db import Registration, filter_active
 from .wire import go_json
 

@@ -15,7 +15,8 @@ import json
 import re
 import struct
 
-from ..protocol import go_json_string, is_valid_name
+from ..gocompat import go_json_string
+from ..protocol import is_valid_name
 
 MAGIC_V1 = b"  V1"
 
