@@ -1,14 +1,24 @@
 """Where a topic or channel puts the messages its memory queue cannot hold.
 
 nsqd calls this the backend queue: a go-diskqueue for normal topics and
-channels, a discard queue for ``#ephemeral`` ones.  The interface below is
-all a Topic or Channel uses; the file diskqueue implements it too.
+channels (its durable subclass with ``--durable``), a discard queue for
+``#ephemeral`` ones.  :class:`Backend` is everything a Topic or Channel
+calls; the durable-mode methods have no-op defaults, so an owner never asks
+which kind of backend it has.  Where the policy of an owner must differ, the
+backend says so through :attr:`Backend.acks_deliveries` and
+:meth:`Backend.memory_capacity`.
 
-Every method is called with the owner's lock held, so implementations need
-no locking of their own unless they run threads.
+Every method except :meth:`Backend.wait_synced` is called with the owner's
+lock held, so implementations need no locking of their own unless they share
+state with ``wait_synced`` callers.
+
+:class:`BackedQueue` is the part Topic and Channel share: a memory queue up
+to a capacity, the backend for the rest, the flush to the backend on close,
+and the health record of every backend write.
 """
 
 import collections
+import threading
 
 
 class BackendError(Exception):
@@ -17,6 +27,16 @@ class BackendError(Exception):
 
 class Backend:
     """The backend interface."""
+
+    #: Records handed out by get() stay stored until ack() (``--durable``).  Its owner
+    #: then writes every message here (no inline fan-out, no memory queue for new
+    #: messages), acks a message once it is done with it, and keeps requeued
+    #: messages in memory (their records are still stored).
+    acks_deliveries = False
+
+    def memory_capacity(self, mem_queue_size):
+        """How many new messages the owner may hold in memory before writing here."""
+        return mem_queue_size
 
     def put(self, msgs):
         """Append messages (a list); raise BackendError if they cannot be stored."""
@@ -40,52 +60,20 @@ class Backend:
     def delete(self):
         """Release resources without persisting (after empty(), on delete)."""
 
+    def ack(self, msg_ids):
+        """The owner is done with these messages taken by get(); returns how many were known."""
+        return 0
 
-class BackedQueue:
-    """What Topic and Channel share: a memory deque and a backend for the overflow.
+    def sync_point(self):
+        """A token for everything put so far, for :meth:`wait_synced` (None: nothing to wait for)."""
+        return None
 
-    Subclasses set ``_lock`` (guarding both), ``_memory``, ``_backend`` and ``exiting``.
-    """
+    def wait_synced(self, token):
+        """Return once everything up to ``token`` is on disk; called WITHOUT the owner's lock."""
 
-    def depth(self):
-        """Messages waiting: memory plus backend (not in flight, not deferred)."""
-        with self._lock:
-            return len(self._memory) + self._backend.depth()
-
-    def sync_backend(self, now):
-        """Periodic fsync of the backend once --sync-timeout has passed (queue-scan loop)."""
-        with self._lock:
-            maybe_sync = getattr(self._backend, "maybe_sync", None)
-            if maybe_sync is not None and not self.exiting:
-                maybe_sync(now)
-
-
-class MemoryBackend(Backend):
-    """An unbounded in-process overflow queue.
-
-    The stand-in until the file diskqueue lands: correct (nothing is dropped,
-    order is kept, attempts and deferral survive) but not durable.
-    """
-
-    def __init__(self):
-        self._msgs = collections.deque()
-
-    def put(self, msgs):
-        self._msgs.extend(msgs)
-
-    def get(self, n):
-        q = self._msgs
-        if n >= len(q):
-            out = list(q)
-            q.clear()
-            return out
-        return [q.popleft() for _ in range(n)]
-
-    def depth(self):
-        return len(self._msgs)
-
-    def empty(self):
-        self._msgs.clear()
+    def maybe_sync(self, now):
+        """The periodic --sync-timeout flush (``now``: time.monotonic()); True if it synced."""
+        return False
 
 
 class DiscardBackend(Backend):
@@ -102,3 +90,92 @@ class DiscardBackend(Backend):
 
     def empty(self):
         pass
+
+
+class BackedQueue:
+    """A memory queue up to a capacity, then the backend: what Topic and Channel share.
+
+    Lock contract (as in CPython's ``queue.Queue``): ``_lock`` guards
+    ``_memory``, ``_backend`` and every attribute a subclass adds to it.
+    Public methods take it; methods named ``*_locked`` must be called with it
+    held.  Every write to the backend goes through :meth:`_write_backend_locked`,
+    which records the broker's health (nsqd's SetHealth after each write).
+    Subclasses set ``exiting`` and may override :meth:`_room_locked` and
+    :meth:`_from_backend_locked`.
+    """
+
+    def __init__(self, nsqd, backend, mem_queue_size):
+        self._nsqd = nsqd
+        self._lock = threading.Lock()  # guards the memory queue, the backend and the subclass's state
+        self._memory = collections.deque()
+        self._backend = backend
+        self._mem_capacity = backend.memory_capacity(mem_queue_size)
+
+    def depth(self):
+        """Messages waiting: memory plus backend (not in flight, not deferred)."""
+        with self._lock:
+            return len(self._memory) + self._backend.depth()
+
+    def sync_backend(self, now):
+        """Periodic fsync of the backend once --sync-timeout has passed (queue-scan loop)."""
+        with self._lock:
+            if not self.exiting:
+                self._backend.maybe_sync(now)
+
+    def _room_locked(self):
+        """How many more messages the memory queue takes."""
+        return self._mem_capacity - len(self._memory)
+
+    def _put_locked(self, msgs):
+        """Memory queue up to capacity, the rest to the backend (may raise BackendError,
+        in which case the messages that went to memory stay there)."""
+        room = self._room_locked()
+        if room >= len(msgs):
+            self._memory.extend(msgs)
+            return
+        if room > 0:
+            self._memory.extend(msgs[:room])
+            msgs = msgs[room:]
+        self._write_backend_locked(msgs)
+
+    def _write_backend_locked(self, msgs):
+        """The one way messages reach the backend: the write and its health record."""
+        self._nsqd.backend_put(self._backend, msgs)
+
+    def _take_locked(self, n):
+        """Up to ``n`` messages, oldest first: the memory queue, then the backend."""
+        memory = self._memory
+        if len(memory) >= n:
+            return [memory.popleft() for _ in range(n)]
+        msgs = list(memory)
+        memory.clear()
+        if len(msgs) < n and self._backend.depth():
+            msgs.extend(self._from_backend_locked(n - len(msgs)))
+        return msgs
+
+    def _from_backend_locked(self, n):
+        return self._backend.get(n)
+
+    def _flush_locked(self, extra=()):
+        """Graceful close: the memory queue (then ``extra``) to the backend, then close it.
+
+        A flushed message is written again at the tail, so its old record (a
+        backend that acks deliveries still holds it) is done.  A failed write
+        is logged: there is nowhere else to keep them.
+        """
+        flush = list(self._memory)
+        self._memory.clear()
+        flush.extend(extra)
+        if flush:
+            try:
+                self._write_backend_locked(flush)
+                self._backend.ack([m.id for m in flush])
+            except BackendError as e:
+                self._nsqd.log.error("%r: failed to flush %d messages - %s", self, len(flush), e)
+        self._backend.close()
+
+    def _drop_locked(self):
+        """Delete: drop the memory queue and the backend's data, release the backend."""
+        self._memory.clear()
+        self._backend.empty()
+        self._backend.delete()

@@ -16,12 +16,10 @@ recorded in ``_waiting`` and woken by the next put.  That is the only hand-off
 between threads on the delivery path, and it happens once per batch.
 """
 
-import collections
 import random
-import threading
 import time
 
-from .backend import BackedQueue, BackendError, DiscardBackend
+from .backend import BackedQueue, BackendError
 from .e2e import E2ELatency
 from .pqueue import TimedIndex
 from .gocompat import ns
@@ -34,26 +32,24 @@ class ChannelError(Exception):
 class Channel(BackedQueue):
     """A topic's channel.
 
-    ``_lock`` guards every mutable attribute below, including the per-client
-    ``in_flight_count`` of subscribed clients and the clients' in-flight
-    messages; lock order is Topic._lock -> Channel._lock -> Client._lock.
+    ``_lock`` (BackedQueue's) guards every mutable attribute below, including
+    the per-client ``in_flight_count`` of subscribed clients and the clients'
+    in-flight messages; lock order is Topic._lock -> Channel._lock -> Client._lock.
+
+    A backend that acknowledges deliveries (``--durable``) gets every message
+    the topic fans out, deferred ones included (it keeps their delay), and
+    is told (``ack``) when one is finished, dropped by sampling, a duplicate
+    in flight, or rewritten by the flush on close; its requeues stay in
+    memory, their records being still stored.
     """
 
     def __init__(self, topic_name, name, nsqd):
         self.topic_name = topic_name
         self.name = name
         self.ephemeral = name.endswith("#ephemeral")
-        self._nsqd = nsqd
         opts = nsqd.options
-        self._lock = threading.Lock()  # guards everything below (see the class docstring)
-        self._memory = collections.deque()
-        self._durable = opts.durable and not self.ephemeral
-        # Durable: every message goes through the disk queue (memory holds only requeues).
-        self._mem_capacity = 0 if self._durable else opts.mem_queue_size
-        if self.ephemeral:
-            self._backend = DiscardBackend()
-        else:
-            self._backend = nsqd.new_backend("%s:%s" % (topic_name, name))
+        backend = nsqd.new_backend("%s:%s" % (topic_name, name), self.ephemeral)
+        super().__init__(nsqd, backend, opts.mem_queue_size)
         self._in_flight = TimedIndex()
         self._deferred = TimedIndex()
         self._clients = {}  # client id -> Client
@@ -88,9 +84,9 @@ class Channel(BackedQueue):
         with self._lock:
             if self.exiting:
                 raise ChannelError("exiting")
-            if self._durable:
+            if self._backend.acks_deliveries:
                 # Deferral is kept by the disk queue and restored when read back.
-                self._nsqd.backend_put(self._backend, msgs)
+                self._write_backend_locked(msgs)
                 token = self._backend.sync_point()
                 self.message_count += len(msgs)
                 waiters = self._take_waiters_locked()
@@ -105,7 +101,7 @@ class Channel(BackedQueue):
                         immediate.append(msg)
                 if immediate:
                     try:
-                        self._queue_locked(immediate)
+                        self._put_locked(immediate)
                     except BackendError as e:
                         if strict:
                             raise
@@ -122,19 +118,11 @@ class Channel(BackedQueue):
         """Durable mode: block (without the channel lock) until the token's writes are fsynced."""
         self._backend.wait_synced(token)
 
-    def _queue_locked(self, msgs):
-        """Memory queue up to capacity, the rest to the backend (may raise BackendError)."""
-        room = self._mem_capacity - len(self._memory)
+    def _room_locked(self):
         if self.ephemeral and self._mem_capacity == 0:
             # nsqd's unbuffered hand-off: accepted only while a pump waits.
-            room = len(self._waiting) - len(self._memory)
-        if room >= len(msgs):
-            self._memory.extend(msgs)
-            return
-        if room > 0:
-            self._memory.extend(msgs[:room])
-            msgs = msgs[room:]
-        self._nsqd.backend_put(self._backend, msgs)
+            return len(self._waiting) - len(self._memory)
+        return self._mem_capacity - len(self._memory)
 
     def _take_waiters_locked(self):
         waiters = self._waiting
@@ -145,15 +133,15 @@ class Channel(BackedQueue):
     def _requeue_locked(self, msgs):
         """Back to the tail of the queue (REQ 0, timeout, deferred due); never loses one.
 
-        In durable mode their records are still unacknowledged on disk, so the
-        memory queue is enough.  Otherwise a backend failure keeps them in
-        memory beyond --mem-queue-size (and health shows the failure).
+        If the backend acknowledges deliveries their records are still stored
+        there, so the memory queue is enough.  Otherwise a backend failure keeps
+        them in memory beyond --mem-queue-size (and health shows the failure).
         """
-        if self._durable:
+        if self._backend.acks_deliveries:
             self._memory.extend(msgs)
         else:
             try:
-                self._queue_locked(msgs)
+                self._put_locked(msgs)
             except BackendError as e:
                 self._nsqd.log.error("%r: backend write failed, keeping %d messages in memory - %s",
                                      self, len(msgs), e)
@@ -179,15 +167,9 @@ class Channel(BackedQueue):
                 return []
             memory = self._memory
             while True:
-                if len(memory) >= budget:
-                    msgs = [memory.popleft() for _ in range(budget)]
-                    self.global_msg_count += budget
-                else:
-                    msgs = list(memory)
-                    memory.clear()
-                    self.global_msg_count += len(msgs)
-                    if len(msgs) < budget and self._backend.depth():
-                        msgs.extend(self._from_backend_locked(budget - len(msgs)))
+                queued = len(memory)
+                msgs = self._take_locked(budget)
+                self.global_msg_count += queued - len(memory)  # deliveries from the memory queue
                 if not msgs:
                     if client not in self._waiting:
                         self._waiting.append(client)
@@ -195,9 +177,12 @@ class Channel(BackedQueue):
                 if client.sample_rate:
                     # nsqd drops a message for this channel when rand[0,100) > rate.
                     rate = client.sample_rate
-                    kept = [m for m in msgs if random.randrange(100) <= rate]
-                    if self._durable and len(kept) < len(msgs):
-                        self._backend.ack([m.id for m in msgs if m not in kept])
+                    kept = []
+                    dropped = []
+                    for m in msgs:
+                        (kept if random.randrange(100) <= rate else dropped).append(m)
+                    if dropped:
+                        self._backend.ack([m.id for m in dropped])
                     msgs = kept
                     if not msgs:
                         continue
@@ -211,7 +196,7 @@ class Channel(BackedQueue):
             # A duplicate ID already in flight is still sent (as nsqd does) but
             # counted once.
             added = self._in_flight.add_many(msgs, now + client.msg_timeout_ns)
-            if self._durable and len(added) < len(msgs):
+            if len(added) < len(msgs):
                 self._backend.ack([m.id for m in msgs if m not in added])  # the duplicates
             client.in_flight_count += len(added)
             client.message_count += len(msgs)
@@ -277,8 +262,7 @@ class Channel(BackedQueue):
             if not done:
                 return failures
             client.finish_count += len(done)
-            if self._durable:
-                self._backend.ack(done)
+            self._backend.ack(done)
             wake = self._release_locked(client, len(done))
         if wake:
             client.wake()
@@ -470,27 +454,15 @@ class Channel(BackedQueue):
             client.close_connection()
         with self._lock:
             if delete:
-                self._memory.clear()
                 self._in_flight.drain()
                 self._deferred.drain()
-                self._backend.empty()
-                self._backend.delete()
+                self._drop_locked()
                 return
-            flush = list(self._memory)
-            self._memory.clear()
-            flush.extend(self._in_flight.drain())
+            flush = self._in_flight.drain()
             deferred = self._deferred.drain()
             now = time.time_ns()
             for msg in deferred:
                 # Beyond nsqd: the remaining delay is kept on disk (diskqueue sidecar).
                 msg.deferred_ns = max(1, msg.expiry_ns - now)
             flush.extend(deferred)
-            if flush:
-                try:
-                    self._backend.put(flush)
-                    if self._durable:
-                        # Rewritten at the tail: their old records are done.
-                        self._backend.ack([m.id for m in flush])
-                except BackendError as e:
-                    self._nsqd.log.error("%r: failed to flush %d messages - %s", self, len(flush), e)
-            self._backend.close()
+            self._flush_locked(flush)

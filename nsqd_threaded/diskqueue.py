@@ -33,8 +33,11 @@ Differences from go-diskqueue, all invisible in the files it reads:
   message read back from disk), and the entries it has consumed are pruned
   when this broker opens the queue again.  See :class:`DiskQueue` and
   ``diskqueue_deferred``.
-* ``durable=True`` (``--durable``): records stay on disk until acknowledged
-  and publishes can wait for a shared fsync; see ``diskqueue_durable``.
+* Durable mode (``--durable``) is the subclass
+  :class:`~nsqd_threaded.diskqueue_durable.DurableDiskQueue`: records stay on
+  disk until acknowledged and publishes can wait for a shared fsync.  It
+  overrides the hooks of the section "hooks" below; this class knows nothing
+  of it.
 """
 
 import os
@@ -44,7 +47,6 @@ import time
 
 from .backend import Backend, BackendError
 from .diskqueue_deferred import SIDECAR_COMPACT_MIN, DeferredSidecar
-from .diskqueue_durable import DurableMixin
 from .files import remove_quietly, replace_atomically, strerror, write_all
 from .message import Message
 
@@ -103,7 +105,7 @@ def format_meta(depth, read_file_num, read_pos, write_file_num, write_pos):
     return b"%d\n%d,%d\n%d,%d\n" % (depth, read_file_num, read_pos, write_file_num, write_pos)
 
 
-class DiskQueue(DurableMixin, Backend):
+class DiskQueue(Backend):
     """A go-diskqueue compatible queue of messages in ``data_path``.
 
     ``min_msg_size``/``max_msg_size`` bound the record payload (26-byte header
@@ -120,10 +122,12 @@ class DiskQueue(DurableMixin, Backend):
     message whose delay has been served, and set it to the remaining delay
     when it flushes its deferred index.
 
-    ``durable``: :meth:`get` records stay until :meth:`ack`, and
-    :meth:`sync_point`/:meth:`wait_synced` give group-committed fsyncs
-    (:class:`~nsqd_threaded.diskqueue_durable.DurableMixin`).
+    A record :meth:`get` hands out is consumed: its file is deleted once read
+    to the end.  (The durable subclass keeps it until acknowledged.)
     """
+
+    #: fsync the directory when the metadata is renamed (durable: the rename must survive power loss).
+    _sync_meta_dir = False
 
     def __init__(
         self,
@@ -135,7 +139,6 @@ class DiskQueue(DurableMixin, Backend):
         sync_every=2500,
         sync_timeout=2.0,
         logger=None,
-        durable=False,
     ):
         self.name = name
         self.data_path = data_path
@@ -170,8 +173,7 @@ class DiskQueue(DurableMixin, Backend):
 
         self._retrieve_meta_data()
         self._recover_write_file()
-        if durable:
-            self._durable_init()
+        self._recovered()
         self._sidecar.load((self.read_file_num, self.read_pos), (self.write_file_num, self.write_pos))
 
     def __repr__(self):
@@ -261,10 +263,7 @@ class DiskQueue(DurableMixin, Backend):
             if self.read_file_num == start_file and self.read_pos >= self._complete_sizes[start_file]:
                 self._finish_read_file()
             self._need_sync = True
-        if self._gsync is not None:
-            self._gsync.wrote((fnum, pos))
-            if rolled:
-                self._advance_commit()
+        self._wrote((fnum, pos), rolled)
         if self._need_sync or self._count >= self.sync_every:
             self._sync_logged()
 
@@ -275,8 +274,8 @@ class DiskQueue(DurableMixin, Backend):
             return out
         took = 0
         dmap = self._sidecar.entries
-        unacked = self._unacked
-        dtake = dmap.pop if unacked is None else dmap.get  # durable: kept until acked
+        dtake = self._deferred_entry_lookup(dmap)
+        handed_out = self._handed_out  # None, or called with each record handed out
         now = None
         while len(out) < n:
             rf, wf = self.read_file_num, self.write_file_num
@@ -334,8 +333,8 @@ class DiskQueue(DurableMixin, Backend):
                             if entry[1] > now:
                                 msg.deferred_ns = entry[1] - now
                     out.append(msg)
-                    if unacked is not None:
-                        unacked.add(msg.id, rf, base + p, base + end)
+                    if handed_out is not None:
+                        handed_out(msg.id, rf, base + p, base + end)
                 else:
                     self.log.error(
                         "DISKQUEUE(%s) skipping undecodable record (%d bytes) at %d of %s",
@@ -379,8 +378,7 @@ class DiskQueue(DurableMixin, Backend):
         self._depth -= took
         self._count += took
         self._check_tail_corruption()
-        if unacked is not None:
-            self._advance_commit()
+        self._after_get()
         if self._need_sync or (took and self._count >= self.sync_every):
             self._sync_logged()
         return out
@@ -390,8 +388,7 @@ class DiskQueue(DurableMixin, Backend):
             raise BackendError("exiting")
         self.log.info("DISKQUEUE(%s): emptying", self.name)
         self._skip_to_next_rw_file(emptying=True)
-        if self._gsync is not None:
-            self._durable_emptied()
+        self._emptied()
         try:
             os.remove(self.meta_file_name)
         except FileNotFoundError:
@@ -409,13 +406,7 @@ class DiskQueue(DurableMixin, Backend):
         self.log.info("DISKQUEUE(%s): closing", self.name)
         self._exiting = True
         self._close_read_file()
-        if self._gsync is not None:
-            self._gsync.close(self, flush=True)  # fsyncs what waiters may wait for (failure logged)
-        elif self._wfd is not None:
-            try:
-                os.fsync(self._wfd)
-            except OSError as e:
-                self.log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+        self._sync_before_close()
         self._close_write_file()
         self._sidecar.compact()
         self._sidecar.close(sync=True)
@@ -435,8 +426,7 @@ class DiskQueue(DurableMixin, Backend):
         self._close_read_file()
         self._close_write_file()
         self._sidecar.close(sync=False)
-        if self._gsync is not None:
-            self._gsync.close(self, flush=False)
+        self._deleted()
 
     # -- sync policy ----------------------------------------------------------
 
@@ -477,12 +467,10 @@ class DiskQueue(DurableMixin, Backend):
             try:
                 os.fsync(self._wfd)
             except OSError as e:
-                if self._gsync is not None:
-                    self._gsync.failed("fsync %s: %s" % (self.file_name(self.write_file_num), strerror(e)))
+                self._fsync_failed("fsync %s: %s" % (self.file_name(self.write_file_num), strerror(e)))
                 self._close_write_file()
                 raise
-            if self._gsync is not None:
-                self._gsync.mark_synced((self.write_file_num, self.write_pos))
+            self._synced((self.write_file_num, self.write_pos))
         self._sidecar.sync()
         self._persist_meta_data()
         self._need_sync = False
@@ -491,9 +479,83 @@ class DiskQueue(DurableMixin, Backend):
         replace_atomically(
             self.meta_file_name,
             format_meta(*self._meta_fields()),
-            sync_dir=self._unacked is not None,  # durable: the rename must survive power loss
+            sync_dir=self._sync_meta_dir,
             ignore_fsync_error=True,  # as go-diskqueue
         )
+
+    def _meta_fields(self):
+        """What the metadata file records: depth, read file, read pos, write file, write pos."""
+        return self._depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos
+
+    # -- hooks (no-ops here; overridden by the durable subclass) -------------------
+
+    def _recovered(self):
+        """The metadata is read and the write file recovered; the sidecar loads next."""
+
+    def _wrote(self, position, rolled):
+        """A put committed everything up to ``position``; ``rolled``: it started a new file."""
+
+    def _deferred_entry_lookup(self, entries):
+        """How get() looks up a record's deferred entry: here it is consumed with the record."""
+        return entries.pop
+
+    #: Called by get() as ``(msg id, file num, start, end)`` for each record handed out, or None.
+    _handed_out = None
+
+    def _after_get(self):
+        """A get() finished (positions moved)."""
+
+    def _emptied(self):
+        """empty() removed every file."""
+
+    def _sync_before_close(self):
+        """close(): make the write file durable before it is closed (failure logged)."""
+        self._fsync_logged()
+
+    def _deleted(self):
+        """delete() closed the files."""
+
+    def _fsync_failed(self, text):
+        """An fsync of the write file failed (raised after this)."""
+
+    def _synced(self, position):
+        """Everything up to ``position`` is fsynced."""
+
+    def _must_roll(self):
+        """A put moves on to a new file: must the finished one go through _roll_write_file?"""
+        return self._wfd is not None
+
+    def _write_file_opened(self, fd, file_num):
+        """A write file was opened (or created)."""
+
+    def _write_failed(self, position):
+        """A failed put truncated the stream back to ``position``."""
+
+    def _read_file_consumed(self, num):
+        """The reader left file ``num`` at its end: delete it."""
+        path = self.file_name(num)
+        try:
+            os.remove(path)
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, path, e)
+
+    def _set_aside_bad_file(self, num):
+        """File ``num`` could not be read: rename it to ``.bad``."""
+        bad = self.file_name(num)
+        try:
+            os.rename(bad, bad + ".bad")
+        except OSError:
+            self.log.error(
+                "DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s", self.name, bad, bad + ".bad"
+            )
+
+    def _first_live_file(self):
+        """Data files below this one are gone (or going): their deferred entries are dropped."""
+        return self.read_file_num
+
+    def _first_file_to_remove(self, emptying):
+        """First data file a reset to a new file (or ``emptying``) deletes."""
+        return self.read_file_num
 
     # -- startup ------------------------------------------------------------
 
@@ -594,7 +656,7 @@ class DiskQueue(DurableMixin, Backend):
         try:
             for num, pos, parts in segments:
                 path = self.file_name(num)
-                if num != start_file and (self._wfd is not None or self._gsync is not None):
+                if num != start_file and self._must_roll():
                     op, path = "sync", self.file_name(num - 1)
                     self._roll_write_file(num)
                     path = self.file_name(num)
@@ -603,8 +665,7 @@ class DiskQueue(DurableMixin, Backend):
                     self._wfd = self._open_write_file(num, pos)
                     if num != start_file:
                         created.append(num)
-                    if self._gsync is not None:
-                        self._durable_opened(self._wfd, num)
+                    self._write_file_opened(self._wfd, num)
                 op = "write"
                 if num == start_file:
                     wrote_start = True
@@ -619,24 +680,23 @@ class DiskQueue(DurableMixin, Backend):
                     pass
             for num in created:
                 remove_quietly(self.file_name(num))
-            if self._gsync is not None:
-                self._gsync.rollback((start_file, start_pos))
+            self._write_failed((start_file, start_pos))
             raise BackendError("%s %s: %s" % (op, path, strerror(e)))
 
     def _roll_write_file(self, new_num):
-        if self._gsync is not None:
-            self._gsync.roll(self._wfd, new_num)  # durable: a failed fsync fails the put
-        else:
+        """The writer moves on to file ``new_num``: fsync the finished file (failure logged)."""
+        self._fsync_logged()
+        self._close_write_file()
+
+    def _fsync_logged(self):
+        if self._wfd is not None:
             try:
                 os.fsync(self._wfd)
             except OSError as e:
                 self.log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
-        self._close_write_file()
 
     def _close_write_file(self):
         if self._wfd is not None:
-            if self._gsync is not None:
-                self._gsync.detach()
             try:
                 os.close(self._wfd)
             except OSError:
@@ -679,18 +739,12 @@ class DiskQueue(DurableMixin, Backend):
         """The read file is fully consumed: delete it and move to the next one."""
         self._close_read_file()
         num = self.read_file_num
-        path = self.file_name(num)
-        if self._unacked is None:  # durable: deleted once the committed position passes it
-            try:
-                os.remove(path)
-            except OSError as e:
-                self.log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, path, e)
+        self._read_file_consumed(num)
         self._complete_sizes.pop(num, None)
         self.read_file_num = num + 1
         self.read_pos = 0
         self._need_sync = True
-        # Deferred entries of the files left (durable: left by the committed position).
-        self._sidecar.prune(self.read_file_num if self._unacked is None else self._commit_file)
+        self._sidecar.prune(self._first_live_file())  # deferred entries of the files left
 
     def _handle_read_error(self, err):
         num = self.read_file_num
@@ -704,20 +758,12 @@ class DiskQueue(DurableMixin, Backend):
             self.write_pos = 0
         bad_rename = bad + ".bad"
         self.log.warn("DISKQUEUE(%s) jump to next file and saving bad file as %s", self.name, bad_rename)
-        if self._unacked is not None:
-            self._bad_files.add(num)  # renamed once the committed position passes it
-        else:
-            try:
-                os.rename(bad, bad_rename)
-            except OSError:
-                self.log.error(
-                    "DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s", self.name, bad, bad_rename
-                )
+        self._set_aside_bad_file(num)
         self._complete_sizes.pop(num, None)
         self.read_file_num = num + 1
         self.read_pos = 0
         self._need_sync = True
-        self._sidecar.prune(self.read_file_num if self._unacked is None else self._commit_file)
+        self._sidecar.prune(self._first_live_file())
         self._check_tail_corruption()
 
     def _check_tail_corruption(self):
@@ -760,7 +806,7 @@ class DiskQueue(DurableMixin, Backend):
     def _skip_to_next_rw_file(self, emptying=False):
         self._close_read_file()
         self._close_write_file()
-        first = self.read_file_num if self._unacked is None else self._durable_skip_from(emptying)
+        first = self._first_file_to_remove(emptying)
         for num in range(first, self.write_file_num + 1):
             path = self.file_name(num)
             try:

@@ -3,8 +3,9 @@
 The promise: a publish is acknowledged only once its record is fsynced, and a
 record stays recoverable until its message is FINed, so a crash at any
 instant loses nothing acknowledged (messages in flight at the crash are
-delivered again: duplicates, never loss).  Three pieces, mixed into
-:class:`~nsqd_threaded.diskqueue.DiskQueue` by :class:`DurableMixin`:
+delivered again: duplicates, never loss).  :class:`DurableDiskQueue`, a
+:class:`~nsqd_threaded.diskqueue.DiskQueue` that overrides its hooks, is
+made of three pieces:
 
 * **Unacked records** (:class:`Unacked`): every record :meth:`get` hands out
   is remembered (message ID, file, start, end) until :meth:`ack`.  The
@@ -51,6 +52,7 @@ import re
 import threading
 
 from .backend import BackendError
+from .diskqueue import DiskQueue
 from .files import fsync_dir, strerror
 
 
@@ -295,28 +297,33 @@ class GroupSync:
             os.close(fd)
 
 
-class DurableMixin:
-    """The durable-mode methods of DiskQueue (see the module docstring).
+class DurableDiskQueue(DiskQueue):
+    """DiskQueue in durable mode (see the module docstring); same arguments."""
 
-    With ``durable=False`` ``_unacked`` and ``_gsync`` are None: :meth:`ack`
-    is a no-op, :meth:`sync_point` returns None and ``wait_synced(None)``
-    returns at once.
-    """
+    acks_deliveries = True
+    _sync_meta_dir = True
 
-    _unacked = None
-    _gsync = None
+    def __init__(self, *args, **kwargs):
+        self._unacked = Unacked()
+        self._handed_out = self._unacked.add
+        self._bad_files = set()  # read errors: renamed to .bad once committed past
+        self._dir_synced_num = None  # write file whose directory entry was fsynced
+        self._gsync = None  # GroupSync, once the positions are known (_recovered)
+        super().__init__(*args, **kwargs)
+
+    def memory_capacity(self, mem_queue_size):
+        """Every new message is written here first: the owner keeps none in memory."""
+        return 0
 
     # -- API ------------------------------------------------------------------------
 
     @property
     def fsync_count(self):
         """fsyncs issued by :meth:`wait_synced` callers (one per group commit)."""
-        return self._gsync.fsync_count if self._gsync is not None else 0
+        return self._gsync.fsync_count
 
     def sync_point(self):
         """A token for everything written so far (call with the owner's lock held)."""
-        if self._gsync is None:
-            return None
         position = (self.write_file_num, self.write_pos)
         self._gsync.wrote(position)
         return position
@@ -329,9 +336,8 @@ class DurableMixin:
         close()) before the data was synced; after a successful close() it
         returns.  Tokens of data emptied away return at once.
         """
-        if token is None or self._gsync is None:
-            return
-        self._gsync.wait(token)
+        if token is not None:
+            self._gsync.wait(token)
 
     def ack(self, msg_ids):
         """Mark records handed out by get() as done (the oldest one for a repeated ID).
@@ -340,9 +346,9 @@ class DurableMixin:
         deletes the data files it has passed.  Unknown IDs are ignored.
         Returns the number of records marked done.
         """
-        unacked = self._unacked
-        if unacked is None or self._exiting:
+        if self._exiting:
             return 0
+        unacked = self._unacked
         n = 0
         for msg_id in msg_ids:
             if unacked.ack(msg_id):
@@ -358,40 +364,85 @@ class DurableMixin:
 
     @property
     def unacked_count(self):
-        return len(self._unacked) if self._unacked is not None else 0
+        return len(self._unacked)
 
     def committed_position(self):
         """``(file num, pos)`` where reading resumes after a reopen."""
-        head = self._unacked.head() if self._unacked is not None else None
+        head = self._unacked.head()
         if head is None:
             return self.read_file_num, self.read_pos
         return head.file_num, head.start
 
-    # -- hooks called by DiskQueue --------------------------------------------------
+    # -- DiskQueue hooks ----------------------------------------------------------
 
-    def _durable_init(self):
-        self._unacked = Unacked()
-        self._bad_files = set()  # read errors: renamed to .bad once committed past
+    def _recovered(self):
         self._adopt_unknown_files()
         self._commit_file = self.read_file_num  # files below it are deleted
-        self._dir_synced_num = None  # write file whose directory entry was fsynced
         self._gsync = GroupSync(self.file_name, (self.write_file_num, self.write_pos))
 
     def _meta_fields(self):
-        if self._unacked is None:
-            return self._depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos
         rf, rp = self.committed_position()
         return self._depth + len(self._unacked), rf, rp, self.write_file_num, self.write_pos
 
-    def _durable_opened(self, fd, file_num):
-        """A write file was opened: make its directory entry durable, let waiters use the fd."""
+    def _wrote(self, position, rolled):
+        self._gsync.wrote(position)
+        if rolled:
+            self._advance_commit()
+
+    def _deferred_entry_lookup(self, entries):
+        return entries.get  # kept until the committed position leaves the file
+
+    def _after_get(self):
+        self._advance_commit()
+
+    def _emptied(self):
+        self._commit_file = self.read_file_num
+        self._gsync.reset((self.write_file_num, self.write_pos))
+
+    def _sync_before_close(self):
+        self._gsync.close(self, flush=True)  # fsyncs what waiters may wait for (failure logged)
+
+    def _deleted(self):
+        self._gsync.close(self, flush=False)
+
+    def _fsync_failed(self, text):
+        self._gsync.failed(text)
+
+    def _synced(self, position):
+        self._gsync.mark_synced(position)
+
+    def _must_roll(self):
+        return True  # even with the write file closed: unsynced writes are fsynced by name
+
+    def _roll_write_file(self, new_num):
+        self._gsync.roll(self._wfd, new_num)  # a failed fsync fails the put
+        self._close_write_file()
+
+    def _write_file_opened(self, fd, file_num):
+        """Make the new file's directory entry durable, let waiters use the fd."""
         if self._dir_synced_num != file_num:
             fsync_dir(self.data_path)
             self._dir_synced_num = file_num
         self._gsync.attach(fd, file_num)
 
-    def _durable_skip_from(self, emptying):
-        """First file _skip_to_next_rw_file may delete."""
+    def _close_write_file(self):
+        if self._wfd is not None:
+            self._gsync.detach()
+        super()._close_write_file()
+
+    def _write_failed(self, position):
+        self._gsync.rollback(position)
+
+    def _read_file_consumed(self, num):
+        pass  # deleted once the committed position passes it
+
+    def _set_aside_bad_file(self, num):
+        self._bad_files.add(num)  # renamed once the committed position passes it
+
+    def _first_live_file(self):
+        return self._commit_file
+
+    def _first_file_to_remove(self, emptying):
         if emptying:
             first = min(self.read_file_num, self._commit_file)
             self._unacked.clear()
@@ -401,9 +452,7 @@ class DurableMixin:
             return self.read_file_num + 1  # it still holds unacked records
         return self.read_file_num
 
-    def _durable_emptied(self):
-        self._commit_file = self.read_file_num
-        self._gsync.reset((self.write_file_num, self.write_pos))
+    # -- committed position ---------------------------------------------------------
 
     def _advance_commit(self):
         """Delete (or set aside as .bad) the data files the committed position has passed."""

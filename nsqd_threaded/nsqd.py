@@ -9,7 +9,9 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
   each owning its ``nsqd-client-pump[...]``,
 * ``nsqd-http-accept``     the HTTP server's accept loop,
 * ``nsqd-http[...]``       one per HTTP connection (joined by ``HTTPServer.server_close``),
-* ``nsqd-topic-pump[...]`` one per topic (joined by ``Topic.close``),
+* ``nsqd-topic-pump[...]`` one per topic (joined by ``Topic.close``); started by
+  ``Topic.start`` once the listeners are bound (topics from nsqd.dat) or at
+  creation (later topics),
 * ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages.
 """
 
@@ -22,7 +24,9 @@ import random
 import threading
 import time
 
+from .backend import DiscardBackend
 from .diskqueue import DiskQueue
+from .diskqueue_durable import DurableDiskQueue
 from .channel import ChannelError
 from .client_v2 import Client
 from . import metadata
@@ -51,6 +55,7 @@ class NSQD:
         self._next_client_id = 0
         self._exiting = False
         self._started = False
+        self._topics_started = False  # new topics start their pump at once (guarded by _lock)
         self.start_time = time.time()
         self.health_error = None  # None when healthy, else the last backend write error
         self._tcp_server = None
@@ -66,10 +71,17 @@ class NSQD:
 
     # -- factories used by topics and channels ------------------------------
 
-    def new_backend(self, name):
-        """The disk queue of a non-ephemeral topic (``name``) or channel (``topic:channel``)."""
+    def new_backend(self, name, ephemeral=False):
+        """The backend of a topic (``name``) or channel (``topic:channel``).
+
+        The one place that picks it: a discard queue for an ephemeral one, else
+        the disk queue (its durable subclass with --durable).
+        """
+        if ephemeral:
+            return DiscardBackend()
         o = self.options
-        return DiskQueue(
+        cls = DurableDiskQueue if o.durable else DiskQueue
+        return cls(
             name,
             self.data_path,
             o.max_bytes_per_file,
@@ -78,11 +90,14 @@ class NSQD:
             o.sync_every,
             o.sync_timeout,
             self.log,
-            durable=o.durable,
         )
 
     def backend_put(self, backend, msgs):
-        """Write to a backend and record health, as nsqd's SetHealth does after each write."""
+        """Write to a backend and record health, as nsqd's SetHealth does after each write.
+
+        Topics and channels write to their backends only through this
+        (``BackedQueue._write_backend_locked``), flushes on close included.
+        """
         try:
             backend.put(msgs)
         except Exception as e:
@@ -113,29 +128,26 @@ class NSQD:
     # -- lifecycle ---------------------------------------------------------
 
     def start(self):
-        """Lock the data path, bind the listener and start serving."""
-        opts = self.options
+        """Lock the data path, load nsqd.dat, bind the listeners, then start the
+        topics and serve.
+
+        On failure (e.g. an address in use) everything created is closed again:
+        the topics from nsqd.dat (never started), the listeners, the data-path lock.
+        """
         self._lock_data_path()
         try:
             self.load_metadata()
             self.persist_metadata()
-        except Exception:
-            self._unlock_data_path()
+            self._listen()
+        except BaseException:
+            self._abort_start()
             raise
-        try:
-            self._tcp_server = TCPServer(opts.tcp_address, self)
-        except OSError as e:
-            self._unlock_data_path()
-            raise OSError(e.errno, "listen (%s) failed - %s" % (opts.tcp_address, e)) from None
-        self.log.info("TCP: listening on %s:%d", *self.tcp_address)
-        if opts.http_address:
-            try:
-                self._http_server = HTTPServer(opts.http_address, self)
-            except OSError as e:
-                self._tcp_server.server_close()
-                self._unlock_data_path()
-                raise OSError(e.errno, "listen (%s) failed - %s" % (opts.http_address, e)) from None
-            self.log.info("HTTP: listening on %s:%d", *self.http_address)
+        with self._lock:
+            self._topics_started = True
+            topics = list(self._topics.values())
+        for topic in topics:
+            topic.start()  # as Go's topics wait on startChan until the broker is up
+        if self._http_server is not None:
             self._spawn("nsqd-http-accept", self._http_server.serve_forever)
         self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
         self._spawn("nsqd-queue-scan", self._queue_scan_loop)
@@ -143,6 +155,39 @@ class NSQD:
             gc.callbacks.append(self._on_gc)
         self._started = True
         return self
+
+    def _listen(self):
+        opts = self.options
+        try:
+            self._tcp_server = TCPServer(opts.tcp_address, self)
+        except OSError as e:
+            raise OSError(e.errno, "listen (%s) failed - %s" % (opts.tcp_address, e)) from None
+        self.log.info("TCP: listening on %s:%d", *self.tcp_address)
+        if opts.http_address:
+            try:
+                self._http_server = HTTPServer(opts.http_address, self)
+            except OSError as e:
+                raise OSError(e.errno, "listen (%s) failed - %s" % (opts.http_address, e)) from None
+            self.log.info("HTTP: listening on %s:%d", *self.http_address)
+
+    def _abort_start(self):
+        """Undo a failed start(): close listeners and topics (joining their threads), unlock."""
+        for server in (self._http_server, self._tcp_server):
+            if server is not None:
+                server.server_close()
+        self._http_server = self._tcp_server = None
+        with self._lock:
+            topics = list(self._topics.values())
+            self._topics.clear()
+        for topic in topics:
+            try:
+                topic.close()
+            except Exception as e:  # keep closing the others; the start error is what is raised
+                self.log.error("%r: close after a failed start - %s", topic, e)
+        self._unlock_data_path()
+        with self._lock:
+            self._exiting = True  # a later stop() returns at once (and leaves nsqd.dat alone)
+        self._stopped.set()
 
     def _spawn(self, name, target, *args):
         t = threading.Thread(target=target, args=args, name=name, daemon=True)
@@ -325,8 +370,11 @@ class NSQD:
                 self._topics[name] = topic
                 self.log.info("TOPIC(%s): created", name)
                 created = True
+                start = self._topics_started
             else:
-                created = False
+                created = start = False
+        if start:
+            topic.start()
         if created and not topic.ephemeral:
             self.persist_metadata()
         return topic

@@ -7,13 +7,20 @@ has channels, is not paused, and its backlog is empty): no thread hand-off on
 the publish path, and order is kept.  Otherwise the messages wait in the
 topic's backlog (memory queue up to --mem-queue-size, then the backend), and
 the topic's pump thread drains the backlog once fan-out is possible again.
+
+A backend that acknowledges deliveries (``--durable``) changes the policy:
+every publish is written there first and acknowledged once fsynced, and the
+pump fans out from it, acknowledging a batch there once every channel's copy
+is fsynced.
+
+As Go's topic waits on its ``startChan``, the pump runs only from
+:meth:`Topic.start` on, which NSQD calls once its listeners are bound.
 """
 
-import collections
 import threading
 import time
 
-from .backend import BackedQueue, BackendError, DiscardBackend
+from .backend import BackedQueue, BackendError
 from .channel import Channel, ChannelError
 from .guid import GUIDFactory
 from .message import Message
@@ -28,31 +35,38 @@ class TopicError(Exception):
 class Topic(BackedQueue):
     """A topic.
 
-    ``_lock`` guards the channel map, the backlog, ``paused``/``exiting``, the
-    counters and the backend.  ``_backlog_ready`` (a Condition on ``_lock``)
-    signals the pump that the backlog may now be drained or that it must exit.
+    ``_lock`` (BackedQueue's) guards the channel map, the backlog (memory and
+    backend), ``paused``/``exiting``/``_started``, and the counters.
+    ``_backlog_ready`` (a Condition on ``_lock``) signals the pump that the
+    backlog may now be drained or that it must exit.
     """
 
     def __init__(self, name, nsqd):
         self.name = name
         self.ephemeral = name.endswith("#ephemeral")
-        self._nsqd = nsqd
         opts = nsqd.options
-        self._lock = threading.Lock()  # guards channels, backlog, flags, counters, backend
+        super().__init__(nsqd, nsqd.new_backend(name, self.ephemeral), opts.mem_queue_size)
         self._backlog_ready = threading.Condition(self._lock)  # signals: the pump can drain, or must exit
+        # Publishers fan out themselves unless the backend must see every message first.
+        self._inline_fan_out = not self._backend.acks_deliveries
         self._channels = {}
-        self._memory = collections.deque()
-        self._durable = opts.durable and not self.ephemeral
-        self._mem_capacity = opts.mem_queue_size
-        self._backend = DiscardBackend() if self.ephemeral else nsqd.new_backend(name)
         self._guid = GUIDFactory(opts.node_id)
         self.paused = False
         self.exiting = False
+        self._started = False
         self._delete_scheduled = False
         self.message_count = 0
         self.message_bytes = 0
         self._pump = threading.Thread(target=self._pump_loop, name="nsqd-topic-pump[%s]" % name, daemon=True)
-        self._pump.start()
+
+    def start(self):
+        """Start the pump (once; not after close()).  Publishing works before it,
+        the backlog just waits."""
+        with self._lock:
+            if self._started or self.exiting:
+                return
+            self._started = True
+            self._pump.start()
 
     def __repr__(self):
         return "Topic(%s)" % self.name
@@ -79,21 +93,17 @@ class Topic(BackedQueue):
             if self.exiting:
                 raise TopicError("exiting")
             try:
-                if self._durable:
-                    self._nsqd.backend_put(self._backend, msgs)
-                    token = self._backend.sync_point()
-                    if self._channels and not self.paused:
-                        self._backlog_ready.notify()
-                elif self._channels and not self.paused and not self._memory and not self._backend.depth():
+                if (
+                    self._inline_fan_out
+                    and self._channels
+                    and not self.paused
+                    and not self._memory
+                    and not self._backend.depth()
+                ):
                     self._fan_out_locked(msgs, strict=True)
                 else:
-                    room = self._mem_capacity - len(self._memory)
-                    if room >= len(msgs):
-                        self._memory.extend(msgs)
-                    else:
-                        if room > 0:
-                            self._memory.extend(msgs[:room])
-                        self._nsqd.backend_put(self._backend, msgs[max(room, 0) :])
+                    self._put_locked(msgs)
+                    token = self._backend.sync_point()
                     if self._channels and not self.paused:
                         self._backlog_ready.notify()  # only when the pump can make progress
             except BackendError as e:
@@ -135,20 +145,14 @@ class Topic(BackedQueue):
         return tokens
 
     def _pump_loop(self):
-        if self._durable:
-            self._durable_pump_loop()
+        if self._backend.acks_deliveries:
+            self._acking_pump_loop()
             return
         with self._lock:
             while True:
                 if not self._wait_for_backlog_locked():
                     return
-                memory = self._memory
-                if memory:
-                    n = min(len(memory), PUMP_BATCH)
-                    batch = [memory.popleft() for _ in range(n)]
-                else:
-                    batch = self._backend.get(PUMP_BATCH)
-                self._fan_out_locked(batch)
+                self._fan_out_locked(self._take_locked(PUMP_BATCH))
 
     def _wait_for_backlog_locked(self):
         """Wait until the backlog can be drained; False when the topic is exiting."""
@@ -158,7 +162,7 @@ class Topic(BackedQueue):
             self._backlog_ready.wait()
         return not self.exiting
 
-    def _durable_pump_loop(self):
+    def _acking_pump_loop(self):
         """Fan out from the topic's disk queue; acknowledge a batch there only once
         every channel's copy is fsynced, so a crash in between duplicates, never loses.
         A failed batch is retried every second until the disk takes it."""
@@ -168,7 +172,7 @@ class Topic(BackedQueue):
                 if batch is None:
                     if not self._wait_for_backlog_locked():
                         return
-                    batch = self._backend.get(PUMP_BATCH)
+                    batch = self._take_locked(PUMP_BATCH)
                     if not batch:
                         batch = None
                         continue
@@ -274,21 +278,15 @@ class Topic(BackedQueue):
         """
         with self._lock:
             self.exiting = True
+            started = self._started
             self._backlog_ready.notify_all()
-        self._pump.join()
+        if started:
+            self._pump.join()
         for channel in self.channels():
             channel.close(delete=delete)
         with self._lock:
             if delete:
                 self._channels.clear()
-                self._memory.clear()
-                self._backend.empty()
-                self._backend.delete()
-                return
-            if self._memory:
-                try:
-                    self._backend.put(list(self._memory))
-                except BackendError as e:
-                    self._nsqd.log.error("%r: failed to flush %d messages - %s", self, len(self._memory), e)
-                self._memory.clear()
-            self._backend.close()
+                self._drop_locked()
+            else:
+                self._flush_locked()
