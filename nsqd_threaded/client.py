@@ -33,7 +33,7 @@ import time
 from . import protocol
 from .options import VERSION
 
-__all__ = ["Producer", "Consumer", "Message", "NSQError", "ConnectionClosed"]
+__all__ = ["Producer", "Consumer", "ReceivedMessage", "NSQError", "ConnectionClosed"]
 
 log = logging.getLogger(__name__)
 
@@ -420,8 +420,8 @@ class Producer:
 # -- Consumer --------------------------------------------------------------------
 
 
-class Message:
-    """A delivered message: ``id`` (16 bytes), ``body``, ``timestamp`` (ns), ``attempts``.
+class ReceivedMessage:
+    """A message a Consumer received: ``id`` (16 bytes), ``body``, ``timestamp`` (ns), ``attempts``.
 
     :meth:`fin`, :meth:`req` and :meth:`touch` write to the connection it came by.
     ``responded`` is set by fin/req; a handler's return value is applied only when
@@ -437,7 +437,7 @@ class Message:
         self._async = False
 
     def __repr__(self):
-        return "<Message %s attempts=%d %r>" % (self.id.decode("ascii", "replace"), self.attempts, self.body[:40])
+        return "<ReceivedMessage %s attempts=%d %r>" % (self.id.decode("ascii", "replace"), self.attempts, self.body[:40])
 
     def fin(self):
         """``FIN``: done with it.  Raises ConnectionClosed if its connection ended."""
@@ -787,7 +787,7 @@ class Consumer:
             while True:
                 frame_type, data = conn.read_frame()
                 if frame_type == protocol.FRAME_TYPE_MESSAGE:
-                    put(Message(data, conn))
+                    put(ReceivedMessage(data, conn))
                 elif frame_type == protocol.FRAME_TYPE_RESPONSE:
                     if data == HEARTBEAT:
                         self.heartbeats += 1

@@ -105,9 +105,6 @@ class NSQD:
             raise
         self.health_error = None
 
-    def is_healthy(self):
-        return self.health_error is None
-
     def health(self):
         """``OK`` or ``NOK - <last backend write error>``, as /ping and /stats show it."""
         err = self.health_error

@@ -77,9 +77,6 @@ class TimedIndex:
         del due[:cut]
         return out
 
-    def next_deadline(self):
-        return self._by_deadline[0][0] if self._by_deadline else None
-
     def drain(self):
         """Remove and return everything (shutdown flush, channel empty)."""
         out = list(self._by_id.values())

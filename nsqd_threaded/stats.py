@@ -3,8 +3,8 @@
 :func:`collect` takes a consistent-enough snapshot from the live objects
 (each channel under its own lock, as nsqd does) into plain dicts whose key
 order is Go nsqd's.  The renderers are pure functions of that snapshot:
-:func:`render_json` (/stats?format=json), :func:`render_text` (/stats) and
-:func:`render_prometheus` (/metrics).
+:func:`render_text` here (/stats), ``gocompat.go_json`` (/stats?format=json)
+and ``metrics.render_prometheus`` (/metrics).
 """
 
 import gc
@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from .gocompat import format_duration, go_json
+from .gocompat import format_duration
 
 
 # -- snapshot ----------------------------------------------------------------
@@ -200,10 +200,6 @@ def rss_bytes():
 
 
 # -- renderings --------------------------------------------------------------
-
-
-def render_json(stats):
-    return go_json(stats)
 
 
 def _human_ns(v):

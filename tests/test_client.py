@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from nsqd_threaded.client import USER_AGENT, ConnectionClosed, Consumer, Message, NSQError, Producer
+from nsqd_threaded.client import USER_AGENT, ConnectionClosed, Consumer, NSQError, ReceivedMessage, Producer
 from nsqd_threaded.testing import Broker, BrokerProcess
 from wire import wait_for
 
@@ -435,7 +435,7 @@ def test_fin_req_touch_failures_are_non_fatal_and_reported(broker):
         msg.fin()
         msg.req(0)
         msg.touch()
-        bogus = Message(b"\0" * 10 + b"0000000000000000" + b"body", msg.connection)
+        bogus = ReceivedMessage(b"\0" * 10 + b"0000000000000000" + b"body", msg.connection)
         bogus.fin()
         errors.wait(4)
         mid = msg.id.decode()
