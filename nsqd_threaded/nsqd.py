@@ -51,6 +51,14 @@ class NSQD:
         self._clients = {}
         self._connections = set()
         self._next_client_id = 0
+        # Serializes connection teardowns (pump stop, unsubscribe).  A thread
+        # waiting on a lock sleeps in the kernel, while a thread waiting for
+        # the GIL wakes every switch interval (5 ms) to ask for it: with
+        # thousands of connections closed at once, letting every thread run
+        # its teardown concurrently makes thousands of GIL waiters whose
+        # wake-ups starve the broker (/ping took seconds).  Serialized, the
+        # waiters are few and a mass close costs its work and no more.
+        self.teardown_lock = threading.Lock()
         self._exiting = False
         self._started = False
         self.start_time = time.time()

@@ -10,6 +10,7 @@ its body is read).  Everything that can be computed without I/O lives in
 
 import socket
 import struct
+import sys
 import time
 
 from . import protocol
@@ -19,8 +20,16 @@ from .protocol import ProtocolError, go_quote, text
 from .topic import TopicError
 
 
-class ConnectionClosed(Exception):
+class ConnectionEnded(Exception):
     """EOF, a read error or timeout, or an over-long line: close without an error frame."""
+
+
+# The receive chunk: small while a connection is idle (thousands of consumers
+# each hold one), doubled while recvs come back full (a publisher streaming
+# commands), sized up to a large body's length while reading it, and shrunk
+# back once recvs come back small again.
+MIN_CHUNK = 4096
+MAX_CHUNK = 262144
 
 
 class Reader:
@@ -36,9 +45,9 @@ class Reader:
         self._deadline = None
         sock.settimeout(None)  # blocking: deadlines are the kernel's (see set_deadline)
         self._timeout = None
-        # recv_into one reused buffer: recv(n) would allocate (mmap) n bytes per call.
-        self._chunk = bytearray(262144)
-        self._chunk_view = memoryview(self._chunk)
+        # recv_into one reused buffer: recv(n) would allocate n bytes per call.
+        self._chunk = bytearray(MIN_CHUNK)
+        self._last_recv = 0  # bytes the last recv returned
 
     def set_deadline(self, seconds):
         """Start reading a command: its line and body must arrive within ``seconds``.
@@ -69,23 +78,43 @@ class Reader:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)  # the pump's writes too
         self._timeout = seconds
 
-    def _fill(self):
+    def _fill(self, missing=0):
+        """One recv; ``missing`` is how many more bytes the caller is known to need."""
         if self._deadline is not None:
             remaining = self._deadline - time.monotonic()
             if remaining <= 0:
-                raise ConnectionClosed("i/o timeout")
+                raise ConnectionEnded("i/o timeout")
             if remaining < self._timeout * 0.5:
                 self._set_timeout(remaining)
+        chunk = self._chunk
+        size = len(chunk)
+        want = 2 * size if self._last_recv == size else missing
+        if want > size:
+            if size < MAX_CHUNK:  # a large body, or a stream: fewer, larger recvs
+                chunk = self._chunk = bytearray(min(MAX_CHUNK, want))
+        elif size > MIN_CHUNK and missing <= MIN_CHUNK and self._last_recv < size // 8:
+            chunk = self._chunk = bytearray(MIN_CHUNK)  # quiet again: give the memory back
         try:
-            n = self._sock.recv_into(self._chunk)
+            n = self._sock.recv_into(chunk)
         except (OSError, ValueError) as e:  # timeout (EAGAIN), reset, closed
-            raise ConnectionClosed(str(e)) from None
+            raise ConnectionEnded(str(e)) from None
         if not n:
-            raise ConnectionClosed("EOF")
-        if self._pos > 65536 or self._pos == len(self._buf):
+            raise ConnectionEnded("EOF")
+        self._last_recv = n
+        if self._pos == len(self._buf):
+            # Drained: a fresh buffer rather than a resized one, so that one
+            # large body's allocation is not kept for the connection's life.
+            self._buf = bytearray(memoryview(chunk)[:n]) if n < len(chunk) else bytearray(chunk)
+            self._pos = 0
+            return
+        if self._pos > 65536:
             del self._buf[: self._pos]
             self._pos = 0
-        self._buf += self._chunk_view[:n]
+        self._buf += memoryview(chunk)[:n]
+
+    def memory(self):
+        """Bytes held by this reader's buffers (for tests and diagnostics)."""
+        return len(self._chunk) + sys.getsizeof(self._buf)
 
     def readline(self):
         """One line without its ``\\n``."""
@@ -97,7 +126,7 @@ class Reader:
                 self._pos = i + 1
                 return line
             if len(buf) - self._pos >= protocol.MAX_LINE:
-                raise ConnectionClosed("line longer than %d bytes" % protocol.MAX_LINE)
+                raise ConnectionEnded("line longer than %d bytes" % protocol.MAX_LINE)
             self._fill()
             buf = self._buf
 
@@ -107,7 +136,7 @@ class Reader:
 
     def read(self, n):
         while len(self._buf) - self._pos < n:
-            self._fill()
+            self._fill(n - (len(self._buf) - self._pos))
         data = bytes(self._buf[self._pos : self._pos + n])
         self._pos += n
         return data
@@ -115,7 +144,7 @@ class Reader:
     def ensure(self, n):
         """Buffer at least ``n`` unread bytes; returns (buffer, position)."""
         while len(self._buf) - self._pos < n:
-            self._fill()
+            self._fill(n - (len(self._buf) - self._pos))
         return self._buf, self._pos
 
     def buffered(self):
@@ -173,7 +202,7 @@ class ProtocolV2:
                     continue
                 if response is not None and not client.send(response):
                     return
-        except ConnectionClosed as e:
+        except ConnectionEnded as e:
             self.nsqd.log.debug("%r: connection closed - %s", client, e)
 
     # -- helpers -----------------------------------------------------------
@@ -181,13 +210,13 @@ class ProtocolV2:
     def _read_size(self, code, what):
         try:
             return protocol.decode_size(self.reader.read(4))
-        except ConnectionClosed:
+        except ConnectionEnded:
             raise ProtocolError(code, what) from None
 
     def _read_body(self, n, code, what):
         try:
             return self.reader.read(n)
-        except ConnectionClosed:
+        except ConnectionEnded:
             raise ProtocolError(code, what) from None
 
     def _subscribed_or_closing(self, cmd):
@@ -224,8 +253,7 @@ class ProtocolV2:
             self._topic(topic_name).publish(bodies, defer_ns)
         except TopicError as e:
             raise ProtocolError("E_%s_FAILED" % cmd, "%s failed %s" % (cmd, e)) from None
-        counts = self.client.pub_counts
-        counts[topic_name] = counts.get(topic_name, 0) + len(bodies)
+        self.client.count_published(topic_name, len(bodies))
         return protocol.OK_FRAME
 
     # -- commands ----------------------------------------------------------
@@ -241,11 +269,9 @@ class ProtocolV2:
         protocol.check_body_size("IDENTIFY", size, self.opts.max_body_size)
         body = self._read_body(size, "E_BAD_BODY", "IDENTIFY failed to read body")
         fields = protocol.decode_identify(body)
-        client.client_id = fields.get("client_id", "")
-        client.hostname = fields.get("hostname", "")
-        client.user_agent = fields.get("user_agent", "")
+        client.set_identity(fields)
         settings = protocol.negotiate_identify(fields, self.opts, protocol.ms(self.opts.client_timeout))
-        client.apply_identify(fields, settings)
+        client.identify(fields, settings)
         if not fields.get("feature_negotiation"):
             return protocol.OK_FRAME
         # TLS, snappy and deflate are not implemented, so none is negotiated
@@ -279,10 +305,7 @@ class ProtocolV2:
             channel = self.nsqd.subscribe(client, topic_name, channel_name)
         except (ChannelError, TopicError) as e:
             raise ProtocolError("E_SUB_FAILED", "SUB failed %s" % e) from None
-        client.topic_name = topic_name
-        client.channel = channel
-        client.state = STATE_SUBSCRIBED
-        client.wake()
+        client.subscribe(topic_name, channel)
         return protocol.OK_FRAME
 
     def RDY(self, params):
@@ -363,8 +386,7 @@ class ProtocolV2:
         client = self.client
         if client.state != STATE_SUBSCRIBED:
             raise ProtocolError("E_INVALID", "cannot CLS in current state")
-        client.set_ready(0)
-        client.state = STATE_CLOSING
+        client.start_close()
         return protocol.CLOSE_WAIT_FRAME
 
     def PUB(self, params):
@@ -426,7 +448,7 @@ class ProtocolV2:
                 else:
                     size = protocol.decode_size(bytes(buf[pos : pos + 4]))
                     reader.ensure(4 + size)
-            except ConnectionClosed:
+            except ConnectionEnded:
                 if end - pos < 4:
                     raise ProtocolError(
                         "E_BAD_MESSAGE", "MPUB failed to read message(%d) body size" % index
@@ -466,9 +488,13 @@ def _serve(nsqd, sock, address):
         client.start_pump()
         ProtocolV2(nsqd, client, sock).io_loop()
     finally:
-        client.close_connection()
-        client.stop_pump()
-        nsqd.remove_client(client)
+        # One teardown at a time (see NSQD.teardown_lock): when thousands of
+        # connections end together, their threads wait on this lock, outside
+        # the contest for the GIL, instead of all contending at once.
+        with nsqd.teardown_lock:
+            client.close_connection()
+            client.stop_pump()
+            nsqd.remove_client(client)
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:

@@ -104,7 +104,10 @@ def consumer_worker(host, port, count, heartbeat_ms, control, report):
             body = buf[8 : 4 + size]
             buf = buf[4 + size :]
             if ftype == 0 and body == HEARTBEAT:
-                sock.sendall(b"NOP\n")
+                try:
+                    sock.sendall(b"NOP\n")
+                except OSError:
+                    pass  # the broker closed it: the next recv says so
             elif ftype == 0 and body == b"OK":
                 st[1] += 1
                 if st[1] == 2:
@@ -116,9 +119,15 @@ def consumer_worker(host, port, count, heartbeat_ms, control, report):
     # Open in small batches: the broker's listen backlog is short.
     while opened < count:
         for _ in range(min(64, count - opened)):
-            sock = socket.create_connection((host, port), timeout=30)
-            sock.setblocking(True)
-            sock.sendall(hello)
+            try:
+                sock = socket.create_connection((host, port), timeout=30)
+                sock.sendall(hello)
+            except OSError as e:
+                errors += 1
+                opened += 1
+                if errors == 1:
+                    print("connect failed: %s" % e, file=sys.stderr)
+                continue
             sock.setblocking(False)
             state[sock] = [b"", 0]
             sel.register(sock, selectors.EVENT_READ)
@@ -168,13 +177,19 @@ def client_count(http_address):
 
 
 def wait_clients(http_address, want, timeout, poll=0.1):
+    """Poll /stats until the idle channel has ``want`` clients; the last count (None: no answer)."""
     deadline = time.monotonic() + timeout
+    n = None
     while time.monotonic() < deadline:
-        n = client_count(http_address)
+        try:
+            n = client_count(http_address)
+        except OSError:  # a stalled broker: keep asking until the deadline
+            n = None
+            continue
         if n == want:
             return n
         time.sleep(poll)
-    return client_count(http_address)
+    return n
 
 
 class Pinger(threading.Thread):
@@ -363,12 +378,12 @@ def main():
             report.recv()
         remaining = wait_clients(http_address, 0, 300, poll=0.02)
         figures["mass_close_seconds"] = time.perf_counter() - t0
-        figures["clients_left_after_close"] = remaining
+        figures["clients_left_after_close"] = -1 if remaining is None else remaining
         time.sleep(0.3)
         pinger.stop()
         figures["ping_count"] = len(pinger.latencies)
-        figures["ping_max_ms"] = max(pinger.latencies) * 1e3
-        figures["ping_p99_ms"] = pct(pinger.latencies, 0.99) * 1e3
+        figures["ping_max_ms"] = max(pinger.latencies) * 1e3 if pinger.latencies else float("nan")
+        figures["ping_p99_ms"] = pct(pinger.latencies, 0.99) * 1e3 if pinger.latencies else float("nan")
         figures["ping_failures"] = pinger.failures
         for p, _, _ in workers:
             p.join()
@@ -377,6 +392,11 @@ def main():
             rss_after = rss(pid)
             figures["rss_after_close_mb"] = rss_after / 1e6
             figures["broker_threads_after"] = threads_of(pid)
+    except BaseException:
+        print("figures so far: %s" % json.dumps(figures), file=sys.stderr)
+        if broker is not None:
+            print("broker running: %s; its log ends:\n%s" % (broker.running, broker.log[-3000:]), file=sys.stderr)
+        raise
     finally:
         if broker is not None:
             broker.stop()
