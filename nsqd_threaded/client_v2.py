@@ -229,9 +229,12 @@ class Client:
             pass
 
     def stop_pump(self):
-        """Stop and join the pump (connection thread only)."""
+        """Tell the pump to stop (it ends at its next wake-up); see :meth:`join_pump`."""
         with self._lock:
             self._closing = True
             self._wakeup.notify()
+
+    def join_pump(self):
+        """Wait for the stopped pump to end (connection thread only)."""
         if self._pump is not None and self._pump is not threading.current_thread():
             self._pump.join()

@@ -8,7 +8,8 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
 * ``nsqd-conn[...]``       one per connection (joined by ``TCPServer.server_close``),
   each owning its ``nsqd-client-pump[...]``,
 * ``nsqd-topic-pump[...]`` one per topic (joined by ``Topic.close``),
-* ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages.
+* ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages,
+* ``nsqd-idle-watch``      wakes parked idle connection threads (Linux).
 """
 
 import collections
@@ -23,6 +24,7 @@ import threading
 import time
 
 from .diskqueue import DiskQueue
+from .idle import new_idle_watcher
 from .channel import ChannelError
 from .client_v2 import Client
 from . import metadata
@@ -59,6 +61,7 @@ class NSQD:
         # wake-ups starve the broker (/ping took seconds).  Serialized, the
         # waiters are few and a mass close costs its work and no more.
         self.teardown_lock = threading.Lock()
+        self.idle_watcher = None  # parks idle connection threads (see nsqd_threaded.idle)
         self._exiting = False
         self._started = False
         self.start_time = time.time()
@@ -147,6 +150,9 @@ class NSQD:
                 raise OSError(e.errno, "listen (%s) failed - %s" % (opts.http_address, e)) from None
             self.log.info("HTTP: listening on %s:%d", *self.http_address)
             self._spawn("nsqd-http-accept", self._http_server.serve_forever)
+        self.idle_watcher = new_idle_watcher()
+        if self.idle_watcher is not None:
+            self.idle_watcher.start()
         self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
         self._spawn("nsqd-queue-scan", self._queue_scan_loop)
         if hasattr(gc, "callbacks"):  # CPython only (PyPy has none)
@@ -183,6 +189,8 @@ class NSQD:
                 for sock in conns:
                     _shutdown_socket(sock)
                 self._tcp_server.server_close()  # joins connection threads
+            if self.idle_watcher is not None:
+                self.idle_watcher.stop()  # no connection thread is left to park
             if self._http_server is not None:
                 self._http_server.shutdown()
                 self._http_server.close_connections()

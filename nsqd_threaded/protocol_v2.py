@@ -16,6 +16,7 @@ import time
 from . import protocol
 from .channel import ChannelError
 from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from .idle import IDLE_AFTER
 from .protocol import ProtocolError, go_quote, text
 from .topic import TopicError
 
@@ -38,13 +39,19 @@ class Reader:
     Used by the connection thread only.
     """
 
-    def __init__(self, sock):
+    def __init__(self, sock, idle_watcher=None):
         self._sock = sock
         self._buf = bytearray()
         self._pos = 0
         self._deadline = None
         sock.settimeout(None)  # blocking: deadlines are the kernel's (see set_deadline)
         self._timeout = None
+        # With a watcher, a recv also times out after IDLE_AFTER seconds and
+        # the thread parks there (see nsqd_threaded.idle).
+        self._idle = idle_watcher
+        self._holds_permit = False
+        if idle_watcher is not None:
+            self._set_timeout(None)
         # recv_into one reused buffer: recv(n) would allocate n bytes per call.
         self._chunk = bytearray(MIN_CHUNK)
         self._last_recv = 0  # bytes the last recv returned
@@ -69,12 +76,11 @@ class Reader:
             self._set_timeout(seconds)
 
     def _set_timeout(self, seconds):
-        if seconds is None:
-            sec = usec = 0  # a zero timeval means no timeout
-        else:
-            sec, usec = divmod(max(1, int(seconds * 1e6)), 1000000)
-        tv = struct.pack("@ll", sec, usec)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        tv = _timeval(seconds)
+        recv_seconds = seconds
+        if self._idle is not None and (seconds is None or seconds > IDLE_AFTER):
+            recv_seconds = IDLE_AFTER
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(recv_seconds))
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)  # the pump's writes too
         self._timeout = seconds
 
@@ -96,7 +102,9 @@ class Reader:
             chunk = self._chunk = bytearray(MIN_CHUNK)  # quiet again: give the memory back
         try:
             n = self._sock.recv_into(chunk)
-        except (OSError, ValueError) as e:  # timeout (EAGAIN), reset, closed
+        except BlockingIOError:  # SO_RCVTIMEO: idle, or the deadline passed
+            n = self._recv_after_idle(chunk)
+        except (OSError, ValueError) as e:  # reset, closed
             raise ConnectionEnded(str(e)) from None
         if not n:
             raise ConnectionEnded("EOF")
@@ -111,6 +119,39 @@ class Reader:
             del self._buf[: self._pos]
             self._pos = 0
         self._buf += memoryview(chunk)[:n]
+
+    def _recv_after_idle(self, chunk):
+        """Park with the idle watcher until readable, then recv (ConnectionEnded at the deadline)."""
+        idle = self._idle
+        while True:
+            remaining = None
+            if self._deadline is not None:
+                remaining = self._deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ConnectionEnded("i/o timeout")
+            if idle is None or not idle.park(self._sock.fileno(), remaining):
+                raise ConnectionEnded("i/o timeout")
+            try:
+                n = self._sock.recv_into(chunk)
+            except BlockingIOError:
+                idle.resumed()
+                continue  # not readable after all (a spurious wake-up): park again
+            except (OSError, ValueError) as e:
+                self._holds_permit = True
+                raise ConnectionEnded(str(e)) from None
+            if not n:
+                # The connection ends: the permit is kept through its teardown
+                # (see close), so a mass close is torn down a few at a time.
+                self._holds_permit = True
+                return n
+            idle.resumed()
+            return n
+
+    def close(self):
+        """The connection is torn down: return a permit kept since its last recv."""
+        if self._holds_permit:
+            self._holds_permit = False
+            self._idle.resumed()
 
     def memory(self):
         """Bytes held by this reader's buffers (for tests and diagnostics)."""
@@ -154,6 +195,14 @@ class Reader:
         self._pos = pos
 
 
+def _timeval(seconds):
+    """A struct timeval for SO_RCVTIMEO/SO_SNDTIMEO (zero: no timeout)."""
+    if seconds is None:
+        return struct.pack("@ll", 0, 0)
+    sec, usec = divmod(max(1, int(seconds * 1e6)), 1000000)
+    return struct.pack("@ll", sec, usec)
+
+
 class ProtocolV2:
     """Executes one client's commands.  Runs on the connection thread."""
 
@@ -161,7 +210,7 @@ class ProtocolV2:
         self.nsqd = nsqd
         self.opts = nsqd.options
         self.client = client
-        self.reader = Reader(sock)
+        self.reader = Reader(sock, nsqd.idle_watcher)
         self._valid_topics = {}  # raw name -> str, for names already validated
         self._topics = {}  # name -> Topic
         self._commands = {
@@ -484,9 +533,11 @@ def _serve(nsqd, sock, address):
             pass
         return
     client = nsqd.add_client(sock, address)
+    proto = None
     try:
         client.start_pump()
-        ProtocolV2(nsqd, client, sock).io_loop()
+        proto = ProtocolV2(nsqd, client, sock)
+        proto.io_loop()
     finally:
         # One teardown at a time (see NSQD.teardown_lock): when thousands of
         # connections end together, their threads wait on this lock, outside
@@ -495,7 +546,10 @@ def _serve(nsqd, sock, address):
             client.close_connection()
             client.stop_pump()
             nsqd.remove_client(client)
+        client.join_pump()  # outside the lock: the pump needs its turn at the GIL to end
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        if proto is not None:
+            proto.reader.close()
