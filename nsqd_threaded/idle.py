@@ -24,7 +24,7 @@ import select
 import threading
 
 IDLE_AFTER = 0.5  # seconds without a byte before a connection thread parks
-MAX_RUNNING = 8  # released parked threads that may be running at once
+MAX_RUNNING = 4  # released parked threads that may be running at once
 
 
 class IdleWatcher:
