@@ -25,13 +25,19 @@ import threading
 
 IDLE_AFTER = 0.5  # seconds without a byte before a connection thread parks
 MAX_RUNNING = 4  # released parked threads that may be running at once
+PERMIT_WAIT = 1.0  # seconds the watcher waits for a permit before releasing a thread without one
+
+# IdleWatcher.park results
+TIMED_OUT = 0
+WOKEN = 1
+WOKEN_UNCOUNTED = 2
 
 
 class IdleWatcher:
     """Parks idle connection threads; owned by an NSQD (:meth:`start` / :meth:`stop`).
 
-    ``_lock`` guards ``_parked`` (fd -> the parked thread's lock) and
-    ``_stopping``.  ``_permits`` bounds the released threads still running
+    ``_lock`` guards ``_parked`` (fd -> [the parked thread's lock, permit
+    granted]) and ``_stopping``.  ``_permits`` bounds the released threads still running
     up to their next ``recv``.
     """
 
@@ -62,39 +68,44 @@ class IdleWatcher:
         os.close(self._wake_w)
 
     def park(self, fd, timeout):
-        """Sleep until ``fd`` is readable (True) or ``timeout`` seconds pass (False; None: no limit).
+        """Sleep until ``fd`` is readable or ``timeout`` seconds pass (None: no limit).
 
-        After True the caller holds a permit: it must call :meth:`resumed`
-        once its ``recv`` has returned (or failed).
+        Returns TIMED_OUT, WOKEN (the caller holds a permit: it must call
+        :meth:`resumed` once its ``recv`` has returned or failed) or
+        WOKEN_UNCOUNTED (no permit to return).
         """
-        gate = threading.Lock()
+        entry = [threading.Lock(), False]  # the thread's gate, and whether a permit came with its release
+        gate = entry[0]
         gate.acquire()
         with self._lock:
             if self._stopping:
-                return False
-            self._parked[fd] = gate
+                return TIMED_OUT
+            self._parked[fd] = entry
         try:
             self._epoll.register(fd, select.EPOLLIN | select.EPOLLONESHOT)
+            registered = True
         except OSError:  # closed under us: let recv report it
-            with self._lock:
-                self._parked.pop(fd, None)
-            self._permits.acquire()
-            return True
-        woken = gate.acquire(timeout=-1 if timeout is None else max(0.0, timeout))
+            registered = False
+        woken = registered and gate.acquire(timeout=-1 if timeout is None else max(0.0, timeout))
         if not woken:
             with self._lock:
                 chosen = self._parked.pop(fd, None) is None
-            if chosen:  # the watcher chose us meanwhile: wait for its release (and our permit)
+            if chosen:  # the watcher chose us meanwhile: wait for its release
                 gate.acquire()
                 woken = True
-        try:
-            self._epoll.unregister(fd)
-        except OSError:
-            pass
-        return woken
+            elif not registered:
+                return WOKEN_UNCOUNTED
+        if registered:
+            try:
+                self._epoll.unregister(fd)
+            except OSError:
+                pass
+        if not woken:
+            return TIMED_OUT
+        return WOKEN if entry[1] else WOKEN_UNCOUNTED
 
     def resumed(self):
-        """A released thread's recv has returned: its permit goes back."""
+        """A thread released with a permit has its recv done: the permit goes back."""
         self._permits.release()
 
     def _run(self):
@@ -111,11 +122,13 @@ class IdleWatcher:
                             return
                     continue
                 with self._lock:
-                    gate = self._parked.pop(fd, None)
-                if gate is None:
+                    entry = self._parked.pop(fd, None)
+                if entry is None:
                     continue  # its thread timed out and left
-                self._permits.acquire()
-                gate.release()
+                # Waiting for a permit is bounded: should the permits ever be
+                # held up, threads are released uncounted rather than not at all.
+                entry[1] = self._permits.acquire(timeout=PERMIT_WAIT)
+                entry[0].release()
 
 
 def new_idle_watcher():

@@ -16,7 +16,7 @@ import time
 from . import protocol
 from .channel import ChannelError
 from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
-from .idle import IDLE_AFTER
+from .idle import IDLE_AFTER, TIMED_OUT, WOKEN
 from .protocol import ProtocolError, go_quote, text
 from .topic import TopicError
 
@@ -129,22 +129,26 @@ class Reader:
                 remaining = self._deadline - time.monotonic()
                 if remaining <= 0:
                     raise ConnectionEnded("i/o timeout")
-            if idle is None or not idle.park(self._sock.fileno(), remaining):
+            woken = idle.park(self._sock.fileno(), remaining) if idle is not None else TIMED_OUT
+            if woken == TIMED_OUT:
                 raise ConnectionEnded("i/o timeout")
+            counted = woken == WOKEN
             try:
                 n = self._sock.recv_into(chunk)
             except BlockingIOError:
-                idle.resumed()
+                if counted:
+                    idle.resumed()
                 continue  # not readable after all (a spurious wake-up): park again
             except (OSError, ValueError) as e:
-                self._holds_permit = True
+                self._holds_permit = counted
                 raise ConnectionEnded(str(e)) from None
             if not n:
                 # The connection ends: the permit is kept through its teardown
                 # (see close), so a mass close is torn down a few at a time.
-                self._holds_permit = True
+                self._holds_permit = counted
                 return n
-            idle.resumed()
+            if counted:
+                idle.resumed()
             return n
 
     def close(self):

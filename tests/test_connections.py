@@ -10,7 +10,7 @@ import pytest
 from nsqd_threaded import protocol
 from nsqd_threaded.channel import Consumer
 from nsqd_threaded.client_v2 import STATE_CLOSING, STATE_SUBSCRIBED, Client
-from nsqd_threaded.idle import IDLE_AFTER, IdleWatcher
+from nsqd_threaded.idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED, IdleWatcher
 from nsqd_threaded.protocol_v2 import MAX_CHUNK, MIN_CHUNK, ConnectionEnded, Reader
 from wire import Conn, wait_for
 
@@ -104,9 +104,9 @@ def test_idle_watcher_park_times_out_and_wakes():
     watcher.start()
     a, b = socket.socketpair()
     try:
-        assert watcher.park(a.fileno(), 0.05) is False
+        assert watcher.park(a.fileno(), 0.05) == TIMED_OUT
         threading.Timer(0.05, b.sendall, args=(b"x",)).start()
-        assert watcher.park(a.fileno(), 30) is True
+        assert watcher.park(a.fileno(), 30) == WOKEN
         assert a.recv(1) == b"x"
         watcher.resumed()
     finally:
@@ -208,3 +208,19 @@ def test_client_provides_what_a_channel_needs(nsqd):
     finally:
         a.close()
         b.close()
+
+
+def test_idle_watcher_releases_without_a_permit_rather_than_never():
+    watcher = IdleWatcher(max_running=1)
+    watcher.start()
+    pairs = [socket.socketpair() for _ in range(2)]
+    try:
+        pairs[0][1].sendall(b"x")
+        assert watcher.park(pairs[0][0].fileno(), 30) == WOKEN  # and never returns its permit
+        pairs[1][1].sendall(b"y")
+        assert watcher.park(pairs[1][0].fileno(), 30) == WOKEN_UNCOUNTED
+    finally:
+        watcher.stop()
+        for a, b in pairs:
+            a.close()
+            b.close()
