@@ -84,8 +84,6 @@ class TCPServer(PromptShutdownMixIn, socketserver.ThreadingTCPServer):
     """
 
     allow_reuse_address = True
-    daemon_threads = False
-    block_on_close = True
     request_queue_size = 4096  # the kernel caps it at net.core.somaxconn, as Go's listen does
 
     def __init__(self, address, nsqd):
@@ -97,10 +95,13 @@ class TCPServer(PromptShutdownMixIn, socketserver.ThreadingTCPServer):
         super().__init__((host, port), _ConnectionHandler)
 
     def process_request(self, request, client_address):
+        # daemon: threading scans its set of non-daemon threads on every
+        # thread start (O(connections)); server_close joins these anyway.
         t = threading.Thread(
             target=self._connection_thread,
             args=(request, client_address),
             name="nsqd-conn[%s:%s]" % client_address[:2],
+            daemon=True,
         )
         with self._conn_threads_lock:
             self._conn_threads.add(t)
