@@ -18,6 +18,7 @@ between threads on the delivery path, and it happens once per batch.
 
 import random
 import time
+from typing import Protocol
 
 from .backend import BackedQueue, BackendError
 from .e2e import E2ELatency
@@ -27,6 +28,41 @@ from .gocompat import ns
 
 class ChannelError(Exception):
     """A put/subscribe failure whose text nsqd sends to the client (``exiting``, ...)."""
+
+
+class Consumer(Protocol):
+    """What a Channel needs from a subscriber (nsqd's ``Consumer`` interface).
+
+    Set by the consumer, read by the channel: ``id`` (unique per broker, never
+    reused: in-flight messages record it as their owner), ``ready_count`` (RDY),
+    ``wake_at`` (free RDY slots that make a blocked pump worth waking),
+    ``msg_timeout_ns`` and ``sample_rate`` (IDENTIFY).
+
+    Changed only by the channel, under its lock: ``in_flight_count``,
+    ``blocked`` (the pump found no free RDY slot and waits for a release),
+    and the delivery counters ``message_count``, ``finish_count``,
+    ``requeue_count``.
+
+    Called by the channel, never with its lock held: :meth:`wake` (look at the
+    channel again) and :meth:`close_connection` (the channel is closing).
+    """
+
+    id: int
+    ready_count: int
+    wake_at: int
+    msg_timeout_ns: int
+    sample_rate: int
+    in_flight_count: int
+    blocked: bool
+    message_count: int
+    finish_count: int
+    requeue_count: int
+
+    def wake(self):
+        """Make the consumer's pump call :meth:`Channel.take` again soon."""
+
+    def close_connection(self):
+        """End the consumer's connection; its cleanup then calls :meth:`Channel.remove_client`."""
 
 
 class Channel(BackedQueue):
@@ -52,8 +88,11 @@ class Channel(BackedQueue):
         super().__init__(nsqd, backend, opts.mem_queue_size)
         self._in_flight = TimedIndex()
         self._deferred = TimedIndex()
-        self._clients = {}  # client id -> Client
-        self._waiting = []  # clients whose pump is ready and found nothing to take
+        self._clients = {}  # client id -> Consumer
+        # Consumers whose pump is ready and found nothing to take, in arrival
+        # order (a dict: O(1) membership and removal with thousands of them).
+        self._waiting = {}
+        self._departed = set()  # ids of removed consumers that left messages in flight
         self._max_consumers = opts.max_channel_consumers
         self._max_msg_timeout_ns = ns(opts.max_msg_timeout)
         self.paused = False
@@ -127,7 +166,7 @@ class Channel(BackedQueue):
     def _take_waiters_locked(self):
         waiters = self._waiting
         if waiters:
-            self._waiting = []
+            self._waiting = {}
         return waiters
 
     def _requeue_locked(self, msgs):
@@ -171,8 +210,7 @@ class Channel(BackedQueue):
                 msgs = self._take_locked(budget)
                 self.global_msg_count += queued - len(memory)  # deliveries from the memory queue
                 if not msgs:
-                    if client not in self._waiting:
-                        self._waiting.append(client)
+                    self._waiting[client] = None
                     return msgs
                 if client.sample_rate:
                     # nsqd drops a message for this channel when rand[0,100) > rate.
@@ -321,33 +359,43 @@ class Channel(BackedQueue):
             self._clients[client.id] = client
 
     def remove_client(self, client):
-        """Unsubscribe; requeue at once whatever the client still had in flight.
+        """Unsubscribe.  Returns True when this was the last client of an
+        ephemeral channel, which the caller deletes.
 
-        (Go nsqd leaves them until msg_timeout; redelivering now loses nothing
-        and is what a consumer that crashed wants.)  Returns True when this was
-        the last client of an ephemeral channel, which the caller deletes.
+        What the client still had in flight is requeued by the next queue scan
+        (:meth:`process_in_flight`), not here: finding a client's messages
+        means a pass over the whole in-flight index, and one pass per scan
+        serves every client that left since, where one per client would make
+        a mass disconnect quadratic under this lock.  (Go nsqd leaves them
+        until msg_timeout; redelivering within a scan interval loses nothing
+        and is what a consumer that crashed wants.)
         """
         with self._lock:
             if self._clients.pop(client.id, None) is None:
                 return False
-            if client in self._waiting:
-                self._waiting.remove(client)
-            orphans = [m for m in self._in_flight.values() if m.client_id == client.id]
-            for msg in orphans:
-                self._in_flight.remove(msg.id)
+            self._waiting.pop(client, None)
+            if client.in_flight_count:
+                self._departed.add(client.id)
             client.in_flight_count = 0
-            waiters = ()
-            if orphans and not self.exiting:
-                orphans.sort(key=lambda m: m.delivery_ns)
-                waiters = self._requeue_locked(orphans)
             delete = (
                 self.ephemeral and not self._clients and not self.exiting and not self._delete_scheduled
             )
             if delete:
                 self._delete_scheduled = True
-        for c in waiters:
-            c.wake()
         return delete
+
+    def _requeue_departed_locked(self):
+        """Requeue the in-flight messages of every client removed since the last scan."""
+        departed = self._departed
+        self._departed = set()
+        orphans = [m for m in self._in_flight.values() if m.client_id in departed]
+        if not orphans:
+            return ()
+        remove = self._in_flight.remove
+        for msg in orphans:
+            remove(msg.id)
+        orphans.sort(key=lambda m: m.delivery_ns)
+        return self._requeue_locked(orphans)
 
     def clients(self):
         with self._lock:
@@ -356,23 +404,25 @@ class Channel(BackedQueue):
     # -- queue scanner -----------------------------------------------------
 
     def process_in_flight(self, now_ns):
-        """Time out expired in-flight messages; True if any did (a "dirty" channel)."""
+        """Time out expired in-flight messages; True if any did (a "dirty" channel).
+
+        Also requeues what clients removed since the last scan left in flight.
+        """
         with self._lock:
             if self.exiting:
                 return False
+            to_wake = set(self._requeue_departed_locked()) if self._departed else set()
             expired = self._in_flight.pop_due(now_ns)
-            if not expired:
-                return False
-            self.timeout_count += len(expired)
-            to_wake = set()
-            for msg in expired:
-                owner = self._clients.get(msg.client_id)
-                if owner is not None and self._release_locked(owner):
-                    to_wake.add(owner)
-            to_wake.update(self._requeue_locked(expired))
+            if expired:
+                self.timeout_count += len(expired)
+                for msg in expired:
+                    owner = self._clients.get(msg.client_id)
+                    if owner is not None and self._release_locked(owner):
+                        to_wake.add(owner)
+                to_wake.update(self._requeue_locked(expired))
         for c in to_wake:
             c.wake()
-        return True
+        return bool(expired)
 
     def process_deferred(self, now_ns):
         """Move due deferred messages to the queue; True if any were due."""

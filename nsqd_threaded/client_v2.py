@@ -22,11 +22,15 @@ STATE_INIT = 0
 STATE_SUBSCRIBED = 3
 STATE_CLOSING = 4
 
-PUMP_BATCH = 512  # messages taken from the channel per lock acquisition
+DELIVERY_BATCH = 512  # messages a pump takes from its channel per lock acquisition
 
 
 class Client:
-    """A connected client.
+    """A connected client; as a subscriber, the :class:`~nsqd_threaded.channel.Consumer` of its channel.
+
+    Its state changes through verbs (:meth:`identify`, :meth:`subscribe`,
+    :meth:`set_ready`, :meth:`start_close`, :meth:`count_published`) called by
+    the connection thread; the delivery counters are the channel's to change.
 
     Locks:
     * ``_lock`` guards ``_woken`` and ``_closing``; ``_wakeup`` (a Condition on
@@ -59,7 +63,6 @@ class Client:
         self.output_buffer_size = 16384
         self.output_buffer_timeout = opts.output_buffer_timeout
         self.sample_rate = 0
-        self.identified = False
         self.feature_negotiation = False
 
         # flow control
@@ -86,10 +89,15 @@ class Client:
 
     # -- settings ----------------------------------------------------------
 
-    def apply_identify(self, fields, settings):
+    def set_identity(self, fields):
+        """IDENTIFY's names, kept (as nsqd keeps them) even if its settings are then refused."""
         self.client_id = fields.get("client_id", "")
         self.hostname = fields.get("hostname", "")
         self.user_agent = fields.get("user_agent", "")
+
+    def identify(self, fields, settings):
+        """IDENTIFY accepted: the client's metadata and its negotiated settings."""
+        self.set_identity(fields)
         self.topology_region = fields.get("topology_region", "")
         self.topology_zone = fields.get("topology_zone", "")
         self.heartbeat_interval = settings["heartbeat_interval_ms"] / 1000.0
@@ -98,13 +106,30 @@ class Client:
         self.sample_rate = settings["sample_rate"]
         self.msg_timeout_ns = settings["msg_timeout_ms"] * 1000000
         self.feature_negotiation = bool(fields.get("feature_negotiation"))
-        self.identified = True
         self.wake()
 
     def set_ready(self, count):
+        """RDY: how many messages may be in flight to this client."""
         self.ready_count = count
         self.wake_at = max(1, count // 4)
         self.wake()
+
+    def subscribe(self, topic_name, channel):
+        """SUB done (the channel has added this client): the pump starts taking from it."""
+        self.topic_name = topic_name
+        self.channel = channel
+        self.state = STATE_SUBSCRIBED
+        self.wake()
+
+    def start_close(self):
+        """CLS: no more deliveries; FIN/REQ/TOUCH still work until the client disconnects."""
+        self.set_ready(0)
+        self.state = STATE_CLOSING
+
+    def count_published(self, topic_name, n):
+        """PUB/MPUB/DPUB succeeded: the producer figures of /stats."""
+        counts = self.pub_counts
+        counts[topic_name] = counts.get(topic_name, 0) + n
 
     # -- output ------------------------------------------------------------
 
@@ -172,7 +197,7 @@ class Client:
             channel = self.channel
             if channel is not None and self.state == STATE_SUBSCRIBED:
                 while True:
-                    msgs = channel.take(self, PUMP_BATCH)
+                    msgs = channel.take(self, DELIVERY_BATCH)
                     if not msgs:
                         break
                     if not self._send_messages(msgs):
@@ -204,9 +229,12 @@ class Client:
             pass
 
     def stop_pump(self):
-        """Stop and join the pump (connection thread only)."""
+        """Tell the pump to stop (it ends at its next wake-up); see :meth:`join_pump`."""
         with self._lock:
             self._closing = True
             self._wakeup.notify()
+
+    def join_pump(self):
+        """Wait for the stopped pump to end (connection thread only)."""
         if self._pump is not None and self._pump is not threading.current_thread():
             self._pump.join()

@@ -12,7 +12,8 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
 * ``nsqd-topic-pump[...]`` one per topic (joined by ``Topic.close``); started by
   ``Topic.start`` once the listeners are bound (topics from nsqd.dat) or at
   creation (later topics),
-* ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages.
+* ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages,
+* ``nsqd-idle-watch``      wakes parked idle connection threads (Linux).
 """
 
 import collections
@@ -27,6 +28,7 @@ import time
 from .backend import DiscardBackend
 from .diskqueue import DiskQueue
 from .diskqueue_durable import DurableDiskQueue
+from .idle import new_idle_watcher
 from .channel import ChannelError
 from .client_v2 import Client
 from . import metadata
@@ -53,6 +55,15 @@ class NSQD:
         self._topics = {}
         self._clients = {}
         self._next_client_id = 0
+        # Serializes connection teardowns (pump stop, unsubscribe).  A thread
+        # waiting on a lock sleeps in the kernel, while a thread waiting for
+        # the GIL wakes every switch interval (5 ms) to ask for it: with
+        # thousands of connections closed at once, letting every thread run
+        # its teardown concurrently makes thousands of GIL waiters whose
+        # wake-ups starve the broker (/ping took seconds).  Serialized, the
+        # waiters are few and a mass close costs its work and no more.
+        self.teardown_lock = threading.Lock()
+        self.idle_watcher = None  # parks idle connection threads (see nsqd_threaded.idle)
         self._exiting = False
         self._started = False
         self._topics_started = False  # new topics start their pump at once (guarded by _lock)
@@ -146,6 +157,9 @@ class NSQD:
             topic.start()  # as Go's topics wait on startChan until the broker is up
         if self._http_server is not None:
             self._spawn("nsqd-http-accept", self._http_server.serve_forever)
+        self.idle_watcher = new_idle_watcher()
+        if self.idle_watcher is not None:
+            self.idle_watcher.start()
         self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
         self._spawn("nsqd-queue-scan", self._queue_scan_loop)
         if hasattr(gc, "callbacks"):  # CPython only (PyPy has none)
@@ -208,11 +222,16 @@ class NSQD:
             self._stopped.wait()
             return
         try:
-            for server in (self._tcp_server, self._http_server):
-                if server is not None:
-                    server.shutdown()  # stops its accept loop
-                    server.close_connections()
-                    server.server_close()  # joins its connection threads
+            if self._tcp_server is not None:
+                self._tcp_server.shutdown()  # stops its accept loop
+                self._tcp_server.close_connections()
+                self._tcp_server.server_close()  # joins its connection threads
+            if self.idle_watcher is not None:
+                self.idle_watcher.stop()  # no connection thread is left to park
+            if self._http_server is not None:
+                self._http_server.shutdown()
+                self._http_server.close_connections()
+                self._http_server.server_close()
             self.persist_metadata()
             with self._lock:
                 topics = list(self._topics.values())

@@ -10,18 +10,28 @@ its body is read).  Everything that can be computed without I/O lives in
 
 import socket
 import struct
+import sys
 import time
 
 from . import gocompat, protocol
 from .channel import ChannelError
 from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
 from .gocompat import go_quote
+from .idle import IDLE_AFTER, TIMED_OUT, WOKEN
 from .protocol import ProtocolError, text
 from .topic import TopicError
 
 
-class ConnectionClosed(Exception):
+class ConnectionEnded(Exception):
     """EOF, a read error or timeout, or an over-long line: close without an error frame."""
+
+
+# The receive chunk: small while a connection is idle (thousands of consumers
+# each hold one), doubled while recvs come back full (a publisher streaming
+# commands), sized up to a large body's length while reading it, and shrunk
+# back once recvs come back small again.
+MIN_CHUNK = 4096
+MAX_CHUNK = 262144
 
 
 class Reader:
@@ -30,16 +40,22 @@ class Reader:
     Used by the connection thread only.
     """
 
-    def __init__(self, sock):
+    def __init__(self, sock, idle_watcher=None):
         self._sock = sock
         self._buf = bytearray()
         self._pos = 0
         self._deadline = None
         sock.settimeout(None)  # blocking: deadlines are the kernel's (see set_deadline)
         self._timeout = None
-        # recv_into one reused buffer: recv(n) would allocate (mmap) n bytes per call.
-        self._chunk = bytearray(262144)
-        self._chunk_view = memoryview(self._chunk)
+        # With a watcher, a recv also times out after IDLE_AFTER seconds and
+        # the thread parks there (see nsqd_threaded.idle).
+        self._idle = idle_watcher
+        self._holds_permit = False
+        if idle_watcher is not None:
+            self._set_timeout(None)
+        # recv_into one reused buffer: recv(n) would allocate n bytes per call.
+        self._chunk = bytearray(MIN_CHUNK)
+        self._last_recv = 0  # bytes the last recv returned
 
     def set_deadline(self, seconds):
         """Start reading a command: its line and body must arrive within ``seconds``.
@@ -61,32 +77,90 @@ class Reader:
             self._set_timeout(seconds)
 
     def _set_timeout(self, seconds):
-        if seconds is None:
-            sec = usec = 0  # a zero timeval means no timeout
-        else:
-            sec, usec = divmod(max(1, int(seconds * 1e6)), 1000000)
-        tv = struct.pack("@ll", sec, usec)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        tv = _timeval(seconds)
+        recv_seconds = seconds
+        if self._idle is not None and (seconds is None or seconds > IDLE_AFTER):
+            recv_seconds = IDLE_AFTER
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(recv_seconds))
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)  # the pump's writes too
         self._timeout = seconds
 
-    def _fill(self):
+    def _fill(self, missing=0):
+        """One recv; ``missing`` is how many more bytes the caller is known to need."""
         if self._deadline is not None:
             remaining = self._deadline - time.monotonic()
             if remaining <= 0:
-                raise ConnectionClosed("i/o timeout")
+                raise ConnectionEnded("i/o timeout")
             if remaining < self._timeout * 0.5:
                 self._set_timeout(remaining)
+        chunk = self._chunk
+        size = len(chunk)
+        want = 2 * size if self._last_recv == size else missing
+        if want > size:
+            if size < MAX_CHUNK:  # a large body, or a stream: fewer, larger recvs
+                chunk = self._chunk = bytearray(min(MAX_CHUNK, want))
+        elif size > MIN_CHUNK and missing <= MIN_CHUNK and self._last_recv < size // 8:
+            chunk = self._chunk = bytearray(MIN_CHUNK)  # quiet again: give the memory back
         try:
-            n = self._sock.recv_into(self._chunk)
-        except (OSError, ValueError) as e:  # timeout (EAGAIN), reset, closed
-            raise ConnectionClosed(str(e)) from None
+            n = self._sock.recv_into(chunk)
+        except BlockingIOError:  # SO_RCVTIMEO: idle, or the deadline passed
+            n = self._recv_after_idle(chunk)
+        except (OSError, ValueError) as e:  # reset, closed
+            raise ConnectionEnded(str(e)) from None
         if not n:
-            raise ConnectionClosed("EOF")
-        if self._pos > 65536 or self._pos == len(self._buf):
+            raise ConnectionEnded("EOF")
+        self._last_recv = n
+        if self._pos == len(self._buf):
+            # Drained: a fresh buffer rather than a resized one, so that one
+            # large body's allocation is not kept for the connection's life.
+            self._buf = bytearray(memoryview(chunk)[:n]) if n < len(chunk) else bytearray(chunk)
+            self._pos = 0
+            return
+        if self._pos > 65536:
             del self._buf[: self._pos]
             self._pos = 0
-        self._buf += self._chunk_view[:n]
+        self._buf += memoryview(chunk)[:n]
+
+    def _recv_after_idle(self, chunk):
+        """Park with the idle watcher until readable, then recv (ConnectionEnded at the deadline)."""
+        idle = self._idle
+        while True:
+            remaining = None
+            if self._deadline is not None:
+                remaining = self._deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ConnectionEnded("i/o timeout")
+            woken = idle.park(self._sock.fileno(), remaining) if idle is not None else TIMED_OUT
+            if woken == TIMED_OUT:
+                raise ConnectionEnded("i/o timeout")
+            counted = woken == WOKEN
+            try:
+                n = self._sock.recv_into(chunk)
+            except BlockingIOError:
+                if counted:
+                    idle.resumed()
+                continue  # not readable after all (a spurious wake-up): park again
+            except (OSError, ValueError) as e:
+                self._holds_permit = counted
+                raise ConnectionEnded(str(e)) from None
+            if not n:
+                # The connection ends: the permit is kept through its teardown
+                # (see close), so a mass close is torn down a few at a time.
+                self._holds_permit = counted
+                return n
+            if counted:
+                idle.resumed()
+            return n
+
+    def close(self):
+        """The connection is torn down: return a permit kept since its last recv."""
+        if self._holds_permit:
+            self._holds_permit = False
+            self._idle.resumed()
+
+    def memory(self):
+        """Bytes held by this reader's buffers (for tests and diagnostics)."""
+        return len(self._chunk) + sys.getsizeof(self._buf)
 
     def readline(self):
         """One line without its ``\\n``."""
@@ -98,7 +172,7 @@ class Reader:
                 self._pos = i + 1
                 return line
             if len(buf) - self._pos >= protocol.MAX_LINE:
-                raise ConnectionClosed("line longer than %d bytes" % protocol.MAX_LINE)
+                raise ConnectionEnded("line longer than %d bytes" % protocol.MAX_LINE)
             self._fill()
             buf = self._buf
 
@@ -108,7 +182,7 @@ class Reader:
 
     def read(self, n):
         while len(self._buf) - self._pos < n:
-            self._fill()
+            self._fill(n - (len(self._buf) - self._pos))
         data = bytes(self._buf[self._pos : self._pos + n])
         self._pos += n
         return data
@@ -116,7 +190,7 @@ class Reader:
     def ensure(self, n):
         """Buffer at least ``n`` unread bytes; returns (buffer, position)."""
         while len(self._buf) - self._pos < n:
-            self._fill()
+            self._fill(n - (len(self._buf) - self._pos))
         return self._buf, self._pos
 
     def buffered(self):
@@ -126,6 +200,14 @@ class Reader:
         self._pos = pos
 
 
+def _timeval(seconds):
+    """A struct timeval for SO_RCVTIMEO/SO_SNDTIMEO (zero: no timeout)."""
+    if seconds is None:
+        return struct.pack("@ll", 0, 0)
+    sec, usec = divmod(max(1, int(seconds * 1e6)), 1000000)
+    return struct.pack("@ll", sec, usec)
+
+
 class ProtocolV2:
     """Executes one client's commands.  Runs on the connection thread."""
 
@@ -133,7 +215,7 @@ class ProtocolV2:
         self.nsqd = nsqd
         self.opts = nsqd.options
         self.client = client
-        self.reader = Reader(sock)
+        self.reader = Reader(sock, nsqd.idle_watcher)
         self._valid_topics = {}  # raw name -> str, for names already validated
         self._topics = {}  # name -> Topic
         self._commands = {
@@ -174,7 +256,7 @@ class ProtocolV2:
                     continue
                 if response is not None and not client.send(response):
                     return
-        except ConnectionClosed as e:
+        except ConnectionEnded as e:
             self.nsqd.log.debug("%r: connection closed - %s", client, e)
 
     # -- helpers -----------------------------------------------------------
@@ -182,13 +264,13 @@ class ProtocolV2:
     def _read_size(self, code, what):
         try:
             return protocol.decode_size(self.reader.read(4))
-        except ConnectionClosed:
+        except ConnectionEnded:
             raise ProtocolError(code, what) from None
 
     def _read_body(self, n, code, what):
         try:
             return self.reader.read(n)
-        except ConnectionClosed:
+        except ConnectionEnded:
             raise ProtocolError(code, what) from None
 
     def _subscribed_or_closing(self, cmd):
@@ -225,8 +307,7 @@ class ProtocolV2:
             self._topic(topic_name).publish(bodies, defer_ns)
         except TopicError as e:
             raise ProtocolError("E_%s_FAILED" % cmd, "%s failed %s" % (cmd, e)) from None
-        counts = self.client.pub_counts
-        counts[topic_name] = counts.get(topic_name, 0) + len(bodies)
+        self.client.count_published(topic_name, len(bodies))
         return protocol.OK_FRAME
 
     # -- commands ----------------------------------------------------------
@@ -242,11 +323,9 @@ class ProtocolV2:
         protocol.check_body_size("IDENTIFY", size, self.opts.max_body_size)
         body = self._read_body(size, "E_BAD_BODY", "IDENTIFY failed to read body")
         fields = protocol.decode_identify(body)
-        client.client_id = fields.get("client_id", "")
-        client.hostname = fields.get("hostname", "")
-        client.user_agent = fields.get("user_agent", "")
+        client.set_identity(fields)
         settings = protocol.negotiate_identify(fields, self.opts, gocompat.ms(self.opts.client_timeout))
-        client.apply_identify(fields, settings)
+        client.identify(fields, settings)
         if not fields.get("feature_negotiation"):
             return protocol.OK_FRAME
         # TLS, snappy and deflate are not implemented, so none is negotiated
@@ -280,10 +359,7 @@ class ProtocolV2:
             channel = self.nsqd.subscribe(client, topic_name, channel_name)
         except (ChannelError, TopicError) as e:
             raise ProtocolError("E_SUB_FAILED", "SUB failed %s" % e) from None
-        client.topic_name = topic_name
-        client.channel = channel
-        client.state = STATE_SUBSCRIBED
-        client.wake()
+        client.subscribe(topic_name, channel)
         return protocol.OK_FRAME
 
     def RDY(self, params):
@@ -364,8 +440,7 @@ class ProtocolV2:
         client = self.client
         if client.state != STATE_SUBSCRIBED:
             raise ProtocolError("E_INVALID", "cannot CLS in current state")
-        client.set_ready(0)
-        client.state = STATE_CLOSING
+        client.start_close()
         return protocol.CLOSE_WAIT_FRAME
 
     def PUB(self, params):
@@ -427,7 +502,7 @@ class ProtocolV2:
                 else:
                     size = protocol.decode_size(bytes(buf[pos : pos + 4]))
                     reader.ensure(4 + size)
-            except ConnectionClosed:
+            except ConnectionEnded:
                 if end - pos < 4:
                     raise ProtocolError(
                         "E_BAD_MESSAGE", "MPUB failed to read message(%d) body size" % index
@@ -458,14 +533,23 @@ def _serve(nsqd, sock, address):
             pass
         return
     client = nsqd.add_client(sock, address)
+    proto = None
     try:
         client.start_pump()
-        ProtocolV2(nsqd, client, sock).io_loop()
+        proto = ProtocolV2(nsqd, client, sock)
+        proto.io_loop()
     finally:
-        client.close_connection()
-        client.stop_pump()
-        nsqd.remove_client(client)
+        # One teardown at a time (see NSQD.teardown_lock): when thousands of
+        # connections end together, their threads wait on this lock, outside
+        # the contest for the GIL, instead of all contending at once.
+        with nsqd.teardown_lock:
+            client.close_connection()
+            client.stop_pump()
+            nsqd.remove_client(client)
+        client.join_pump()  # outside the lock: the pump needs its turn at the GIL to end
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        if proto is not None:
+            proto.reader.close()

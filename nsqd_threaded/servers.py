@@ -73,6 +73,58 @@ class PromptShutdownMixIn:
                 os.close(fd)
 
 
+class ConnectionThreadsMixIn:
+    """One thread per connection, kept in a set that each leaves as it ends;
+    ``server_close()`` joins those left.
+
+    socketserver's ThreadingMixIn keeps a list that it reaps with a scan of
+    every thread on each accept: O(connections) per accept.  The threads are
+    daemon threads because ``threading`` also scans its non-daemon threads on
+    every thread start; ``server_close`` joins them all the same.  Subclasses
+    set ``thread_name``; a thread is named ``thread_name[ip:port]``.
+    """
+
+    thread_name = "conn"
+
+    def __init__(self, *args, **kwargs):
+        self._conn_threads_lock = threading.Lock()  # guards _conn_threads
+        self._conn_threads = set()  # running connection threads
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address):
+        t = threading.Thread(
+            target=self._connection_thread,
+            args=(request, client_address),
+            name="%s[%s:%s]" % ((self.thread_name,) + tuple(client_address[:2])),
+            daemon=True,
+        )
+        with self._conn_threads_lock:
+            self._conn_threads.add(t)
+        try:
+            t.start()
+        except BaseException:  # no thread (resource limits): the caller closes the request
+            with self._conn_threads_lock:
+                self._conn_threads.discard(t)
+            raise
+
+    def _connection_thread(self, request, client_address):
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            with self._conn_threads_lock:
+                self._conn_threads.discard(threading.current_thread())
+
+    def server_close(self):
+        super().server_close()
+        with self._conn_threads_lock:
+            threads = list(self._conn_threads)
+        for t in threads:
+            t.join()
+
+
 class BrokerServerMixIn(PromptShutdownMixIn):
     """A listener of one NSQD: tracks its connections (nsqd's ``conns`` map) and logs errors.
 

@@ -1,33 +1,37 @@
-"""The TCP listener: a ``socketserver.ThreadingTCPServer``, one thread per connection."""
+"""The TCP listener: one thread per protocol V2 connection, in the socketserver style."""
 
 import socket
 import socketserver
-import threading
 
 from .protocol_v2 import handle_connection
-from .servers import BrokerServerMixIn, split_address
+from .servers import BrokerServerMixIn, ConnectionThreadsMixIn, split_address
 
 
 class _ConnectionHandler(socketserver.BaseRequestHandler):
     def handle(self):
         sock = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.current_thread().name = "nsqd-conn[%s:%s]" % self.client_address[:2]
         handle_connection(self.server.nsqd, sock, self.client_address)
 
 
-class TCPServer(BrokerServerMixIn, socketserver.ThreadingTCPServer):
+class TCPServer(BrokerServerMixIn, ConnectionThreadsMixIn, socketserver.TCPServer):
     """Accepts protocol V2 connections for one NSQD.
 
-    The stock ThreadingMixIn records every connection thread and
-    ``server_close()`` joins them; :meth:`close_connections` first wakes them.
+    Each connection is registered (:class:`BrokerServerMixIn`) before its
+    thread ``nsqd-conn[ip:port]`` starts (:class:`ConnectionThreadsMixIn`);
+    NSQD.stop calls :meth:`close_connections`, which ends those threads, then
+    ``server_close()``, which joins them.
+
+    Thread stacks keep the interpreter's default size: only touched pages are
+    resident, so a smaller ``threading.stack_size`` saves address space, not
+    memory, and it is process-wide, so setting it would also shrink the stacks
+    of threads the embedding program starts meanwhile.
     """
 
     allow_reuse_address = True
-    daemon_threads = False
-    block_on_close = True
-    request_queue_size = 128
+    request_queue_size = 4096  # the kernel caps it at net.core.somaxconn, as Go's listen does
     log_name = "TCP"
+    thread_name = "nsqd-conn"
 
     def __init__(self, address, nsqd):
         host, port = split_address(address)
