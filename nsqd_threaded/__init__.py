@@ -1,7 +1,7 @@
 """nsqd-threaded: NSQ's nsqd 1.3 broker in pure Python, threaded, wire-compatible."""
 
-from .nsqd import NSQD
-from .options import VERSION, Options
+from .broker.nsqd import NSQD
+from .settings.options import VERSION, Options
 
 __version__ = VERSION
 __all__ = ["NSQD", "Options", "__version__"]

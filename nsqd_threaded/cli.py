@@ -13,14 +13,14 @@ import signal
 
 import click
 
-from . import config
+from .settings import config
 from .logger import Logger
-from .nsqd import NSQD
-from .options import LOG_LEVELS, SETTINGS, UNSUPPORTED, VERSION, OptionError, Options, check_data_path
+from .broker.nsqd import NSQD
+from .settings.options import LOG_LEVELS, SETTINGS, UNSUPPORTED, VERSION, OptionError, Options, check_data_path
 
 
 class GoValue(click.ParamType):
-    """A click type around one setting kind's Go-syntax parser (:class:`~nsqd_threaded.options.Kind`)."""
+    """A click type around one setting kind's Go-syntax parser (:class:`~nsqd_threaded.settings.options.Kind`)."""
 
     def __init__(self, kind):
         self.name = kind.name

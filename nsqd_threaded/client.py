@@ -31,7 +31,7 @@ import threading
 import time
 
 from . import protocol
-from .options import VERSION
+from .settings.options import VERSION
 
 __all__ = ["Producer", "Consumer", "ReceivedMessage", "NSQError", "ConnectionClosed"]
 

@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from .options import LOG_LEVELS
+from .settings.options import LOG_LEVELS
 
 _NAMES = {1: "DEBUG", 2: "INFO", 3: "WARNING", 4: "ERROR", 5: "FATAL"}
 

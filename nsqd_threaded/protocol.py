@@ -1,7 +1,7 @@
 """TCP protocol V2: parsing and encoding as pure functions.
 
 Nothing in this module touches a socket.  The connection handler
-(:mod:`nsqd_threaded.protocol_v2`) reads bytes and calls these functions; the
+(:mod:`nsqd_threaded.server.protocol_v2`) reads bytes and calls these functions; the
 tests call them directly with byte strings.
 
 Error texts and their fatal/non-fatal classification follow nsqd 1.3 exactly
@@ -320,7 +320,7 @@ def negotiate_identify(fields, opts, client_timeout_ms=60000):
 
     Returns the client's effective settings (a dict).  Validation order and
     texts follow nsqd: heartbeat, output buffer timeout, output buffer size,
-    sample rate, msg timeout.  ``opts`` is an :class:`~nsqd_threaded.options.Options`.
+    sample rate, msg timeout.  ``opts`` is an :class:`~nsqd_threaded.settings.options.Options`.
     """
 
     def invalid(what, v):

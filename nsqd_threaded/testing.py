@@ -10,7 +10,7 @@
     # every broker thread joined, every socket and file closed, the data directory removed
 
 A broker takes nsqd's own flags (Go spelling, ``--name=value`` or ``-name value``) as
-positional arguments and :class:`~nsqd_threaded.options.Options` fields as keyword arguments
+positional arguments and :class:`~nsqd_threaded.settings.options.Options` fields as keyword arguments
 (keywords win; a duration may be given as seconds or as a Go string such as ``"250ms"``).
 Unless told otherwise it listens on ``127.0.0.1`` port 0 (TCP and HTTP) and keeps its data in
 a new temporary directory that :meth:`~Broker.stop` removes.
@@ -32,8 +32,8 @@ import time
 import weakref
 
 from .gocompat import parse_duration
-from .nsqd import NSQD
-from .options import BY_FIELD, DURATION, STR_LIST, Options
+from .broker.nsqd import NSQD
+from .settings.options import BY_FIELD, DURATION, STR_LIST, Options
 
 __all__ = ["Broker", "BrokerProcess", "LogBuffer", "resolve_options"]
 
@@ -60,7 +60,7 @@ def resolve_options(flags=(), options=None):
 
 def _resolve(flags, options):
     """:func:`resolve_options`, with the warnings (deprecated flags, unknown config keys) kept."""
-    from . import config
+    from .settings import config
 
     values, warnings = {}, []
     if flags:
@@ -68,7 +68,7 @@ def _resolve(flags, options):
     for name, value in (options or {}).items():
         setting = BY_FIELD.get(name)
         if setting is None:
-            raise ValueError("unknown nsqd option %r (see nsqd_threaded.options.Options)" % name)
+            raise ValueError("unknown nsqd option %r (see nsqd_threaded.settings.options.Options)" % name)
         if setting.kind is DURATION and isinstance(value, str):
             value = parse_duration(value)
         values[name] = value
@@ -194,7 +194,7 @@ class Broker:
     """A complete nsqd (:class:`~nsqd_threaded.NSQD`) in this process, for a test.
 
     ``Broker(*flags, log_stream=None, tmp_dir=None, **options)``: ``flags`` are nsqd
-    flags, ``options`` are :class:`~nsqd_threaded.options.Options` fields.  The log is
+    flags, ``options`` are :class:`~nsqd_threaded.settings.options.Options` fields.  The log is
     kept in memory (:attr:`log`) and also written to ``log_stream`` if given.  The
     temporary data directory is created in ``tmp_dir`` (default: the system's).
 

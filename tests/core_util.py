@@ -10,7 +10,7 @@ import socket
 import time
 
 from nsqd_threaded import NSQD, Options
-from nsqd_threaded.client_v2 import Client
+from nsqd_threaded.broker.client_v2 import Client
 
 from conftest import LogCapture
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import nsqd_threaded
 from nsqd_threaded import cli
-from nsqd_threaded.options import DURATION, INT, SETTINGS, STR, STR_LIST, TLS_VERSION, UNSUPPORTED
+from nsqd_threaded.settings.options import DURATION, INT, SETTINGS, STR, STR_LIST, TLS_VERSION, UNSUPPORTED
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nsqd_threaded.__file__)))
 

@@ -8,10 +8,10 @@ import threading
 import pytest
 
 from nsqd_threaded import protocol
-from nsqd_threaded.channel import Consumer
-from nsqd_threaded.client_v2 import STATE_CLOSING, STATE_SUBSCRIBED, Client
-from nsqd_threaded.idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED, IdleWatcher
-from nsqd_threaded.protocol_v2 import MAX_CHUNK, MIN_CHUNK, ConnectionEnded, Reader
+from nsqd_threaded.broker.channel import Consumer
+from nsqd_threaded.broker.client_v2 import STATE_CLOSING, STATE_SUBSCRIBED, Client
+from nsqd_threaded.server.idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED, IdleWatcher
+from nsqd_threaded.server.protocol_v2 import MAX_CHUNK, MIN_CHUNK, ConnectionEnded, Reader
 from wire import Conn, wait_for
 
 

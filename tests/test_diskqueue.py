@@ -1,4 +1,4 @@
-"""nsqd_threaded.diskqueue against real files: go-diskqueue's format and behaviour.
+"""nsqd_threaded.storage.diskqueue against real files: go-diskqueue's format and behaviour.
 
 Expected bytes come from ../shared/spec/diskqueue.md; Go-written directories
 are built here byte by byte from the spec's layouts (not with our encoder).
@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from nsqd_threaded import diskqueue as dq_mod
-from nsqd_threaded.backend import BackendError
-from nsqd_threaded.diskqueue import DiskQueue, parse_meta
+from nsqd_threaded.storage import diskqueue as dq_mod
+from nsqd_threaded.storage.backend import BackendError
+from nsqd_threaded.storage.diskqueue import DiskQueue, parse_meta
 from nsqd_threaded.logger import Logger
-from nsqd_threaded.message import Message
+from nsqd_threaded.broker.message import Message
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TS = 0x18EA4C4C68FDBFED  # the timestamp of the spec's verified record
@@ -673,9 +673,9 @@ _FSIZE_SCRIPT = textwrap.dedent(
     """
     import json, os, resource, signal, sys
     sys.path.insert(0, sys.argv[1])
-    from nsqd_threaded.backend import BackendError
-    from nsqd_threaded.diskqueue import DiskQueue
-    from nsqd_threaded.message import Message
+    from nsqd_threaded.storage.backend import BackendError
+    from nsqd_threaded.storage.diskqueue import DiskQueue
+    from nsqd_threaded.broker.message import Message
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     data = sys.argv[2]

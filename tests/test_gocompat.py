@@ -11,7 +11,7 @@ from nsqd_threaded.gocompat import (
     parse_go_bool,
     parse_go_int,
 )
-from nsqd_threaded.options import parse_log_level, parse_tls_required
+from nsqd_threaded.settings.options import parse_log_level, parse_tls_required
 
 # -- durations ---------------------------------------------------------------
 

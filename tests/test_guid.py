@@ -1,6 +1,6 @@
 """Message IDs: nsqd's layout, order and retry rules, with a controlled clock."""
 
-from nsqd_threaded.guid import TWEPOCH, GUIDFactory
+from nsqd_threaded.broker.guid import TWEPOCH, GUIDFactory
 
 
 class Clock:

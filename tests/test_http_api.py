@@ -17,7 +17,7 @@ import urllib.parse
 
 import pytest
 
-from nsqd_threaded.topic import TopicError
+from nsqd_threaded.broker.topic import TopicError
 from wire import Conn, wait_for
 
 JSON_TYPE = "application/json; charset=utf-8"

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from nsqd_threaded.http_api import (
+from nsqd_threaded.server.http_api import (
     DRAIN_LIMIT,
     BodyFraming,
     FramingError,
@@ -604,7 +604,7 @@ def test_ordinary_keep_alive_client_is_never_dropped(make_nsqd):
 
 
 def test_deadline_options_are_durations():
-    from nsqd_threaded.options import DURATION, DURATION_OPTIONS, SETTINGS, Options, OptionError
+    from nsqd_threaded.settings.options import DURATION, DURATION_OPTIONS, SETTINGS, Options, OptionError
 
     opts = Options()
     assert (opts.http_read_timeout, opts.http_idle_timeout) == (30.0, 60.0)

@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from nsqd_threaded.metrics import escape_label, render_prometheus
+from nsqd_threaded.server.metrics import escape_label, render_prometheus
 from test_http_api import HTTP, assert_error, assert_text
 from wire import Conn, wait_for
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from nsqd_threaded.message import Message
-from nsqd_threaded.pqueue import TimedIndex
+from nsqd_threaded.broker.message import Message
+from nsqd_threaded.broker.pqueue import TimedIndex
 
 pytestmark = pytest.mark.timeout(30)
 

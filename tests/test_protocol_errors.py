@@ -13,7 +13,7 @@ import time
 import pytest
 
 from nsqd_threaded import protocol
-from nsqd_threaded.backend import BackendError
+from nsqd_threaded.storage.backend import BackendError
 from wire import Conn, wait_for
 
 NOT_IN_FLIGHT_ID = b"0123456789abcdef"

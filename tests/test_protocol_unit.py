@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from nsqd_threaded import gocompat, protocol
-from nsqd_threaded.options import Options
+from nsqd_threaded.settings.options import Options
 from nsqd_threaded.protocol import ProtocolError
 
 # -- frames ------------------------------------------------------------------

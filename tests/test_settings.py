@@ -4,9 +4,10 @@ import dataclasses
 
 import pytest
 
-from nsqd_threaded import config, options
-from nsqd_threaded.config import ConfigError, NotSupportedError
-from nsqd_threaded.options import (
+from nsqd_threaded.settings import config
+from nsqd_threaded.settings import options
+from nsqd_threaded.settings.config import ConfigError, NotSupportedError
+from nsqd_threaded.settings.options import (
     BOOL, DURATION, FLOAT_LIST, INT, LOG_LEVEL, SETTINGS, STR, STR_LIST, SUPPORTED, TLS_REQUIRED,
     TLS_VERSION, UNSUPPORTED, Options,
 )

@@ -23,7 +23,7 @@ import types
 
 import pytest
 
-from nsqd_threaded.stats import render_text
+from nsqd_threaded.broker.stats import render_text
 from test_http_api import HTTP, assert_text
 from test_metrics import assert_metrics_match_stats, parse_prometheus, sample
 from wire import Conn, wait_for

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from nsqd_threaded.client import Consumer, Producer
-from nsqd_threaded.options import OptionError
+from nsqd_threaded.settings.options import OptionError
 from nsqd_threaded.testing import Broker, BrokerProcess, resolve_options
 
 

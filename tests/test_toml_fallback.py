@@ -4,9 +4,9 @@ import sys
 
 import pytest
 
-from nsqd_threaded import config
-from nsqd_threaded.toml_fallback import TOMLDecodeError
-from nsqd_threaded.toml_fallback import loads as parse_toml
+from nsqd_threaded.settings import config
+from nsqd_threaded.settings.toml_fallback import TOMLDecodeError
+from nsqd_threaded.settings.toml_fallback import loads as parse_toml
 
 # -- the fallback TOML parser ---------------------------------------------------
 

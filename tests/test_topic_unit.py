@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from nsqd_threaded import NSQD, Options
-from nsqd_threaded.topic import TopicError
+from nsqd_threaded.broker.topic import TopicError
 
 from conftest import LogCapture
 from core_util import Consumer, make_owner, wait_until

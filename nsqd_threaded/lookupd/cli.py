@@ -11,10 +11,10 @@ import signal
 
 import click
 
-from .. import config
+from ..settings import config
 from ..gocompat import format_duration, parse_duration
 from ..logger import Logger
-from ..options import VERSION
+from ..settings.options import VERSION
 from .nsqlookupd import LOG_LEVELS, LookupdOptions, NSQLookupd
 
 FATAL = 5

@@ -2,7 +2,7 @@
 
 Routes, bodies, status codes and headers are nsqlookupd 1.3's, including its
 router's 404/405/301/307 answers.  :class:`LookupdHTTPAPI` maps a request to a
-:class:`~nsqd_threaded.http_api.Response`; the handler class only moves bytes.
+:class:`~nsqd_threaded.server.http_api.Response`; the handler class only moves bytes.
 """
 
 import http.server
@@ -14,9 +14,9 @@ import time
 import traceback
 import urllib.parse
 
-from ..http_api import JSON_TYPE, TEXT_TYPE, X_NSQ, HTTPError, QueryError, Response, parse_query
+from ..server.http_api import JSON_TYPE, TEXT_TYPE, X_NSQ, HTTPError, QueryError, Response, parse_query
 from ..protocol import is_valid_name
-from ..servers import PromptShutdownMixIn, split_address
+from ..server.base import PromptShutdownMixIn, split_address
 from .registration_db import Registration, filter_active
 from .wire import go_json
 

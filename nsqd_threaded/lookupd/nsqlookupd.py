@@ -22,7 +22,7 @@ import socket
 import threading
 
 from ..logger import Logger
-from ..options import VERSION
+from ..settings.options import VERSION
 from .http import HTTPServer
 from .registration_db import RegistrationDB
 from .tcp import TCPServer, address_text

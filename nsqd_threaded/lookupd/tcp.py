@@ -10,7 +10,7 @@ import socketserver
 import threading
 import traceback
 
-from ..servers import PromptShutdownMixIn, split_address
+from ..server.base import PromptShutdownMixIn, split_address
 from . import wire
 from .registration_db import CLIENT, PeerInfo, Registration
 from .wire import V1Error

@@ -1,7 +1,7 @@
 """A TOML parser for Python < 3.11, which has no :mod:`tomllib`.
 
 It reads the subset nsqd config files use and refuses the rest with an
-error, never a wrong value.  :mod:`nsqd_threaded.config` uses it only when
+error, never a wrong value.  :mod:`nsqd_threaded.settings.config` uses it only when
 ``tomllib`` is missing, so this module can be deleted once 3.11 is the floor.
 """
 

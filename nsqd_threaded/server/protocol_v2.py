@@ -13,13 +13,13 @@ import struct
 import sys
 import time
 
-from . import gocompat, protocol
-from .channel import ChannelError
-from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
-from .gocompat import go_quote
+from .. import gocompat, protocol
+from ..broker.channel import ChannelError
+from ..broker.client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from ..gocompat import go_quote
 from .idle import IDLE_AFTER, TIMED_OUT, WOKEN
-from .protocol import ProtocolError, text
-from .topic import TopicError
+from ..protocol import ProtocolError, text
+from ..broker.topic import TopicError
 
 
 class ConnectionEnded(Exception):
@@ -48,7 +48,7 @@ class Reader:
         sock.settimeout(None)  # blocking: deadlines are the kernel's (see set_deadline)
         self._timeout = None
         # With a watcher, a recv also times out after IDLE_AFTER seconds and
-        # the thread parks there (see nsqd_threaded.idle).
+        # the thread parks there (see nsqd_threaded.server.idle).
         self._idle = idle_watcher
         self._holds_permit = False
         if idle_watcher is not None:

@@ -2,7 +2,7 @@
 
 import time
 
-from .protocol import decode_message, encode_message
+from ..protocol import decode_message, encode_message
 
 
 class Message:

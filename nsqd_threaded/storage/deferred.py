@@ -1,7 +1,7 @@
 """The deferred-message sidecar of the file diskqueue (beyond go-diskqueue).
 
 A go-diskqueue record has no room for a deferral, so
-:class:`~nsqd_threaded.diskqueue.DiskQueue` keeps the due times of its
+:class:`~nsqd_threaded.storage.diskqueue.DiskQueue` keeps the due times of its
 deferred records next to the queue, in ``<name>.diskqueue.deferred.dat``,
 one line per deferred record::
 

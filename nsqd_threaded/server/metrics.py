@@ -1,6 +1,6 @@
 """Prometheus text exposition (format 0.0.4) of a /stats snapshot: GET /metrics.
 
-Pure functions of the dict built by :func:`nsqd_threaded.stats.collect`.
+Pure functions of the dict built by :func:`nsqd_threaded.broker.stats.collect`.
 Metric names are documented in docs/metrics.md.
 """
 

@@ -20,10 +20,10 @@ import random
 import time
 from typing import Protocol
 
-from .backend import BackedQueue, BackendError
+from ..storage.backend import BackedQueue, BackendError
 from .e2e import E2ELatency
 from .pqueue import TimedIndex
-from .gocompat import ns
+from ..gocompat import ns
 
 
 class ChannelError(Exception):

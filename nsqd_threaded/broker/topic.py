@@ -20,7 +20,7 @@ As Go's topic waits on its ``startChan``, the pump runs only from
 import threading
 import time
 
-from .backend import BackedQueue, BackendError
+from ..storage.backend import BackedQueue, BackendError
 from .channel import Channel, ChannelError
 from .guid import GUIDFactory
 from .message import Message

@@ -3,7 +3,7 @@
 Each connection has two threads, as each nsqd connection has two goroutines:
 
 * the connection thread (owned by the TCP server) reads and executes
-  commands (:mod:`nsqd_threaded.protocol_v2`), and
+  commands (:mod:`nsqd_threaded.server.protocol_v2`), and
 * the pump thread (owned by the connection thread, which joins it) sends
   heartbeats and, once subscribed, takes batches of messages from the channel
   and writes them out.
@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 
-from . import gocompat, protocol
+from .. import gocompat, protocol
 
 STATE_INIT = 0
 STATE_SUBSCRIBED = 3
@@ -26,7 +26,7 @@ DELIVERY_BATCH = 512  # messages a pump takes from its channel per lock acquisit
 
 
 class Client:
-    """A connected client; as a subscriber, the :class:`~nsqd_threaded.channel.Consumer` of its channel.
+    """A connected client; as a subscriber, the :class:`~nsqd_threaded.broker.channel.Consumer` of its channel.
 
     Its state changes through verbs (:meth:`identify`, :meth:`subscribe`,
     :meth:`set_ready`, :meth:`start_close`, :meth:`count_published`) called by

@@ -6,7 +6,7 @@ value is printed), default, help text, whether the feature is built, its
 config-file key and its startup check.  Everything else is derived from it:
 the :class:`Options` fields and defaults, the command line
 (:mod:`nsqd_threaded.cli`), the config file and flag resolution
-(:mod:`nsqd_threaded.config`), :meth:`Options.validate`, and the sets
+(:mod:`nsqd_threaded.settings.config`), :meth:`Options.validate`, and the sets
 :data:`DURATION_OPTIONS`, :data:`INTERNAL_OPTIONS` and :data:`LOG_LEVELS`.
 
 Durations are held as float seconds; sizes and counts as ints.
@@ -18,7 +18,7 @@ import os
 import socket
 import zlib
 
-from .gocompat import (
+from ..gocompat import (
     INT64_MAX,
     INT64_MIN,
     format_duration,

@@ -4,7 +4,7 @@ The promise: a publish is acknowledged only once its record is fsynced, and a
 record stays recoverable until its message is FINed, so a crash at any
 instant loses nothing acknowledged (messages in flight at the crash are
 delivered again: duplicates, never loss).  :class:`DurableDiskQueue`, a
-:class:`~nsqd_threaded.diskqueue.DiskQueue` that overrides its hooks, is
+:class:`~nsqd_threaded.storage.diskqueue.DiskQueue` that overrides its hooks, is
 made of three pieces:
 
 * **Unacked records** (:class:`Unacked`): every record :meth:`get` hands out

@@ -51,10 +51,10 @@ _DEPRECATION = {
 def resolve(flags, config_file=None):
     """Resolve parsed flags and a config file into the Options fields they set.
 
-    ``flags`` maps each :class:`~nsqd_threaded.options.Setting` given on the
+    ``flags`` maps each :class:`~nsqd_threaded.settings.options.Setting` given on the
     command line to its parsed value (a list for repeatable flags).
     ``config_file`` is a path or None.  Flags win over the file; fields that
-    neither sets are left out, for :class:`~nsqd_threaded.options.Options`
+    neither sets are left out, for :class:`~nsqd_threaded.settings.options.Options`
     (or the caller) to default.  Raises ConfigError for an unusable file and
     NotSupportedError for a value that asks for a feature not built yet.
     """
@@ -82,7 +82,7 @@ def read(path):
     """A config file's settings: ``({field: value}, warnings)``.
 
     Values of unbuilt features are accepted when they ask for nothing (see
-    :meth:`~nsqd_threaded.options.Setting.asks_for_nothing`) or restate Go
+    :meth:`~nsqd_threaded.settings.options.Setting.asks_for_nothing`) or restate Go
     nsqd's default (config files copied from nsqd's example spell out every
     key; ``deflate = true`` then earns a warning, since we do not deflate).
     """

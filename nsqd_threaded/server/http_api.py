@@ -21,13 +21,14 @@ import time
 import traceback
 import urllib.parse
 
-from . import gocompat, protocol, stats
-from .channel import ChannelError
+from .. import gocompat, protocol
+from ..broker import stats
+from ..broker.channel import ChannelError
 from .metrics import render_prometheus
-from .options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS, Options
-from .protocol import ProtocolError
-from .servers import BrokerServerMixIn, split_address
-from .topic import TopicError
+from ..settings.options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS, Options
+from ..protocol import ProtocolError
+from .base import BrokerServerMixIn, split_address
+from ..broker.topic import TopicError
 
 X_NSQ = ("X-NSQ-Content-Type", "nsq; version=1.0")
 JSON_TYPE = "application/json; charset=utf-8"

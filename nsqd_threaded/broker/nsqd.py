@@ -25,18 +25,18 @@ import random
 import threading
 import time
 
-from .backend import DiscardBackend
-from .diskqueue import DiskQueue
-from .diskqueue_durable import DurableDiskQueue
-from .idle import new_idle_watcher
+from ..storage.backend import DiscardBackend
+from ..storage.diskqueue import DiskQueue
+from ..storage.durable import DurableDiskQueue
+from ..server.idle import new_idle_watcher
 from .channel import ChannelError
 from .client_v2 import Client
-from . import metadata
-from .logger import Logger
-from .options import Options
-from .protocol import MSG_HEADER_LENGTH, is_valid_name
-from .http_api import HTTPServer
-from .tcp import TCPServer
+from ..storage import metadata
+from ..logger import Logger
+from ..settings.options import Options
+from ..protocol import MSG_HEADER_LENGTH, is_valid_name
+from ..server.http_api import HTTPServer
+from ..server.tcp import TCPServer
 from .topic import Topic, TopicError
 
 
@@ -63,7 +63,7 @@ class NSQD:
         # wake-ups starve the broker (/ping took seconds).  Serialized, the
         # waiters are few and a mass close costs its work and no more.
         self.teardown_lock = threading.Lock()
-        self.idle_watcher = None  # parks idle connection threads (see nsqd_threaded.idle)
+        self.idle_watcher = None  # parks idle connection threads (see nsqd_threaded.server.idle)
         self._exiting = False
         self._started = False
         self._topics_started = False  # new topics start their pump at once (guarded by _lock)

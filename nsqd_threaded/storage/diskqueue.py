@@ -34,7 +34,7 @@ Differences from go-diskqueue, all invisible in the files it reads:
   when this broker opens the queue again.  See :class:`DiskQueue` and
   ``diskqueue_deferred``.
 * Durable mode (``--durable``) is the subclass
-  :class:`~nsqd_threaded.diskqueue_durable.DurableDiskQueue`: records stay on
+  :class:`~nsqd_threaded.storage.durable.DurableDiskQueue`: records stay on
   disk until acknowledged and publishes can wait for a shared fsync.  It
   overrides the hooks of the section "hooks" below; this class knows nothing
   of it.
@@ -46,9 +46,9 @@ import struct
 import time
 
 from .backend import Backend, BackendError
-from .diskqueue_deferred import SIDECAR_COMPACT_MIN, DeferredSidecar
+from .deferred import SIDECAR_COMPACT_MIN, DeferredSidecar
 from .files import remove_quietly, replace_atomically, strerror, write_all
-from .message import Message
+from ..broker.message import Message
 
 _LEN = struct.Struct(">i")
 _HEADER = struct.Struct(">iqH")  # record length, timestamp, attempts
@@ -115,7 +115,7 @@ class DiskQueue(Backend):
     Deferred messages: :meth:`put` stores a message whose ``deferred_ns`` is
     > 0 as due at ``time.time_ns() + deferred_ns`` (Unix ns, so it survives a
     restart), recorded in the sidecar file by record position and message ID
-    (:class:`~nsqd_threaded.diskqueue_deferred.DeferredSidecar`);
+    (:class:`~nsqd_threaded.storage.deferred.DeferredSidecar`);
     :meth:`get` hands it back with ``deferred_ns`` set to the delay remaining
     then (0 if already due).  Every other message comes back with
     ``deferred_ns == 0``.  So an owner must keep ``deferred_ns`` at 0 for a

@@ -4,7 +4,7 @@ import socket
 import socketserver
 
 from .protocol_v2 import handle_connection
-from .servers import BrokerServerMixIn, ConnectionThreadsMixIn, split_address
+from .base import BrokerServerMixIn, ConnectionThreadsMixIn, split_address
 
 
 class _ConnectionHandler(socketserver.BaseRequestHandler):

@@ -1,0 +1,1 @@
+"""Options, the flag/config-file table, and TOML loading."""
