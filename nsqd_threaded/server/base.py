@@ -18,6 +18,11 @@ def split_address(address):
     return host, int(port)
 
 
+def address_family(host):
+    """The socket family a listener on ``host`` needs."""
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
 def shutdown_socket(sock):
     """Wake whatever thread is blocked on ``sock``; it sees EOF and ends."""
     try:
@@ -125,12 +130,12 @@ class ConnectionThreadsMixIn:
             t.join()
 
 
-class BrokerServerMixIn(PromptShutdownMixIn):
-    """A listener of one NSQD: tracks its connections (nsqd's ``conns`` map) and logs errors.
+class ConnectionRegistryMixIn(PromptShutdownMixIn):
+    """A listener of one daemon (nsqd or nsqlookupd): tracks its open connections and logs errors.
 
     Connections are registered by the accept thread before their handler
     thread starts, so :meth:`close_connections` after :meth:`shutdown` misses
-    none.  Subclasses set ``log`` (the broker's Logger) and ``log_name``.
+    none.  Subclasses set ``log`` (the daemon's Logger) and ``log_name``.
     """
 
     log_name = "SERVER"

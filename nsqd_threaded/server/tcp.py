@@ -4,7 +4,7 @@ import socket
 import socketserver
 
 from .protocol_v2 import handle_connection
-from .base import BrokerServerMixIn, ConnectionThreadsMixIn, split_address
+from .base import ConnectionRegistryMixIn, ConnectionThreadsMixIn, address_family, split_address
 
 
 class _ConnectionHandler(socketserver.BaseRequestHandler):
@@ -14,10 +14,10 @@ class _ConnectionHandler(socketserver.BaseRequestHandler):
         handle_connection(self.server.nsqd, sock, self.client_address)
 
 
-class TCPServer(BrokerServerMixIn, ConnectionThreadsMixIn, socketserver.TCPServer):
+class TCPServer(ConnectionRegistryMixIn, ConnectionThreadsMixIn, socketserver.TCPServer):
     """Accepts protocol V2 connections for one NSQD.
 
-    Each connection is registered (:class:`BrokerServerMixIn`) before its
+    Each connection is registered (:class:`ConnectionRegistryMixIn`) before its
     thread ``nsqd-conn[ip:port]`` starts (:class:`ConnectionThreadsMixIn`);
     NSQD.stop calls :meth:`close_connections`, which ends those threads, then
     ``server_close()``, which joins them.
@@ -35,7 +35,7 @@ class TCPServer(BrokerServerMixIn, ConnectionThreadsMixIn, socketserver.TCPServe
 
     def __init__(self, address, nsqd):
         host, port = split_address(address)
-        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.address_family = address_family(host)
         self.nsqd = nsqd
         self.log = nsqd.log
         super().__init__((host, port), _ConnectionHandler)
