@@ -24,28 +24,9 @@ import threading
 from ..logger import Logger
 from ..settings.options import VERSION
 from .http import HTTPServer
+from .options import LookupdOptions
 from .registration_db import RegistrationDB
 from .tcp import TCPServer, address_text
-
-LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
-
-
-@dataclasses.dataclass
-class LookupdOptions:
-    """nsqlookupd's options (flag ``--tcp-address`` is field ``tcp_address``); durations in seconds."""
-
-    tcp_address: str = "0.0.0.0:4160"
-    http_address: str = "0.0.0.0:4161"
-    broadcast_address: str = dataclasses.field(default_factory=socket.gethostname)
-    inactive_producer_timeout: float = 300.0
-    tombstone_lifetime: float = 45.0
-    log_level: str = "info"
-    log_prefix: str = "[nsqlookupd] "
-
-    def validate(self):
-        if self.log_level.lower() not in LOG_LEVELS:
-            raise ValueError("invalid log level %r" % self.log_level)
-
 
 class NSQLookupd:
     """One lookup daemon.  :meth:`start` binds both listeners (or raises), :meth:`stop` undoes everything.

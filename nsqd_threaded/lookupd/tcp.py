@@ -1,4 +1,4 @@
-"""The TCP listener for nsqd peers: a ``ThreadingTCPServer``, one thread per peer connection.
+"""The TCP listener for nsqd peers: one thread per peer connection, in the socketserver style.
 
 Each connection thread runs :func:`serve_peer`: magic, then one command at a
 time (parsing and encoding live in :mod:`.wire`).  When the connection ends,
@@ -7,10 +7,8 @@ for whatever reason, the peer is removed as producer from every registration.
 
 import socket
 import socketserver
-import threading
-import traceback
 
-from ..server.base import PromptShutdownMixIn, split_address
+from ..server.base import ConnectionRegistryMixIn, ConnectionThreadsMixIn, address_family, split_address
 from . import wire
 from .registration_db import CLIENT, PeerInfo, Registration
 from .wire import V1Error
@@ -165,13 +163,6 @@ class PeerConnection:
                 self.log.info("DB: client(%s) UNREGISTER category:%s key:%s subkey:%s", self.id, *reg)
 
 
-def _shutdown(sock):
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
 def address_text(address):
     """Go's net.Addr string: ``ip:port``, ``[ipv6]:port``."""
     host, port = address[:2]
@@ -182,56 +173,26 @@ class _PeerHandler(socketserver.BaseRequestHandler):
     def handle(self):
         sock = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.current_thread().name = "nsqlookupd-peer[%s]" % address_text(self.client_address)
-        server = self.server
-        server.track(sock)
-        try:
-            PeerConnection(server.lookupd, sock, self.client_address).serve()
-        except OSError as e:
-            # A reset or a socket closed by stop(): the peer is gone either way.
-            server.lookupd.log.debug("TCP: client(%s) - %s", address_text(self.client_address), e)
-        finally:
-            server.untrack(sock)
+        PeerConnection(self.server.lookupd, sock, self.client_address).serve()
 
 
-class TCPServer(PromptShutdownMixIn, socketserver.ThreadingTCPServer):
-    """Accepts nsqd peers for one NSQLookupd.
+class TCPServer(ConnectionRegistryMixIn, ConnectionThreadsMixIn, socketserver.TCPServer):
+    """Accepts nsqd peers for one NSQLookupd, as the broker's TCP listener accepts clients.
 
-    Connection threads are recorded by ThreadingMixIn and joined by
-    ``server_close()``; :meth:`close_connections` ends them first.
+    Each connection is registered before its thread ``nsqlookupd-peer[ip:port]``
+    starts; NSQLookupd.stop calls :meth:`close_connections`, which ends those
+    threads (a peer that resets or is shut down is logged at debug), then
+    ``server_close()``, which joins them.
     """
 
     allow_reuse_address = True
-    daemon_threads = False
-    block_on_close = True
     request_queue_size = 128
+    log_name = "TCP"
+    thread_name = "nsqlookupd-peer"
 
     def __init__(self, address, lookupd):
         host, port = split_address(address)
-        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.address_family = address_family(host)
         self.lookupd = lookupd
-        self._conns_lock = threading.Lock()  # guards _conns and _closing
-        self._conns = set()  # open peer sockets, so stop() can end their threads
-        self._closing = False
+        self.log = lookupd.log
         super().__init__((host, port), _PeerHandler)
-
-    def track(self, sock):
-        with self._conns_lock:
-            self._conns.add(sock)
-            closing = self._closing
-        if closing:  # accepted just before stop(): end it like the others
-            _shutdown(sock)
-
-    def untrack(self, sock):
-        with self._conns_lock:
-            self._conns.discard(sock)
-
-    def close_connections(self):
-        with self._conns_lock:
-            self._closing = True
-            conns = list(self._conns)
-        for sock in conns:
-            _shutdown(sock)
-
-    def handle_error(self, request, client_address):
-        self.lookupd.log.error("TCP: unhandled error on %s\n%s", address_text(client_address), traceback.format_exc())

@@ -48,9 +48,10 @@ _DEPRECATION = {
 }
 
 
-def resolve(flags, config_file=None):
+def resolve(flags, config_file=None, settings=SETTINGS):
     """Resolve parsed flags and a config file into the Options fields they set.
 
+    ``settings`` is the daemon's table (nsqd's by default).
     ``flags`` maps each :class:`~nsqd_threaded.settings.options.Setting` given on the
     command line to its parsed value (a list for repeatable flags).
     ``config_file`` is a path or None.  Flags win over the file; fields that
@@ -61,7 +62,7 @@ def resolve(flags, config_file=None):
     values = {}
     warnings = []
     if config_file:
-        from_file, file_warnings = read(config_file)
+        from_file, file_warnings = read(config_file, settings)
         values.update(from_file)
         warnings.extend(file_warnings)
     for setting, value in flags.items():
@@ -78,7 +79,7 @@ def resolve(flags, config_file=None):
     return Resolved(values, warnings)
 
 
-def read(path):
+def read(path, settings=SETTINGS):
     """A config file's settings: ``({field: value}, warnings)``.
 
     Values of unbuilt features are accepted when they ask for nothing (see
@@ -93,7 +94,7 @@ def read(path):
     values = {}
     warnings = []
     known = {}
-    for setting in SETTINGS:
+    for setting in settings:
         if setting.key is None:
             continue
         known[setting.key] = setting
@@ -115,13 +116,13 @@ def read(path):
             values[setting.field] = list(value) if setting.multiple else value
     for key in doc:
         if key not in known:
-            warnings.append("config file %s: unknown key %s ignored%s" % (path, key, _suggestion(key, known)))
+            warnings.append("config file %s: unknown key %s ignored%s" % (path, key, _suggestion(key, known, settings)))
     return values, warnings
 
 
-def _suggestion(key, known):
+def _suggestion(key, known, settings):
     """`` (did you mean X?)`` for a misspelled or flag-spelled key, else ``""``."""
-    aliases = {s.flag.replace("-", "_"): s.key for s in SETTINGS if s.flag and s.key}
+    aliases = {s.flag.replace("-", "_"): s.key for s in settings if s.flag and s.key}
     match = aliases.get(key)
     if match is None:
         close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)

@@ -1,5 +1,9 @@
 """Broker options: every setting of nsqd in one table, and the :class:`Options` built from it.
 
+The machinery (:class:`Kind`, :class:`Setting`, :func:`options_class`,
+:func:`check_settings`) is not nsqd's alone: nsqlookupd's table
+(:mod:`nsqd_threaded.lookupd.options`) is built from it too.
+
 :data:`SETTINGS` lists each setting once, in nsqd's ``--help`` order: its flag,
 value kind (how a flag value and a config-file value are parsed, and how the
 value is printed), default, help text, whether the feature is built, its
@@ -274,7 +278,7 @@ _SAME = object()
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Setting:
-    """One nsqd setting.  ``default`` is in our units and is the :class:`Options` default.
+    """One setting of a daemon (nsqd's unless a table says otherwise).  ``default`` is in our units and is the :class:`Options` default.
 
     ``field`` is the Options attribute (default: the flag with ``_``; None for
     META and DEPRECATED flags); ``cfg`` the config-file key (default: the
@@ -460,25 +464,41 @@ BY_FIELD = {s.field: s for s in SETTINGS if s.field}
 # -- Options -------------------------------------------------------------------
 
 
-def _fields_from_settings(cls):
-    """Make ``cls`` a dataclass with one field per setting that has one (table order)."""
-    annotations = {}
-    for s in SETTINGS:
-        if not s.field:
-            continue
-        annotations[s.field] = s.kind.type
-        if s.factory is not None:
-            value = dataclasses.field(default_factory=s.factory)
-        elif isinstance(s.default, tuple):
-            value = dataclasses.field(default_factory=list)
-        else:
-            value = s.default
-        setattr(cls, s.field, value)
-    cls.__annotations__ = annotations
-    return dataclasses.dataclass(cls)
+def options_class(settings):
+    """A class decorator: make the class a dataclass with one field per setting that has one (table order).
+
+    nsqd's :class:`Options` and nsqlookupd's options are both made this way.
+    """
+
+    def make(cls):
+        annotations = {}
+        for s in settings:
+            if not s.field:
+                continue
+            annotations[s.field] = s.kind.type
+            if s.factory is not None:
+                value = dataclasses.field(default_factory=s.factory)
+            elif isinstance(s.default, tuple):
+                value = dataclasses.field(default_factory=list)
+            else:
+                value = s.default
+            setattr(cls, s.field, value)
+        cls.__annotations__ = annotations
+        return dataclasses.dataclass(cls)
+
+    return make
 
 
-@_fields_from_settings
+def check_settings(options, settings):
+    """Run each setting's startup check on ``options``; raise OptionError naming the flag."""
+    for s in settings:
+        if s.check is not None:
+            error = s.check(s.option, getattr(options, s.field))
+            if error:
+                raise OptionError(error)
+
+
+@options_class(SETTINGS)
 class Options:
     """A broker's settings: one attribute per :data:`SETTINGS` entry with a field.
 
@@ -488,11 +508,7 @@ class Options:
 
     def validate(self):
         """Raise OptionError, naming the flag, for an unusable value; returns self."""
-        for s in SETTINGS:
-            if s.check is not None:
-                error = s.check(s.option, getattr(self, s.field))
-                if error:
-                    raise OptionError(error)
+        check_settings(self, SETTINGS)
         if self.msg_timeout > self.max_msg_timeout:
             raise OptionError("%s must be <= %s" % (BY_FIELD["msg_timeout"].option,
                                                     BY_FIELD["max_msg_timeout"].option))

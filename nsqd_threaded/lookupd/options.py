@@ -1,0 +1,58 @@
+"""nsqlookupd's settings: one table of :class:`~nsqd_threaded.settings.options.Setting`
+entries, and :class:`LookupdOptions` built from it, as nsqd's Options are.
+
+Flag names, defaults and config-file keys are Go nsqlookupd 1.3's, plus the
+broker's HTTP deadlines (``--http-read-timeout``, ``--http-idle-timeout``),
+since nsqlookupd serves its HTTP API on the same edge.  Durations are float
+seconds.
+"""
+
+import socket
+
+from ..settings.options import (
+    BOOL,
+    DURATION,
+    LOG_LEVEL,
+    META,
+    DEPRECATED,
+    STR,
+    BY_FIELD as _NSQD,
+    Setting,
+    check_settings,
+    options_class,
+)
+
+# Table order is LookupdOptions' field order (keyword-free construction keeps working).
+SETTINGS = (
+    # A bad address fails NSQLookupd.start(), naming the flag.
+    Setting("tcp-address", STR, "0.0.0.0:4160", "<addr>:<port> to listen on for TCP clients"),
+    Setting("http-address", STR, "0.0.0.0:4161", "<addr>:<port> to listen on for HTTP clients"),
+    Setting("broadcast-address", STR, None, "address of this lookupd node, (default to the OS hostname)",
+            factory=socket.gethostname),
+    Setting("inactive-producer-timeout", DURATION, 300.0, "duration of time a producer will remain in "
+            "the active list since its last ping"),
+    Setting("tombstone-lifetime", DURATION, 45.0, "duration of time a producer will remain tombstoned "
+            "if registration remains"),
+    Setting("log-level", LOG_LEVEL, "info", "set log verbosity: debug, info, warn, error, or fatal",
+            check=_NSQD["log_level"].check),
+    Setting("log-prefix", STR, "[nsqlookupd] ", "log message prefix"),
+    Setting("http-read-timeout", DURATION, _NSQD["http_read_timeout"].default,
+            _NSQD["http_read_timeout"].help.replace("nsqd", "nsqlookupd"),
+            check=_NSQD["http_read_timeout"].check),
+    Setting("http-idle-timeout", DURATION, _NSQD["http_idle_timeout"].default,
+            _NSQD["http_idle_timeout"].help.replace("nsqd", "nsqlookupd"),
+            check=_NSQD["http_idle_timeout"].check),
+    Setting("config", STR, "", "path to config file", META),
+    Setting("verbose", BOOL, False, "[deprecated] has no effect, use --log-level", DEPRECATED),
+    Setting("version", BOOL, False, "print version string", META),
+)
+
+
+@options_class(SETTINGS)
+class LookupdOptions:
+    """nsqlookupd's options (flag ``--tcp-address`` is field ``tcp_address``)."""
+
+    def validate(self):
+        """Raise OptionError (a ValueError) naming the flag for an unusable value; returns self."""
+        check_settings(self, SETTINGS)
+        return self
