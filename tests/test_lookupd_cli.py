@@ -25,9 +25,13 @@ pytestmark = pytest.mark.timeout(60)
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nsqd_threaded.__file__)))
 
 
-def options_for(*args):
+def resolved(*args):
     ctx = cli.main.make_context("nsqlookupd-threaded", list(args))
     return cli.resolve(ctx.params)
+
+
+def options_for(*args):
+    return resolved(*args)[0]
 
 
 def invoke(*args):
@@ -105,7 +109,7 @@ def test_config_file_then_flags(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("log_level = 'loud'", "FATAL: failed parsing log_level loud"),
+    ("log_level = 'loud'", "FATAL: failed to load config file %s - log_level: invalid log level \"loud\""),
     ("tombstone_lifetime = 'soon'", "FATAL: failed to load config file %s - tombstone_lifetime: "),
     ("tcp_address = 1", "FATAL: failed to load config file %s - tcp_address: "),
     ("tcp_address = ", "FATAL: failed to load config file %s - "),
