@@ -9,7 +9,7 @@ only restate what the broker does anyway (``--snappy=false``).  Every startup
 failure is one ``FATAL`` line naming what to fix, never a traceback.
 """
 
-import click
+import click  # noqa: F401 (testing.py catches the exceptions of this click)
 
 from .settings import command
 from .broker.nsqd import NSQD
@@ -71,17 +71,11 @@ def _start_failure(exc):
     return "failed to instantiate nsqd - %s" % text
 
 
-def _run(**params):
-    if params.get("version"):
-        click.echo(version_line())
-        return
-    serve(*resolve(params))
-
-
 main = command.GoFlagCommand(
     "nsqd-threaded",
     SETTINGS,
-    callback=_run,
+    resolve,
+    serve,
     help="NSQ's nsqd 1.3 message broker, in pure Python.  Flags are nsqd's: "
     "-name=value or --name value; booleans --name or --name=false.",
     context_settings={"max_content_width": 100},

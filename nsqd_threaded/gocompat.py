@@ -180,6 +180,44 @@ def go_json_fold_key(key):
     return key.lower().replace("\u017f", "s")
 
 
+_INT_RANGES = {int: (-(1 << 63), (1 << 63) - 1), "int32": (-(1 << 31), (1 << 31) - 1)}
+
+
+def go_json_unmarshal(data, fields):
+    """``json.Unmarshal`` of JSON bytes into a struct with ``fields`` (name -> str, bool, int or "int32").
+
+    Returns the fields present and not null (a dict); ValueError when Go
+    would fail.  Go's rules: keys match case-insensitively, a later key wins
+    but ``null`` changes nothing, unknown keys are ignored, a value of the
+    wrong type (or an integer out of range) anywhere fails the whole decode,
+    a ``null`` document is a no-op, and invalid UTF-8 in strings becomes U+FFFD.
+    """
+    doc = go_json_loads(data)
+    if doc is None:
+        return {}
+    if not isinstance(doc, JSONObject):
+        raise ValueError("not a JSON object")
+    out = {}
+    for key, value in doc:
+        name = go_json_fold_key(key)
+        kind = fields.get(name)
+        if kind is None or value is None:
+            continue
+        if kind is str:
+            if not isinstance(value, str):
+                raise ValueError("%s: want a string" % name)
+            value = go_json_text(value)
+        elif kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError("%s: want a bool" % name)
+        else:
+            lo, hi = _INT_RANGES[kind]
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise ValueError("%s: want an integer in [%d, %d]" % (name, lo, hi))
+        out[name] = value
+    return out
+
+
 # -- time.Duration ------------------------------------------------------------------
 
 

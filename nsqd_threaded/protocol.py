@@ -11,7 +11,7 @@ Error texts and their fatal/non-fatal classification follow nsqd 1.3 exactly
 import re
 import struct
 
-from .gocompat import JSONObject, go_json, go_json_fold_key, go_json_loads, go_json_text, ms
+from .gocompat import go_json, go_json_unmarshal, ms
 
 MAGIC_V2 = b"  V2"
 MAX_LINE = 16384  # nsqd reads command lines through a 16 KiB bufio.Reader
@@ -283,36 +283,10 @@ def decode_identify(body):
     anywhere fails the decode, NaN/Infinity are not JSON, a ``null`` document
     is a no-op, and invalid UTF-8 in strings becomes U+FFFD.
     """
-    bad = ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
     try:
-        doc = go_json_loads(body)
+        return go_json_unmarshal(body, _IDENTIFY_FIELDS)
     except ValueError:
-        raise bad from None
-    if doc is None:
-        return {}
-    if not isinstance(doc, JSONObject):
-        raise bad
-    out = {}
-    for key, value in doc:
-        name = go_json_fold_key(key)
-        kind = _IDENTIFY_FIELDS.get(name)
-        if kind is None or value is None:
-            continue
-        if kind is str:
-            if not isinstance(value, str):
-                raise bad
-            value = go_json_text(value)
-        elif kind is bool:
-            if not isinstance(value, bool):
-                raise bad
-        else:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise bad
-            lo, hi = (-(1 << 31), (1 << 31) - 1) if kind == "int32" else (-(1 << 63), (1 << 63) - 1)
-            if not lo <= value <= hi:
-                raise bad
-        out[name] = value
-    return out
+        raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
 
 
 def negotiate_identify(fields, opts, client_timeout_ms=60000):

@@ -7,7 +7,6 @@ boolean ``-name`` forms, flag > config file > default, unknown config keys
 warned about, and every startup failure one ``FATAL`` line.
 """
 
-import click
 
 from ..settings import command
 from .nsqlookupd import NSQLookupd
@@ -45,17 +44,11 @@ def serve(options, warnings=()):
     )
 
 
-def _run(**params):
-    if params.get("version"):
-        click.echo(version_line())
-        return
-    serve(*resolve(params))
-
-
 main = command.GoFlagCommand(
     "nsqlookupd-threaded",
     SETTINGS,
-    callback=_run,
+    resolve,
+    serve,
     help="NSQ's nsqlookupd 1.3 in pure Python.  Flags are nsqlookupd's: -name=value or --name value.",
     context_settings={"max_content_width": 100},
 )

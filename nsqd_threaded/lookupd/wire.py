@@ -11,12 +11,10 @@ The connection loop in :mod:`.tcp` reads bytes and calls these functions;
 they return responses or raise :class:`V1Error`.
 """
 
-import json
-import re
 import struct
 
-from ..gocompat import go_json_string
-from ..protocol import is_valid_name
+from ..gocompat import go_json, go_json_unmarshal
+from ..protocol import decode_size, is_valid_name  # noqa: F401 (decode_size: V1 sizes are nsqd's int32 too)
 
 MAGIC_V1 = b"  V1"
 
@@ -61,10 +59,6 @@ OK = encode_response(b"OK")
 BAD_PROTOCOL = encode_response(b"E_BAD_PROTOCOL")
 
 
-def decode_size(raw4):
-    return _SIZE.unpack(raw4)[0]
-
-
 def parse_line(line):
     """A command line (bytes, newline included or not) -> its params as str.
 
@@ -106,76 +100,22 @@ PEER_FIELDS = {
     "topology_region": str,
 }
 
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-_SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-class _Pairs(list):
-    """A JSON object as its (key, value) pairs in document order."""
-
-
-def _reject_constant(name):
-    raise ValueError("invalid JSON constant %s" % name)
-
-
 def decode_peer_info(body):
     """An IDENTIFY body -> the PeerInfo fields it sets (a dict), as Go's json.Unmarshal would.
 
-    Keys match case-insensitively, a later key wins, ``null`` leaves a field
-    alone, unknown keys are ignored, a value of the wrong type anywhere (a
-    float or an out-of-range integer for a port) fails the whole decode, and
-    invalid UTF-8 in strings becomes U+FFFD.  Then the required fields are
-    checked.  Raises V1Error(E_BAD_BODY).
+    Go's decoding rules are :func:`~nsqd_threaded.gocompat.go_json_unmarshal`'s
+    (a float or an out-of-range integer for a port fails the whole decode);
+    then the required fields are checked.  Raises V1Error(E_BAD_BODY).
     """
-    bad = V1Error("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
     try:
-        doc = json.loads(
-            bytes(body).decode("utf-8", "surrogateescape"), object_pairs_hook=_Pairs, parse_constant=_reject_constant
-        )
-    except (ValueError, RecursionError):
-        raise bad from None
-    fields = {}
-    if doc is not None:
-        if not isinstance(doc, _Pairs):
-            raise bad
-        for key, value in doc:
-            name = key.lower().replace("\u017f", "s")  # Go's case folding (U+017F folds to s)
-            kind = PEER_FIELDS.get(name)
-            if kind is None or value is None:
-                continue
-            if kind is str:
-                if not isinstance(value, str):
-                    raise bad
-                value = _SURROGATES.sub("\ufffd", value)
-            elif isinstance(value, bool) or not isinstance(value, int) or not _INT64[0] <= value <= _INT64[1]:
-                raise bad
-            fields[name] = value
+        fields = go_json_unmarshal(body, PEER_FIELDS)
+    except ValueError:
+        raise V1Error("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
     if not fields.get("broadcast_address") or not fields.get("tcp_port") or not fields.get("http_port"):
         raise V1Error("E_BAD_BODY", "IDENTIFY missing fields")
     if not fields.get("version"):
         raise V1Error("E_BAD_BODY", "IDENTIFY missing fields")
     return fields
-
-
-def go_json(value):
-    """JSON as Go's encoding/json writes it for the shapes nsqlookupd answers with.
-
-    dicts keep their insertion order (callers order keys as Go would: struct
-    field order, or sorted for a Go map); strings are HTML-escaped as Go does.
-    """
-    if isinstance(value, str):
-        return go_json_string(value)
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if value is None:
-        return "null"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, dict):
-        return "{" + ",".join(go_json_string(k) + ":" + go_json(v) for k, v in value.items()) + "}"
-    return "[" + ",".join(go_json(v) for v in value) + "]"
 
 
 def identify_response(broadcast_address, hostname, tcp_port, http_port, version):

@@ -41,11 +41,22 @@ class GoValue(click.ParamType):
 
 
 class GoFlagCommand(click.Command):
-    """A click command over a settings table that first rewrites Go ``flag`` syntax."""
+    """A daemon's command over its settings table; it first rewrites Go ``flag`` syntax.
 
-    def __init__(self, name, settings, **kwargs):
+    Run, it prints :func:`version_line` for ``--version``, else calls
+    ``serve(*resolve(params))``.
+    """
+
+    def __init__(self, name, settings, resolve, serve, **kwargs):
         self.settings = settings
-        super().__init__(name, params=[option(s) for s in settings if s.flag], **kwargs)
+
+        def run(**params):
+            if params.get("version"):
+                click.echo(version_line(name))
+                return
+            serve(*resolve(params))
+
+        super().__init__(name, params=[option(s) for s in settings if s.flag], callback=run, **kwargs)
 
     def parse_args(self, ctx, args):
         return super().parse_args(ctx, go_style_args(args, self.settings))
