@@ -89,7 +89,8 @@ def test_help_lists_the_flags():
     result = invoke("-h")
     assert result.exit_code == 0
     for flag in ("--tcp-address", "--http-address", "--broadcast-address", "--inactive-producer-timeout",
-                 "--tombstone-lifetime", "--log-level", "--log-prefix", "--config", "--version"):
+                 "--tombstone-lifetime", "--log-level", "--log-prefix", "--config", "--version",
+                 "--http-read-timeout", "--http-idle-timeout"):
         assert flag in result.output
 
 
@@ -104,8 +105,33 @@ def test_config_file_then_flags(tmp_path):
         "unknown_key = 1",
     ]))
     assert options_for("--config", path) == LookupdOptions("127.0.0.1:1", "127.0.0.1:2", "cfg", 10.0, 1.5, "debug")
+    assert resolved("--config", path)[1] == ["config file %s: unknown key unknown_key ignored" % path]
     opts = options_for("--config=" + path, "--tcp-address=127.0.0.1:3", "--tombstone-lifetime=2s")
     assert (opts.tcp_address, opts.tombstone_lifetime, opts.broadcast_address) == ("127.0.0.1:3", 2.0, "cfg")
+
+
+def test_http_deadlines_flags_and_config(tmp_path):
+    assert (options_for().http_read_timeout, options_for().http_idle_timeout) == (30.0, 60.0)  # the broker's
+    opts = options_for("-http-read-timeout=300ms", "--http-idle-timeout", "2m")
+    assert (opts.http_read_timeout, opts.http_idle_timeout) == (0.3, 120.0)
+    path = write_config(tmp_path, 'http_read_timeout = "1.5s"\nhttp_idle_timeout = 2500\n')
+    opts = options_for("--config", path)
+    assert (opts.http_read_timeout, opts.http_idle_timeout) == (1.5, 2.5)
+    result = invoke("--http-read-timeout=0")
+    assert result.exit_code == 1 and "FATAL: failed to instantiate nsqlookupd - --http-read-timeout must be > 0" in (
+        result.output)
+
+
+def test_config_warnings_as_nsqd_gives_them(tmp_path):
+    path = write_config(tmp_path, "tombstone_lifetim = '5s'\ntcp-address = '127.0.0.1:1'\nmax_msg_size = 5\n")
+    opts, warnings = resolved("--config", path)
+    assert opts.tombstone_lifetime == 45.0
+    assert warnings == [
+        "config file %s: unknown key tombstone_lifetim ignored (did you mean tombstone_lifetime?)" % path,
+        "config file %s: unknown key tcp-address ignored (did you mean tcp_address?)" % path,
+        "config file %s: unknown key max_msg_size ignored" % path,  # an nsqd key: not nsqlookupd's
+    ]
+    assert resolved("-verbose")[1] == ["--verbose is deprecated and has no effect, use --log-level"]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -252,6 +278,15 @@ def test_installed_console_script(spawn):
     if not os.path.exists(script):
         pytest.skip("the package is not installed with its console scripts")
     lookupd = spawn(*LOCAL, argv=[script])
+    lookupd.ports()
+    lookupd.proc.send_signal(signal.SIGTERM)
+    assert lookupd.proc.wait(timeout=15) == 0, lookupd.log
+
+
+def test_config_warnings_are_logged_at_startup(spawn, tmp_path):
+    path = write_config(tmp_path, "tombstone_lifetim = '5s'\n")
+    lookupd = spawn(*LOCAL, "--config=" + path)
+    lookupd.wait_for(r"WARNING: config file .*: unknown key tombstone_lifetim ignored \(did you mean tombstone_lifetime\?\)")
     lookupd.ports()
     lookupd.proc.send_signal(signal.SIGTERM)
     assert lookupd.proc.wait(timeout=15) == 0, lookupd.log

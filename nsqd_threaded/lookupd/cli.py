@@ -7,7 +7,6 @@ boolean ``-name`` forms, flag > config file > default, unknown config keys
 warned about, and every startup failure one ``FATAL`` line.
 """
 
-
 from ..settings import command
 from .nsqlookupd import NSQLookupd
 from .options import SETTINGS, LookupdOptions
