@@ -12,6 +12,7 @@ import pytest
 
 from nsqd_threaded.logger import Logger
 from nsqd_threaded.lookupd import LookupdOptions, NSQLookupd
+from wire import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,11 +33,16 @@ class LogCapture(io.StringIO):
 
 @pytest.fixture
 def make_lookupd():
-    """Factory of started lookupds on 127.0.0.1 ephemeral ports; all stopped (threads joined) at teardown."""
+    """Factory of started lookupds on 127.0.0.1 ephemeral ports; all stopped (threads joined) at teardown.
+
+    ``lookupd.log_text()`` is what one has logged (at debug) so far.
+    """
     started = []
 
     def make(**overrides):
-        lookupd = NSQLookupd.local(logger=Logger("[nsqlookupd] ", "debug", LogCapture()), **overrides)
+        capture = LogCapture()
+        lookupd = NSQLookupd.local(logger=Logger("[nsqlookupd] ", "debug", capture), **overrides)
+        lookupd.log_text = capture.getvalue  # what it logged so far
         lookupd.start()
         started.append(lookupd)
         return lookupd
@@ -50,17 +56,6 @@ def make_lookupd():
 @pytest.fixture
 def lookupd(make_lookupd):
     return make_lookupd()
-
-
-def wait_for(predicate, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for %s" % what)
-        time.sleep(0.01)
 
 
 def identify_body(**fields):

@@ -6,42 +6,16 @@ might be a smuggled request, drop a client that stalls, and every error body
 in the ``{"message":"..."}`` form.
 """
 
-import threading
-
 import pytest
 
-from nsqd_threaded.logger import Logger
 from nsqd_threaded.lookupd import NSQLookupd
 from test_http_hardening import RawHTTP
-from test_lookupd import LogCapture, get_json, request, wait_for
+from test_lookupd import get_json, lookupd, make_lookupd, request  # noqa: F401 (fixtures)
+from wire import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
 BAD_REQUEST = b'{"message":"BAD_REQUEST"}'
-
-
-@pytest.fixture
-def make_lookupd():
-    """Started lookupds with a log kept in ``lookupd.log_text()``; all stopped (threads joined) at teardown."""
-    started = []
-
-    def make(**overrides):
-        capture = LogCapture()
-        lookupd = NSQLookupd.local(logger=Logger("[nsqlookupd] ", "debug", capture), **overrides)
-        lookupd.log_text = capture.getvalue
-        lookupd.start()
-        started.append(lookupd)
-        return lookupd
-
-    yield make
-    for lookupd in started:
-        lookupd.stop()
-    assert not [t.name for t in threading.enumerate() if t.name.startswith("nsqlookupd")]
-
-
-@pytest.fixture
-def lookupd(make_lookupd):
-    return make_lookupd()
 
 
 @pytest.fixture

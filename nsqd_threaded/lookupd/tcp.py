@@ -8,7 +8,7 @@ for whatever reason, the peer is removed as producer from every registration.
 import socket
 import socketserver
 
-from ..server.base import ConnectionRegistryMixIn, ConnectionThreadsMixIn, address_family, split_address
+from ..server.base import Listener
 from . import wire
 from .registration_db import CLIENT, PeerInfo, Registration
 from .wire import V1Error
@@ -135,25 +135,23 @@ class PeerConnection:
         topic, channel = wire.topic_channel("UNREGISTER", params)
         db = self.db
         if channel:
-            reg = Registration("channel", topic, channel)
-            removed, left = db.remove_producer(reg, self.id)
-            if removed:
-                self.log.info("DB: client(%s) UNREGISTER category:%s key:%s subkey:%s", self.id, *reg)
-            if left == 0 and channel.endswith("#ephemeral"):
-                db.remove_registration(reg)
+            self._remove(Registration("channel", topic, channel))
             return wire.OK
         # A topic unregistration: nsqd unregisters the channels first, so any
         # channel still holding this peer is unexpected.
         for reg in db.find_registrations("channel", topic, "*"):
             if db.remove_producer(reg, self.id)[0]:
                 self.log.warn("client(%s) unexpected UNREGISTER category:%s key:%s subkey:%s", self.id, *reg)
-        reg = Registration("topic", topic, "")
-        removed, left = db.remove_producer(reg, self.id)
+        self._remove(Registration("topic", topic, ""))
+        return wire.OK
+
+    def _remove(self, reg):
+        """Remove this peer from ``reg``; an ephemeral registration left without producers goes too."""
+        removed, left = self.db.remove_producer(reg, self.id)
         if removed:
             self.log.info("DB: client(%s) UNREGISTER category:%s key:%s subkey:%s", self.id, *reg)
-        if left == 0 and topic.endswith("#ephemeral"):
-            db.remove_registration(reg)
-        return wire.OK
+        if left == 0 and (reg.subkey or reg.key).endswith("#ephemeral"):
+            self.db.remove_registration(reg)
 
     def _unregister_all(self):
         if self.peer is None:
@@ -176,23 +174,15 @@ class _PeerHandler(socketserver.BaseRequestHandler):
         PeerConnection(self.server.lookupd, sock, self.client_address).serve()
 
 
-class TCPServer(ConnectionRegistryMixIn, ConnectionThreadsMixIn, socketserver.TCPServer):
-    """Accepts nsqd peers for one NSQLookupd, as the broker's TCP listener accepts clients.
+class TCPServer(Listener):
+    """Accepts nsqd peers for one NSQLookupd, each in a thread ``nsqlookupd-peer[ip:port]``.
 
-    Each connection is registered before its thread ``nsqlookupd-peer[ip:port]``
-    starts; NSQLookupd.stop calls :meth:`close_connections`, which ends those
-    threads (a peer that resets or is shut down is logged at debug), then
-    ``server_close()``, which joins them.
+    A peer that resets or is shut down by stop() is logged at debug.
     """
 
-    allow_reuse_address = True
-    request_queue_size = 128
     log_name = "TCP"
     thread_name = "nsqlookupd-peer"
 
     def __init__(self, address, lookupd):
-        host, port = split_address(address)
-        self.address_family = address_family(host)
         self.lookupd = lookupd
-        self.log = lookupd.log
-        super().__init__((host, port), _PeerHandler)
+        super().__init__(address, _PeerHandler, lookupd.log)

@@ -4,6 +4,7 @@ loop, the registry of open connections, and the error-logging policy."""
 import os
 import selectors
 import socket
+import socketserver
 import sys
 import threading
 import traceback
@@ -181,3 +182,23 @@ class ConnectionRegistryMixIn(PromptShutdownMixIn):
             self.log.debug("%s: client %s:%s left - %s", self.log_name, host, port, exc)
         else:
             self.log.error("%s: unhandled error on %s:%s\n%s", self.log_name, host, port, traceback.format_exc())
+
+
+class Listener(ConnectionRegistryMixIn, ConnectionThreadsMixIn, socketserver.TCPServer):
+    """A daemon's TCP listener: ``"host:port"``, one registered thread per connection, errors to ``log``.
+
+    Each connection is registered (:class:`ConnectionRegistryMixIn`) before
+    its thread ``thread_name[ip:port]`` starts (:class:`ConnectionThreadsMixIn`);
+    the daemon's stop calls :meth:`close_connections`, which ends those
+    threads, then ``server_close()``, which joins them.  A bad address raises
+    ValueError, a failed bind OSError.
+    """
+
+    allow_reuse_address = True
+    request_queue_size = 128  # socketserver's 5 drops the SYNs of a burst of clients (they retry after 1 s, 3 s...)
+
+    def __init__(self, address, handler_class, log):
+        host, port = split_address(address)
+        self.address_family = address_family(host)
+        self.log = log
+        super().__init__((host, port), handler_class)

@@ -15,13 +15,12 @@ import io
 import posixpath
 import re
 import socket
-import socketserver
 import time
 import traceback
 import urllib.parse
 
 from .. import gocompat
-from .base import ConnectionRegistryMixIn, ConnectionThreadsMixIn, address_family, split_address
+from .base import Listener
 
 
 X_NSQ = ("X-NSQ-Content-Type", "nsq; version=1.0")
@@ -618,7 +617,7 @@ class _HTTPHandler(http.server.BaseHTTPRequestHandler):
         self.server.log.debug("HTTP: %s %s", self.address_string(), fmt % args)
 
 
-class HTTPServer(ConnectionRegistryMixIn, ConnectionThreadsMixIn, http.server.HTTPServer):
+class HTTPServer(Listener):
     """Threaded HTTP/1.1 server with keep-alive for one daemon's ``api`` (a :class:`Router`).
 
     Connections are registered before their thread ``thread_name[ip:port]``
@@ -630,20 +629,12 @@ class HTTPServer(ConnectionRegistryMixIn, ConnectionThreadsMixIn, http.server.HT
     every request is logged at INFO, as Go's ``http_api.Log`` does.
     """
 
-    allow_reuse_address = True
-    request_queue_size = 128  # socketserver's 5 drops the SYNs of a burst of clients (they retry after 1 s, 3 s...)
     log_name = "HTTP"
 
     def __init__(self, address, api, log, read_timeout, idle_timeout, thread_name, log_requests=False):
-        host, port = split_address(address)
-        self.address_family = address_family(host)
         self.api = api
-        self.log = log
         self.read_timeout = read_timeout
         self.idle_timeout = idle_timeout
         self.thread_name = thread_name
         self.log_requests = log_requests
-        super().__init__((host, port), _HTTPHandler)
-
-    def server_bind(self):
-        socketserver.TCPServer.server_bind(self)  # skip getfqdn(): it can block on DNS
+        super().__init__(address, _HTTPHandler, log)

@@ -4,7 +4,7 @@ import socket
 import socketserver
 
 from .protocol_v2 import handle_connection
-from .base import ConnectionRegistryMixIn, ConnectionThreadsMixIn, address_family, split_address
+from .base import Listener
 
 
 class _ConnectionHandler(socketserver.BaseRequestHandler):
@@ -14,13 +14,8 @@ class _ConnectionHandler(socketserver.BaseRequestHandler):
         handle_connection(self.server.nsqd, sock, self.client_address)
 
 
-class TCPServer(ConnectionRegistryMixIn, ConnectionThreadsMixIn, socketserver.TCPServer):
-    """Accepts protocol V2 connections for one NSQD.
-
-    Each connection is registered (:class:`ConnectionRegistryMixIn`) before its
-    thread ``nsqd-conn[ip:port]`` starts (:class:`ConnectionThreadsMixIn`);
-    NSQD.stop calls :meth:`close_connections`, which ends those threads, then
-    ``server_close()``, which joins them.
+class TCPServer(Listener):
+    """Accepts protocol V2 connections for one NSQD, each in a thread ``nsqd-conn[ip:port]``.
 
     Thread stacks keep the interpreter's default size: only touched pages are
     resident, so a smaller ``threading.stack_size`` saves address space, not
@@ -28,14 +23,10 @@ class TCPServer(ConnectionRegistryMixIn, ConnectionThreadsMixIn, socketserver.TC
     of threads the embedding program starts meanwhile.
     """
 
-    allow_reuse_address = True
     request_queue_size = 4096  # the kernel caps it at net.core.somaxconn, as Go's listen does
     log_name = "TCP"
     thread_name = "nsqd-conn"
 
     def __init__(self, address, nsqd):
-        host, port = split_address(address)
-        self.address_family = address_family(host)
         self.nsqd = nsqd
-        self.log = nsqd.log
-        super().__init__((host, port), _ConnectionHandler)
+        super().__init__(address, _ConnectionHandler, nsqd.log)
