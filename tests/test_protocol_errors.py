@@ -612,10 +612,17 @@ def test_rdy_errors(nsqd, line, text):
         fatal(c, text)
 
 
+def applied(c):
+    """RDY has no reply: the non-fatal error answering a FIN sent after it shows it was applied."""
+    c.cmd(b"FIN 0000000000000000")
+    assert c.read_error().startswith("E_FIN_FAILED")
+
+
 def test_rdy_double_space_is_rdy_0(nsqd):
     # "RDY  1" splits into ["RDY", "", "1"]: count "" parses as 0.
     with consumer(nsqd, "rdy_double", rdy=1) as c:
         c.cmd(b"RDY  1")
+        applied(c)
         publish(nsqd, "rdy_double", b"x")
         c.assert_silent()
         c.cmd(b"RDY 1")
@@ -635,6 +642,7 @@ def test_rdy_range_follows_max_rdy_count(make_nsqd):
 def test_rdy_empty_count_is_zero_and_absent_count_is_one(nsqd):
     with consumer(nsqd, "rdy_default", rdy=2) as c:
         c.cmd(b"RDY ")  # 0
+        applied(c)
         publish(nsqd, "rdy_default", b"a", b"b")
         c.assert_silent()
         c.cmd(b"RDY")  # 1
