@@ -23,6 +23,7 @@ import time
 from ..storage.backend import BackedQueue, BackendError
 from .channel import Channel, ChannelError
 from .guid import GUIDFactory
+from .lookup import encode_register, encode_unregister
 from .message import Message
 
 PUMP_BATCH = 1024
@@ -95,6 +96,7 @@ class Topic(BackedQueue):
             try:
                 if (
                     self._inline_fan_out
+                    and self._started  # before start, channels may still be pre-created from lookupd
                     and self._channels
                     and not self.paused
                     and not self._memory
@@ -207,6 +209,7 @@ class Topic(BackedQueue):
             self._channels[name] = channel
             self._backlog_ready.notify()
             self._nsqd.log.info("TOPIC(%s): new channel(%s)", self.name, name)
+            self._nsqd.lookupd_notify(encode_register(self.name, name))  # queued under the lock: in order
         if not (self.ephemeral or channel.ephemeral):
             self._nsqd.persist_metadata()
         return channel
@@ -234,6 +237,7 @@ class Topic(BackedQueue):
             if self._channels.get(name) is channel:
                 del self._channels[name]
             self._nsqd.log.info("TOPIC(%s): deleted channel(%s)", self.name, name)
+            self._nsqd.lookupd_notify(encode_unregister(self.name, name))
             delete_topic = (
                 self.ephemeral and not self._channels and not self.exiting and not self._delete_scheduled
             )
@@ -284,6 +288,8 @@ class Topic(BackedQueue):
             self._pump.join()
         for channel in self.channels():
             channel.close(delete=delete)
+            if delete:
+                self._nsqd.lookupd_notify(encode_unregister(self.name, channel.name))
         with self._lock:
             if delete:
                 self._channels.clear()
