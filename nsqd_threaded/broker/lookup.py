@@ -325,9 +325,10 @@ def _error_text(e):
 class LookupPeers:
     """The set of lookupd peers of one NSQD (Go's lookupLoop and its optsNotificationChan).
 
-    ``_lock`` guards ``_peers`` changes (start, stop, :meth:`set_addresses`);
-    ``_peers`` is replaced whole (copy on write), so :meth:`notify` and the
-    channel query read it without the lock.
+    ``_lock`` guards ``_peers`` changes and ``_closed``; new peers start under
+    it, so :meth:`close` only ever sees started ones.  ``_peers`` is replaced
+    whole (copy on write), so :meth:`notify` and the channel query read it
+    without the lock.
     """
 
     def __init__(self, nsqd):
@@ -353,13 +354,13 @@ class LookupPeers:
                     new.append(peer)
                 peers.append(peer)
             self._peers = tuple(peers)
+            for peer in new:
+                peer.start()
         for peer in removed:
             self._nsqd.log.info("LOOKUP(%s): removing peer", peer.address)
             peer.stop()
         for peer in removed:
             peer.join()
-        for peer in new:
-            peer.start()
 
     def notify(self, cmd):
         """Queue an encoded (UN)REGISTER for every peer."""
