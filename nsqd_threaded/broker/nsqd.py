@@ -391,12 +391,12 @@ class NSQD:
             if topic is None:
                 if self._exiting:
                     raise TopicError("exiting")
-                topic = Topic(name, self)
+                start = self._topics_started
+                topic = Topic(name, self, held=start)  # held until its channels are pre-created
                 self._topics[name] = topic
                 self.log.info("TOPIC(%s): created", name)
                 self.lookupd_notify(encode_register(name))  # queued under the lock: before its channels
                 created = True
-                start = self._topics_started
             else:
                 created = start = False
         if start:

@@ -37,12 +37,12 @@ class Topic(BackedQueue):
     """A topic.
 
     ``_lock`` (BackedQueue's) guards the channel map, the backlog (memory and
-    backend), ``paused``/``exiting``/``_started``, and the counters.
+    backend), ``paused``/``exiting``/``_started``/``_held``, and the counters.
     ``_backlog_ready`` (a Condition on ``_lock``) signals the pump that the
     backlog may now be drained or that it must exit.
     """
 
-    def __init__(self, name, nsqd):
+    def __init__(self, name, nsqd, held=False):
         self.name = name
         self.ephemeral = name.endswith("#ephemeral")
         opts = nsqd.options
@@ -55,6 +55,9 @@ class Topic(BackedQueue):
         self.paused = False
         self.exiting = False
         self._started = False
+        # ``held``: publishers do not fan out before start() (its channels may still be
+        # pre-created from nsqlookupd; the backlog keeps the messages for all of them).
+        self._held = held
         self._delete_scheduled = False
         self.message_count = 0
         self.message_bytes = 0
@@ -67,6 +70,7 @@ class Topic(BackedQueue):
             if self._started or self.exiting:
                 return
             self._started = True
+            self._held = False
             self._pump.start()
 
     def __repr__(self):
@@ -96,7 +100,7 @@ class Topic(BackedQueue):
             try:
                 if (
                     self._inline_fan_out
-                    and self._started  # before start, channels may still be pre-created from lookupd
+                    and not self._held
                     and self._channels
                     and not self.paused
                     and not self._memory
