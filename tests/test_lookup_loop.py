@@ -29,10 +29,11 @@ class FakeLookupd:
     ``_lock`` guards ``connections`` and ``_socks``.  ``black_hole`` accepts and never answers.
     """
 
-    def __init__(self, port=0, info=None, black_hole=False):
+    def __init__(self, port=0, info=None, black_hole=False, identify_reply=None):
         self.info = info if info is not None else {"broadcast_address": "", "http_port": 0, "tcp_port": 0,
                                                    "version": "1.3.0", "hostname": "fake"}
         self.black_hole = black_hole
+        self.identify_reply = identify_reply  # raw bytes instead of the JSON of ``info``
         self._lock = threading.Lock()
         self.connections = []  # per connection: {"raw": bytearray, "cmds": [(line, body)], "closed": bool}
         self._socks = []
@@ -93,7 +94,10 @@ class FakeLookupd:
                     conn["cmds"].append((line.decode(), body))
                 if self.black_hole:
                     continue
-                reply = json.dumps(self.info).encode() if line == b"IDENTIFY" else b"OK"
+                if line == b"IDENTIFY":
+                    reply = self.identify_reply or json.dumps(self.info).encode()
+                else:
+                    reply = b"OK"
                 sock.sendall(struct.pack(">i", len(reply)) + reply)
         except (EOFError, OSError):
             pass
@@ -258,6 +262,60 @@ def test_identify_registrations_and_notification_trace(make_nsqd, fakes):
     assert "LOOKUPD(%s): peer info {TCPPort:0 HTTPPort:0 Version:1.3.0 BroadcastAddress:}" % fake.addr in \
         nsqd.log.stream.getvalue()
     assert "LOOKUPD(%s): no broadcast address" % fake.addr in nsqd.log.stream.getvalue()
+
+
+@pytest.mark.parametrize("reply", [b"E_INVALID", b"E_BAD_BODY IDENTIFY missing fields"])
+def test_identify_refused_closes_and_retries_at_the_next_ping(make_nsqd, fakes, reply):
+    fake = fakes(identify_reply=reply)
+    nsqd = make_nsqd(lookupd_ping_interval=0.05)
+    nsqd.get_topic("t")
+    nsqd.set_lookupd_addresses([fake.addr])
+    wait_until(lambda: fake.count() >= 2, what="a second attempt")
+    assert fake.closed(0) and fake.commands(0) == ["IDENTIFY"]  # nothing registered on a refused IDENTIFY
+    assert nsqd.lookupd_http_addresses() == []
+    log = nsqd.log.stream.getvalue()
+    if reply == b"E_INVALID":
+        assert "LOOKUPD(%s): lookupd returned E_INVALID" % fake.addr in log
+    else:
+        assert "LOOKUPD(%s): parsing response - %s" % (fake.addr, reply.decode()) in log
+
+
+def test_channel_query_request(make_nsqd, fakes):
+    """The pre-creation query as nsqd sends it: path, escaping, V1 Accept header; a V1 answer."""
+    import http.server
+
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append((self.path, self.headers.get("Accept")))
+            body = b'{"channels":["z","a","a","skip#ephemeral"]}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=server.serve_forever, name="fake-lookupd-http")
+    t.start()
+    try:
+        fake = fakes(info={"broadcast_address": "127.0.0.1", "http_port": server.server_address[1],
+                           "tcp_port": 1, "version": "1.3.0"})
+        nsqd = make_nsqd(nsqlookupd_tcp_addresses=[fake.addr])
+        wait_until(lambda: nsqd.lookupd_http_addresses() == ["127.0.0.1:%d" % server.server_address[1]],
+                   what="IDENTIFY")
+        topic = nsqd.get_topic("q#ephemeral")
+        assert seen == [("/channels?topic=q%23ephemeral", "application/vnd.nsq; version=1.0")]
+        assert sorted(c.name for c in topic.channels()) == ["a", "z"]
+        wait_until(lambda: fake.commands()[-1:] == ["REGISTER q#ephemeral z"], what="REGISTERs")
+        assert fake.commands()[1:] == ["REGISTER q#ephemeral", "REGISTER q#ephemeral a", "REGISTER q#ephemeral z"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        t.join()
 
 
 def test_ephemeral_auto_delete_unregisters(make_nsqd, fakes):
