@@ -2,12 +2,10 @@
 
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
 import threading
-import time
 import urllib.request
 
 import pytest

@@ -300,13 +300,13 @@ def _recv_exactly(sock, n):
     while n:
         chunk = sock.recv(min(n, 65536))
         if not chunk:
-            raise EOFError_()
+            raise LookupdClosed()
         chunks.append(chunk)
         n -= len(chunk)
     return b"".join(chunks)
 
 
-class EOFError_(OSError):
+class LookupdClosed(OSError):
     """The lookupd closed the connection (Go reports ``EOF``)."""
 
     def __str__(self):
