@@ -260,6 +260,9 @@ def test_identify_registrations_and_notification_trace(make_nsqd, fakes):
     assert "LOOKUPD(%s): peer info {TCPPort:0 HTTPPort:0 Version:1.3.0 BroadcastAddress:}" % fake.addr in \
         nsqd.log.stream.getvalue()
     assert "LOOKUPD(%s): no broadcast address" % fake.addr in nsqd.log.stream.getvalue()
+    log = nsqd.log.stream.getvalue()
+    assert "LOOKUPD(%s): topic REGISTER lt\n" % fake.addr in log
+    assert "LOOKUPD(%s): channel UNREGISTER lt lc\n" % fake.addr in log
 
 
 @pytest.mark.parametrize("reply", [b"E_INVALID", b"E_BAD_BODY IDENTIFY missing fields"])

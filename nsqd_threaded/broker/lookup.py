@@ -189,8 +189,9 @@ class LookupPeer:
                 cmd = PING
             if cmd is _STOP:
                 break
-            if cmd is not PING:
-                self._log.info("LOOKUPD(%s): %s", self.address, command_text(cmd))
+            if cmd is not PING:  # a notification, logged as Go does: "topic REGISTER t", "channel ..."
+                branch = "channel" if cmd.count(b" ") == 2 else "topic"
+                self._log.info("LOOKUPD(%s): %s %s", self.address, branch, command_text(cmd))
             self._command(cmd)
         self._close()
 
