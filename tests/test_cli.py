@@ -206,7 +206,7 @@ def test_unsupported_flag_is_refused(setting):
 
 
 def test_unsupported_flags_in_go_forms_are_refused():
-    for args in (["-tls-cert=x"], ["-deflate=true"], ["--snappy=true"], ["-lookupd-tcp-address", "a:1"],
+    for args in (["-tls-cert=x"], ["-deflate=true"], ["--snappy=true"], ["-auth-http-address", "a:1"],
                  ["--tls-required=tcp-https"], ["-statsd-exclude-ephemeral"]):
         result = invoke(*args)
         assert result.exit_code == 2, (args, result.output)
@@ -218,8 +218,7 @@ def test_unsupported_feature_list():
         "https-address", "tls-cert", "tls-key", "tls-client-auth-policy", "tls-root-ca-file",
         "tls-required", "tls-min-version", "auth-http-address", "auth-http-request-method",
         "statsd-address", "statsd-interval", "statsd-mem-stats", "statsd-prefix",
-        "statsd-udp-packet-size", "statsd-exclude-ephemeral", "lookupd-tcp-address",
-        "http-client-connect-timeout", "http-client-request-timeout", "deflate", "snappy",
+        "statsd-udp-packet-size", "statsd-exclude-ephemeral", "deflate", "snappy",
         "max-deflate-level", "topology-region", "topology-zone", "enable-experiment",
     }
 
@@ -228,7 +227,6 @@ def test_unsupported_feature_list():
     "line, flag",
     [
         ('tls_cert = "cert.pem"', "--tls-cert"),
-        ('nsqlookupd_tcp_addresses = ["127.0.0.1:4160"]', "--lookupd-tcp-address"),
         ('auth_http_addresses = "a:1,b:2"', "--auth-http-address"),
         ('statsd_address = "127.0.0.1:8125"', "--statsd-address"),
         ("max_deflate_level = 9", "--max-deflate-level"),

@@ -72,7 +72,8 @@ def test_options_fields_are_the_settings_with_a_field():
 
 def test_derived_sets():
     assert options.INTERNAL_OPTIONS == {
-        "client_timeout", "queue_scan_interval", "queue_scan_refresh_interval", "queue_scan_dirty_percent", "version"}
+        "client_timeout", "queue_scan_interval", "queue_scan_refresh_interval", "queue_scan_dirty_percent", "version",
+        "lookupd_ping_interval"}
     assert {"msg_timeout", "sync_timeout", "statsd_interval", "http_read_timeout"} <= options.DURATION_OPTIONS
     assert not options.DURATION_OPTIONS & options.INTERNAL_OPTIONS
     assert "max_rdy_count" not in options.DURATION_OPTIONS
@@ -164,7 +165,7 @@ def test_read_uses_cfg_names_and_warns_about_unknown_keys(tmp_path):
         max_req_timeout = 1500
         mem_queue_sizee = 100        # a typo
         e2e_processing_latency_percentiles = [0.99]
-        nsqlookupd_tcp_addresses = []
+        auth_http_addresses = []
         enable_experiment = ""
         verbose = true               # deprecated flags have no config key
         [section]
@@ -205,7 +206,7 @@ def test_resolve_flags_win_and_deprecated_flags_warn(tmp_path):
     by_flag = {s.flag: s for s in SETTINGS}
     path = write_config(tmp_path, 'msg_timeout = "5s"\nmax_rdy_count = 3\n')
     flags = {by_flag["msg-timeout"]: 9.0, by_flag["verbose"]: True,
-             by_flag["lookupd-tcp-address"]: [], by_flag["snappy"]: False, by_flag["tls-required"]: 0,
+             by_flag["auth-http-address"]: [], by_flag["snappy"]: False, by_flag["tls-required"]: 0,
              by_flag["statsd-mem-stats"]: False, by_flag["e2e-processing-latency-percentile"]: (0.5,)}
     values, warnings = config.resolve(flags, path)
     assert values == {"msg_timeout": 9.0, "max_rdy_count": 3, "e2e_processing_latency_percentiles": [0.5]}
@@ -214,7 +215,7 @@ def test_resolve_flags_win_and_deprecated_flags_warn(tmp_path):
 
 
 @pytest.mark.parametrize("flag, value", [("snappy", True), ("deflate", True), ("tls-cert", "x"),
-                                         ("max-deflate-level", 9), ("lookupd-tcp-address", ["a:1"])])
+                                         ("max-deflate-level", 9), ("auth-http-address", ["a:1"])])
 def test_resolve_refuses_values_of_unbuilt_features(flag, value):
     setting = {s.flag: s for s in SETTINGS}[flag]
     with pytest.raises(NotSupportedError, match="--%s is not supported yet" % flag):
@@ -224,8 +225,8 @@ def test_resolve_refuses_values_of_unbuilt_features(flag, value):
 def test_asks_for_nothing():
     settings = {s.flag: s for s in SETTINGS if s.status == UNSUPPORTED}
     assert settings["tls-cert"].asks_for_nothing("")
-    assert settings["lookupd-tcp-address"].asks_for_nothing(())
-    assert settings["lookupd-tcp-address"].asks_for_nothing([])
+    assert settings["auth-http-address"].asks_for_nothing(())
+    assert settings["auth-http-address"].asks_for_nothing([])
     assert settings["max-deflate-level"].asks_for_nothing(6)
     assert settings["tls-required"].asks_for_nothing(0)
     assert settings["tls-min-version"].asks_for_nothing(0x0301)
@@ -238,7 +239,7 @@ def test_asks_for_nothing():
     assert not settings["max-deflate-level"].asks_for_nothing(0)
     assert not settings["statsd-exclude-ephemeral"].asks_for_nothing(True)
     assert not settings["tls-required"].asks_for_nothing(1)
-    assert not settings["lookupd-tcp-address"].asks_for_nothing(("a:4160",))
+    assert not settings["auth-http-address"].asks_for_nothing(("a:4160",))
 
 
 @pytest.mark.parametrize(

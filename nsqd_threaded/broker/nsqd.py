@@ -14,6 +14,10 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
   creation (later topics),
 * ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages,
 * ``nsqd-idle-watch``      wakes parked idle connection threads (Linux).
+* ``nsqd-lookup[host:port]`` one per ``--lookupd-tcp-address`` (joined by
+  ``LookupPeers.close`` or when ``PUT /config/nsqlookupd_tcp_addresses`` drops it),
+* ``nsqd-lookup-query[...]`` short-lived, one per lookupd asked for a new
+  topic's channels (joined by the creating thread).
 """
 
 import collections
@@ -22,6 +26,7 @@ import gc
 import fcntl
 import os
 import random
+import socket
 import threading
 import time
 
@@ -31,6 +36,7 @@ from ..storage.durable import DurableDiskQueue
 from ..server.idle import new_idle_watcher
 from .channel import ChannelError
 from .client_v2 import Client
+from .lookup import LookupPeers, encode_register, encode_unregister, query_topic_channels
 from ..storage import metadata
 from ..logger import Logger
 from ..settings.options import Options
@@ -79,6 +85,7 @@ class NSQD:
         self._loading = False  # while nsqd.dat is being loaded: no persisting
         self._gc_pauses = collections.deque(maxlen=256)
         self._gc_started = None
+        self._lookup = LookupPeers(self)  # the lookupd peer threads (started by start())
 
     # -- factories used by topics and channels ------------------------------
 
@@ -162,6 +169,7 @@ class NSQD:
             self.idle_watcher.start()
         self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
         self._spawn("nsqd-queue-scan", self._queue_scan_loop)
+        self._lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
         if hasattr(gc, "callbacks"):  # CPython only (PyPy has none)
             gc.callbacks.append(self._on_gc)
         self._started = True
@@ -237,6 +245,7 @@ class NSQD:
                 topics = list(self._topics.values())
             for topic in topics:
                 topic.close()
+            self._lookup.close()  # no UNREGISTER: lookupd drops this producer when the socket closes
             self._scan_stop.set()
             for t in self._threads:
                 t.join()
@@ -382,14 +391,16 @@ class NSQD:
             if topic is None:
                 if self._exiting:
                     raise TopicError("exiting")
-                topic = Topic(name, self)
+                start = self._topics_started
+                topic = Topic(name, self, held=start)  # held until its channels are pre-created
                 self._topics[name] = topic
                 self.log.info("TOPIC(%s): created", name)
+                self.lookupd_notify(encode_register(name))  # queued under the lock: before its channels
                 created = True
-                start = self._topics_started
             else:
                 created = start = False
         if start:
+            self._precreate_channels(topic)
             topic.start()
         if created and not topic.ephemeral:
             self.persist_metadata()
@@ -407,6 +418,7 @@ class NSQD:
         topic = self.get_existing_topic(name)
         if topic is None:
             return False
+        self.lookupd_notify(encode_unregister(name))  # before its channels' UNREGISTERs, as Go
         topic.close(delete=True)
         with self._lock:
             if self._topics.get(name) is topic:
@@ -423,8 +435,74 @@ class NSQD:
         self.log.set_level(level)
 
     def set_lookupd_addresses(self, addresses):
-        # Stored and reported; the nsqlookupd client is not built yet.
+        """``PUT /config/nsqlookupd_tcp_addresses``: dropped peers are stopped and joined, new ones started."""
         self.options.nsqlookupd_tcp_addresses = list(addresses)
+        if self._started:
+            self._lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
+
+    # -- cluster (nsqlookupd) ------------------------------------------------------
+
+    def lookupd_notify(self, cmd):
+        """Queue an encoded REGISTER/UNREGISTER for every lookupd peer (never blocks)."""
+        self._lookup.notify(cmd)
+
+    def lookupd_identity(self):
+        """The IDENTIFY body sent to each lookupd."""
+        o = self.options
+        http = self.http_address
+        return {
+            "broadcast_address": o.broadcast_address,
+            "hostname": socket.gethostname(),
+            "http_port": o.broadcast_http_port or (http[1] if http else 0),
+            "tcp_port": o.broadcast_tcp_port or self.tcp_address[1],
+            "topology_region": o.topology_region,
+            "topology_zone": o.topology_zone,
+            "version": o.version,
+        }
+
+    def lookupd_registrations(self):
+        """``[(topic, [channel, ...])]`` of every live topic and channel, registered on each (re)connect."""
+        result = []
+        for topic in self.topics():
+            if topic.exiting:
+                continue
+            result.append((topic.name, [c.name for c in topic.channels() if not c.exiting]))
+        return result
+
+    def lookupd_http_addresses(self):
+        """``host:port`` of the lookupds that completed an IDENTIFY (their HTTP APIs)."""
+        return self._lookup.http_addresses()
+
+    def _precreate_channels(self, topic):
+        """Create the channels the cluster knows for a new topic before it starts delivering.
+
+        As Go nsqd: blocks the creating request for the lookupd queries.
+        """
+        addresses = self._lookup.http_addresses()
+        if not addresses:
+            if self.options.nsqlookupd_tcp_addresses:
+                self.log.error("no available nsqlookupd to query for channels to pre-create for topic %s", topic.name)
+            return
+        o = self.options
+        channels, errors = query_topic_channels(
+            addresses, topic.name, o.http_client_connect_timeout, o.http_client_request_timeout
+        )
+        if errors:
+            what = "failed to query any nsqlookupd" if len(errors) == len(addresses) else "partial failure"
+            self.log.warn(
+                "failed to query nsqlookupd for channels to pre-create for topic %s - %s: %s",
+                topic.name, what, "; ".join(errors),
+            )
+        for name in channels:
+            if name.endswith("#ephemeral"):
+                continue  # an ephemeral channel exists only with its consumers
+            if not is_valid_name(name):
+                self.log.warn("skipping pre-creation of invalid channel %s for topic %s", name, topic.name)
+                continue
+            try:
+                topic.get_channel(name)
+            except TopicError:
+                return  # deleted meanwhile
 
     # -- queue scanner -----------------------------------------------------
 

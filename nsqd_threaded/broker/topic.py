@@ -23,6 +23,7 @@ import time
 from ..storage.backend import BackedQueue, BackendError
 from .channel import Channel, ChannelError
 from .guid import GUIDFactory
+from .lookup import encode_register, encode_unregister
 from .message import Message
 
 PUMP_BATCH = 1024
@@ -36,12 +37,12 @@ class Topic(BackedQueue):
     """A topic.
 
     ``_lock`` (BackedQueue's) guards the channel map, the backlog (memory and
-    backend), ``paused``/``exiting``/``_started``, and the counters.
+    backend), ``paused``/``exiting``/``_started``/``_held``, and the counters.
     ``_backlog_ready`` (a Condition on ``_lock``) signals the pump that the
     backlog may now be drained or that it must exit.
     """
 
-    def __init__(self, name, nsqd):
+    def __init__(self, name, nsqd, held=False):
         self.name = name
         self.ephemeral = name.endswith("#ephemeral")
         opts = nsqd.options
@@ -54,6 +55,9 @@ class Topic(BackedQueue):
         self.paused = False
         self.exiting = False
         self._started = False
+        # ``held``: publishers do not fan out before start() (its channels may still be
+        # pre-created from nsqlookupd; the backlog keeps the messages for all of them).
+        self._held = held
         self._delete_scheduled = False
         self.message_count = 0
         self.message_bytes = 0
@@ -66,6 +70,7 @@ class Topic(BackedQueue):
             if self._started or self.exiting:
                 return
             self._started = True
+            self._held = False
             self._pump.start()
 
     def __repr__(self):
@@ -95,6 +100,7 @@ class Topic(BackedQueue):
             try:
                 if (
                     self._inline_fan_out
+                    and not self._held
                     and self._channels
                     and not self.paused
                     and not self._memory
@@ -207,6 +213,7 @@ class Topic(BackedQueue):
             self._channels[name] = channel
             self._backlog_ready.notify()
             self._nsqd.log.info("TOPIC(%s): new channel(%s)", self.name, name)
+            self._nsqd.lookupd_notify(encode_register(self.name, name))  # queued under the lock: in order
         if not (self.ephemeral or channel.ephemeral):
             self._nsqd.persist_metadata()
         return channel
@@ -234,6 +241,7 @@ class Topic(BackedQueue):
             if self._channels.get(name) is channel:
                 del self._channels[name]
             self._nsqd.log.info("TOPIC(%s): deleted channel(%s)", self.name, name)
+            self._nsqd.lookupd_notify(encode_unregister(self.name, name))
             delete_topic = (
                 self.ephemeral and not self._channels and not self.exiting and not self._delete_scheduled
             )
@@ -284,6 +292,8 @@ class Topic(BackedQueue):
             self._pump.join()
         for channel in self.channels():
             channel.close(delete=delete)
+            if delete:
+                self._nsqd.lookupd_notify(encode_unregister(self.name, channel.name))
         with self._lock:
             if delete:
                 self._channels.clear()

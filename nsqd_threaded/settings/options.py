@@ -359,9 +359,9 @@ SETTINGS = (
     Setting("broadcast-http-port", INT, 0, "HTTP port that will be registered with lookupd "
             "(defaults to the HTTP port that this nsqd is listening on)", check=_non_negative),
     Setting("lookupd-tcp-address", STR_LIST, (), "lookupd TCP address (may be given multiple times)",
-            U, field="nsqlookupd_tcp_addresses"),
-    Setting("http-client-connect-timeout", DURATION, 2.0, "timeout for HTTP connect", U),
-    Setting("http-client-request-timeout", DURATION, 5.0, "timeout for HTTP request", U),
+            field="nsqlookupd_tcp_addresses"),
+    Setting("http-client-connect-timeout", DURATION, 2.0, "timeout for HTTP connect", check=_non_negative),
+    Setting("http-client-request-timeout", DURATION, 5.0, "timeout for HTTP request", check=_non_negative),
     Setting("http-read-timeout", DURATION, 30.0, "(not in Go nsqd) how long the HTTP server waits "
             "for a request's headers and body, and for the first request of a new connection", check=_positive),
     Setting("http-idle-timeout", DURATION, 60.0, "(not in Go nsqd) how long an idle HTTP keep-alive "
@@ -447,6 +447,7 @@ SETTINGS = (
     Setting(None, DURATION, 5.0, status=INTERNAL, field="queue_scan_refresh_interval"),
     Setting(None, FLOAT, 0.25, status=INTERNAL, field="queue_scan_dirty_percent"),
     Setting(None, STR, VERSION, status=INTERNAL, field="version"),
+    Setting(None, DURATION, 15.0, status=INTERNAL, field="lookupd_ping_interval"),  # Go's 15 s; tests shorten it
 )
 
 del U
