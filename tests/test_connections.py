@@ -2,6 +2,7 @@
 
 import gc
 import http.client
+import platform
 import socket
 import struct
 import threading
@@ -240,6 +241,9 @@ def test_idle_watcher_releases_without_a_permit_rather_than_never():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.skipif(
+    platform.python_implementation() != "CPython", reason="only CPython frees by reference counting"
+)
 def test_closed_connection_is_freed_without_a_garbage_collection(nsqd):
     """No reference cycle keeps an ended connection (client, buffers, pump) for a full GC."""
     gc.disable()

@@ -159,8 +159,16 @@ class Reader:
             self._idle.resumed()
 
     def memory(self):
-        """Bytes held by this reader's buffers (for tests and diagnostics)."""
-        return len(self._chunk) + sys.getsizeof(self._buf)
+        """Bytes held by this reader's buffers (for tests and diagnostics).
+
+        CPython's ``getsizeof`` includes a bytearray's spare capacity; PyPy has
+        no ``getsizeof``, and its length is the best estimate there.
+        """
+        try:
+            held = sys.getsizeof(self._buf)
+        except TypeError:  # PyPy
+            held = len(self._buf)
+        return len(self._chunk) + held
 
     def readline(self):
         """One line without its ``\\n``."""
