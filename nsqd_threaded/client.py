@@ -23,6 +23,7 @@ protocol; client-side waits (``timeout``, ``reconnect_backoff``) are in seconds.
 
 import collections
 import concurrent.futures
+import http.client
 import json
 import logging
 import queue
@@ -70,14 +71,26 @@ def parse_address(address):
 
 def parse_addresses(addresses):
     """One address or a list of them -> a list of ``(host, port)``."""
-    if isinstance(addresses, str) or (
-        isinstance(addresses, tuple) and len(addresses) == 2 and isinstance(addresses[1], int)
-    ):
+    if _one_address(addresses):
         return [parse_address(addresses)]
     result = [parse_address(a) for a in addresses]
     if not result:
         raise ValueError("no nsqd address given")
     return result
+
+
+def _one_address(addresses):
+    """True for one address (``"host:port"``, ``(host, port)`` or ``[host, port]``), not a list of them."""
+    return isinstance(addresses, str) or (
+        isinstance(addresses, (tuple, list)) and len(addresses) == 2 and isinstance(addresses[1], int)
+    )
+
+
+def _as_list(addresses):
+    """None, one address, or a list of them -> a list."""
+    if not addresses:
+        return []
+    return [addresses] if _one_address(addresses) else list(addresses)
 
 
 def _name(name, what):
@@ -223,90 +236,135 @@ def _identify_fields(extra):
     return fields
 
 
+# -- lookupd ---------------------------------------------------------------------
+
+LOOKUPD_ACCEPT = "application/vnd.nsq; version=1.0"
+
+
+def parse_lookupd_address(address):
+    """``"host:port"``, ``"http://host:port"`` or ``(host, port)`` -> ``(host, port)``."""
+    if isinstance(address, str):
+        address = address.split("://", 1)[-1].rstrip("/")
+    return parse_address(address)
+
+
+def query_lookupd(address, path, timeout):
+    """``GET path`` on one nsqlookupd (the v1 API, unwrapped JSON): ``(status, doc)``; OSError if unreachable."""
+    host, port = address
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Accept": LOOKUPD_ACCEPT})
+        resp = conn.getresponse()
+        body = resp.read()
+    except (OSError, http.client.HTTPException) as e:
+        raise ConnectionError("nsqlookupd at %s: %s" % (_fmt(address), e)) from None
+    finally:
+        conn.close()
+    try:
+        return resp.status, json.loads(body.decode("utf-8"))
+    except ValueError:
+        raise ConnectionError("nsqlookupd at %s answered %d with no JSON" % (_fmt(address), resp.status)) from None
+
+
+def producer_addresses(doc):
+    """The ``broadcast_address:tcp_port`` of each producer of a ``/lookup`` or ``/nodes`` answer."""
+    result = []
+    for p in doc.get("producers") or ():
+        try:
+            result.append((str(p["broadcast_address"]).strip("[]"), int(p["tcp_port"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return result
+
+
+def lookup_addresses(lookupds, path, timeout):
+    """The union of the producers ``path`` lists on every lookupd, in a stable order.
+
+    A 404 (``TOPIC_NOT_FOUND``) counts as an empty answer.  Returns ``(addresses,
+    errors)``: the lookupds that could not be asked are in ``errors``.
+    """
+    found, errors = {}, []
+    for lookupd in lookupds:
+        try:
+            status, doc = query_lookupd(lookupd, path, timeout)
+        except OSError as e:
+            errors.append(e)
+            continue
+        if status == 200:
+            for address in producer_addresses(doc):
+                found.setdefault(address, None)
+        elif status != 404:
+            errors.append(ConnectionError("nsqlookupd at %s answered %d %s" % (_fmt(lookupd), status, doc)))
+    return sorted(found), errors
+
+
 # -- Producer --------------------------------------------------------------------
 
+# The node could not take the message (it is exiting, or its backend failed): safe to try another.
+_RETRY_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
 
-class Producer:
-    """Publishes to one nsqd over one pipelined connection; safe to share between threads.
 
-    ``Producer(address, *, timeout=10.0, identify=None)``: ``address`` is ``"host:port"``
-    or ``(host, port)``; ``timeout`` bounds connecting and waiting for each answer;
-    ``identify`` adds or overrides IDENTIFY fields (wire names and units).
+class _Node:
+    """One nsqd of a Producer: one pipelined connection, its reader thread, its back-off.
 
-    The connection is made on first use (or by :meth:`connect`) and made again on the
-    next request after it ends, for instance after a fatal error.  A request in
-    flight when its connection ends fails with ConnectionClosed (it may or may not
-    have been published): nothing is retried behind your back.
-
-    ``_lock`` guards ``_conn``, ``_threads`` and ``_closed``, and is held while a
-    request is written so that each connection's ``pending`` queue is in write order.
+    ``lock`` guards ``conn``, ``threads``, ``down_until`` and ``backoff``, and is held
+    while a request is written so that the connection's ``pending`` queue is in
+    write order.
     """
 
-    def __init__(self, address, *, timeout=10.0, identify=None):
-        self.address = parse_address(address)
-        self.timeout = timeout
-        self._identify = _identify_fields(identify)
-        self._lock = threading.Lock()
-        self._conn = None
-        self._threads = []
-        self._closed = False
-        self.heartbeats = 0  # heartbeats answered (for tests and curiosity)
+    def __init__(self, producer, address):
+        self.producer = producer
+        self.address = address
+        self.lock = threading.Lock()
+        self.conn = None
+        self.threads = []
+        self.down_until = 0.0  # monotonic time before which a reconnect is not tried first
+        self.backoff = producer.reconnect_backoff[0]
 
-    def __repr__(self):
-        return "<Producer %s>" % _fmt(self.address)
-
-    @property
-    def connected(self):
-        """True while a connection is open (it may still turn out dead on the next request)."""
-        with self._lock:
-            return self._conn is not None
-
-    def connect(self):
-        """Connect now (otherwise the first request does); returns self."""
-        with self._lock:
-            self._connection()
-        return self
-
-    def __enter__(self):
-        return self.connect()
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def _connection(self):
-        if self._closed:
+    def connection(self):
+        """The open connection, made now if there is none (call with ``lock`` held)."""
+        producer = self.producer
+        if producer._closed:
             raise ConnectionClosed("producer is closed")
-        conn = self._conn
+        conn = self.conn
         if conn is None:
-            conn = Connection(self.address, self.timeout)
             try:
-                conn.identify(self._identify)
-            except BaseException:
-                conn.close()
+                conn = Connection(self.address, producer.timeout)
+                try:
+                    conn.identify(producer._identify)
+                except BaseException:
+                    conn.close()
+                    raise
+            except (OSError, NSQError):
+                low, high = producer.reconnect_backoff
+                self.down_until = time.monotonic() + self.backoff
+                self.backoff = min(self.backoff * 2, high)
                 raise
+            self.backoff = producer.reconnect_backoff[0]
+            self.down_until = 0.0
             conn.handshake_done()
             conn.pending = collections.deque()
             thread = threading.Thread(
                 target=self._read_loop, args=(conn,), name="nsq-producer[%s]" % _fmt(self.address), daemon=True
             )
-            self._threads = [t for t in self._threads if t.is_alive()]
-            self._threads.append(thread)
-            self._conn = conn
+            self.threads = [t for t in self.threads if t.is_alive()]
+            self.threads.append(thread)
+            self.conn = conn
             thread.start()
         return conn
 
-    def _request(self, data):
+    def request(self, data):
         future = concurrent.futures.Future()
-        with self._lock:
-            conn = self._connection()
+        with self.lock:
+            conn = self.connection()
             conn.pending.append(future)
             try:
                 conn.send(data)
             except ConnectionClosed:
-                # The reader drains `pending` only under _lock, so ours is still there.
+                # The reader drains `pending` only under lock, so ours is still there.
                 conn.pending.remove(future)
-                if self._conn is conn:
-                    self._conn = None
+                if self.conn is conn:
+                    self.conn = None
                 raise
         return future
 
@@ -317,7 +375,7 @@ class Producer:
             while True:
                 frame_type, data = conn.read_frame()
                 if frame_type == protocol.FRAME_TYPE_RESPONSE and data == HEARTBEAT:
-                    self.heartbeats += 1
+                    self.producer.heartbeats += 1
                     conn.send(b"NOP\n")
                     continue
                 try:
@@ -329,9 +387,9 @@ class Producer:
                     if error.fatal:
                         # nsqd closes after a fatal error: later requests get a new connection.
                         cause = error
-                        with self._lock:
-                            if self._conn is conn:
-                                self._conn = None
+                        with self.lock:
+                            if self.conn is conn:
+                                self.conn = None
                     if future is None:
                         log.warning("%s: error without a request: %s", _fmt(conn.address), error)
                     else:
@@ -348,9 +406,9 @@ class Producer:
             if cause is None:
                 cause = e
         finally:
-            with self._lock:
-                if self._conn is conn:
-                    self._conn = None
+            with self.lock:
+                if self.conn is conn:
+                    self.conn = None
                 pending = list(conn.pending)
                 conn.pending.clear()
             conn.close()
@@ -359,12 +417,198 @@ class Producer:
                     ConnectionClosed("connection to %s ended before the answer (%s)" % (_fmt(conn.address), cause))
                 )
 
+    def pending(self):
+        with self.lock:
+            return list(self.conn.pending) if self.conn is not None else []
+
+    def close(self):
+        """Disconnect and join the reader threads (after the answers were waited for)."""
+        with self.lock:
+            conn, self.conn = self.conn, None
+            threads, self.threads = self.threads, []
+        if conn is not None:
+            conn.shutdown()
+        for thread in threads:
+            thread.join()
+
+
+class Producer:
+    """Publishes to one or several nsqd over pipelined connections; safe to share between threads.
+
+    ``Producer(addresses=None, *, lookupd_http_addresses=None, timeout=10.0,
+    identify=None, reconnect_backoff=(0.1, 5.0), lookupd_poll_interval=60.0)``:
+
+    * ``addresses``: one nsqd (``"host:port"`` or ``(host, port)``) or a list of them;
+    * ``lookupd_http_addresses``: nsqlookupd HTTP addresses whose ``/nodes`` add every
+      registered nsqd (asked on first use, then again on the first use after
+      ``lookupd_poll_interval`` seconds);
+    * ``timeout`` bounds connecting and waiting for each answer; ``identify`` adds or
+      overrides IDENTIFY fields (wire names and units).
+
+    Connections are made on first use (or by :meth:`connect`) and again on the next
+    request after one ends.  **One nsqd**: a request in flight when its connection ends
+    fails with ConnectionClosed (it may or may not have been published): nothing is
+    retried behind your back.  **Several nsqd**: requests go round robin over the
+    nodes; a request whose node fails (cannot connect, connection lost before the
+    answer, or ``E_*PUB_FAILED``) is sent again to the next node, so it is published
+    at least once, or the call raises ConnectionClosed when no node could take it.
+    A node that failed is skipped for ``reconnect_backoff`` seconds (min, max,
+    doubling; tried last meanwhile) and rejoins on the first use after that.
+    A TimeoutError (no answer in time) is never retried: the node may have taken it.
+
+    ``_lock`` guards ``_nodes``, ``_retired``, ``_next``, ``_next_poll`` and ``_closed``.
+    """
+
+    def __init__(
+        self,
+        addresses=None,
+        *,
+        lookupd_http_addresses=None,
+        timeout=10.0,
+        identify=None,
+        reconnect_backoff=(0.1, 5.0),
+        lookupd_poll_interval=60.0
+    ):
+        direct = parse_addresses(addresses) if addresses else []
+        self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
+        if not direct and not self.lookupd_http_addresses:
+            raise ValueError("no nsqd address given (nor any lookupd_http_addresses)")
+        self.addresses = direct
+        self.address = direct[0] if direct else None
+        self.timeout = timeout
+        self.reconnect_backoff = reconnect_backoff
+        self.lookupd_poll_interval = lookupd_poll_interval
+        self._identify = _identify_fields(identify)
+        self._lock = threading.Lock()
+        self._nodes = [_Node(self, a) for a in direct]
+        self._retired = []  # nodes lookupd no longer lists: closed with the producer
+        self._next = 0
+        self._next_poll = 0.0
+        self._closed = False
+        # One nsqd given directly: requests go straight to it (no retry, no extra object per request).
+        self._single = self._nodes[0] if len(direct) == 1 and not self.lookupd_http_addresses else None
+        self.heartbeats = 0  # heartbeats answered (for tests and curiosity)
+
+    def __repr__(self):
+        where = [_fmt(a) for a in self.addresses] + ["lookupd " + _fmt(a) for a in self.lookupd_http_addresses]
+        return "<Producer %s>" % ",".join(where)
+
+    @property
+    def nodes(self):
+        """The nsqd addresses publishes are spread over."""
+        with self._lock:
+            return [n.address for n in self._nodes]
+
+    @property
+    def connected(self):
+        """True while a connection is open (it may still turn out dead on the next request)."""
+        with self._lock:
+            nodes = list(self._nodes)
+        return any(n.conn is not None for n in nodes)
+
+    def connect(self):
+        """Connect now to every node (otherwise the first request does); returns self.
+
+        Raises the first failure when no node could be connected."""
+        errors = []
+        for node in self._candidates():
+            try:
+                with node.lock:
+                    node.connection()
+            except (OSError, NSQError) as e:
+                errors.append(e)
+        if errors and not self.connected:
+            raise errors[0]
+        return self
+
+    def __enter__(self):
+        return self.connect()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _candidates(self):
+        """Every node, round robin from the next one: those not backing off first."""
+        with self._lock:
+            if self._closed:
+                raise ConnectionClosed("producer is closed")
+            poll = self.lookupd_http_addresses and time.monotonic() >= self._next_poll
+            if poll:
+                self._next_poll = time.monotonic() + self.lookupd_poll_interval
+        if poll:
+            self._poll_lookupd()
+        with self._lock:
+            nodes = self._nodes
+            if not nodes:
+                return []
+            start = self._next % len(nodes)
+            self._next = start + 1
+        ordered = nodes[start:] + nodes[:start]
+        now = time.monotonic()
+        return [n for n in ordered if n.down_until <= now] + [n for n in ordered if n.down_until > now]
+
+    def _poll_lookupd(self):
+        found, errors = lookup_addresses(self.lookupd_http_addresses, "/nodes", self.timeout)
+        for error in errors:
+            log.warning("%s: %s", self, error)
+        if errors and not found:
+            return  # keep what we know
+        wanted = set(self.addresses) | set(found)
+        with self._lock:
+            known = {n.address: n for n in self._nodes}
+            kept = [n for n in self._nodes if n.address in wanted]
+            kept += [_Node(self, a) for a in self.addresses + found if a not in known and a in wanted]
+            # dict: an address listed both directly and by lookupd is one node
+            self._nodes = list({n.address: n for n in kept}.values())
+            self._retired += [n for n in known.values() if n.address not in wanted]
+
+    def _request(self, data):
+        single = self._single
+        if single is not None:
+            return single.request(data)
+        outer = concurrent.futures.Future()
+        self._dispatch(data, outer, set(), [])
+        return outer
+
+    def _dispatch(self, data, outer, tried, errors):
+        """Send ``data`` to the first node not yet ``tried``; on a node failure, again to the next."""
+        try:
+            nodes = self._candidates()
+        except ConnectionClosed as e:
+            outer.set_exception(e)
+            return
+        for node in nodes:
+            if node.address in tried:
+                continue
+            tried.add(node.address)
+            try:
+                inner = node.request(data)
+            except (OSError, NSQError) as e:  # could not connect, or the connection just ended
+                errors.append(e)
+                continue
+
+            def answered(future, node=node):
+                error = future.exception()
+                if error is None:
+                    outer.set_result(future.result())
+                elif isinstance(error, ConnectionClosed) or getattr(error, "code", None) in _RETRY_CODES:
+                    log.info("%s: %s; trying another nsqd", _fmt(node.address), error)
+                    errors.append(error)
+                    self._dispatch(data, outer, tried, errors)
+                else:
+                    outer.set_exception(error)
+
+            inner.add_done_callback(answered)
+            return
+        why = "; ".join(str(e) for e in errors) or "no nsqd known"
+        outer.set_exception(ConnectionClosed("no nsqd could take the request (%s)" % why))
+
     def _wait(self, future, timeout):
         timeout = self.timeout if timeout is None else timeout
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
-            raise TimeoutError("no answer from nsqd at %s within %gs" % (_fmt(self.address), timeout)) from None
+            raise TimeoutError("no answer from nsqd within %gs" % timeout) from None
 
     # -- commands --------------------------------------------------------------
 
@@ -403,18 +647,12 @@ class Producer:
         """Wait (up to ``timeout``, default the producer's) for the answers in flight, then disconnect."""
         with self._lock:
             self._closed = True
-            conn = self._conn
-            pending = list(conn.pending) if conn is not None else []
+            nodes = self._nodes + self._retired
+        pending = [f for n in nodes for f in n.pending()]
         if pending:
             concurrent.futures.wait(pending, self.timeout if timeout is None else timeout)
-        with self._lock:
-            conn = self._conn
-            self._conn = None
-            threads, self._threads = self._threads, []
-        if conn is not None:
-            conn.shutdown()
-        for thread in threads:
-            thread.join()
+        for node in nodes:
+            node.close()
 
 
 # -- Consumer --------------------------------------------------------------------
