@@ -30,6 +30,7 @@ import queue
 import socket
 import threading
 import time
+import urllib.parse
 
 from . import protocol
 from .settings.options import VERSION
@@ -704,8 +705,15 @@ class Consumer:
 
     ``Consumer(addresses, topic, channel, handler=None, *, max_in_flight=1, concurrency=1,
     identify=None, requeue_delay_ms=0, reconnect_backoff=(0.1, 5.0), timeout=10.0,
-    on_error=None)``
+    on_error=None, lookupd_http_addresses=None, lookupd_poll_interval=60.0,
+    rdy_redistribute_interval=5.0, low_rdy_idle_timeout=10.0)``
 
+    * ``addresses``: nsqd TCP addresses (one or a list; may be None with lookupd).
+    * ``lookupd_http_addresses``: nsqlookupd HTTP addresses, asked ``/lookup?topic=``
+      at start and every ``lookupd_poll_interval`` seconds; the consumer connects to
+      every producer they list (``broadcast_address:tcp_port``).  Such a connection is
+      not re-made when it is lost: the next poll finds the node again if it is still
+      registered.
     * With a ``handler``, ``concurrency`` threads call ``handler(message)``: a return of
       ``False`` or an exception sends ``REQ <id> <requeue_delay_ms>``, anything else ``FIN``
       (unless the handler answered itself or called ``message.enable_async()``).
@@ -713,20 +721,25 @@ class Consumer:
       message with ``fin()``/``req()``.
     * ``max_in_flight`` is split over the connections (each gets at least 1) and capped
       at the ``max_rdy_count`` nsqd announces; it is sent as ``RDY`` right after ``SUB``.
+      With several connections it is re-split every ``rdy_redistribute_interval``
+      seconds: a connection that received nothing for ``low_rdy_idle_timeout`` seconds
+      drops to ``RDY 1`` and the busy connections share the rest.  An idle connection
+      that receives a message again is busy at the next re-split.
     * ``identify`` adds or overrides IDENTIFY fields (e.g. ``{"heartbeat_interval": 1000,
       "msg_timeout": 5000}``, in ms).
-    * A lost connection is made again at once, then after ``reconnect_backoff`` seconds
-      (min, max), doubling, until it works or the consumer is closed.
+    * A lost connection to a given address is made again at once, then after
+      ``reconnect_backoff`` seconds (min, max), doubling, until it works or the consumer
+      is closed.
     * ``on_error(error)`` receives every NSQError that arrives on an established
-      connection (e.g. the non-fatal E_FIN_FAILED) and every failed reconnection;
-      by default they are logged.
+      connection (e.g. the non-fatal E_FIN_FAILED), every failed reconnection and every
+      failed lookupd query; by default they are logged.
 
     :meth:`start` (or ``with``) connects and subscribes; :meth:`close` sends ``CLS``,
     waits for ``CLOSE_WAIT``, requeues the messages nobody took, stops the handler
     threads and joins every thread.
 
-    ``_lock`` (and the ``_changed`` condition on it) guards ``_conns``, ``_subscribed``
-    and ``_closing``.
+    ``_lock`` (and the ``_changed`` condition on it) guards ``_conns``, ``_subscribed``,
+    ``_known``, ``_readers``, ``_closing`` and each connection's ``rdy``.
     """
 
     def __init__(
@@ -742,9 +755,17 @@ class Consumer:
         requeue_delay_ms=0,
         reconnect_backoff=(0.1, 5.0),
         timeout=10.0,
-        on_error=None
+        on_error=None,
+        lookupd_http_addresses=None,
+        lookupd_poll_interval=60.0,
+        rdy_redistribute_interval=5.0,
+        low_rdy_idle_timeout=10.0
     ):
-        self.addresses = parse_addresses(addresses)
+        self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
+        if addresses or not self.lookupd_http_addresses:
+            self.addresses = parse_addresses(addresses)
+        else:
+            self.addresses = []
         self.topic = topic
         self.channel = channel
         self._sub = b"SUB %s %s\n" % (_name(topic, "topic"), _name(channel, "channel"))
@@ -759,6 +780,9 @@ class Consumer:
         self.reconnect_backoff = reconnect_backoff
         self.timeout = timeout
         self.on_error = on_error
+        self.lookupd_poll_interval = lookupd_poll_interval
+        self.rdy_redistribute_interval = rdy_redistribute_interval
+        self.low_rdy_idle_timeout = low_rdy_idle_timeout
         self._identify = _identify_fields(identify)
         self._queue = queue.Queue()
         self._stop = threading.Event()
@@ -766,40 +790,45 @@ class Consumer:
         self._changed = threading.Condition(self._lock)
         self._conns = set()
         self._subscribed = set()
+        self._known = set()  # addresses with a connection thread
         self._closing = False
         self._started = False
         self._readers = []
         self._workers = []
+        self._cluster = None  # the thread that polls lookupd and re-splits RDY
         self.heartbeats = 0  # heartbeats answered (for tests and curiosity)
 
     def __repr__(self):
-        return "<Consumer %s/%s %s>" % (self.topic, self.channel, ",".join(_fmt(a) for a in self.addresses))
+        where = [_fmt(a) for a in self.addresses] + ["lookupd " + _fmt(a) for a in self.lookupd_http_addresses]
+        return "<Consumer %s/%s %s>" % (self.topic, self.channel, ",".join(where))
 
     # -- lifecycle -------------------------------------------------------------
 
     def start(self, wait=True):
-        """Connect to every address.  With ``wait``, return once each one is subscribed,
-        or close and raise the first failure (NSQError, OSError, TimeoutError)."""
+        """Connect to every address (and every node lookupd lists).  With ``wait``, return
+        once each one is subscribed, or close and raise the first failure of a given
+        address (NSQError, OSError, TimeoutError) or, when every lookupd failed, the
+        first lookupd error."""
         with self._lock:
             if self._started:
                 raise RuntimeError("consumer already started")
             self._started = True
-        n = len(self.addresses)
-        firsts = []
+        found = []
+        if self.lookupd_http_addresses:
+            found, errors = self._lookup()
+            if errors and len(errors) == len(self.lookupd_http_addresses) and not self.addresses and wait:
+                self.close()
+                raise errors[0]
+        firsts = []  # (outcome, must succeed)
+        n = len(self.addresses) + len([a for a in found if a not in self.addresses])
         for i, address in enumerate(self.addresses):
-            rdy = max(1, self.max_in_flight // n + (1 if i < self.max_in_flight % n else 0))
-            if self.max_in_flight == 0:
-                rdy = 0
             first = _Outcome() if wait else None
-            firsts.append(first)
-            thread = threading.Thread(
-                target=self._run,
-                args=(address, rdy, first),
-                name="nsq-consumer[%s %s/%s]" % (_fmt(address), self.topic, self.channel),
-                daemon=True,
-            )
-            self._readers.append(thread)
-            thread.start()
+            firsts.append((first, True))
+            self._spawn(address, self._share(i, n), first, True)
+        for address in found:
+            first = _Outcome() if wait else None
+            if self._spawn(address, self._share(len(firsts), n), first, False):
+                firsts.append((first, False))
         if self.handler is not None:
             for i in range(self.concurrency):
                 worker = threading.Thread(
@@ -807,17 +836,46 @@ class Consumer:
                 )
                 self._workers.append(worker)
                 worker.start()
+        if self.lookupd_http_addresses or len(self.addresses) > 1:
+            self._cluster = threading.Thread(
+                target=self._cluster_loop, name="nsq-consumer-rdy[%s/%s]" % (self.topic, self.channel), daemon=True
+            )
+            self._cluster.start()
         if wait:
             deadline = time.monotonic() + self.timeout
-            for first in firsts:
+            for first, _ in firsts:
                 first.wait(max(0.0, deadline - time.monotonic()))
-            failure = next((f.error for f in firsts if f.error is not None), None)
-            if failure is None and not all(f.is_set() for f in firsts):
+            failure = next((f.error for f, required in firsts if required and f.error is not None), None)
+            if failure is None and not all(f.is_set() for f, _ in firsts):
                 failure = TimeoutError("not subscribed within %gs" % self.timeout)
             if failure is not None:
                 self.close()
                 raise failure
         return self
+
+    def _share(self, i, n):
+        """The ``i``-th of ``n`` connections' part of max_in_flight (at least 1, unless it is 0)."""
+        if self.max_in_flight == 0:
+            return 0
+        n = max(n, 1)
+        return max(1, self.max_in_flight // n + (1 if i < self.max_in_flight % n else 0))
+
+    def _spawn(self, address, rdy, first, persistent):
+        """Start the connection thread of ``address`` unless it has one; False if it had (or closing)."""
+        with self._lock:
+            if self._closing or address in self._known:
+                return False
+            self._known.add(address)
+            thread = threading.Thread(
+                target=self._run,
+                args=(address, rdy, first, persistent),
+                name="nsq-consumer[%s %s/%s]" % (_fmt(address), self.topic, self.channel),
+                daemon=True,
+            )
+            self._readers = [t for t in self._readers if t.is_alive()]
+            self._readers.append(thread)
+            thread.start()
+        return True
 
     def __enter__(self):
         if not self._started:
@@ -828,11 +886,11 @@ class Consumer:
         self.close()
 
     def wait_subscribed(self, count=None, timeout=None):
-        """Wait until ``count`` (default: all) connections are subscribed; False on timeout."""
-        count = len(self.addresses) if count is None else count
+        """Wait until ``count`` (default: all known addresses) connections are subscribed; False on timeout."""
         with self._changed:
             return self._changed.wait_for(
-                lambda: len(self._subscribed) >= count, self.timeout if timeout is None else timeout
+                lambda: len(self._subscribed) >= (len(self._known) if count is None else count),
+                self.timeout if timeout is None else timeout,
             )
 
     @property
@@ -840,6 +898,12 @@ class Consumer:
         """The addresses currently subscribed."""
         with self._lock:
             return sorted(c.address for c in self._subscribed)
+
+    @property
+    def rdy(self):
+        """``{address: RDY count}`` of the subscribed connections (what was last sent)."""
+        with self._lock:
+            return {c.address: c.rdy for c in self._subscribed}
 
     def close(self, timeout=None):
         """``CLS`` every connection, wait for ``CLOSE_WAIT``, requeue what nobody took, stop everything.
@@ -868,11 +932,15 @@ class Consumer:
         for worker in self._workers:
             if worker is not me:
                 worker.join(max(0.0, deadline - time.monotonic()))
+        cluster = self._cluster
+        if cluster is not None and cluster is not me:
+            cluster.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             conns = list(self._conns)
+            readers = list(self._readers)
         for conn in conns:
             conn.shutdown()
-        for reader in self._readers:
+        for reader in readers:
             if reader is not me:
                 reader.join(max(0.0, deadline - time.monotonic()))
 
@@ -958,33 +1026,46 @@ class Consumer:
         except Exception:
             log.exception("on_error failed")
 
-    def _run(self, address, rdy, first):
-        """The thread of one address: connect, subscribe, read; again after a loss, with backoff."""
+    def _run(self, address, rdy, first, persistent):
+        """The thread of one address: connect, subscribe, read; again after a loss, with backoff.
+
+        A node found through lookupd (not ``persistent``) is given up after one failed
+        attempt or one lost connection: the next lookupd poll brings it back if listed.
+        """
         low, high = self.reconnect_backoff
         delay = low
-        while not self._stop.is_set():
-            try:
-                conn = self._subscribe(address, rdy)
-            except (OSError, NSQError, ValueError) as e:  # ConnectionClosed and TimeoutError are OSErrors
+        try:
+            while not self._stop.is_set():
+                try:
+                    conn = self._subscribe(address, rdy)
+                except (OSError, NSQError, ValueError) as e:  # ConnectionClosed and TimeoutError are OSErrors
+                    if first is not None:
+                        first.fail(e)
+                        first = None
+                    elif not self._stop.is_set():
+                        self._report(e)
+                    if not persistent or self._stop.wait(delay):
+                        return
+                    delay = min(delay * 2, high)
+                    continue
                 if first is not None:
-                    first.fail(e)
+                    first.set()
                     first = None
-                elif not self._stop.is_set():
-                    self._report(e)
-                if self._stop.wait(delay):
+                fatal = self._read_loop(conn)
+                if not persistent:
                     return
-                delay = min(delay * 2, high)
-                continue
-            if first is not None:
-                first.set()
-                first = None
-            if self._read_loop(conn):
-                # Ended by a fatal error: retrying at once could spin.
-                if self._stop.wait(delay):
-                    return
-                delay = min(delay * 2, high)
-            else:
-                delay = low
+                if fatal:
+                    # Ended by a fatal error: retrying at once could spin.
+                    if self._stop.wait(delay):
+                        return
+                    delay = min(delay * 2, high)
+                else:
+                    delay = low
+                rdy = conn.rdy  # what it had last
+        finally:
+            with self._changed:
+                self._known.discard(address)
+                self._changed.notify_all()
 
     def _subscribe(self, address, rdy):
         conn = Connection(address, self.timeout)
@@ -1000,8 +1081,12 @@ class Consumer:
             if answer != b"OK":
                 raise ConnectionClosed("unexpected answer to SUB: %r" % answer[:64])
             max_rdy = conn.settings.get("max_rdy_count")
-            if isinstance(max_rdy, int) and rdy > max_rdy:
-                rdy = max_rdy
+            conn.max_rdy = max_rdy if isinstance(max_rdy, int) else None
+            if conn.max_rdy is not None and rdy > conn.max_rdy:
+                rdy = conn.max_rdy
+            conn.rdy = rdy
+            conn.received = 0  # messages so far: the RDY re-split tells busy from idle by it
+            conn.seen = (0, time.monotonic())  # (received, when it last changed), the re-split's
             conn.send(b"RDY %d\n" % rdy)
             conn.handshake_done()
         except BaseException:
@@ -1025,6 +1110,7 @@ class Consumer:
             while True:
                 frame_type, data = conn.read_frame()
                 if frame_type == protocol.FRAME_TYPE_MESSAGE:
+                    conn.received += 1
                     put(ReceivedMessage(data, conn))
                 elif frame_type == protocol.FRAME_TYPE_RESPONSE:
                     if data == HEARTBEAT:
@@ -1052,6 +1138,74 @@ class Consumer:
                 self._subscribed.discard(conn)
                 self._changed.notify_all()
             conn.close()
+
+    # -- the cluster: lookupd polls and RDY re-splits -------------------------------
+
+    def _lookup(self):
+        """``(addresses, errors)`` of the topic's producers on every lookupd."""
+        path = "/lookup?topic=" + urllib.parse.quote(self.topic, safe="")
+        return lookup_addresses(self.lookupd_http_addresses, path, self.timeout)
+
+    def _cluster_loop(self):
+        """The ``nsq-consumer-rdy`` thread: re-split RDY every interval, poll lookupd every poll interval."""
+        next_poll = time.monotonic() + self.lookupd_poll_interval
+        while not self._stop.wait(self.rdy_redistribute_interval):
+            now = time.monotonic()
+            if self.lookupd_http_addresses and now >= next_poll:
+                next_poll = now + self.lookupd_poll_interval
+                found, errors = self._lookup()
+                for error in errors:
+                    self._report(error)
+                with self._lock:
+                    new = [a for a in found if a not in self._known]
+                    n = len(self._known) + len(new)
+                for address in new:
+                    self._spawn(address, self._share(n - 1, n), None, False)
+            try:
+                self._redistribute(time.monotonic())
+            except ConnectionClosed:
+                pass  # that connection's reader notices and cleans up
+
+    def _redistribute(self, now):
+        """Send each subscribed connection its new RDY: idle ones 1, busy ones the rest, evenly.
+
+        Like go-nsq's RDY redistribution, a connection is idle when it received no message for
+        ``low_rdy_idle_timeout``; unlike it, an idle connection keeps RDY 1 rather than 0 so that
+        it notices new work by itself.  Without any busy (or any idle) connection the budget is
+        split evenly.
+        """
+        with self._lock:
+            conns = sorted(self._subscribed, key=lambda c: c.address)
+        if not conns:
+            return
+        idle, busy = [], []
+        for conn in conns:
+            received, since = conn.seen
+            if conn.received != received:
+                conn.seen = (conn.received, now)
+                busy.append(conn)
+            elif now - since >= self.low_rdy_idle_timeout:
+                idle.append(conn)
+            else:
+                busy.append(conn)
+        if self.max_in_flight == 0:
+            targets = [(c, 0) for c in conns]
+        elif not idle or not busy:
+            targets = [(c, self._share(i, len(conns))) for i, c in enumerate(conns)]
+        else:
+            budget = max(self.max_in_flight - len(idle), len(busy))
+            n = len(busy)
+            targets = [(c, 1) for c in idle]
+            targets += [(c, budget // n + (1 if i < budget % n else 0)) for i, c in enumerate(busy)]
+        for conn, rdy in targets:
+            if conn.max_rdy is not None and rdy > conn.max_rdy:
+                rdy = conn.max_rdy
+            with self._lock:
+                if conn.rdy == rdy or conn not in self._subscribed:
+                    continue
+                conn.rdy = rdy
+            log.debug("%s: RDY %d (%s)", _fmt(conn.address), rdy, "idle" if conn in idle else "busy")
+            conn.send(b"RDY %d\n" % rdy)
 
 
 class _Outcome(threading.Event):
