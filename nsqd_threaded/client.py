@@ -609,7 +609,8 @@ class Producer:
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
-            raise TimeoutError("no answer from nsqd within %gs" % timeout) from None
+            where = " at " + _fmt(self._single.address) if self._single is not None else ""
+            raise TimeoutError("no answer from nsqd%s within %gs" % (where, timeout)) from None
 
     # -- commands --------------------------------------------------------------
 
