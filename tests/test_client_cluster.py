@@ -150,14 +150,14 @@ def test_consumer_finds_nodes_through_lookupd_and_resplits_rdy(nsq_cluster):
     with consumer, Producer(busy.tcp_address) as producer:
         assert consumer.subscribed == sorted([busy.tcp_address, idle.tcp_address])
         assert consumer.rdy == {busy.tcp_address: 5, idle.tcp_address: 5}
-        # Messages keep coming from one nsqd only: the other goes idle and drops to RDY 1.
+        # Messages keep coming from one nsqd only: the other goes idle and drops to RDY 1, as both
+        # the consumer and the two nsqd see it (still publishing: a busy node that stops is idle too).
         deadline = time.monotonic() + 30
-        while consumer.rdy != {busy.tcp_address: 9, idle.tcp_address: 1}:
+        while not (consumer.rdy == {busy.tcp_address: 9, idle.tcp_address: 1}
+                   and ready_counts(idle, "rd", "c") == [1] and ready_counts(busy, "rd", "c") == [9]):
             assert time.monotonic() < deadline, consumer.rdy
             producer.pub("rd", b"work")
             consumer.get(timeout=10).fin()
-        wait_until(lambda: ready_counts(idle, "rd", "c") == [1] and ready_counts(busy, "rd", "c") == [9],
-                   what="nsqd to see RDY 1 and 9")
         # The idle connection still receives (RDY 1) and is busy again at the next re-split.
         with Producer(idle.tcp_address) as other:
             other.pub("rd", b"wake up")
@@ -174,7 +174,7 @@ def test_consumer_polls_lookupd_for_new_nodes(nsq_cluster):
     wait_until(lambda: nsq_cluster.lookupd.lookup("later") == [first.tcp_addr], what="the first producer")
     consumer = Consumer(
         None, "later", "c", lookupd_http_addresses=nsq_cluster.lookupd_http_addrs, max_in_flight=4,
-        lookupd_poll_interval=0.05, rdy_redistribute_interval=0.05,
+        lookupd_poll_interval=0.05, rdy_redistribute_interval=0.05, low_rdy_idle_timeout=300,
     )
     with consumer:
         assert consumer.subscribed == [first.tcp_address]
