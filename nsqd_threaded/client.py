@@ -354,8 +354,10 @@ class _Node:
             thread.start()
         return conn
 
-    def request(self, data):
-        future = concurrent.futures.Future()
+    def request(self, data, future=None):
+        """Send ``data``; the Future of its answer (``future`` if given).  Raises if it could not be sent."""
+        if future is None:
+            future = concurrent.futures.Future()
         with self.lock:
             conn = self.connection()
             conn.pending.append(future)
@@ -393,6 +395,8 @@ class _Node:
                                 self.conn = None
                     if future is None:
                         log.warning("%s: error without a request: %s", _fmt(conn.address), error)
+                    elif error.code in _RETRY_CODES and self.producer._single is None:
+                        self.producer._retry(future, self, error)
                     else:
                         future.set_exception(error)
                 elif frame_type == protocol.FRAME_TYPE_RESPONSE and future is not None:
@@ -413,10 +417,13 @@ class _Node:
                 pending = list(conn.pending)
                 conn.pending.clear()
             conn.close()
+            retry = self.producer._single is None
             for future in pending:
-                future.set_exception(
-                    ConnectionClosed("connection to %s ended before the answer (%s)" % (_fmt(conn.address), cause))
-                )
+                error = ConnectionClosed("connection to %s ended before the answer (%s)" % (_fmt(conn.address), cause))
+                if retry:
+                    self.producer._retry(future, self, error)
+                else:
+                    future.set_exception(error)
 
     def pending(self):
         with self.lock:
@@ -512,7 +519,8 @@ class Producer:
 
         Raises the first failure when no node could be connected."""
         errors = []
-        for node in self._candidates():
+        nodes, _ = self._nodes_now(advance=False)
+        for node in nodes:
             try:
                 with node.lock:
                     node.connection()
@@ -528,8 +536,9 @@ class Producer:
     def __exit__(self, *exc):
         self.close()
 
-    def _candidates(self):
-        """Every node, round robin from the next one: those not backing off first."""
+    def _nodes_now(self, advance=True):
+        """The node list (lookupd asked first when a poll is due) and the next round robin index
+        (taken, unless not ``advance``)."""
         with self._lock:
             if self._closed:
                 raise ConnectionClosed("producer is closed")
@@ -540,10 +549,14 @@ class Producer:
             self._poll_lookupd()
         with self._lock:
             nodes = self._nodes
-            if not nodes:
-                return []
-            start = self._next % len(nodes)
-            self._next = start + 1
+            start = self._next % len(nodes) if nodes else 0
+            if advance:
+                self._next = start + 1
+        return nodes, start
+
+    def _candidates(self):
+        """Every node, round robin from the next one: those not backing off first."""
+        nodes, start = self._nodes_now()
         ordered = nodes[start:] + nodes[:start]
         now = time.monotonic()
         return [n for n in ordered if n.down_until <= now] + [n for n in ordered if n.down_until > now]
@@ -567,42 +580,60 @@ class Producer:
         single = self._single
         if single is not None:
             return single.request(data)
-        outer = concurrent.futures.Future()
-        self._dispatch(data, outer, set(), [])
-        return outer
+        # Several nodes: the Future keeps the request so that a failed node hands it on.
+        future = concurrent.futures.Future()
+        future.data = data
+        future.tried = None  # the nodes that failed it (a set, made on the first failure)
+        try:
+            nodes, start = self._nodes_now()
+        except ConnectionClosed as e:
+            future.set_exception(e)
+            return future
+        if not nodes:
+            self._dispatch(future)
+            return future
+        # The common case, kept cheap: the next node in turn is up and takes it.
+        node = nodes[start]
+        if node.down_until and node.down_until > time.monotonic():
+            self._dispatch(future)
+            return future
+        try:
+            node.request(data, future)
+        except (OSError, NSQError) as e:  # could not connect, or the connection just ended
+            self._retry(future, node, e)
+        return future
 
-    def _dispatch(self, data, outer, tried, errors):
-        """Send ``data`` to the first node not yet ``tried``; on a node failure, again to the next."""
+    def _retry(self, future, node, error):
+        """``node`` failed ``future``'s request (it was not published there): try the next node."""
+        if future.tried is None:
+            future.tried, future.errors = set(), []
+        future.tried.add(node)
+        future.errors.append(error)
+        log.info("%s: %s; trying another nsqd", _fmt(node.address), error)
+        self._dispatch(future)
+
+    def _dispatch(self, future):
+        """Send ``future``'s request to the first node that has not failed it; ConnectionClosed if none is left."""
         try:
             nodes = self._candidates()
         except ConnectionClosed as e:
-            outer.set_exception(e)
+            future.set_exception(e)
             return
+        tried = future.tried or ()
         for node in nodes:
-            if node.address in tried:
+            if node in tried:
                 continue
-            tried.add(node.address)
             try:
-                inner = node.request(data)
-            except (OSError, NSQError) as e:  # could not connect, or the connection just ended
-                errors.append(e)
-                continue
-
-            def answered(future, node=node):
-                error = future.exception()
-                if error is None:
-                    outer.set_result(future.result())
-                elif isinstance(error, ConnectionClosed) or getattr(error, "code", None) in _RETRY_CODES:
-                    log.info("%s: %s; trying another nsqd", _fmt(node.address), error)
-                    errors.append(error)
-                    self._dispatch(data, outer, tried, errors)
-                else:
-                    outer.set_exception(error)
-
-            inner.add_done_callback(answered)
-            return
-        why = "; ".join(str(e) for e in errors) or "no nsqd known"
-        outer.set_exception(ConnectionClosed("no nsqd could take the request (%s)" % why))
+                node.request(future.data, future)
+                return
+            except (OSError, NSQError) as e:
+                if future.tried is None:
+                    future.tried, future.errors = set(), []
+                future.tried.add(node)
+                future.errors.append(e)
+                tried = future.tried
+        why = "; ".join(str(e) for e in getattr(future, "errors", ())) or "no nsqd known"
+        future.set_exception(ConnectionClosed("no nsqd could take the request (%s)" % why))
 
     def _wait(self, future, timeout):
         timeout = self.timeout if timeout is None else timeout
