@@ -12,6 +12,12 @@ exact about the TCP protocol V2 (see ``tcp-protocol.md``):
   connections), hands messages to a handler or an iterator, and ``FIN``/``REQ``/
   ``TOUCH`` them; it reconnects with exponential backoff and closes with ``CLS``.
 
+Across a cluster, the Producer spreads requests over several nsqd (given, or listed
+by nsqlookupd's ``/nodes``) and sends a request again to the next one when its node
+fails; the Consumer finds the nsqd of its topic with nsqlookupd's ``/lookup`` and
+re-splits ``max_in_flight`` so that idle connections keep ``RDY 1`` and busy ones
+share the rest.
+
 Errors from nsqd are :class:`NSQError` (``code``, ``description``, ``fatal``).  Only
 ``E_FIN_FAILED``, ``E_REQ_FAILED`` and ``E_TOUCH_FAILED`` are non-fatal; after any
 other error nsqd closes the connection.  FIN, REQ and TOUCH have no answer on
@@ -337,7 +343,7 @@ class _Node:
                     conn.close()
                     raise
             except (OSError, NSQError):
-                low, high = producer.reconnect_backoff
+                high = producer.reconnect_backoff[1]
                 self.down_until = time.monotonic() + self.backoff
                 self.backoff = min(self.backoff * 2, high)
                 raise
