@@ -56,6 +56,14 @@ def rss(pid):
     raise RuntimeError("no VmRSS")
 
 
+def cpu_seconds(pid):
+    """The process's (user, system) CPU seconds so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rpartition(")")[2].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def threads_of(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -291,6 +299,14 @@ def main():
     ap.add_argument("--nsqd-http-address", help="its HTTP address (host:port)")
     ap.add_argument("--pid", type=int, help="the given broker's pid, for RSS figures")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    ap.add_argument("--broker-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="environment of the started broker (e.g. MALLOC_ARENA_MAX=2); repeatable")
+    ap.add_argument("--profile-close", metavar="COMMAND",
+                    help="a profiler command started 1 s before the mass close and waited for after it, {pid} "
+                         "being the broker's, e.g. 'perf record -a -g -o close.{pid}.perf -- sleep 4' (then "
+                         "perf report --pid {pid}; perf -p fails on thousands of threads) or "
+                         "'py-spy record --gil -d 4 -f raw -o close.txt --pid {pid}' (few samples with "
+                         "thousands of threads)")
     a = ap.parse_args()
 
     nofile = raise_nofile()
@@ -309,7 +325,9 @@ def main():
     else:
         from nsqd_threaded.testing import BrokerProcess
 
-        broker = BrokerProcess(stop_timeout=60).start()
+        env = dict(os.environ)
+        env.update(kv.split("=", 1) for kv in a.broker_env)
+        broker = BrokerProcess(stop_timeout=60, env=env).start()
         tcp_address, http_address, pid = broker.tcp_address, broker.http_address, broker.pid
 
     figures = {"connections_asked": a.connections}
@@ -371,6 +389,18 @@ def main():
         pinger = Pinger(http_address)
         pinger.start()
         time.sleep(0.3)  # a few baseline pings
+        profiler = None
+        if a.profile_close and pid:
+            import shlex
+            import subprocess
+
+            profiler = subprocess.Popen(
+                shlex.split(a.profile_close.format(pid=pid)),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(1.0)  # the profiler attaches (a measurement aid, not a wait for an event)
+        cpu0 = cpu_seconds(pid) if pid else None
         t0 = time.perf_counter()
         for _, control, _ in workers:
             control.send("close")
@@ -379,6 +409,12 @@ def main():
         remaining = wait_clients(http_address, 0, 300, poll=0.02)
         figures["mass_close_seconds"] = time.perf_counter() - t0
         figures["clients_left_after_close"] = -1 if remaining is None else remaining
+        if pid:
+            cpu1 = cpu_seconds(pid)
+            figures["close_cpu_user_s"] = cpu1[0] - cpu0[0]
+            figures["close_cpu_sys_s"] = cpu1[1] - cpu0[1]
+        if profiler is not None:
+            profiler.wait()
         time.sleep(0.3)
         pinger.stop()
         figures["ping_count"] = len(pinger.latencies)
@@ -419,6 +455,8 @@ def main():
         ("PUB->delivery p99", "pub_delivery_p99_ms", "%.2f ms"),
         ("mass close (all clients removed)", "mass_close_seconds", "%.2f s"),
         ("clients left", "clients_left_after_close", "%d"),
+        ("broker CPU during close (user)", "close_cpu_user_s", "%.2f s"),
+        ("broker CPU during close (system)", "close_cpu_sys_s", "%.2f s"),
         ("/ping max during close", "ping_max_ms", "%.1f ms"),
         ("/ping p99 during close", "ping_p99_ms", "%.1f ms"),
         ("/ping count", "ping_count", "%d"),

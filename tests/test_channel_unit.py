@@ -56,6 +56,19 @@ def test_put_then_take_in_order_marks_in_flight(owners):
     assert snap["message_count"] == 5 and snap["global_msg_count"] == 5 and snap["in_flight_count"] == 3
 
 
+def test_a_pump_that_outlives_its_client_takes_nothing(owners):
+    """A client's pump may run a moment after the client left the channel: nothing goes in flight for it."""
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    consumer = Consumer(nsqd, channel, ready=10)
+    channel.remove_client(consumer.client)
+    channel.put_messages(msgs(2))
+    assert consumer.take() == []
+    assert channel.in_flight_count() == 0 and channel.depth() == 2
+    other = Consumer(nsqd, channel, ready=10)
+    assert nums(other.take()) == [0, 1]
+
+
 def test_memory_overflow_goes_to_the_disk_queue_in_order(owners):
     nsqd = owners(mem_queue_size=4)
     channel = channel_of(nsqd)

@@ -1,16 +1,26 @@
 """Many connections: mass subscribe and close, idle parking, the receive buffer, the Client/Channel contract."""
 
+import gc
 import http.client
 import socket
 import struct
 import threading
+import weakref
 
 import pytest
 
 from nsqd_threaded import protocol
 from nsqd_threaded.broker.channel import Consumer
 from nsqd_threaded.broker.client_v2 import STATE_CLOSING, STATE_SUBSCRIBED, Client
-from nsqd_threaded.server.idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED, IdleWatcher
+from nsqd_threaded.server.idle import (
+    FUTEX_HASH_SLOTS,
+    IDLE_AFTER,
+    TIMED_OUT,
+    WOKEN,
+    WOKEN_UNCOUNTED,
+    IdleWatcher,
+    widen_futex_hash,
+)
 from nsqd_threaded.server.protocol_v2 import MAX_CHUNK, MIN_CHUNK, ConnectionEnded, Reader
 from wire import Conn, wait_for
 
@@ -224,3 +234,54 @@ def test_idle_watcher_releases_without_a_permit_rather_than_never():
         for a, b in pairs:
             a.close()
             b.close()
+
+
+# -- after a mass close ---------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_closed_connection_is_freed_without_a_garbage_collection(nsqd):
+    """No reference cycle keeps an ended connection (client, buffers, pump) for a full GC."""
+    gc.disable()
+    try:
+        with Conn(nsqd.tcp_address) as sub:
+            sub.identify(heartbeat_interval=1000)
+            sub.sub("freed", "c", rdy=1)
+            with Conn(nsqd.tcp_address) as pub:
+                pub.pub("freed", b"m")
+            sub.read_message()  # left in flight
+            (client,) = [c for c in nsqd.clients() if c.channel is not None]
+            ref = weakref.ref(client)
+            del client
+        wait_for(lambda: ref() is None, what="the client freed by reference counting alone")
+    finally:
+        gc.enable()
+
+
+def test_idle_watcher_trims_memory_once_many_connections_have_closed():
+    trims = []
+    trimmed = threading.Event()
+
+    def trim(pad):
+        trims.append(pad)
+        trimmed.set()
+
+    watcher = IdleWatcher(trim=trim, trim_after_closed=3, trim_quiet=0.05)
+    watcher.start()
+    try:
+        for _ in range(2):
+            for _ in range(3):
+                watcher.connection_closed()
+            assert trimmed.wait(30)
+            trimmed.clear()
+        assert trims == [0, 0]
+    finally:
+        watcher.stop()
+
+
+def test_futex_hash_is_widened_and_never_narrowed(nsqd):
+    slots = widen_futex_hash(16)  # the broker already asked for more
+    if slots is None:
+        pytest.skip("no per-process futex hash (Linux before 6.16, or not Linux)")
+    assert slots >= FUTEX_HASH_SLOTS
+    assert widen_futex_hash() >= FUTEX_HASH_SLOTS

@@ -198,8 +198,8 @@ class Channel(BackedQueue):
         timeouts and RDY changes wake it).
         """
         with self._lock:
-            if self.paused or self.exiting:
-                return []
+            if self.paused or self.exiting or client.id not in self._clients:
+                return []  # (a pump can still run a moment after its client left: give it nothing)
             budget = min(client.ready_count - client.in_flight_count, limit)
             if budget <= 0:
                 client.blocked = True

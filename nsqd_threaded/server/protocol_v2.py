@@ -218,7 +218,18 @@ class ProtocolV2:
         self.reader = Reader(sock, nsqd.idle_watcher)
         self._valid_topics = {}  # raw name -> str, for names already validated
         self._topics = {}  # name -> Topic
-        self._commands = {
+
+    def io_loop(self):
+        """Serve commands until the connection ends or a fatal error is sent."""
+        client = self.client
+        readline = self.reader.readline
+        set_deadline = self.reader.set_deadline
+        # Bound methods in a local, not an attribute: ``self`` holding its own
+        # bound methods would be a reference cycle, and then every ended
+        # connection (with its client, buffers and pump thread object) would
+        # wait for a full garbage collection, which an idle broker may never
+        # run: 5,000 closed connections kept about 30 MB that way.
+        commands = {
             b"FIN": self.FIN,
             b"RDY": self.RDY,
             b"REQ": self.REQ,
@@ -232,13 +243,6 @@ class ProtocolV2:
             b"AUTH": self.AUTH,
             b"IDENTIFY": self.IDENTIFY,
         }
-
-    def io_loop(self):
-        """Serve commands until the connection ends or a fatal error is sent."""
-        client = self.client
-        readline = self.reader.readline
-        commands = self._commands
-        set_deadline = self.reader.set_deadline
         try:
             while True:
                 hb = client.heartbeat_interval
@@ -553,3 +557,5 @@ def _serve(nsqd, sock, address):
             pass
         if proto is not None:
             proto.reader.close()
+        if nsqd.idle_watcher is not None:
+            nsqd.idle_watcher.connection_closed()
