@@ -232,4 +232,5 @@ def pytest_runtest_makereport(item, call):
         if broker.tcp_addr is None and not text:
             continue  # never started: the error says why
         where = broker.tcp_addr or "not started"
-        report.sections.append(("Captured nsqd log %s (%s)" % (report.when, where), text or "(nothing logged)\n"))
+        kind = getattr(broker, "log_name", "nsqd")
+        report.sections.append(("Captured %s log %s (%s)" % (kind, report.when, where), text or "(nothing logged)\n"))

@@ -612,6 +612,8 @@ class Lookupd:
     as NSQLookupd is: :meth:`restart` makes a new one on the same ports.
     """
 
+    log_name = "nsqlookupd"  # the pytest plugin's "Captured nsqlookupd log" sections
+
     def __init__(self, log_stream=None, log_level="info", **overrides):
         self._log = LogBuffer(log_stream)
         self._log_level = log_level

@@ -102,7 +102,8 @@ def test_pytest_fixtures(pytester):
     )
     result = pytester.runpytest("-p", "nsqd_threaded.pytest_plugin", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4, failed=1)
-    result.stdout.fnmatch_lines(["*Captured nsqd log call*", "*nsqlookupd-threaded v*"])
+    result.stdout.fnmatch_lines(["*Captured nsqlookupd log call*", "*nsqlookupd-threaded v*",
+                                 "*Captured nsqd log call*"])
 
 
 # -- nsqd registering with our nsqlookupd ---------------------------------------------------
