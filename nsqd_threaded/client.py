@@ -12,6 +12,12 @@ exact about the TCP protocol V2 (see ``tcp-protocol.md``):
   connections), hands messages to a handler or an iterator, and ``FIN``/``REQ``/
   ``TOUCH`` them; it reconnects with exponential backoff and closes with ``CLS``.
 
+Across a cluster, the Producer spreads requests over several nsqd (given, or listed
+by nsqlookupd's ``/nodes``) and sends a request again to the next one when its node
+fails; the Consumer finds the nsqd of its topic with nsqlookupd's ``/lookup`` and
+re-splits ``max_in_flight`` so that idle connections keep ``RDY 1`` and busy ones
+share the rest.
+
 Errors from nsqd are :class:`NSQError` (``code``, ``description``, ``fatal``).  Only
 ``E_FIN_FAILED``, ``E_REQ_FAILED`` and ``E_TOUCH_FAILED`` are non-fatal; after any
 other error nsqd closes the connection.  FIN, REQ and TOUCH have no answer on
@@ -23,12 +29,14 @@ protocol; client-side waits (``timeout``, ``reconnect_backoff``) are in seconds.
 
 import collections
 import concurrent.futures
+import http.client
 import json
 import logging
 import queue
 import socket
 import threading
 import time
+import urllib.parse
 
 from . import protocol
 from .settings.options import VERSION
@@ -70,14 +78,26 @@ def parse_address(address):
 
 def parse_addresses(addresses):
     """One address or a list of them -> a list of ``(host, port)``."""
-    if isinstance(addresses, str) or (
-        isinstance(addresses, tuple) and len(addresses) == 2 and isinstance(addresses[1], int)
-    ):
+    if _one_address(addresses):
         return [parse_address(addresses)]
     result = [parse_address(a) for a in addresses]
     if not result:
         raise ValueError("no nsqd address given")
     return result
+
+
+def _one_address(addresses):
+    """True for one address (``"host:port"``, ``(host, port)`` or ``[host, port]``), not a list of them."""
+    return isinstance(addresses, str) or (
+        isinstance(addresses, (tuple, list)) and len(addresses) == 2 and isinstance(addresses[1], int)
+    )
+
+
+def _as_list(addresses):
+    """None, one address, or a list of them -> a list."""
+    if not addresses:
+        return []
+    return [addresses] if _one_address(addresses) else list(addresses)
 
 
 def _name(name, what):
@@ -223,90 +243,137 @@ def _identify_fields(extra):
     return fields
 
 
+# -- lookupd ---------------------------------------------------------------------
+
+LOOKUPD_ACCEPT = "application/vnd.nsq; version=1.0"
+
+
+def parse_lookupd_address(address):
+    """``"host:port"``, ``"http://host:port"`` or ``(host, port)`` -> ``(host, port)``."""
+    if isinstance(address, str):
+        address = address.split("://", 1)[-1].rstrip("/")
+    return parse_address(address)
+
+
+def query_lookupd(address, path, timeout):
+    """``GET path`` on one nsqlookupd (the v1 API, unwrapped JSON): ``(status, doc)``; OSError if unreachable."""
+    host, port = address
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Accept": LOOKUPD_ACCEPT})
+        resp = conn.getresponse()
+        body = resp.read()
+    except (OSError, http.client.HTTPException) as e:
+        raise ConnectionError("nsqlookupd at %s: %s" % (_fmt(address), e)) from None
+    finally:
+        conn.close()
+    try:
+        return resp.status, json.loads(body.decode("utf-8"))
+    except ValueError:
+        raise ConnectionError("nsqlookupd at %s answered %d with no JSON" % (_fmt(address), resp.status)) from None
+
+
+def producer_addresses(doc):
+    """The ``broadcast_address:tcp_port`` of each producer of a ``/lookup`` or ``/nodes`` answer."""
+    result = []
+    for p in doc.get("producers") or ():
+        try:
+            result.append((str(p["broadcast_address"]).strip("[]"), int(p["tcp_port"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return result
+
+
+def lookup_addresses(lookupds, path, timeout):
+    """The union of the producers ``path`` lists on every lookupd, in a stable order.
+
+    A 404 (``TOPIC_NOT_FOUND``) counts as an empty answer.  Returns ``(addresses,
+    errors)``: the lookupds that could not be asked are in ``errors``.
+    """
+    found, errors = {}, []
+    for lookupd in lookupds:
+        try:
+            status, doc = query_lookupd(lookupd, path, timeout)
+        except OSError as e:
+            errors.append(e)
+            continue
+        if status == 200:
+            for address in producer_addresses(doc):
+                found.setdefault(address, None)
+        elif status != 404:
+            errors.append(ConnectionError("nsqlookupd at %s answered %d %s" % (_fmt(lookupd), status, doc)))
+    return sorted(found), errors
+
+
 # -- Producer --------------------------------------------------------------------
 
+# The node could not take the message (it is exiting, or its backend failed): safe to try another.
+_RETRY_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
 
-class Producer:
-    """Publishes to one nsqd over one pipelined connection; safe to share between threads.
 
-    ``Producer(address, *, timeout=10.0, identify=None)``: ``address`` is ``"host:port"``
-    or ``(host, port)``; ``timeout`` bounds connecting and waiting for each answer;
-    ``identify`` adds or overrides IDENTIFY fields (wire names and units).
+class _Node:
+    """One nsqd of a Producer: one pipelined connection, its reader thread, its back-off.
 
-    The connection is made on first use (or by :meth:`connect`) and made again on the
-    next request after it ends, for instance after a fatal error.  A request in
-    flight when its connection ends fails with ConnectionClosed (it may or may not
-    have been published): nothing is retried behind your back.
-
-    ``_lock`` guards ``_conn``, ``_threads`` and ``_closed``, and is held while a
-    request is written so that each connection's ``pending`` queue is in write order.
+    ``lock`` guards ``conn``, ``threads``, ``down_until`` and ``backoff``, and is held
+    while a request is written so that the connection's ``pending`` queue is in
+    write order.
     """
 
-    def __init__(self, address, *, timeout=10.0, identify=None):
-        self.address = parse_address(address)
-        self.timeout = timeout
-        self._identify = _identify_fields(identify)
-        self._lock = threading.Lock()
-        self._conn = None
-        self._threads = []
-        self._closed = False
-        self.heartbeats = 0  # heartbeats answered (for tests and curiosity)
+    def __init__(self, producer, address):
+        self.producer = producer
+        self.address = address
+        self.lock = threading.Lock()
+        self.conn = None
+        self.threads = []
+        self.down_until = 0.0  # monotonic time before which a reconnect is not tried first
+        self.backoff = producer.reconnect_backoff[0]
 
-    def __repr__(self):
-        return "<Producer %s>" % _fmt(self.address)
-
-    @property
-    def connected(self):
-        """True while a connection is open (it may still turn out dead on the next request)."""
-        with self._lock:
-            return self._conn is not None
-
-    def connect(self):
-        """Connect now (otherwise the first request does); returns self."""
-        with self._lock:
-            self._connection()
-        return self
-
-    def __enter__(self):
-        return self.connect()
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def _connection(self):
-        if self._closed:
+    def connection(self):
+        """The open connection, made now if there is none (call with ``lock`` held)."""
+        producer = self.producer
+        if producer._closed:
             raise ConnectionClosed("producer is closed")
-        conn = self._conn
+        conn = self.conn
         if conn is None:
-            conn = Connection(self.address, self.timeout)
             try:
-                conn.identify(self._identify)
-            except BaseException:
-                conn.close()
+                conn = Connection(self.address, producer.timeout)
+                try:
+                    conn.identify(producer._identify)
+                except BaseException:
+                    conn.close()
+                    raise
+            except (OSError, NSQError):
+                high = producer.reconnect_backoff[1]
+                self.down_until = time.monotonic() + self.backoff
+                self.backoff = min(self.backoff * 2, high)
                 raise
+            self.backoff = producer.reconnect_backoff[0]
+            self.down_until = 0.0
             conn.handshake_done()
             conn.pending = collections.deque()
             thread = threading.Thread(
                 target=self._read_loop, args=(conn,), name="nsq-producer[%s]" % _fmt(self.address), daemon=True
             )
-            self._threads = [t for t in self._threads if t.is_alive()]
-            self._threads.append(thread)
-            self._conn = conn
+            self.threads = [t for t in self.threads if t.is_alive()]
+            self.threads.append(thread)
+            self.conn = conn
             thread.start()
         return conn
 
-    def _request(self, data):
-        future = concurrent.futures.Future()
-        with self._lock:
-            conn = self._connection()
+    def request(self, data, future=None):
+        """Send ``data``; the Future of its answer (``future`` if given).  Raises if it could not be sent."""
+        if future is None:
+            future = concurrent.futures.Future()
+        with self.lock:
+            conn = self.connection()
             conn.pending.append(future)
             try:
                 conn.send(data)
             except ConnectionClosed:
-                # The reader drains `pending` only under _lock, so ours is still there.
+                # The reader drains `pending` only under lock, so ours is still there.
                 conn.pending.remove(future)
-                if self._conn is conn:
-                    self._conn = None
+                if self.conn is conn:
+                    self.conn = None
                 raise
         return future
 
@@ -317,7 +384,7 @@ class Producer:
             while True:
                 frame_type, data = conn.read_frame()
                 if frame_type == protocol.FRAME_TYPE_RESPONSE and data == HEARTBEAT:
-                    self.heartbeats += 1
+                    self.producer.heartbeats += 1
                     conn.send(b"NOP\n")
                     continue
                 try:
@@ -329,11 +396,13 @@ class Producer:
                     if error.fatal:
                         # nsqd closes after a fatal error: later requests get a new connection.
                         cause = error
-                        with self._lock:
-                            if self._conn is conn:
-                                self._conn = None
+                        with self.lock:
+                            if self.conn is conn:
+                                self.conn = None
                     if future is None:
                         log.warning("%s: error without a request: %s", _fmt(conn.address), error)
+                    elif error.code in _RETRY_CODES and self.producer._single is None:
+                        self.producer._retry(future, self, error)
                     else:
                         future.set_exception(error)
                 elif frame_type == protocol.FRAME_TYPE_RESPONSE and future is not None:
@@ -348,23 +417,237 @@ class Producer:
             if cause is None:
                 cause = e
         finally:
-            with self._lock:
-                if self._conn is conn:
-                    self._conn = None
+            with self.lock:
+                if self.conn is conn:
+                    self.conn = None
                 pending = list(conn.pending)
                 conn.pending.clear()
             conn.close()
+            retry = self.producer._single is None
             for future in pending:
-                future.set_exception(
-                    ConnectionClosed("connection to %s ended before the answer (%s)" % (_fmt(conn.address), cause))
-                )
+                error = ConnectionClosed("connection to %s ended before the answer (%s)" % (_fmt(conn.address), cause))
+                if retry:
+                    self.producer._retry(future, self, error)
+                else:
+                    future.set_exception(error)
+
+    def pending(self):
+        with self.lock:
+            return list(self.conn.pending) if self.conn is not None else []
+
+    def close(self):
+        """Disconnect and join the reader threads (after the answers were waited for)."""
+        with self.lock:
+            conn, self.conn = self.conn, None
+            threads, self.threads = self.threads, []
+        if conn is not None:
+            conn.shutdown()
+        for thread in threads:
+            thread.join()
+
+
+class Producer:
+    """Publishes to one or several nsqd over pipelined connections; safe to share between threads.
+
+    ``Producer(addresses=None, *, lookupd_http_addresses=None, timeout=10.0,
+    identify=None, reconnect_backoff=(0.1, 5.0), lookupd_poll_interval=60.0)``:
+
+    * ``addresses``: one nsqd (``"host:port"`` or ``(host, port)``) or a list of them;
+    * ``lookupd_http_addresses``: nsqlookupd HTTP addresses whose ``/nodes`` add every
+      registered nsqd (asked on first use, then again on the first use after
+      ``lookupd_poll_interval`` seconds);
+    * ``timeout`` bounds connecting and waiting for each answer; ``identify`` adds or
+      overrides IDENTIFY fields (wire names and units).
+
+    Connections are made on first use (or by :meth:`connect`) and again on the next
+    request after one ends.  **One nsqd**: a request in flight when its connection ends
+    fails with ConnectionClosed (it may or may not have been published): nothing is
+    retried behind your back.  **Several nsqd**: requests go round robin over the
+    nodes; a request whose node fails (cannot connect, connection lost before the
+    answer, or ``E_*PUB_FAILED``) is sent again to the next node, so it is published
+    at least once, or the call raises ConnectionClosed when no node could take it.
+    A node that failed is skipped for ``reconnect_backoff`` seconds (min, max,
+    doubling; tried last meanwhile) and rejoins on the first use after that.
+    A TimeoutError (no answer in time) is never retried: the node may have taken it.
+
+    ``_lock`` guards ``_nodes``, ``_retired``, ``_next``, ``_next_poll`` and ``_closed``.
+    """
+
+    def __init__(
+        self,
+        addresses=None,
+        *,
+        lookupd_http_addresses=None,
+        timeout=10.0,
+        identify=None,
+        reconnect_backoff=(0.1, 5.0),
+        lookupd_poll_interval=60.0
+    ):
+        direct = parse_addresses(addresses) if addresses else []
+        self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
+        if not direct and not self.lookupd_http_addresses:
+            raise ValueError("no nsqd address given (nor any lookupd_http_addresses)")
+        self.addresses = direct
+        self.address = direct[0] if direct else None
+        self.timeout = timeout
+        self.reconnect_backoff = reconnect_backoff
+        self.lookupd_poll_interval = lookupd_poll_interval
+        self._identify = _identify_fields(identify)
+        self._lock = threading.Lock()
+        self._nodes = [_Node(self, a) for a in direct]
+        self._retired = []  # nodes lookupd no longer lists: closed with the producer
+        self._next = 0
+        self._next_poll = 0.0
+        self._closed = False
+        # One nsqd given directly: requests go straight to it (no retry, no extra object per request).
+        self._single = self._nodes[0] if len(direct) == 1 and not self.lookupd_http_addresses else None
+        self.heartbeats = 0  # heartbeats answered (for tests and curiosity)
+
+    def __repr__(self):
+        where = [_fmt(a) for a in self.addresses] + ["lookupd " + _fmt(a) for a in self.lookupd_http_addresses]
+        return "<Producer %s>" % ",".join(where)
+
+    @property
+    def nodes(self):
+        """The nsqd addresses publishes are spread over."""
+        with self._lock:
+            return [n.address for n in self._nodes]
+
+    @property
+    def connected(self):
+        """True while a connection is open (it may still turn out dead on the next request)."""
+        with self._lock:
+            nodes = list(self._nodes)
+        return any(n.conn is not None for n in nodes)
+
+    def connect(self):
+        """Connect now to every node (otherwise the first request does); returns self.
+
+        Raises the first failure when no node could be connected."""
+        errors = []
+        nodes, _ = self._nodes_now(advance=False)
+        for node in nodes:
+            try:
+                with node.lock:
+                    node.connection()
+            except (OSError, NSQError) as e:
+                errors.append(e)
+        if errors and not self.connected:
+            raise errors[0]
+        return self
+
+    def __enter__(self):
+        return self.connect()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _nodes_now(self, advance=True):
+        """The node list (lookupd asked first when a poll is due) and the next round robin index
+        (taken, unless not ``advance``)."""
+        with self._lock:
+            if self._closed:
+                raise ConnectionClosed("producer is closed")
+            poll = self.lookupd_http_addresses and time.monotonic() >= self._next_poll
+            if poll:
+                self._next_poll = time.monotonic() + self.lookupd_poll_interval
+        if poll:
+            self._poll_lookupd()
+        with self._lock:
+            nodes = self._nodes
+            start = self._next % len(nodes) if nodes else 0
+            if advance:
+                self._next = start + 1
+        return nodes, start
+
+    def _candidates(self):
+        """Every node, round robin from the next one: those not backing off first."""
+        nodes, start = self._nodes_now()
+        ordered = nodes[start:] + nodes[:start]
+        now = time.monotonic()
+        return [n for n in ordered if n.down_until <= now] + [n for n in ordered if n.down_until > now]
+
+    def _poll_lookupd(self):
+        found, errors = lookup_addresses(self.lookupd_http_addresses, "/nodes", self.timeout)
+        for error in errors:
+            log.warning("%s: %s", self, error)
+        if errors and not found:
+            return  # keep what we know
+        wanted = set(self.addresses) | set(found)
+        with self._lock:
+            known = {n.address: n for n in self._nodes}
+            kept = [n for n in self._nodes if n.address in wanted]
+            kept += [_Node(self, a) for a in self.addresses + found if a not in known and a in wanted]
+            # dict: an address listed both directly and by lookupd is one node
+            self._nodes = list({n.address: n for n in kept}.values())
+            self._retired += [n for n in known.values() if n.address not in wanted]
+
+    def _request(self, data):
+        single = self._single
+        if single is not None:
+            return single.request(data)
+        # Several nodes: the Future keeps the request so that a failed node hands it on.
+        future = concurrent.futures.Future()
+        future.data = data
+        future.tried = None  # the nodes that failed it (a set, made on the first failure)
+        try:
+            nodes, start = self._nodes_now()
+        except ConnectionClosed as e:
+            future.set_exception(e)
+            return future
+        if not nodes:
+            self._dispatch(future)
+            return future
+        # The common case, kept cheap: the next node in turn is up and takes it.
+        node = nodes[start]
+        if node.down_until and node.down_until > time.monotonic():
+            self._dispatch(future)
+            return future
+        try:
+            node.request(data, future)
+        except (OSError, NSQError) as e:  # could not connect, or the connection just ended
+            self._retry(future, node, e)
+        return future
+
+    def _retry(self, future, node, error):
+        """``node`` failed ``future``'s request (it was not published there): try the next node."""
+        if future.tried is None:
+            future.tried, future.errors = set(), []
+        future.tried.add(node)
+        future.errors.append(error)
+        log.info("%s: %s; trying another nsqd", _fmt(node.address), error)
+        self._dispatch(future)
+
+    def _dispatch(self, future):
+        """Send ``future``'s request to the first node that has not failed it; ConnectionClosed if none is left."""
+        try:
+            nodes = self._candidates()
+        except ConnectionClosed as e:
+            future.set_exception(e)
+            return
+        tried = future.tried or ()
+        for node in nodes:
+            if node in tried:
+                continue
+            try:
+                node.request(future.data, future)
+                return
+            except (OSError, NSQError) as e:
+                if future.tried is None:
+                    future.tried, future.errors = set(), []
+                future.tried.add(node)
+                future.errors.append(e)
+                tried = future.tried
+        why = "; ".join(str(e) for e in getattr(future, "errors", ())) or "no nsqd known"
+        future.set_exception(ConnectionClosed("no nsqd could take the request (%s)" % why))
 
     def _wait(self, future, timeout):
         timeout = self.timeout if timeout is None else timeout
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
-            raise TimeoutError("no answer from nsqd at %s within %gs" % (_fmt(self.address), timeout)) from None
+            where = " at " + _fmt(self._single.address) if self._single is not None else ""
+            raise TimeoutError("no answer from nsqd%s within %gs" % (where, timeout)) from None
 
     # -- commands --------------------------------------------------------------
 
@@ -403,18 +686,12 @@ class Producer:
         """Wait (up to ``timeout``, default the producer's) for the answers in flight, then disconnect."""
         with self._lock:
             self._closed = True
-            conn = self._conn
-            pending = list(conn.pending) if conn is not None else []
+            nodes = self._nodes + self._retired
+        pending = [f for n in nodes for f in n.pending()]
         if pending:
             concurrent.futures.wait(pending, self.timeout if timeout is None else timeout)
-        with self._lock:
-            conn = self._conn
-            self._conn = None
-            threads, self._threads = self._threads, []
-        if conn is not None:
-            conn.shutdown()
-        for thread in threads:
-            thread.join()
+        for node in nodes:
+            node.close()
 
 
 # -- Consumer --------------------------------------------------------------------
@@ -466,8 +743,15 @@ class Consumer:
 
     ``Consumer(addresses, topic, channel, handler=None, *, max_in_flight=1, concurrency=1,
     identify=None, requeue_delay_ms=0, reconnect_backoff=(0.1, 5.0), timeout=10.0,
-    on_error=None)``
+    on_error=None, lookupd_http_addresses=None, lookupd_poll_interval=60.0,
+    rdy_redistribute_interval=5.0, low_rdy_idle_timeout=10.0)``
 
+    * ``addresses``: nsqd TCP addresses (one or a list; may be None with lookupd).
+    * ``lookupd_http_addresses``: nsqlookupd HTTP addresses, asked ``/lookup?topic=``
+      at start and every ``lookupd_poll_interval`` seconds; the consumer connects to
+      every producer they list (``broadcast_address:tcp_port``).  Such a connection is
+      not re-made when it is lost: the next poll finds the node again if it is still
+      registered.
     * With a ``handler``, ``concurrency`` threads call ``handler(message)``: a return of
       ``False`` or an exception sends ``REQ <id> <requeue_delay_ms>``, anything else ``FIN``
       (unless the handler answered itself or called ``message.enable_async()``).
@@ -475,20 +759,25 @@ class Consumer:
       message with ``fin()``/``req()``.
     * ``max_in_flight`` is split over the connections (each gets at least 1) and capped
       at the ``max_rdy_count`` nsqd announces; it is sent as ``RDY`` right after ``SUB``.
+      With several connections it is re-split every ``rdy_redistribute_interval``
+      seconds: a connection that received nothing for ``low_rdy_idle_timeout`` seconds
+      drops to ``RDY 1`` and the busy connections share the rest.  An idle connection
+      that receives a message again is busy at the next re-split.
     * ``identify`` adds or overrides IDENTIFY fields (e.g. ``{"heartbeat_interval": 1000,
       "msg_timeout": 5000}``, in ms).
-    * A lost connection is made again at once, then after ``reconnect_backoff`` seconds
-      (min, max), doubling, until it works or the consumer is closed.
+    * A lost connection to a given address is made again at once, then after
+      ``reconnect_backoff`` seconds (min, max), doubling, until it works or the consumer
+      is closed.
     * ``on_error(error)`` receives every NSQError that arrives on an established
-      connection (e.g. the non-fatal E_FIN_FAILED) and every failed reconnection;
-      by default they are logged.
+      connection (e.g. the non-fatal E_FIN_FAILED), every failed reconnection and every
+      failed lookupd query; by default they are logged.
 
     :meth:`start` (or ``with``) connects and subscribes; :meth:`close` sends ``CLS``,
     waits for ``CLOSE_WAIT``, requeues the messages nobody took, stops the handler
     threads and joins every thread.
 
-    ``_lock`` (and the ``_changed`` condition on it) guards ``_conns``, ``_subscribed``
-    and ``_closing``.
+    ``_lock`` (and the ``_changed`` condition on it) guards ``_conns``, ``_subscribed``,
+    ``_known``, ``_readers``, ``_closing`` and each connection's ``rdy``.
     """
 
     def __init__(
@@ -504,9 +793,17 @@ class Consumer:
         requeue_delay_ms=0,
         reconnect_backoff=(0.1, 5.0),
         timeout=10.0,
-        on_error=None
+        on_error=None,
+        lookupd_http_addresses=None,
+        lookupd_poll_interval=60.0,
+        rdy_redistribute_interval=5.0,
+        low_rdy_idle_timeout=10.0
     ):
-        self.addresses = parse_addresses(addresses)
+        self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
+        if addresses or not self.lookupd_http_addresses:
+            self.addresses = parse_addresses(addresses)
+        else:
+            self.addresses = []
         self.topic = topic
         self.channel = channel
         self._sub = b"SUB %s %s\n" % (_name(topic, "topic"), _name(channel, "channel"))
@@ -521,6 +818,9 @@ class Consumer:
         self.reconnect_backoff = reconnect_backoff
         self.timeout = timeout
         self.on_error = on_error
+        self.lookupd_poll_interval = lookupd_poll_interval
+        self.rdy_redistribute_interval = rdy_redistribute_interval
+        self.low_rdy_idle_timeout = low_rdy_idle_timeout
         self._identify = _identify_fields(identify)
         self._queue = queue.Queue()
         self._stop = threading.Event()
@@ -528,40 +828,45 @@ class Consumer:
         self._changed = threading.Condition(self._lock)
         self._conns = set()
         self._subscribed = set()
+        self._known = set()  # addresses with a connection thread
         self._closing = False
         self._started = False
         self._readers = []
         self._workers = []
+        self._cluster = None  # the thread that polls lookupd and re-splits RDY
         self.heartbeats = 0  # heartbeats answered (for tests and curiosity)
 
     def __repr__(self):
-        return "<Consumer %s/%s %s>" % (self.topic, self.channel, ",".join(_fmt(a) for a in self.addresses))
+        where = [_fmt(a) for a in self.addresses] + ["lookupd " + _fmt(a) for a in self.lookupd_http_addresses]
+        return "<Consumer %s/%s %s>" % (self.topic, self.channel, ",".join(where))
 
     # -- lifecycle -------------------------------------------------------------
 
     def start(self, wait=True):
-        """Connect to every address.  With ``wait``, return once each one is subscribed,
-        or close and raise the first failure (NSQError, OSError, TimeoutError)."""
+        """Connect to every address (and every node lookupd lists).  With ``wait``, return
+        once each one is subscribed, or close and raise the first failure of a given
+        address (NSQError, OSError, TimeoutError) or, when every lookupd failed, the
+        first lookupd error."""
         with self._lock:
             if self._started:
                 raise RuntimeError("consumer already started")
             self._started = True
-        n = len(self.addresses)
-        firsts = []
+        found = []
+        if self.lookupd_http_addresses:
+            found, errors = self._lookup()
+            if errors and len(errors) == len(self.lookupd_http_addresses) and not self.addresses and wait:
+                self.close()
+                raise errors[0]
+        firsts = []  # (outcome, must succeed)
+        n = len(self.addresses) + len([a for a in found if a not in self.addresses])
         for i, address in enumerate(self.addresses):
-            rdy = max(1, self.max_in_flight // n + (1 if i < self.max_in_flight % n else 0))
-            if self.max_in_flight == 0:
-                rdy = 0
             first = _Outcome() if wait else None
-            firsts.append(first)
-            thread = threading.Thread(
-                target=self._run,
-                args=(address, rdy, first),
-                name="nsq-consumer[%s %s/%s]" % (_fmt(address), self.topic, self.channel),
-                daemon=True,
-            )
-            self._readers.append(thread)
-            thread.start()
+            firsts.append((first, True))
+            self._spawn(address, self._share(i, n), first, True)
+        for address in found:
+            first = _Outcome() if wait else None
+            if self._spawn(address, self._share(len(firsts), n), first, False):
+                firsts.append((first, False))
         if self.handler is not None:
             for i in range(self.concurrency):
                 worker = threading.Thread(
@@ -569,17 +874,46 @@ class Consumer:
                 )
                 self._workers.append(worker)
                 worker.start()
+        if self.lookupd_http_addresses or len(self.addresses) > 1:
+            self._cluster = threading.Thread(
+                target=self._cluster_loop, name="nsq-consumer-rdy[%s/%s]" % (self.topic, self.channel), daemon=True
+            )
+            self._cluster.start()
         if wait:
             deadline = time.monotonic() + self.timeout
-            for first in firsts:
+            for first, _ in firsts:
                 first.wait(max(0.0, deadline - time.monotonic()))
-            failure = next((f.error for f in firsts if f.error is not None), None)
-            if failure is None and not all(f.is_set() for f in firsts):
+            failure = next((f.error for f, required in firsts if required and f.error is not None), None)
+            if failure is None and not all(f.is_set() for f, _ in firsts):
                 failure = TimeoutError("not subscribed within %gs" % self.timeout)
             if failure is not None:
                 self.close()
                 raise failure
         return self
+
+    def _share(self, i, n):
+        """The ``i``-th of ``n`` connections' part of max_in_flight (at least 1, unless it is 0)."""
+        if self.max_in_flight == 0:
+            return 0
+        n = max(n, 1)
+        return max(1, self.max_in_flight // n + (1 if i < self.max_in_flight % n else 0))
+
+    def _spawn(self, address, rdy, first, persistent):
+        """Start the connection thread of ``address`` unless it has one; False if it had (or closing)."""
+        with self._lock:
+            if self._closing or address in self._known:
+                return False
+            self._known.add(address)
+            thread = threading.Thread(
+                target=self._run,
+                args=(address, rdy, first, persistent),
+                name="nsq-consumer[%s %s/%s]" % (_fmt(address), self.topic, self.channel),
+                daemon=True,
+            )
+            self._readers = [t for t in self._readers if t.is_alive()]
+            self._readers.append(thread)
+            thread.start()
+        return True
 
     def __enter__(self):
         if not self._started:
@@ -590,11 +924,11 @@ class Consumer:
         self.close()
 
     def wait_subscribed(self, count=None, timeout=None):
-        """Wait until ``count`` (default: all) connections are subscribed; False on timeout."""
-        count = len(self.addresses) if count is None else count
+        """Wait until ``count`` (default: all known addresses) connections are subscribed; False on timeout."""
         with self._changed:
             return self._changed.wait_for(
-                lambda: len(self._subscribed) >= count, self.timeout if timeout is None else timeout
+                lambda: len(self._subscribed) >= (len(self._known) if count is None else count),
+                self.timeout if timeout is None else timeout,
             )
 
     @property
@@ -602,6 +936,12 @@ class Consumer:
         """The addresses currently subscribed."""
         with self._lock:
             return sorted(c.address for c in self._subscribed)
+
+    @property
+    def rdy(self):
+        """``{address: RDY count}`` of the subscribed connections (what was last sent)."""
+        with self._lock:
+            return {c.address: c.rdy for c in self._subscribed}
 
     def close(self, timeout=None):
         """``CLS`` every connection, wait for ``CLOSE_WAIT``, requeue what nobody took, stop everything.
@@ -630,11 +970,15 @@ class Consumer:
         for worker in self._workers:
             if worker is not me:
                 worker.join(max(0.0, deadline - time.monotonic()))
+        cluster = self._cluster
+        if cluster is not None and cluster is not me:
+            cluster.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             conns = list(self._conns)
+            readers = list(self._readers)
         for conn in conns:
             conn.shutdown()
-        for reader in self._readers:
+        for reader in readers:
             if reader is not me:
                 reader.join(max(0.0, deadline - time.monotonic()))
 
@@ -720,33 +1064,46 @@ class Consumer:
         except Exception:
             log.exception("on_error failed")
 
-    def _run(self, address, rdy, first):
-        """The thread of one address: connect, subscribe, read; again after a loss, with backoff."""
+    def _run(self, address, rdy, first, persistent):
+        """The thread of one address: connect, subscribe, read; again after a loss, with backoff.
+
+        A node found through lookupd (not ``persistent``) is given up after one failed
+        attempt or one lost connection: the next lookupd poll brings it back if listed.
+        """
         low, high = self.reconnect_backoff
         delay = low
-        while not self._stop.is_set():
-            try:
-                conn = self._subscribe(address, rdy)
-            except (OSError, NSQError, ValueError) as e:  # ConnectionClosed and TimeoutError are OSErrors
+        try:
+            while not self._stop.is_set():
+                try:
+                    conn = self._subscribe(address, rdy)
+                except (OSError, NSQError, ValueError) as e:  # ConnectionClosed and TimeoutError are OSErrors
+                    if first is not None:
+                        first.fail(e)
+                        first = None
+                    elif not self._stop.is_set():
+                        self._report(e)
+                    if not persistent or self._stop.wait(delay):
+                        return
+                    delay = min(delay * 2, high)
+                    continue
                 if first is not None:
-                    first.fail(e)
+                    first.set()
                     first = None
-                elif not self._stop.is_set():
-                    self._report(e)
-                if self._stop.wait(delay):
+                fatal = self._read_loop(conn)
+                if not persistent:
                     return
-                delay = min(delay * 2, high)
-                continue
-            if first is not None:
-                first.set()
-                first = None
-            if self._read_loop(conn):
-                # Ended by a fatal error: retrying at once could spin.
-                if self._stop.wait(delay):
-                    return
-                delay = min(delay * 2, high)
-            else:
-                delay = low
+                if fatal:
+                    # Ended by a fatal error: retrying at once could spin.
+                    if self._stop.wait(delay):
+                        return
+                    delay = min(delay * 2, high)
+                else:
+                    delay = low
+                rdy = conn.rdy  # what it had last
+        finally:
+            with self._changed:
+                self._known.discard(address)
+                self._changed.notify_all()
 
     def _subscribe(self, address, rdy):
         conn = Connection(address, self.timeout)
@@ -762,8 +1119,12 @@ class Consumer:
             if answer != b"OK":
                 raise ConnectionClosed("unexpected answer to SUB: %r" % answer[:64])
             max_rdy = conn.settings.get("max_rdy_count")
-            if isinstance(max_rdy, int) and rdy > max_rdy:
-                rdy = max_rdy
+            conn.max_rdy = max_rdy if isinstance(max_rdy, int) else None
+            if conn.max_rdy is not None and rdy > conn.max_rdy:
+                rdy = conn.max_rdy
+            conn.rdy = rdy
+            conn.received = 0  # messages so far: the RDY re-split tells busy from idle by it
+            conn.seen = (0, time.monotonic())  # (received, when it last changed), the re-split's
             conn.send(b"RDY %d\n" % rdy)
             conn.handshake_done()
         except BaseException:
@@ -787,6 +1148,7 @@ class Consumer:
             while True:
                 frame_type, data = conn.read_frame()
                 if frame_type == protocol.FRAME_TYPE_MESSAGE:
+                    conn.received += 1
                     put(ReceivedMessage(data, conn))
                 elif frame_type == protocol.FRAME_TYPE_RESPONSE:
                     if data == HEARTBEAT:
@@ -814,6 +1176,74 @@ class Consumer:
                 self._subscribed.discard(conn)
                 self._changed.notify_all()
             conn.close()
+
+    # -- the cluster: lookupd polls and RDY re-splits -------------------------------
+
+    def _lookup(self):
+        """``(addresses, errors)`` of the topic's producers on every lookupd."""
+        path = "/lookup?topic=" + urllib.parse.quote(self.topic, safe="")
+        return lookup_addresses(self.lookupd_http_addresses, path, self.timeout)
+
+    def _cluster_loop(self):
+        """The ``nsq-consumer-rdy`` thread: re-split RDY every interval, poll lookupd every poll interval."""
+        next_poll = time.monotonic() + self.lookupd_poll_interval
+        while not self._stop.wait(self.rdy_redistribute_interval):
+            now = time.monotonic()
+            if self.lookupd_http_addresses and now >= next_poll:
+                next_poll = now + self.lookupd_poll_interval
+                found, errors = self._lookup()
+                for error in errors:
+                    self._report(error)
+                with self._lock:
+                    new = [a for a in found if a not in self._known]
+                    n = len(self._known) + len(new)
+                for address in new:
+                    self._spawn(address, self._share(n - 1, n), None, False)
+            try:
+                self._redistribute(time.monotonic())
+            except ConnectionClosed:
+                pass  # that connection's reader notices and cleans up
+
+    def _redistribute(self, now):
+        """Send each subscribed connection its new RDY: idle ones 1, busy ones the rest, evenly.
+
+        Like go-nsq's RDY redistribution, a connection is idle when it received no message for
+        ``low_rdy_idle_timeout``; unlike it, an idle connection keeps RDY 1 rather than 0 so that
+        it notices new work by itself.  Without any busy (or any idle) connection the budget is
+        split evenly.
+        """
+        with self._lock:
+            conns = sorted(self._subscribed, key=lambda c: c.address)
+        if not conns:
+            return
+        idle, busy = [], []
+        for conn in conns:
+            received, since = conn.seen
+            if conn.received != received:
+                conn.seen = (conn.received, now)
+                busy.append(conn)
+            elif now - since >= self.low_rdy_idle_timeout:
+                idle.append(conn)
+            else:
+                busy.append(conn)
+        if self.max_in_flight == 0:
+            targets = [(c, 0) for c in conns]
+        elif not idle or not busy:
+            targets = [(c, self._share(i, len(conns))) for i, c in enumerate(conns)]
+        else:
+            budget = max(self.max_in_flight - len(idle), len(busy))
+            n = len(busy)
+            targets = [(c, 1) for c in idle]
+            targets += [(c, budget // n + (1 if i < budget % n else 0)) for i, c in enumerate(busy)]
+        for conn, rdy in targets:
+            if conn.max_rdy is not None and rdy > conn.max_rdy:
+                rdy = conn.max_rdy
+            with self._lock:
+                if conn.rdy == rdy or conn not in self._subscribed:
+                    continue
+                conn.rdy = rdy
+            log.debug("%s: RDY %d (%s)", _fmt(conn.address), rdy, "idle" if conn in idle else "busy")
+            conn.send(b"RDY %d\n" % rdy)
 
 
 class _Outcome(threading.Event):

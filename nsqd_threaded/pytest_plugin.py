@@ -12,6 +12,11 @@ Fixtures:
 * ``nsqd_factory``: ``nsqd_factory(*flags, **options)`` starts more brokers for the test.
 * ``nsqd_process``: a broker in a child process
   (:class:`~nsqd_threaded.testing.BrokerProcess`), to ``kill()`` and ``restart()``.
+* ``nsqlookupd``: an in-process nsqlookupd for the test (:class:`~nsqd_threaded.testing.Lookupd`);
+  ``@pytest.mark.nsqlookupd(**overrides)`` sets its options (e.g. ``inactive_producer_timeout=1``).
+* ``nsq_cluster``: a lookupd and brokers registered with it (:class:`~nsqd_threaded.testing.Cluster`,
+  three in-process brokers unless ``@pytest.mark.nsq_cluster(n=2, processes=True)`` says otherwise;
+  the brokers take the ``nsqd`` flags and options, the lookupd the ``nsqlookupd`` marker's).
 
 Broker flags and options, later ones winning (keyword options over flags):
 ``nsqd_flags`` in the ini file, then ``--nsqd-flag=FLAG`` on the command line (these two
@@ -25,7 +30,7 @@ When a test fails, the log of each broker it used is attached to its report
 
 import pytest
 
-from .testing import Broker, BrokerProcess
+from .testing import Broker, BrokerProcess, Cluster, Lookupd
 
 _BROKERS = pytest.StashKey()  # item -> [(broker, log position at its start)]
 _SESSION = pytest.StashKey()  # config -> the session broker
@@ -50,7 +55,13 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         "nsqd(*flags, **options): nsqd flags (e.g. '--msg-timeout=1s') and Options fields "
-        "(e.g. mem_queue_size=0) for the brokers of the nsqd, nsqd_factory and nsqd_process fixtures",
+        "(e.g. mem_queue_size=0) for the brokers of the nsqd, nsqd_factory, nsqd_process and nsq_cluster fixtures",
+    )
+    config.addinivalue_line(
+        "markers", "nsqlookupd(**overrides): LookupdOptions fields for the nsqlookupd and nsq_cluster fixtures"
+    )
+    config.addinivalue_line(
+        "markers", "nsq_cluster(n=3, processes=False): the size and kind of the nsq_cluster fixture's brokers"
     )
 
 
@@ -67,8 +78,9 @@ def _marker_args(node):
     return flags, options
 
 
-def _track(node, broker):
-    node.stash.setdefault(_BROKERS, []).append((broker, broker.log_position()))
+def _track(node, broker, position=None):
+    position = broker.log_position() if position is None else position
+    node.stash.setdefault(_BROKERS, []).append((broker, position))
 
 
 @pytest.fixture
@@ -141,6 +153,53 @@ def nsqd_process(request):
         broker.stop()
 
 
+def _lookupd_overrides(node):
+    overrides = {}
+    for mark in reversed(list(node.iter_markers("nsqlookupd"))):
+        overrides.update(mark.kwargs)
+    return overrides
+
+
+@pytest.fixture
+def nsqlookupd(request):
+    """An nsqlookupd on 127.0.0.1 ephemeral ports (broadcast address 127.0.0.1); stopped at the end."""
+    lookupd = Lookupd(**_lookupd_overrides(request.node))
+    _track(request.node, lookupd)
+    lookupd.start()
+    try:
+        yield lookupd
+    finally:
+        lookupd.stop()
+
+
+@pytest.fixture
+def nsq_cluster(request):
+    """A lookupd and brokers registered with it (three in-process ones unless the nsq_cluster marker says)."""
+    marker_flags, marker_options = _marker_args(request.node)
+    flags = _config_flags(request.config) + marker_flags
+    shape = {}
+    for mark in reversed(list(request.node.iter_markers("nsq_cluster"))):
+        shape.update(mark.kwargs)
+    cluster = Cluster(
+        shape.get("n", 3), *flags, processes=shape.get("processes", False),
+        lookupd=_lookupd_overrides(request.node), **marker_options
+    )
+    _track(request.node, cluster.lookupd)
+
+    def make():
+        try:
+            return cluster.start()
+        finally:
+            for broker in cluster.brokers:
+                _track(request.node, broker, 0)
+
+    _start(flags, make)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 def _start(flags, make):
     """``make()`` the broker; one that cannot start fails the test with one line, not a traceback."""
     try:
@@ -173,4 +232,5 @@ def pytest_runtest_makereport(item, call):
         if broker.tcp_addr is None and not text:
             continue  # never started: the error says why
         where = broker.tcp_addr or "not started"
-        report.sections.append(("Captured nsqd log %s (%s)" % (report.when, where), text or "(nothing logged)\n"))
+        kind = getattr(broker, "log_name", "nsqd")
+        report.sections.append(("Captured %s log %s (%s)" % (kind, report.when, where), text or "(nothing logged)\n"))

@@ -35,7 +35,7 @@ from .gocompat import parse_duration
 from .broker.nsqd import NSQD
 from .settings.options import BY_FIELD, DURATION, STR_LIST, Options
 
-__all__ = ["Broker", "BrokerProcess", "LogBuffer", "resolve_options"]
+__all__ = ["Broker", "BrokerProcess", "Cluster", "Lookupd", "LogBuffer", "resolve_options"]
 
 TEMP_PREFIX = "nsqd-threaded-"
 LOCALHOST = "127.0.0.1"
@@ -596,3 +596,197 @@ def _stats(address, params):
     if status != 200:
         raise RuntimeError("/stats answered %d: %r" % (status, body))
     return json.loads(body)
+
+
+# -- nsqlookupd and a cluster ----------------------------------------------------
+
+
+class Lookupd:
+    """An nsqlookupd (:class:`~nsqd_threaded.lookupd.NSQLookupd`) in this process, for a test.
+
+    ``Lookupd(log_stream=None, log_level="info", **overrides)``: ``overrides`` are
+    :class:`~nsqd_threaded.lookupd.LookupdOptions` fields (durations in seconds, e.g.
+    ``inactive_producer_timeout=1``).  It listens on ``127.0.0.1`` port 0 (TCP and HTTP)
+    and gives peers the broadcast address ``127.0.0.1``; its log is kept in memory
+    (:attr:`log`) and also written to ``log_stream`` if given.  The object is single-use
+    as NSQLookupd is: :meth:`restart` makes a new one on the same ports.
+    """
+
+    log_name = "nsqlookupd"  # the pytest plugin's "Captured nsqlookupd log" sections
+
+    def __init__(self, log_stream=None, log_level="info", **overrides):
+        self._log = LogBuffer(log_stream)
+        self._log_level = log_level
+        self._overrides = overrides
+        self.lookupd = None  # the NSQLookupd (kept after stop() for inspection)
+        self.running = False
+        self._tcp_address = self._http_address = None
+
+    def start(self):
+        from .logger import Logger
+        from .lookupd import NSQLookupd
+
+        overrides = dict(self._overrides)
+        if self._tcp_address is not None:  # a restart: the same ports
+            overrides.setdefault("tcp_address", join_host_port(*self._tcp_address))
+            overrides.setdefault("http_address", join_host_port(*self._http_address))
+        lookupd = NSQLookupd.local(logger=Logger("[nsqlookupd] ", self._log_level, self._log), **overrides)
+        lookupd.start()
+        self.lookupd = lookupd
+        self._tcp_address, self._http_address = lookupd.tcp_address, lookupd.http_address
+        self.running = True
+        return self
+
+    def stop(self):
+        if self.running:
+            self.running = False
+            self.lookupd.stop()
+
+    def restart(self):
+        """Stop, then start a new NSQLookupd on the same ports (its registrations start empty)."""
+        self.stop()
+        return self.start()
+
+    def __enter__(self):
+        return self.start() if not self.running else self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        return "<Lookupd tcp=%s http=%s %s>" % (self.tcp_addr, self.http_addr, "running" if self.running else "stopped")
+
+    @property
+    def db(self):
+        """The registration DB, for assertions."""
+        return self.lookupd.db
+
+    tcp_address = Broker.tcp_address
+    http_address = Broker.http_address
+    tcp_addr = Broker.tcp_addr
+    http_addr = Broker.http_addr
+    http_url = Broker.http_url
+    log = Broker.log
+    log_position = Broker.log_position
+    log_since = Broker.log_since
+    http = Broker.http
+
+    def get(self, path):
+        """``GET path`` as a dict (the v1 API); RuntimeError unless 200."""
+        status, body = _http(self._http_address, "GET", path, None, 10.0)
+        if status != 200:
+            raise RuntimeError("%s answered %d: %r" % (path, status, body))
+        return json.loads(body)
+
+    def lookup(self, topic):
+        """The ``"host:port"`` of each producer ``/lookup?topic=`` lists (sorted; [] if the topic is unknown)."""
+        from urllib.parse import quote
+
+        status, body = _http(self._http_address, "GET", "/lookup?topic=" + quote(topic, safe=""), None, 10.0)
+        if status == 404:
+            return []
+        if status != 200:
+            raise RuntimeError("/lookup answered %d: %r" % (status, body))
+        return sorted(_producer_addr(p) for p in json.loads(body)["producers"])
+
+    def nodes(self):
+        """The ``"host:port"`` (TCP) of each nsqd ``/nodes`` lists, sorted."""
+        return sorted(_producer_addr(p) for p in self.get("/nodes")["producers"])
+
+
+def _producer_addr(producer):
+    return join_host_port(producer["broadcast_address"], producer["tcp_port"])
+
+
+class Cluster:
+    """One :class:`Lookupd` and ``n`` brokers registered with it, for a test.
+
+    ``Cluster(n=3, *flags, processes=False, lookupd=None, tmp_dir=None, log_stream=None,
+    start_timeout=10.0, **options)``: ``flags`` and ``options`` go to every broker (as for
+    :class:`Broker`), which also gets ``--lookupd-tcp-address`` and the broadcast address
+    ``127.0.0.1``; ``processes=True`` makes them :class:`BrokerProcess` (to ``kill()``);
+    ``lookupd`` is a dict of :class:`Lookupd` keyword arguments.  :meth:`start` returns
+    once the lookupd lists every broker in ``/nodes``; :meth:`stop` stops the brokers,
+    then the lookupd.
+    """
+
+    def __init__(self, n=3, *flags, processes=False, lookupd=None, tmp_dir=None, log_stream=None,
+                 start_timeout=10.0, **options):
+        if n < 1:
+            raise ValueError("a cluster needs at least one broker")
+        self.n = n
+        self._flags = flags
+        self._options = options
+        self.processes = processes
+        self.start_timeout = start_timeout
+        self._tmp_dir = tmp_dir
+        self._log_stream = log_stream
+        self.lookupd = Lookupd(log_stream=log_stream, **(lookupd or {}))
+        self.brokers = []
+
+    def start(self):
+        self.lookupd.start()
+        try:
+            options = dict(self._options)
+            options.setdefault("nsqlookupd_tcp_addresses", [self.lookupd.tcp_addr])
+            options.setdefault("broadcast_address", LOCALHOST)
+            kind = BrokerProcess if self.processes else Broker
+            for _ in range(self.n):
+                broker = kind(*self._flags, tmp_dir=self._tmp_dir, log_stream=self._log_stream, **options)
+                self.brokers.append(broker)
+                broker.start()
+            self.wait_registered()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_registered(self, brokers=None, timeout=None):
+        """Wait until the lookupd's ``/nodes`` lists ``brokers`` (default: every running one)."""
+        brokers = [b for b in self.brokers if b.running] if brokers is None else brokers
+        wanted = {b.tcp_addr for b in brokers}
+        deadline = time.monotonic() + (self.start_timeout if timeout is None else timeout)
+        while not wanted <= set(self.lookupd.nodes()):
+            if time.monotonic() > deadline:
+                raise RuntimeError("brokers %s not registered with the lookupd within the timeout (it lists %s)"
+                                   % (sorted(wanted), self.lookupd.nodes()))
+            time.sleep(0.005)  # polling with a deadline: nothing to wait on across processes
+
+    def stop(self):
+        errors = []
+        for broker in reversed(self.brokers):
+            try:
+                broker.stop()
+            except Exception as e:  # stop the others anyway
+                errors.append(e)
+        self.lookupd.stop()
+        if errors:
+            raise errors[0]
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __getitem__(self, i):
+        return self.brokers[i]
+
+    def __iter__(self):
+        return iter(self.brokers)
+
+    def __len__(self):
+        return len(self.brokers)
+
+    def __repr__(self):
+        return "<Cluster lookupd=%s brokers=%s>" % (self.lookupd.http_addr, [b.tcp_addr for b in self.brokers])
+
+    @property
+    def tcp_addrs(self):
+        """Every broker's ``"host:port"`` (TCP), as a Producer or pynsq's nsqd_tcp_addresses take them."""
+        return [b.tcp_addr for b in self.brokers]
+
+    @property
+    def lookupd_http_addrs(self):
+        """``["host:port"]`` of the lookupd's HTTP API, as a Consumer or pynsq's lookupd_http_addresses take it."""
+        return [self.lookupd.http_addr]
