@@ -3,8 +3,6 @@
 Real brokers (child processes where one is SIGKILLed), our nsqlookupd, and pynsq's Reader.
 """
 
-import socket
-import struct
 import threading
 import time
 
@@ -13,6 +11,7 @@ import pytest
 from nsqd_threaded.client import ConnectionClosed, Consumer, Producer
 from nsqd_threaded.testing import Cluster
 from pynsq_util import Loop
+from wire import SilentNSQD
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -123,66 +122,9 @@ def test_producer_round_robin_over_lookupd_nodes(nsq_cluster):
     assert [message_count(b, "rr") for b in nsq_cluster] == [20, 20, 20]
 
 
-class VanishingNSQD:
-    """A fake nsqd that completes the handshake, reads one PUB, and closes without answering."""
-
-    def __init__(self):
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(1)
-        self.address = self.listener.getsockname()
-        self.got_pub = threading.Event()
-        self.conn = None  # the producer's connection, once accepted
-        self.thread = threading.Thread(target=self._serve, name="vanishing-nsqd")
-        self.thread.start()
-
-    def _serve(self):
-        try:
-            conn, _ = self.listener.accept()
-        except OSError:
-            return
-        self.conn = conn
-        with conn:
-            conn.settimeout(30)
-            buf = bytearray()
-
-            def more():
-                chunk = conn.recv(4096)
-                buf.extend(chunk)
-                return bool(chunk)
-
-            while b"IDENTIFY\n" not in buf or len(buf) < buf.index(b"IDENTIFY\n") + 13:
-                if not more():
-                    return
-            start = buf.index(b"IDENTIFY\n") + 9
-            size = struct.unpack(">i", bytes(buf[start:start + 4]))[0]
-            while len(buf) < start + 4 + size:
-                if not more():
-                    return
-            conn.sendall(struct.pack(">ii", 6, 0) + b"OK")
-            del buf[:start + 4 + size]
-            while b"PUB " not in buf:
-                if not more():
-                    return
-            self.got_pub.set()
-        # closed without an answer
-
-    def close(self):
-        conn = self.conn
-        if conn is not None:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        else:  # never connected: wake the accept
-            socket.create_connection(self.address, timeout=10).close()
-        self.listener.close()
-        self.thread.join()
-
-
 def test_producer_resends_a_request_whose_connection_ended(nsqd_factory):
     real = nsqd_factory()
-    fake = VanishingNSQD()
+    fake = SilentNSQD()
     try:
         with Producer([fake.address, real.tcp_address]) as producer:
             producer.pub("moved", b"once")  # sent to the fake first (round robin), then to the real one

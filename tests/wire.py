@@ -3,6 +3,7 @@
 import json
 import socket
 import struct
+import threading
 import time
 
 from nsqd_threaded import protocol
@@ -128,3 +129,66 @@ def wait_for(predicate, timeout=10.0, interval=0.01, what="condition"):
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for %s" % what)
         time.sleep(interval)
+
+
+class SilentNSQD:
+    """A fake nsqd that completes the handshake, reads one PUB and never answers it.
+
+    It then closes the connection at once, or with ``hold`` keeps it open until :meth:`close`.
+    """
+
+    def __init__(self, hold=False):
+        self.hold = hold
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(1)
+        self.address = self.listener.getsockname()
+        self.got_pub = threading.Event()
+        self.conn = None  # the producer's connection, once accepted
+        self.thread = threading.Thread(target=self._serve, name="vanishing-nsqd")
+        self.thread.start()
+
+    def _serve(self):
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        self.conn = conn
+        with conn:
+            conn.settimeout(30)
+            buf = bytearray()
+
+            def more():
+                chunk = conn.recv(4096)
+                buf.extend(chunk)
+                return bool(chunk)
+
+            while b"IDENTIFY\n" not in buf or len(buf) < buf.index(b"IDENTIFY\n") + 13:
+                if not more():
+                    return
+            start = buf.index(b"IDENTIFY\n") + 9
+            size = struct.unpack(">i", bytes(buf[start:start + 4]))[0]
+            while len(buf) < start + 4 + size:
+                if not more():
+                    return
+            conn.sendall(struct.pack(">ii", 6, 0) + b"OK")
+            del buf[:start + 4 + size]
+            while b"PUB " not in buf:
+                if not more():
+                    return
+            self.got_pub.set()
+            while self.hold and more():
+                pass  # read on, answer nothing, until close()
+        # closed without an answer
+
+    def close(self):
+        conn = self.conn
+        if conn is not None:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        else:  # never connected: wake the accept
+            socket.create_connection(self.address, timeout=10).close()
+        self.listener.close()
+        self.thread.join()
