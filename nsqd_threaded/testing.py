@@ -190,7 +190,65 @@ class LogBuffer:
 # -- in-process broker -----------------------------------------------------------
 
 
-class Broker:
+class _Served:
+    """What every running daemon here shows a test: its bound addresses, its log, its HTTP API.
+
+    The owner sets ``_tcp_address``, ``_http_address`` (``(host, port)`` or None) and ``_log``
+    (a :class:`LogBuffer`).
+    """
+
+    # -- addresses -------------------------------------------------------------
+
+    @property
+    def tcp_address(self):
+        """The bound TCP ``(host, port)`` (the last one, once stopped)."""
+        return self._tcp_address
+
+    @property
+    def http_address(self):
+        """The bound HTTP ``(host, port)``, or None when HTTP is disabled."""
+        return self._http_address
+
+    @property
+    def tcp_addr(self):
+        """``"host:port"`` of the TCP listener (what pynsq and go-nsq take)."""
+        return join_host_port(*self._tcp_address) if self._tcp_address else None
+
+    @property
+    def http_addr(self):
+        return join_host_port(*self._http_address) if self._http_address else None
+
+    @property
+    def http_url(self):
+        return "http://" + self.http_addr if self._http_address else None
+
+    # -- logs and HTTP ---------------------------------------------------------
+
+    @property
+    def log(self):
+        """Everything the daemon has logged so far."""
+        return self._log.getvalue()
+
+    def log_position(self):
+        return self._log.tell()
+
+    def log_since(self, position):
+        return self._log.getvalue(position)
+
+    def http(self, method, path, body=None, timeout=10.0):
+        """One request to the HTTP API: ``(status, body bytes)``."""
+        return _http(self._http_address, method, path, body, timeout)
+
+
+class _ServedBroker(_Served):
+    """A served nsqd: also its /stats."""
+
+    def stats(self, **params):
+        """``/stats?format=json`` (plus ``topic=``, ``channel=`` ... params) as a dict."""
+        return _stats(self._http_address, params)
+
+
+class Broker(_ServedBroker):
     """A complete nsqd (:class:`~nsqd_threaded.NSQD`) in this process, for a test.
 
     ``Broker(*flags, log_stream=None, tmp_dir=None, **options)``: ``flags`` are nsqd
@@ -288,57 +346,12 @@ class Broker:
         state = "running" if self.running else "stopped"
         return "<Broker tcp=%s http=%s %s>" % (self.tcp_addr, self.http_addr, state)
 
-    # -- addresses -------------------------------------------------------------
-
-    @property
-    def tcp_address(self):
-        """The bound TCP ``(host, port)`` (the last one, once stopped)."""
-        return self._tcp_address
-
-    @property
-    def http_address(self):
-        """The bound HTTP ``(host, port)``, or None when HTTP is disabled."""
-        return self._http_address
-
-    @property
-    def tcp_addr(self):
-        """``"host:port"`` of the TCP listener (what pynsq and go-nsq take)."""
-        return join_host_port(*self._tcp_address) if self._tcp_address else None
-
-    @property
-    def http_addr(self):
-        return join_host_port(*self._http_address) if self._http_address else None
-
-    @property
-    def http_url(self):
-        return "http://" + self.http_addr if self._http_address else None
-
-    # -- logs and HTTP ---------------------------------------------------------
-
-    @property
-    def log(self):
-        """Everything the broker has logged so far."""
-        return self._log.getvalue()
-
-    def log_position(self):
-        return self._log.tell()
-
-    def log_since(self, position):
-        return self._log.getvalue(position)
-
-    def http(self, method, path, body=None, timeout=10.0):
-        """One request to the HTTP API: ``(status, body bytes)``."""
-        return _http(self._http_address, method, path, body, timeout)
-
-    def stats(self, **params):
-        """``/stats?format=json`` (plus ``topic=``, ``channel=`` ... params) as a dict."""
-        return _stats(self._http_address, params)
 
 
 # -- child-process broker --------------------------------------------------------
 
 
-class BrokerProcess:
+class BrokerProcess(_ServedBroker):
     """``nsqd-threaded`` as a child process, for tests that crash or restart the broker.
 
     ``BrokerProcess(*flags, command=None, tmp_dir=None, env=None, log_stream=None,
@@ -541,16 +554,6 @@ class BrokerProcess:
     def returncode(self):
         return self.proc.poll() if self.proc else None
 
-    tcp_address = Broker.tcp_address
-    http_address = Broker.http_address
-    tcp_addr = Broker.tcp_addr
-    http_addr = Broker.http_addr
-    http_url = Broker.http_url
-    log = Broker.log
-    log_position = Broker.log_position
-    log_since = Broker.log_since
-    http = Broker.http
-    stats = Broker.stats
 
 
 def _pump_lines(stream, buf):
@@ -601,7 +604,7 @@ def _stats(address, params):
 # -- nsqlookupd and a cluster ----------------------------------------------------
 
 
-class Lookupd:
+class Lookupd(_Served):
     """An nsqlookupd (:class:`~nsqd_threaded.lookupd.NSQLookupd`) in this process, for a test.
 
     ``Lookupd(log_stream=None, log_level="info", **overrides)``: ``overrides`` are
@@ -661,15 +664,6 @@ class Lookupd:
         """The registration DB, for assertions."""
         return self.lookupd.db
 
-    tcp_address = Broker.tcp_address
-    http_address = Broker.http_address
-    tcp_addr = Broker.tcp_addr
-    http_addr = Broker.http_addr
-    http_url = Broker.http_url
-    log = Broker.log
-    log_position = Broker.log_position
-    log_since = Broker.log_since
-    http = Broker.http
 
     def get(self, path):
         """``GET path`` as a dict (the v1 API); RuntimeError unless 200."""
