@@ -1,0 +1,585 @@
+"""Consumer: SUB and RDY over one or several nsqd, messages to a handler or an iterator."""
+
+import logging
+import queue
+import threading
+import time
+import urllib.parse
+
+from .. import protocol
+from .connection import (
+    Connection,
+    ConnectionClosed,
+    HEARTBEAT,
+    NSQError,
+    _as_list,
+    _fmt,
+    _identify_fields,
+    _name,
+    parse_addresses,
+)
+from .lookupd import lookup_addresses, parse_lookupd_address
+
+
+log = logging.getLogger("nsqd_threaded.client")
+
+# -- Consumer --------------------------------------------------------------------
+
+
+class ReceivedMessage:
+    """A message a Consumer received: ``id`` (16 bytes), ``body``, ``timestamp`` (ns), ``attempts``.
+
+    :meth:`fin`, :meth:`req` and :meth:`touch` write to the connection it came by.
+    ``responded`` is set by fin/req; a handler's return value is applied only when
+    the handler did not respond itself (nor called :meth:`enable_async`).
+    """
+
+    __slots__ = ("id", "body", "timestamp", "attempts", "responded", "connection", "_async")
+
+    def __init__(self, data, connection):
+        self.timestamp, self.attempts, self.id, self.body = protocol.decode_message(data)
+        self.connection = connection
+        self.responded = False
+        self._async = False
+
+    def __repr__(self):
+        return "<ReceivedMessage %s attempts=%d %r>" % (self.id.decode("ascii", "replace"), self.attempts, self.body[:40])
+
+    def fin(self):
+        """``FIN``: done with it.  Raises ConnectionClosed if its connection ended."""
+        self.responded = True
+        self.connection.send(b"FIN %s\n" % self.id)
+
+    def req(self, delay_ms=0):
+        """``REQ``: deliver it again after ``delay_ms`` milliseconds (nsqd caps at --max-req-timeout)."""
+        self.responded = True
+        self.connection.send(b"REQ %s %d\n" % (self.id, delay_ms))
+
+    def touch(self):
+        """``TOUCH``: restart its msg_timeout."""
+        self.connection.send(b"TOUCH %s\n" % self.id)
+
+    def enable_async(self):
+        """The handler will answer later (from another thread): no automatic FIN/REQ."""
+        self._async = True
+
+
+_STOP = object()
+
+
+class Consumer:
+    """Consumes ``topic``/``channel`` from one or more nsqd, with up to ``max_in_flight`` messages at once.
+
+    ``Consumer(addresses, topic, channel, handler=None, *, max_in_flight=1, concurrency=1,
+    identify=None, requeue_delay_ms=0, reconnect_backoff=(0.1, 5.0), timeout=10.0,
+    on_error=None, lookupd_http_addresses=None, lookupd_poll_interval=60.0,
+    rdy_redistribute_interval=5.0, low_rdy_idle_timeout=10.0)``
+
+    * ``addresses``: nsqd TCP addresses (one or a list; may be None with lookupd).
+    * ``lookupd_http_addresses``: nsqlookupd HTTP addresses, asked ``/lookup?topic=``
+      at start and every ``lookupd_poll_interval`` seconds; the consumer connects to
+      every producer they list (``broadcast_address:tcp_port``).  Such a connection is
+      not re-made when it is lost: the next poll finds the node again if it is still
+      registered.
+    * With a ``handler``, ``concurrency`` threads call ``handler(message)``: a return of
+      ``False`` or an exception sends ``REQ <id> <requeue_delay_ms>``, anything else ``FIN``
+      (unless the handler answered itself or called ``message.enable_async()``).
+    * Without, iterate (``for message in consumer``) or call :meth:`get`; answer each
+      message with ``fin()``/``req()``.
+    * ``max_in_flight`` is split over the connections (each gets at least 1) and capped
+      at the ``max_rdy_count`` nsqd announces; it is sent as ``RDY`` right after ``SUB``.
+      With several connections it is re-split every ``rdy_redistribute_interval``
+      seconds: a connection that received nothing for ``low_rdy_idle_timeout`` seconds
+      drops to ``RDY 1`` and the busy connections share the rest.  An idle connection
+      that receives a message again is busy at the next re-split.
+    * ``identify`` adds or overrides IDENTIFY fields (e.g. ``{"heartbeat_interval": 1000,
+      "msg_timeout": 5000}``, in ms).
+    * A lost connection to a given address is made again at once, then after
+      ``reconnect_backoff`` seconds (min, max), doubling, until it works or the consumer
+      is closed.
+    * ``on_error(error)`` receives every NSQError that arrives on an established
+      connection (e.g. the non-fatal E_FIN_FAILED), every failed reconnection and every
+      failed lookupd query; by default they are logged.
+
+    :meth:`start` (or ``with``) connects and subscribes; :meth:`close` sends ``CLS``,
+    waits for ``CLOSE_WAIT``, requeues the messages nobody took, stops the handler
+    threads and joins every thread.
+
+    ``_lock`` (and the ``_changed`` condition on it) guards ``_conns``, ``_subscribed``,
+    ``_known``, ``_readers``, ``_closing`` and each connection's ``rdy``.
+    """
+
+    def __init__(
+        self,
+        addresses,
+        topic,
+        channel,
+        handler=None,
+        *,
+        max_in_flight=1,
+        concurrency=1,
+        identify=None,
+        requeue_delay_ms=0,
+        reconnect_backoff=(0.1, 5.0),
+        timeout=10.0,
+        on_error=None,
+        lookupd_http_addresses=None,
+        lookupd_poll_interval=60.0,
+        rdy_redistribute_interval=5.0,
+        low_rdy_idle_timeout=10.0
+    ):
+        self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
+        if addresses or not self.lookupd_http_addresses:
+            self.addresses = parse_addresses(addresses)
+        else:
+            self.addresses = []
+        self.topic = topic
+        self.channel = channel
+        self._sub = b"SUB %s %s\n" % (_name(topic, "topic"), _name(channel, "channel"))
+        if max_in_flight < 0:
+            raise ValueError("max_in_flight must be >= 0")
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.handler = handler
+        self.max_in_flight = max_in_flight
+        self.concurrency = concurrency
+        self.requeue_delay_ms = requeue_delay_ms
+        self.reconnect_backoff = reconnect_backoff
+        self.timeout = timeout
+        self.on_error = on_error
+        self.lookupd_poll_interval = lookupd_poll_interval
+        self.rdy_redistribute_interval = rdy_redistribute_interval
+        self.low_rdy_idle_timeout = low_rdy_idle_timeout
+        self._identify = _identify_fields(identify)
+        self._queue = queue.Queue()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._conns = set()
+        self._subscribed = set()
+        self._known = set()  # addresses with a connection thread
+        self._closing = False
+        self._started = False
+        self._readers = []
+        self._workers = []
+        self._cluster = None  # the thread that polls lookupd and re-splits RDY
+        self.heartbeats = 0  # heartbeats answered (for tests and curiosity)
+
+    def __repr__(self):
+        where = [_fmt(a) for a in self.addresses] + ["lookupd " + _fmt(a) for a in self.lookupd_http_addresses]
+        return "<Consumer %s/%s %s>" % (self.topic, self.channel, ",".join(where))
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self, wait=True):
+        """Connect to every address (and every node lookupd lists).  With ``wait``, return
+        once each one is subscribed, or close and raise the first failure of a given
+        address (NSQError, OSError, TimeoutError) or, when every lookupd failed, the
+        first lookupd error."""
+        with self._lock:
+            if self._started:
+                raise RuntimeError("consumer already started")
+            self._started = True
+        found = []
+        if self.lookupd_http_addresses:
+            found, errors = self._lookup()
+            if errors and len(errors) == len(self.lookupd_http_addresses) and not self.addresses and wait:
+                self.close()
+                raise errors[0]
+        firsts = []  # (outcome, must succeed)
+        n = len(self.addresses) + len([a for a in found if a not in self.addresses])
+        for i, address in enumerate(self.addresses):
+            first = _Outcome() if wait else None
+            firsts.append((first, True))
+            self._spawn(address, self._share(i, n), first, True)
+        for address in found:
+            first = _Outcome() if wait else None
+            if self._spawn(address, self._share(len(firsts), n), first, False):
+                firsts.append((first, False))
+        if self.handler is not None:
+            for i in range(self.concurrency):
+                worker = threading.Thread(
+                    target=self._work, name="nsq-handler[%s/%s %d]" % (self.topic, self.channel, i), daemon=True
+                )
+                self._workers.append(worker)
+                worker.start()
+        if self.lookupd_http_addresses or len(self.addresses) > 1:
+            self._cluster = threading.Thread(
+                target=self._cluster_loop, name="nsq-consumer-rdy[%s/%s]" % (self.topic, self.channel), daemon=True
+            )
+            self._cluster.start()
+        if wait:
+            deadline = time.monotonic() + self.timeout
+            for first, _ in firsts:
+                first.wait(max(0.0, deadline - time.monotonic()))
+            failure = next((f.error for f, required in firsts if required and f.error is not None), None)
+            if failure is None and not all(f.is_set() for f, _ in firsts):
+                failure = TimeoutError("not subscribed within %gs" % self.timeout)
+            if failure is not None:
+                self.close()
+                raise failure
+        return self
+
+    def _share(self, i, n):
+        """The ``i``-th of ``n`` connections' part of max_in_flight (at least 1, unless it is 0)."""
+        if self.max_in_flight == 0:
+            return 0
+        n = max(n, 1)
+        return max(1, self.max_in_flight // n + (1 if i < self.max_in_flight % n else 0))
+
+    def _spawn(self, address, rdy, first, persistent):
+        """Start the connection thread of ``address`` unless it has one; False if it had (or closing)."""
+        with self._lock:
+            if self._closing or address in self._known:
+                return False
+            self._known.add(address)
+            thread = threading.Thread(
+                target=self._run,
+                args=(address, rdy, first, persistent),
+                name="nsq-consumer[%s %s/%s]" % (_fmt(address), self.topic, self.channel),
+                daemon=True,
+            )
+            self._readers = [t for t in self._readers if t.is_alive()]
+            self._readers.append(thread)
+            thread.start()
+        return True
+
+    def __enter__(self):
+        if not self._started:
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def wait_subscribed(self, count=None, timeout=None):
+        """Wait until ``count`` (default: all known addresses) connections are subscribed; False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: len(self._subscribed) >= (len(self._known) if count is None else count),
+                self.timeout if timeout is None else timeout,
+            )
+
+    @property
+    def subscribed(self):
+        """The addresses currently subscribed."""
+        with self._lock:
+            return sorted(c.address for c in self._subscribed)
+
+    @property
+    def rdy(self):
+        """``{address: RDY count}`` of the subscribed connections (what was last sent)."""
+        with self._lock:
+            return {c.address: c.rdy for c in self._subscribed}
+
+    def close(self, timeout=None):
+        """``CLS`` every connection, wait for ``CLOSE_WAIT``, requeue what nobody took, stop everything.
+
+        Waits at most ``timeout`` seconds (default: the consumer's) for each stage.
+        """
+        timeout = self.timeout if timeout is None else timeout
+        with self._lock:
+            already = self._closing
+            self._closing = True
+            conns = list(self._subscribed)
+        self._stop.set()
+        if not already:
+            for conn in conns:
+                try:
+                    conn.send(b"CLS\n")
+                except ConnectionClosed:
+                    pass
+            deadline = time.monotonic() + timeout
+            for conn in conns:
+                conn.close_wait.wait(max(0.0, deadline - time.monotonic()))
+            self._requeue_queued()
+            self._queue.put(_STOP)
+        deadline = time.monotonic() + timeout
+        me = threading.current_thread()
+        for worker in self._workers:
+            if worker is not me:
+                worker.join(max(0.0, deadline - time.monotonic()))
+        cluster = self._cluster
+        if cluster is not None and cluster is not me:
+            cluster.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            conns = list(self._conns)
+            readers = list(self._readers)
+        for conn in conns:
+            conn.shutdown()
+        for reader in readers:
+            if reader is not me:
+                reader.join(max(0.0, deadline - time.monotonic()))
+
+    def _requeue_queued(self):
+        while True:
+            try:
+                msg = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if msg is _STOP or msg.connection.closed:
+                continue
+            try:
+                msg.req(0)
+            except ConnectionClosed:
+                pass
+
+    # -- messages --------------------------------------------------------------
+
+    def _next(self, timeout):
+        """The next message whose connection is still open; None once closed; queue.Empty on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            item = self._queue.get(timeout=remaining)
+            if item is _STOP:
+                self._queue.put(_STOP)  # for the other getters
+                return None
+            if item.connection.closed:
+                continue  # nsqd took it back when that connection ended
+            return item
+
+    def get(self, timeout=None):
+        """The next message (iterator mode).  TimeoutError after ``timeout`` seconds;
+        ConnectionClosed once the consumer is closed."""
+        if self.handler is not None:
+            raise RuntimeError("this consumer has a handler")
+        try:
+            msg = self._next(timeout)
+        except queue.Empty:
+            raise TimeoutError("no message within %gs" % timeout) from None
+        if msg is None:
+            raise ConnectionClosed("consumer is closed")
+        return msg
+
+    def __iter__(self):
+        if self.handler is not None:
+            raise RuntimeError("this consumer has a handler")
+        while True:
+            msg = self._next(None)
+            if msg is None:
+                return
+            yield msg
+
+    def _work(self):
+        """A handler thread."""
+        while True:
+            msg = self._next(None)
+            if msg is None:
+                return
+            try:
+                result = self.handler(msg)
+            except Exception:
+                log.exception("handler failed for %r; requeueing", msg)
+                result = False
+            if msg.responded or msg._async:
+                continue
+            try:
+                if result is False:
+                    msg.req(self.requeue_delay_ms)
+                else:
+                    msg.fin()
+            except ConnectionClosed as e:
+                log.info("cannot answer %r: %s", msg, e)
+
+    # -- connections -----------------------------------------------------------
+
+    def _report(self, error):
+        if self.on_error is None:
+            log.warning("%s: %s", self, error)
+            return
+        try:
+            self.on_error(error)
+        except Exception:
+            log.exception("on_error failed")
+
+    def _run(self, address, rdy, first, persistent):
+        """The thread of one address: connect, subscribe, read; again after a loss, with backoff.
+
+        A node found through lookupd (not ``persistent``) is given up after one failed
+        attempt or one lost connection: the next lookupd poll brings it back if listed.
+        """
+        low, high = self.reconnect_backoff
+        delay = low
+        try:
+            while not self._stop.is_set():
+                try:
+                    conn = self._subscribe(address, rdy)
+                except (OSError, NSQError, ValueError) as e:  # ConnectionClosed and TimeoutError are OSErrors
+                    if first is not None:
+                        first.fail(e)
+                        first = None
+                    elif not self._stop.is_set():
+                        self._report(e)
+                    if not persistent or self._stop.wait(delay):
+                        return
+                    delay = min(delay * 2, high)
+                    continue
+                if first is not None:
+                    first.set()
+                    first = None
+                fatal = self._read_loop(conn)
+                if not persistent:
+                    return
+                if fatal:
+                    # Ended by a fatal error: retrying at once could spin.
+                    if self._stop.wait(delay):
+                        return
+                    delay = min(delay * 2, high)
+                else:
+                    delay = low
+                rdy = conn.rdy  # what it had last
+        finally:
+            with self._changed:
+                self._known.discard(address)
+                self._changed.notify_all()
+
+    def _subscribe(self, address, rdy):
+        conn = Connection(address, self.timeout)
+        with self._lock:
+            if self._closing:
+                conn.close()
+                raise ConnectionClosed("consumer is closing")
+            self._conns.add(conn)
+        try:
+            conn.identify(self._identify)
+            conn.send(self._sub)
+            answer = conn.read_answer()
+            if answer != b"OK":
+                raise ConnectionClosed("unexpected answer to SUB: %r" % answer[:64])
+            max_rdy = conn.settings.get("max_rdy_count")
+            conn.max_rdy = max_rdy if isinstance(max_rdy, int) else None
+            if conn.max_rdy is not None and rdy > conn.max_rdy:
+                rdy = conn.max_rdy
+            conn.rdy = rdy
+            conn.received = 0  # messages so far: the RDY re-split tells busy from idle by it
+            conn.seen = (0, time.monotonic())  # (received, when it last changed), the re-split's
+            conn.send(b"RDY %d\n" % rdy)
+            conn.handshake_done()
+        except BaseException:
+            with self._lock:
+                self._conns.discard(conn)
+            conn.close()
+            raise
+        with self._changed:
+            if self._closing:
+                self._conns.discard(conn)
+                conn.close()
+                raise ConnectionClosed("consumer is closing")
+            self._subscribed.add(conn)
+            self._changed.notify_all()
+        return conn
+
+    def _read_loop(self, conn):
+        """Read until the connection ends; True if it ended with a fatal error from nsqd."""
+        put = self._queue.put
+        try:
+            while True:
+                frame_type, data = conn.read_frame()
+                if frame_type == protocol.FRAME_TYPE_MESSAGE:
+                    conn.received += 1
+                    put(ReceivedMessage(data, conn))
+                elif frame_type == protocol.FRAME_TYPE_RESPONSE:
+                    if data == HEARTBEAT:
+                        self.heartbeats += 1
+                        conn.send(b"NOP\n")
+                    elif data == b"CLOSE_WAIT":
+                        conn.close_wait.set()
+                    else:
+                        log.warning("%s: unexpected response %r", _fmt(conn.address), data[:64])
+                elif frame_type == protocol.FRAME_TYPE_ERROR:
+                    error = NSQError(data, conn.address)
+                    self._report(error)
+                    if error.fatal:
+                        return True  # nsqd closes the connection
+                else:
+                    log.error("%s: unknown frame type %d; closing", _fmt(conn.address), frame_type)
+                    return True
+        except (OSError, ValueError) as e:
+            if not self._stop.is_set():
+                log.info("%s: connection lost (%s); reconnecting", _fmt(conn.address), e)
+            return False
+        finally:
+            with self._changed:
+                self._conns.discard(conn)
+                self._subscribed.discard(conn)
+                self._changed.notify_all()
+            conn.close()
+
+    # -- the cluster: lookupd polls and RDY re-splits -------------------------------
+
+    def _lookup(self):
+        """``(addresses, errors)`` of the topic's producers on every lookupd."""
+        path = "/lookup?topic=" + urllib.parse.quote(self.topic, safe="")
+        return lookup_addresses(self.lookupd_http_addresses, path, self.timeout)
+
+    def _cluster_loop(self):
+        """The ``nsq-consumer-rdy`` thread: re-split RDY every interval, poll lookupd every poll interval."""
+        next_poll = time.monotonic() + self.lookupd_poll_interval
+        while not self._stop.wait(self.rdy_redistribute_interval):
+            now = time.monotonic()
+            if self.lookupd_http_addresses and now >= next_poll:
+                next_poll = now + self.lookupd_poll_interval
+                found, errors = self._lookup()
+                for error in errors:
+                    self._report(error)
+                with self._lock:
+                    new = [a for a in found if a not in self._known]
+                    n = len(self._known) + len(new)
+                for address in new:
+                    self._spawn(address, self._share(n - 1, n), None, False)
+            try:
+                self._redistribute(time.monotonic())
+            except ConnectionClosed:
+                pass  # that connection's reader notices and cleans up
+
+    def _redistribute(self, now):
+        """Send each subscribed connection its new RDY: idle ones 1, busy ones the rest, evenly.
+
+        Like go-nsq's RDY redistribution, a connection is idle when it received no message for
+        ``low_rdy_idle_timeout``; unlike it, an idle connection keeps RDY 1 rather than 0 so that
+        it notices new work by itself.  Without any busy (or any idle) connection the budget is
+        split evenly.
+        """
+        with self._lock:
+            conns = sorted(self._subscribed, key=lambda c: c.address)
+        if not conns:
+            return
+        idle, busy = [], []
+        for conn in conns:
+            received, since = conn.seen
+            if conn.received != received:
+                conn.seen = (conn.received, now)
+                busy.append(conn)
+            elif now - since >= self.low_rdy_idle_timeout:
+                idle.append(conn)
+            else:
+                busy.append(conn)
+        if self.max_in_flight == 0:
+            targets = [(c, 0) for c in conns]
+        elif not idle or not busy:
+            targets = [(c, self._share(i, len(conns))) for i, c in enumerate(conns)]
+        else:
+            budget = max(self.max_in_flight - len(idle), len(busy))
+            n = len(busy)
+            targets = [(c, 1) for c in idle]
+            targets += [(c, budget // n + (1 if i < budget % n else 0)) for i, c in enumerate(busy)]
+        for conn, rdy in targets:
+            if conn.max_rdy is not None and rdy > conn.max_rdy:
+                rdy = conn.max_rdy
+            with self._lock:
+                if conn.rdy == rdy or conn not in self._subscribed:
+                    continue
+                conn.rdy = rdy
+            log.debug("%s: RDY %d (%s)", _fmt(conn.address), rdy, "idle" if conn in idle else "busy")
+            conn.send(b"RDY %d\n" % rdy)
+
+
+class _Outcome(threading.Event):
+    """The first connection attempt of one address: set when it ended; ``error`` if it failed."""
+
+    error = None
+
+    def fail(self, error):
+        self.error = error
+        self.set()

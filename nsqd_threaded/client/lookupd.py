@@ -1,0 +1,67 @@
+"""Finding nsqd nodes through nsqlookupd's HTTP API (``/lookup``, ``/nodes``)."""
+
+import http.client
+import json
+from .connection import _fmt, parse_address
+
+
+# -- lookupd ---------------------------------------------------------------------
+
+LOOKUPD_ACCEPT = "application/vnd.nsq; version=1.0"
+
+
+def parse_lookupd_address(address):
+    """``"host:port"``, ``"http://host:port"`` or ``(host, port)`` -> ``(host, port)``."""
+    if isinstance(address, str):
+        address = address.split("://", 1)[-1].rstrip("/")
+    return parse_address(address)
+
+
+def query_lookupd(address, path, timeout):
+    """``GET path`` on one nsqlookupd (the v1 API, unwrapped JSON): ``(status, doc)``; OSError if unreachable."""
+    host, port = address
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Accept": LOOKUPD_ACCEPT})
+        resp = conn.getresponse()
+        body = resp.read()
+    except (OSError, http.client.HTTPException) as e:
+        raise ConnectionError("nsqlookupd at %s: %s" % (_fmt(address), e)) from None
+    finally:
+        conn.close()
+    try:
+        return resp.status, json.loads(body.decode("utf-8"))
+    except ValueError:
+        raise ConnectionError("nsqlookupd at %s answered %d with no JSON" % (_fmt(address), resp.status)) from None
+
+
+def producer_addresses(doc):
+    """The ``broadcast_address:tcp_port`` of each producer of a ``/lookup`` or ``/nodes`` answer."""
+    result = []
+    for p in doc.get("producers") or ():
+        try:
+            result.append((str(p["broadcast_address"]).strip("[]"), int(p["tcp_port"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return result
+
+
+def lookup_addresses(lookupds, path, timeout):
+    """The union of the producers ``path`` lists on every lookupd, in a stable order.
+
+    A 404 (``TOPIC_NOT_FOUND``) counts as an empty answer.  Returns ``(addresses,
+    errors)``: the lookupds that could not be asked are in ``errors``.
+    """
+    found, errors = {}, []
+    for lookupd in lookupds:
+        try:
+            status, doc = query_lookupd(lookupd, path, timeout)
+        except OSError as e:
+            errors.append(e)
+            continue
+        if status == 200:
+            for address in producer_addresses(doc):
+                found.setdefault(address, None)
+        elif status != 404:
+            errors.append(ConnectionError("nsqlookupd at %s answered %d %s" % (_fmt(lookupd), status, doc)))
+    return sorted(found), errors
