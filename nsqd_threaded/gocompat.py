@@ -349,6 +349,25 @@ def _split(s, accept):
     return s[:i], s[i:]
 
 
+# -- net.JoinHostPort / net.SplitHostPort -------------------------------------------
+
+
+def join_host_port(host, port):
+    """``host:port``, an IPv6 host in brackets (Go's net.JoinHostPort and net.Addr strings)."""
+    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+
+
+def split_host_port(address):
+    """``"host:port"`` or ``"[v6]:port"`` -> ``(host, port)``; the host may be empty.
+
+    ValueError (Go's text) when there is no numeric port.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError("address %s: missing port in address" % address)
+    return host.strip("[]"), int(port)
+
+
 # -- strconv (flag values) ------------------------------------------------------------
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1

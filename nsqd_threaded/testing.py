@@ -31,7 +31,7 @@ import threading
 import time
 import weakref
 
-from .gocompat import parse_duration
+from .gocompat import join_host_port, parse_duration
 from .broker.nsqd import NSQD
 from .settings.options import BY_FIELD, DURATION, STR_LIST, Options
 
@@ -106,10 +106,6 @@ def _values_to_flags(values):
         else:
             flags.append("--%s=%s" % (setting.flag, setting.kind.format(value)))
     return flags
-
-
-def join_host_port(host, port):
-    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
 
 
 # -- logs ------------------------------------------------------------------------

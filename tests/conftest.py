@@ -4,6 +4,8 @@ import threading
 import pytest
 
 from nsqd_threaded import NSQD, Options
+from nsqd_threaded.logger import Logger
+from nsqd_threaded.lookupd import NSQLookupd
 
 
 class LogCapture(io.StringIO):
@@ -43,3 +45,30 @@ def make_nsqd(tmp_path):
 @pytest.fixture
 def nsqd(make_nsqd):
     return make_nsqd()
+
+
+@pytest.fixture
+def make_lookupd():
+    """Factory of started lookupds on 127.0.0.1 ephemeral ports; all stopped (threads joined) at teardown.
+
+    ``lookupd.log_text()`` is what one has logged (at debug) so far.
+    """
+    started = []
+
+    def make(**overrides):
+        capture = LogCapture()
+        lookupd = NSQLookupd.local(logger=Logger("[nsqlookupd] ", "debug", capture), **overrides)
+        lookupd.log_text = capture.getvalue  # what it logged so far
+        lookupd.start()
+        started.append(lookupd)
+        return lookupd
+
+    yield make
+    for lookupd in started:
+        lookupd.stop()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("nsqlookupd")]
+
+
+@pytest.fixture
+def lookupd(make_lookupd):
+    return make_lookupd()

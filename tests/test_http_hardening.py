@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from nsqd_threaded.server.http_api import (
+from nsqd_threaded.server.http_server import (
     DRAIN_LIMIT,
     BodyFraming,
     FramingError,

@@ -1,7 +1,6 @@
 """NSQLookupd over real sockets: the V1 protocol byte for byte, the HTTP API, expiry, tombstones, lifecycle."""
 
 import http.client
-import io
 import json
 import socket
 import struct
@@ -10,6 +9,7 @@ import time
 
 import pytest
 
+from conftest import LogCapture
 from nsqd_threaded.logger import Logger
 from nsqd_threaded.lookupd import LookupdOptions, NSQLookupd
 from wire import wait_for
@@ -19,43 +19,6 @@ pytestmark = pytest.mark.timeout(60)
 HOSTNAME = socket.gethostname()
 X_NSQ = ("x-nsq-content-type", "nsq; version=1.0")
 JSON = ("content-type", "application/json; charset=utf-8")
-
-
-class LogCapture(io.StringIO):
-    def __init__(self):
-        super().__init__()
-        self._lock = threading.Lock()  # guards the buffer: every connection thread logs
-
-    def write(self, s):
-        with self._lock:
-            return super().write(s)
-
-
-@pytest.fixture
-def make_lookupd():
-    """Factory of started lookupds on 127.0.0.1 ephemeral ports; all stopped (threads joined) at teardown.
-
-    ``lookupd.log_text()`` is what one has logged (at debug) so far.
-    """
-    started = []
-
-    def make(**overrides):
-        capture = LogCapture()
-        lookupd = NSQLookupd.local(logger=Logger("[nsqlookupd] ", "debug", capture), **overrides)
-        lookupd.log_text = capture.getvalue  # what it logged so far
-        lookupd.start()
-        started.append(lookupd)
-        return lookupd
-
-    yield make
-    for lookupd in started:
-        lookupd.stop()
-    assert not [t.name for t in threading.enumerate() if t.name.startswith("nsqlookupd")]
-
-
-@pytest.fixture
-def lookupd(make_lookupd):
-    return make_lookupd()
 
 
 def identify_body(**fields):

@@ -10,7 +10,7 @@ import pytest
 
 from nsqd_threaded.lookupd import NSQLookupd
 from test_http_hardening import RawHTTP
-from test_lookupd import get_json, lookupd, make_lookupd, request  # noqa: F401 (fixtures)
+from test_lookupd import get_json, request
 from wire import wait_for
 
 pytestmark = pytest.mark.timeout(60)

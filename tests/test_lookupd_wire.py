@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from nsqd_threaded import protocol
 from nsqd_threaded.lookupd import wire
 from nsqd_threaded.lookupd.registration_db import (
     CLIENT,
@@ -46,8 +47,9 @@ def test_error_text_keeps_the_bytes_sent():
 
 
 def test_decode_size_is_signed():
-    assert wire.decode_size(b"\x00\x00\x01\x00") == 256
-    assert wire.decode_size(b"\xff\xff\xff\xff") == -1
+    # V1 sizes are read with protocol V2's decoder (what the peer loop calls).
+    assert protocol.decode_size(b"\x00\x00\x01\x00") == 256
+    assert protocol.decode_size(b"\xff\xff\xff\xff") == -1
 
 
 # -- command lines -----------------------------------------------------------------

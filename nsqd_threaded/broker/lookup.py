@@ -15,12 +15,12 @@ import http.client
 import json
 import queue
 import socket
-import struct
 import threading
 import time
 import urllib.parse
 
-from ..gocompat import go_json
+from ..gocompat import go_json, join_host_port, split_host_port
+from ..protocol import decode_size, encode_size
 
 MAGIC_V1 = b"  V1"
 PING = b"PING\n"
@@ -37,7 +37,7 @@ _STOP = object()  # queue sentinel: the peer thread exits
 def encode_identify(doc):
     """``IDENTIFY\\n`` + size + body: a Go map marshalled, so keys sorted and compact."""
     body = go_json({k: doc[k] for k in sorted(doc)}).encode("utf-8")
-    return b"IDENTIFY\n" + struct.pack(">i", len(body)) + body
+    return b"IDENTIFY\n" + encode_size(len(body)) + body
 
 
 def encode_register(topic, channel=""):
@@ -63,7 +63,7 @@ def command_text(cmd):
 
 def decode_response_size(raw4, limit):
     """Size of a V1 response from its 4-byte header; ValueError when it is over ``limit`` (or negative)."""
-    (size,) = struct.unpack(">i", raw4)
+    size = decode_size(raw4)
     if size > limit or size < 0:
         raise ValueError("response body size (%d) is greater than limit (%d)" % (size, limit))
     return size
@@ -100,18 +100,6 @@ def parse_peer_info(data):
         "version": text("version"),
         "broadcast_address": text("broadcast_address"),
     }
-
-
-def join_host_port(host, port):
-    """Go's net.JoinHostPort: IPv6 hosts in brackets."""
-    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
-
-
-def split_host_port(address):
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError("address %s: missing port in address" % address)
-    return host.strip("[]"), int(port)
 
 
 # -- one lookupd ----------------------------------------------------------------------

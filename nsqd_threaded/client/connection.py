@@ -6,6 +6,7 @@ import socket
 import threading
 
 from .. import protocol
+from ..gocompat import join_host_port, split_host_port
 from ..settings.options import VERSION
 
 
@@ -32,10 +33,11 @@ class ConnectionClosed(ConnectionError):
 def parse_address(address):
     """``"host:port"``, ``"[v6]:port"`` or ``(host, port)`` -> ``(host, port)``."""
     if isinstance(address, str):
-        host, sep, port = address.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError("invalid nsqd address %r (want host:port)" % address)
-        return host.strip("[]") or "127.0.0.1", int(port)
+        try:
+            host, port = split_host_port(address)
+        except ValueError:
+            raise ValueError("invalid nsqd address %r (want host:port)" % address) from None
+        return host or "127.0.0.1", port
     host, port = address[:2]
     return host, int(port)
 
@@ -91,8 +93,7 @@ def _bodies(bodies):
 
 
 def _fmt(address):
-    host, port = address
-    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+    return join_host_port(*address)
 
 
 class Connection:

@@ -166,6 +166,15 @@ class _Node:
             thread.join()
 
 
+def _failed(future, node, error):
+    """Record that ``node`` could not take ``future``'s request; returns the nodes tried so far."""
+    if future.tried is None:
+        future.tried, future.errors = set(), []
+    future.tried.add(node)
+    future.errors.append(error)
+    return future.tried
+
+
 class Producer:
     """Publishes to one or several nsqd over pipelined connections; safe to share between threads.
 
@@ -310,6 +319,7 @@ class Producer:
         future = concurrent.futures.Future()
         future.data = data
         future.tried = None  # the nodes that failed it (a set, made on the first failure)
+        future.errors = ()  # and why (a list, likewise)
         try:
             nodes, start = self._nodes_now()
         except ConnectionClosed as e:
@@ -331,10 +341,7 @@ class Producer:
 
     def _retry(self, future, node, error):
         """``node`` failed ``future``'s request (it was not published there): try the next node."""
-        if future.tried is None:
-            future.tried, future.errors = set(), []
-        future.tried.add(node)
-        future.errors.append(error)
+        _failed(future, node, error)
         log.info("%s: %s; trying another nsqd", _fmt(node.address), error)
         self._dispatch(future)
 
@@ -353,12 +360,8 @@ class Producer:
                 node.request(future.data, future)
                 return
             except (OSError, NSQError) as e:
-                if future.tried is None:
-                    future.tried, future.errors = set(), []
-                future.tried.add(node)
-                future.errors.append(e)
-                tried = future.tried
-        why = "; ".join(str(e) for e in getattr(future, "errors", ())) or "no nsqd known"
+                tried = _failed(future, node, e)
+        why = "; ".join(str(e) for e in future.errors) or "no nsqd known"
         future.set_exception(ConnectionClosed("no nsqd could take the request (%s)" % why))
 
     def _wait(self, future, timeout):

@@ -21,12 +21,13 @@ import dataclasses
 import socket
 import threading
 
+from ..gocompat import join_host_port
 from ..logger import Logger
 from ..settings.options import VERSION
 from .http import HTTPServer
 from .options import LookupdOptions
 from .registration_db import RegistrationDB
-from .tcp import TCPServer, address_text
+from .tcp import TCPServer
 
 class NSQLookupd:
     """One lookup daemon.  :meth:`start` binds both listeners (or raises), :meth:`stop` undoes everything.
@@ -74,7 +75,7 @@ class NSQLookupd:
                 self._tcp = self._http = None
                 raise
             for name, server, kind in (("nsqlookupd-http", self._http, "HTTP"), ("nsqlookupd-tcp", self._tcp, "TCP")):
-                self.log.info("%s: listening on %s", kind, address_text(server.server_address))
+                self.log.info("%s: listening on %s", kind, join_host_port(*server.server_address[:2]))
                 thread = threading.Thread(target=server.serve_forever, name=name)
                 thread.start()
                 self._threads.append(thread)
@@ -105,7 +106,7 @@ class NSQLookupd:
         for thread in threads:
             thread.join()
         for server in servers:
-            self.log.info("%s: closing %s", "TCP" if server is self._tcp else "HTTP", address_text(server.server_address))
+            self.log.info("%s: closing %s", "TCP" if server is self._tcp else "HTTP", join_host_port(*server.server_address[:2]))
 
     def __enter__(self):
         return self.start()
@@ -127,12 +128,12 @@ class NSQLookupd:
     @property
     def tcp_addr(self):
         """``"host:port"`` of the TCP listener, as nsqd's ``--lookupd-tcp-address`` takes it."""
-        return address_text(self.tcp_address)
+        return join_host_port(*self.tcp_address[:2])
 
     @property
     def http_addr(self):
         """``"host:port"`` of the HTTP listener, as pynsq's ``lookupd_http_addresses`` takes it."""
-        return address_text(self.http_address)
+        return join_host_port(*self.http_address[:2])
 
     @property
     def http_url(self):

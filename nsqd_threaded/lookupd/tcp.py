@@ -8,6 +8,8 @@ for whatever reason, the peer is removed as producer from every registration.
 import socket
 import socketserver
 
+from ..gocompat import join_host_port
+from ..protocol import decode_size
 from ..server.base import Listener
 from . import wire
 from .registration_db import CLIENT, PeerInfo, Registration
@@ -22,7 +24,7 @@ class PeerConnection:
         self.db = lookupd.db
         self.log = lookupd.log
         self.sock = sock
-        self.id = address_text(address)
+        self.id = join_host_port(*address[:2])
         self.rfile = sock.makefile("rb")
         self.peer = None  # PeerInfo once identified
 
@@ -94,7 +96,7 @@ class PeerConnection:
         raw = self.rfile.read(4)
         if len(raw) < 4:
             raise V1Error("E_BAD_BODY", "IDENTIFY failed to read body size")
-        size = wire.decode_size(raw)
+        size = decode_size(raw)
         wire.check_identify_size(size)
         body = self.rfile.read(size)
         if len(body) < size:
@@ -159,12 +161,6 @@ class PeerConnection:
         for reg in self.db.lookup_registrations(self.id):
             if self.db.remove_producer(reg, self.id)[0]:
                 self.log.info("DB: client(%s) UNREGISTER category:%s key:%s subkey:%s", self.id, *reg)
-
-
-def address_text(address):
-    """Go's net.Addr string: ``ip:port``, ``[ipv6]:port``."""
-    host, port = address[:2]
-    return ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
 
 
 class _PeerHandler(socketserver.BaseRequestHandler):

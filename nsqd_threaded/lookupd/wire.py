@@ -11,10 +11,8 @@ The connection loop in :mod:`.tcp` reads bytes and calls these functions;
 they return responses or raise :class:`V1Error`.
 """
 
-import struct
-
 from ..gocompat import go_json, go_json_unmarshal
-from ..protocol import decode_size, is_valid_name  # noqa: F401 (decode_size: V1 sizes are nsqd's int32 too)
+from ..protocol import encode_size, is_valid_name  # V1 sizes are V2's: int32 big-endian
 
 MAGIC_V1 = b"  V1"
 
@@ -27,7 +25,6 @@ MAX_LINE = 64 * 1024
 # announced (a negative one crashes it); nsqd's body is ~150 bytes.
 MAX_IDENTIFY_BODY = 1024 * 1024
 
-_SIZE = struct.Struct(">i")
 
 # Go's unicode.IsSpace, which strings.TrimSpace uses (Python's str.strip also
 # strips \x1c-\x1f, which Go keeps).
@@ -52,7 +49,7 @@ class V1Error(Exception):
 
 def encode_response(data):
     """``int32 BE len(data) + data``: a V1 response, success or error alike."""
-    return _SIZE.pack(len(data)) + data
+    return encode_size(len(data)) + data
 
 
 OK = encode_response(b"OK")

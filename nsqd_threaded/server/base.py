@@ -9,14 +9,16 @@ import sys
 import threading
 import traceback
 
+from ..gocompat import split_host_port
+
 
 def split_address(address):
     """``"host:port"`` -> ``(host, port)``; an empty host means all interfaces."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError("invalid address %r (want host:port)" % address)
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
+    try:
+        host, port = split_host_port(address)
+    except ValueError:
+        raise ValueError("invalid address %r (want host:port)" % address) from None
+    return host or "0.0.0.0", port
 
 
 def address_family(host):

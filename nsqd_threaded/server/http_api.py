@@ -16,11 +16,8 @@ from .metrics import render_prometheus
 from ..settings.options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS, Options
 from ..protocol import ProtocolError
 from . import http_server
-from .http_server import (  # noqa: F401 (the framing names stay importable from here)
-    DRAIN_LIMIT,
+from .http_server import (
     TEXT_TYPE,
-    BodyFraming,
-    FramingError,
     HTTPError,
     QueryError,
     Response,
@@ -29,7 +26,6 @@ from .http_server import (  # noqa: F401 (the framing names stay importable from
     ok_json,
     ok_text,
     parse_bool,
-    parse_chunk_size,
     parse_query,
 )
 from ..broker.topic import TopicError
