@@ -2,24 +2,20 @@
 
 import json
 import os
-import queue
 import re
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 from click.testing import CliRunner
 
-import nsqd_threaded
 from nsqd_threaded import cli
 from nsqd_threaded.settings.options import DURATION, INT, SETTINGS, STR, STR_LIST, TLS_VERSION, UNSUPPORTED
+from proc_util import REPO_ROOT, CommandProcess
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nsqd_threaded.__file__)))
 
 
 def options_for(*args):
@@ -418,55 +414,14 @@ def test_read_only_data_path_is_fatal(tmp_path):
 # -- the real process -----------------------------------------------------------------
 
 
-class BrokerProcess:
+class BrokerProcess(CommandProcess):
     """``python -m nsqd_threaded`` with its stderr lines collected by a reader thread."""
 
     def __init__(self, args, cwd=None):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nsqd_threaded"] + list(args),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=cwd,
-            universal_newlines=True,
-        )
-        self.log = []
-        self._lines = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self):
-        for line in self.proc.stderr:
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def wait_for(self, pattern, timeout=15.0):
-        """The match of the first new stderr line matching ``pattern``; fails at the deadline or at exit."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError("no %r within %ss; log: %r" % (pattern, timeout, self.log)) from None
-            if line is None:
-                raise AssertionError("exited (%s) before %r; log: %r" % (self.proc.poll(), pattern, self.log))
-            self.log.append(line)
-            match = re.search(pattern, line)
-            if match:
-                return match
+        super().__init__([sys.executable, "-m", "nsqd_threaded"] + list(args), cwd=cwd)
 
     def tcp_port(self):
         return int(self.wait_for(r"TCP: listening on 127\.0\.0\.1:(\d+)").group(1))
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=15)
-        self._reader.join(timeout=15)
-        self.proc.stderr.close()
 
 
 @pytest.fixture

@@ -3,26 +3,21 @@
 import configparser
 import http.client
 import os
-import queue
 import re
 import signal
 import socket
 import struct
-import subprocess
 import sys
-import threading
-import time
 
 import pytest
 from click.testing import CliRunner
 
-import nsqd_threaded
 from nsqd_threaded.lookupd import cli
 from nsqd_threaded.lookupd.nsqlookupd import LookupdOptions
+from proc_util import REPO_ROOT, CommandProcess
 
 pytestmark = pytest.mark.timeout(60)
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nsqd_threaded.__file__)))
 
 
 def resolved(*args):
@@ -163,51 +158,14 @@ def test_console_script_is_declared():
 # -- the real process --------------------------------------------------------------------
 
 
-class LookupdProcess:
+class LookupdProcess(CommandProcess):
     """The command in a child process, its stderr lines collected by a reader thread."""
-
-    def __init__(self, argv):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, universal_newlines=True)
-        self.log = []
-        self._lines = queue.Queue()
-        self._reader = threading.Thread(target=self._read, name="lookupd-stderr-reader", daemon=True)
-        self._reader.start()
-
-    def _read(self):
-        for line in self.proc.stderr:
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def wait_for(self, pattern, timeout=20.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError("no %r within %ss; log: %r" % (pattern, timeout, self.log)) from None
-            if line is None:
-                raise AssertionError("exited (%s) before %r; log: %r" % (self.proc.poll(), pattern, self.log))
-            self.log.append(line)
-            match = re.search(pattern, line)
-            if match:
-                return match
 
     def ports(self):
         """(tcp, http): read from the startup log, which names HTTP first."""
         http_port = int(self.wait_for(r"HTTP: listening on 127\.0\.0\.1:(\d+)").group(1))
         tcp_port = int(self.wait_for(r"TCP: listening on 127\.0\.0\.1:(\d+)").group(1))
         return tcp_port, http_port
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=15)
-        self._reader.join(timeout=15)
-        self.proc.stderr.close()
-        self.proc.stdout.close()
 
 
 @pytest.fixture
