@@ -153,17 +153,18 @@ def nsqd_process(request):
         broker.stop()
 
 
-def _lookupd_overrides(node):
-    overrides = {}
-    for mark in reversed(list(node.iter_markers("nsqlookupd"))):
-        overrides.update(mark.kwargs)
-    return overrides
+def _marker_kwargs(node, name):
+    """The keyword arguments of every ``name`` marker on the test, the closest one winning."""
+    kwargs = {}
+    for mark in reversed(list(node.iter_markers(name))):
+        kwargs.update(mark.kwargs)
+    return kwargs
 
 
 @pytest.fixture
 def nsqlookupd(request):
     """An nsqlookupd on 127.0.0.1 ephemeral ports (broadcast address 127.0.0.1); stopped at the end."""
-    lookupd = Lookupd(**_lookupd_overrides(request.node))
+    lookupd = Lookupd(**_marker_kwargs(request.node, "nsqlookupd"))
     _track(request.node, lookupd)
     lookupd.start()
     try:
@@ -177,12 +178,10 @@ def nsq_cluster(request):
     """A lookupd and brokers registered with it (three in-process ones unless the nsq_cluster marker says)."""
     marker_flags, marker_options = _marker_args(request.node)
     flags = _config_flags(request.config) + marker_flags
-    shape = {}
-    for mark in reversed(list(request.node.iter_markers("nsq_cluster"))):
-        shape.update(mark.kwargs)
+    shape = _marker_kwargs(request.node, "nsq_cluster")
     cluster = Cluster(
         shape.get("n", 3), *flags, processes=shape.get("processes", False),
-        lookupd=_lookupd_overrides(request.node), **marker_options
+        lookupd=_marker_kwargs(request.node, "nsqlookupd"), **marker_options
     )
     _track(request.node, cluster.lookupd)
 
