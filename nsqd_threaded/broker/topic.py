@@ -154,11 +154,15 @@ class Topic(BackedQueue):
         if self._backend.acks_deliveries:
             self._acking_pump_loop()
             return
-        with self._lock:
-            while True:
+        while True:
+            # One batch per lock hold: publishers queue behind the backlog meanwhile
+            # (order is kept: nothing fans out inline while a backlog exists) instead
+            # of waiting for the whole of it to drain.
+            with self._lock:
                 if not self._wait_for_backlog_locked():
                     return
                 self._fan_out_locked(self._take_locked(PUMP_BATCH))
+            time.sleep(0)  # let a publisher woken by the release take the lock first
 
     def _wait_for_backlog_locked(self):
         """Wait until the backlog can be drained; False when the topic is exiting."""
