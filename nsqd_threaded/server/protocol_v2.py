@@ -525,10 +525,6 @@ class ProtocolV2:
 
 def handle_connection(nsqd, sock, address):
     """Serve one accepted connection from its magic to its close (connection thread)."""
-    _serve(nsqd, sock, address)
-
-
-def _serve(nsqd, sock, address):
     try:
         magic = b""
         while len(magic) < 4:
