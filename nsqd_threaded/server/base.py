@@ -47,6 +47,8 @@ class PromptShutdownMixIn:
     also watches a pipe that :meth:`shutdown` writes to.
     """
 
+    _wake_r = _wake_w = None  # the pipe, made by server_activate (a failed bind never makes it)
+
     def server_activate(self):
         super().server_activate()
         self._wake_r, self._wake_w = os.pipe()
@@ -75,10 +77,10 @@ class PromptShutdownMixIn:
 
     def server_close(self):
         super().server_close()
-        # A failed bind calls server_close() before server_activate() made the pipe.
-        for fd in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
+        for fd in (self._wake_r, self._wake_w):
             if fd is not None:
                 os.close(fd)
+        self._wake_r = self._wake_w = None
 
 
 class ConnectionThreadsMixIn:
