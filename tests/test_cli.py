@@ -190,8 +190,7 @@ def _refusal_args(setting):
 
 
 UNSUPPORTED_SETTINGS = [s for s in SETTINGS if s.status == UNSUPPORTED]
-# statsd-mem-stats is on by default, and off is what we do: no value of it asks for anything
-REFUSABLE_SETTINGS = [s for s in UNSUPPORTED_SETTINGS if s.flag != "statsd-mem-stats"]
+REFUSABLE_SETTINGS = UNSUPPORTED_SETTINGS
 
 
 @pytest.mark.parametrize("setting", REFUSABLE_SETTINGS, ids=lambda s: s.flag)
@@ -203,7 +202,7 @@ def test_unsupported_flag_is_refused(setting):
 
 def test_unsupported_flags_in_go_forms_are_refused():
     for args in (["-tls-cert=x"], ["-deflate=true"], ["--snappy=true"], ["-auth-http-address", "a:1"],
-                 ["--tls-required=tcp-https"], ["-statsd-exclude-ephemeral"]):
+                 ["--tls-required=tcp-https"]):
         result = invoke(*args)
         assert result.exit_code == 2, (args, result.output)
         assert "is not supported yet" in result.output
@@ -213,8 +212,7 @@ def test_unsupported_feature_list():
     assert {s.flag for s in UNSUPPORTED_SETTINGS} == {
         "https-address", "tls-cert", "tls-key", "tls-client-auth-policy", "tls-root-ca-file",
         "tls-required", "tls-min-version", "auth-http-address", "auth-http-request-method",
-        "statsd-address", "statsd-interval", "statsd-mem-stats", "statsd-prefix",
-        "statsd-udp-packet-size", "statsd-exclude-ephemeral", "deflate", "snappy",
+        "deflate", "snappy",
         "max-deflate-level", "topology-region", "topology-zone", "enable-experiment",
     }
 
@@ -224,7 +222,6 @@ def test_unsupported_feature_list():
     [
         ('tls_cert = "cert.pem"', "--tls-cert"),
         ('auth_http_addresses = "a:1,b:2"', "--auth-http-address"),
-        ('statsd_address = "127.0.0.1:8125"', "--statsd-address"),
         ("max_deflate_level = 9", "--max-deflate-level"),
         ('tls_required = "tcp-https"', "--tls-required"),
         ('enable_experiment = ["topology-aware-consumption"]', "--enable-experiment"),
@@ -291,7 +288,7 @@ def test_help_shows_the_effective_value_of_unbuilt_features():
             help_of[match.group(1)] = " ".join(line.split())
     for flag in ("snappy", "deflate", "tls-required"):
         assert "(default false) [not supported yet]" in help_of[flag], help_of[flag]
-    assert "(default true) [not supported yet]" in help_of["statsd-mem-stats"]
+    assert "(default true)" in help_of["statsd-mem-stats"] and "not supported" not in help_of["statsd-mem-stats"]
     assert "(default 6) [not supported yet]" in help_of["max-deflate-level"]
     assert "(default tls1.0) [not supported yet]" in help_of["tls-min-version"]
     assert "(default 30s)" in help_of["http-read-timeout"] and "(default 1m0s)" in help_of["msg-timeout"]

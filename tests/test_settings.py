@@ -207,7 +207,7 @@ def test_resolve_flags_win_and_deprecated_flags_warn(tmp_path):
     path = write_config(tmp_path, 'msg_timeout = "5s"\nmax_rdy_count = 3\n')
     flags = {by_flag["msg-timeout"]: 9.0, by_flag["verbose"]: True,
              by_flag["auth-http-address"]: [], by_flag["snappy"]: False, by_flag["tls-required"]: 0,
-             by_flag["statsd-mem-stats"]: False, by_flag["e2e-processing-latency-percentile"]: (0.5,)}
+             by_flag["e2e-processing-latency-percentile"]: (0.5,)}
     values, warnings = config.resolve(flags, path)
     assert values == {"msg_timeout": 9.0, "max_rdy_count": 3, "e2e_processing_latency_percentiles": [0.5]}
     assert warnings == ["--verbose is deprecated and has no effect, use --log-level"]
@@ -232,12 +232,9 @@ def test_asks_for_nothing():
     assert settings["tls-min-version"].asks_for_nothing(0x0301)
     assert settings["deflate"].asks_for_nothing(False)
     assert settings["snappy"].asks_for_nothing(False)
-    assert settings["statsd-mem-stats"].asks_for_nothing(False)  # off is what we do anyway
-    assert settings["statsd-mem-stats"].asks_for_nothing(True)  # our default
     assert not settings["deflate"].asks_for_nothing(True)  # Go's default, not ours
     assert not settings["tls-cert"].asks_for_nothing("cert.pem")
     assert not settings["max-deflate-level"].asks_for_nothing(0)
-    assert not settings["statsd-exclude-ephemeral"].asks_for_nothing(True)
     assert not settings["tls-required"].asks_for_nothing(1)
     assert not settings["auth-http-address"].asks_for_nothing(("a:4160",))
 

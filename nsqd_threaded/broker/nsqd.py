@@ -14,6 +14,8 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
   creation (later topics),
 * ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages,
 * ``nsqd-idle-watch``      wakes parked idle connection threads (Linux).
+* ``nsqd-statsd``          pushes stats to ``--statsd-address`` (only when set; joined by
+  ``StatsdLoop.close``).
 * ``nsqd-lookup[host:port]`` one per ``--lookupd-tcp-address`` (joined by
   ``LookupPeers.close`` or when ``PUT /config/nsqlookupd_tcp_addresses`` drops it),
 * ``nsqd-lookup-query[...]`` short-lived, one per lookupd asked for a new
@@ -37,6 +39,7 @@ from ..server.idle import new_idle_watcher
 from .channel import ChannelError
 from .client_v2 import Client
 from .lookup import LookupPeers, encode_register, encode_unregister, query_topic_channels
+from .statsd import StatsdLoop, expand_prefix
 from ..storage import metadata
 from ..logger import Logger
 from ..settings.options import Options
@@ -86,6 +89,7 @@ class NSQD:
         self._gc_pauses = collections.deque(maxlen=256)
         self._gc_started = None
         self._lookup = LookupPeers(self)  # the lookupd peer threads (started by start())
+        self._statsd = None  # the StatsdLoop when --statsd-address is set (started by start())
 
     # -- factories used by topics and channels ------------------------------
 
@@ -170,6 +174,9 @@ class NSQD:
         self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
         self._spawn("nsqd-queue-scan", self._queue_scan_loop)
         self._lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
+        if self.options.statsd_address:
+            self._statsd = StatsdLoop(self, self.statsd_prefix())
+            self._statsd.start()
         if hasattr(gc, "callbacks"):  # CPython only (PyPy has none)
             gc.callbacks.append(self._on_gc)
         self._started = True
@@ -247,6 +254,8 @@ class NSQD:
                 topic.close()
             self._lookup.close()  # no UNREGISTER: lookupd drops this producer when the socket closes
             self._scan_stop.set()
+            if self._statsd is not None:
+                self._statsd.close()
             for t in self._threads:
                 t.join()
             self._threads = []
@@ -274,6 +283,13 @@ class NSQD:
     def tcp_address(self):
         """The bound ``(host, port)`` (the real port when 0 was asked for)."""
         return self._tcp_server.server_address[:2]
+
+    def statsd_prefix(self):
+        """``--statsd-prefix`` expanded with this broker's host key (broadcast address and HTTP port)."""
+        o = self.options
+        http = self.http_address
+        http_port = o.broadcast_http_port or (http[1] if http else 0)
+        return expand_prefix(o.statsd_prefix, o.broadcast_address, http_port)
 
     # -- metadata (nsqd.dat) ---------------------------------------------------
 

@@ -344,14 +344,8 @@ class HTTPAPI(Router):
         return value
 
     def _statsd_prefix(self):
-        """--statsd-prefix with ``%s`` replaced by the broadcast address and HTTP port (nsqd's host key)."""
-        prefix = self.opts.statsd_prefix
-        if not prefix:
-            return ""
-        http_port = self.opts.broadcast_http_port or (self.nsqd.http_address[1] if self.nsqd.http_address else 0)
-        host_key = ("%s:%d" % (self.opts.broadcast_address, http_port)).replace(".", "_").replace(":", "_")
-        prefix = prefix.replace("%s", host_key)
-        return prefix if prefix.endswith(".") else prefix + "."
+        """--statsd-prefix as nsqd expands it at startup (the keys the statsd thread sends)."""
+        return self.nsqd.statsd_prefix()
 
 
 _OPTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Options))

@@ -409,14 +409,14 @@ SETTINGS = (
     Setting("max-channel-consumers", INT, 0, "maximum channel consumer connection count per nsqd "
             "instance (0 means unlimited)", check=_non_negative),
     # statsd
-    Setting("statsd-address", STR, "", "UDP <addr>:<port> of a statsd daemon for pushing stats", U),
-    Setting("statsd-interval", DURATION, 60.0, "duration between pushing to statsd", U),
-    Setting("statsd-mem-stats", BOOL, True, "toggle sending memory and GC stats to statsd", U),
+    Setting("statsd-address", STR, "", "UDP <addr>:<port> of a statsd daemon for pushing stats"),
+    Setting("statsd-interval", DURATION, 60.0, "duration between pushing to statsd", check=_positive),
+    Setting("statsd-mem-stats", BOOL, True, "toggle sending memory and GC stats to statsd"),
     Setting("statsd-prefix", STR, "nsq.%s", "prefix used for keys sent to statsd (%s for host "
-            "replacement)", U),
-    Setting("statsd-udp-packet-size", INT, 508, "the size in bytes of statsd UDP packets", U),
+            "replacement)"),
+    Setting("statsd-udp-packet-size", INT, 508, "the size in bytes of statsd UDP packets"),
     Setting("statsd-exclude-ephemeral", BOOL, False, "skip ephemeral topics and channels when "
-            "sending stats to statsd", U),
+            "sending stats to statsd"),
     # end-to-end latency (percentiles sorted descending by validate; empty = off)
     Setting("e2e-processing-latency-percentile", FLOAT_LIST, (), "message processing time "
             "percentiles (as float (0, 1.0]) to track (can be specified multiple times or comma "
