@@ -135,6 +135,9 @@ def _emit_literal(out, src, start, end):
     out += src[start:end]
 
 
+_COPY2 = struct.Struct("<BH").pack
+
+
 def _emit_copy(out, offset, size):
     # Long copies are cut into 64-byte pieces, leaving >= 4 for the last one.
     while size >= 68:
@@ -149,30 +152,6 @@ def _emit_copy(out, offset, size):
         out += struct.pack("<BH", 2 | ((size - 1) << 2), offset)
 
 
-def _match_length(src, a, b, limit):
-    """Length of the common run of ``src[a:]`` and ``src[b:]`` (a < b), b+len <= limit."""
-    # Doubling probes, then a binary search, all on slices (memcmp in C).
-    size = 0
-    step = 8
-    while True:
-        step = min(step, limit - b - size)
-        if step <= 0:
-            return size
-        if src[a + size:a + size + step] == src[b + size:b + size + step]:
-            size += step
-            step <<= 1
-        else:
-            break
-    lo, hi = 0, step  # common prefix of the failed probe lies in [lo, hi)
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if src[a + size:a + size + mid] == src[b + size:b + size + mid]:
-            lo = mid
-        else:
-            hi = mid
-    return size + lo
-
-
 def _compress_fragment(src, base, end, out):
     """Append the elements of ``src[base:end]`` to ``out``."""
     if end - base < _INPUT_MARGIN or not _LITTLE:
@@ -184,7 +163,9 @@ def _compress_fragment(src, base, end, out):
     for k in range(4):
         count = (end - base - k) // 4
         words.append(mv[base + k:base + k + 4 * count].cast("I"))
+    from_bytes = int.from_bytes
     table = {}
+    get = table.get
     limit = end - _INPUT_MARGIN  # last position a match may start from
     lit = base  # start of the pending literal
     ip = base + 1
@@ -192,7 +173,7 @@ def _compress_fragment(src, base, end, out):
     while ip < limit:
         off = ip - base
         word = words[off & 3][off >> 2]
-        cand = table.get(word)
+        cand = get(word)
         table[word] = ip
         if cand is None:
             ip += skip >> 5
@@ -201,12 +182,36 @@ def _compress_fragment(src, base, end, out):
         skip = 32
         # A 4-byte match at cand: emit the literal before it, then copies.
         if lit < ip:
-            _emit_literal(out, src, lit, ip)
+            if ip - lit <= 60:
+                out.append((ip - lit - 1) << 2)
+                out += mv[lit:ip]
+            else:
+                _emit_literal(out, src, lit, ip)
         while True:
-            size = 4 + _match_length(src, cand + 4, ip + 4, end)
-            _emit_copy(out, ip - cand, size)
-            ip += size
-            lit = ip
+            # Extend the match: the lowest set bit of the XOR of two windows
+            # (read as little-endian ints) is the first differing byte.
+            a = cand + 4
+            b = ip + 4
+            window = 32
+            while b < end:
+                if b + window > end:
+                    window = end - b
+                x = from_bytes(src[a:a + window], "little") ^ from_bytes(src[b:b + window], "little")
+                if x:
+                    b += ((x & -x).bit_length() - 1) >> 3
+                    break
+                a += window
+                b += window
+                window <<= 1
+            size = b - ip
+            offset = ip - cand
+            if size < 12 and offset < 2048:
+                out += bytes((1 | ((size - 4) << 2) | ((offset >> 8) << 5), offset & 0xFF))
+            elif size <= 64:
+                out += _COPY2(2 | ((size - 1) << 2), offset)
+            else:
+                _emit_copy(out, offset, size)
+            ip = lit = b
             if ip >= limit:
                 break
             # Remember ip - 1 and try ip at once, as the reference does.
@@ -214,7 +219,7 @@ def _compress_fragment(src, base, end, out):
             table[words[off & 3][off >> 2]] = ip - 1
             off += 1
             word = words[off & 3][off >> 2]
-            cand = table.get(word)
+            cand = get(word)
             table[word] = ip
             if cand is None:
                 break
