@@ -97,6 +97,15 @@ def test_crc32c_wide_path_matches_bytewise():
     assert crc32c(bytearray(data)) == crc32c(data)
 
 
+def test_crc32c_column_path_matches_bytewise():
+    data = os.urandom(70000)
+    for size in (2047, 2048, 2049, 4095, 4096 + 127, 65536, 65541, 70000):
+        assert crc32c(data[:size]) == crc32c_bytewise(data[:size]), size
+    assert crc32c(data[5:], crc32c(data[:5])) == crc32c(data)
+    assert crc32c(bytes(100000)) == crc32c_bytewise(bytes(100000))
+    assert crc32c(b"\xff" * 100000) == crc32c_bytewise(b"\xff" * 100000)
+
+
 def test_masked_checksum_of_ok_frame():
     assert masked(crc32c(OK_PAYLOAD)).to_bytes(4, "little") == OK_FRAME[14:18]
 

@@ -1,11 +1,23 @@
 """CRC-32C (Castagnoli), as the snappy framing format checksums each chunk.
 
-Pure Python, table-driven: the data is read as little-endian 64-bit words
-(one memoryview cast, no per-byte indexing) and each word is folded into the
-CRC with four lookups in 16-bit tables ("slicing-by-8" with the eight byte
-tables merged pairwise).  That is ~4x fewer bytecodes than a byte-at-a-time
-loop.  The 16-bit tables (4 x 65536 entries, 1 MiB as ``array('I')``) are
-built on first use, not at import.
+Pure Python; the classic byte-at-a-time table loop runs at ~5 MB/s on
+CPython, so two faster paths:
+
+- Short inputs: the data is read as little-endian 64-bit words (one
+  memoryview cast) and each word is folded in with four lookups in 16-bit
+  tables (slicing-by-8 with the byte tables merged pairwise), ~25 MB/s.
+- Long inputs, by columns: CRC is linear, so the data is cut into blocks of
+  ``L`` bytes and each block's own contribution (its CRC from a zero
+  register) is the XOR of one table entry per byte, the table depending only
+  on the byte's column.  Column ``j`` of all blocks is one strided slice;
+  ``bytes.translate`` maps it through that column's table (split into four
+  byte planes) and the planes of all columns are XORed as big integers: all
+  in C, ~13 Python operations per column whatever the length.  Then one
+  short loop chains the blocks (the register advanced over ``L`` bytes, four
+  lookups, XOR the block's contribution).  ~150-180 MB/s on CPython.
+
+PyPy's JIT makes the word loop the fastest there.  Tables are built on first
+use (a few tens of ms), not at import.
 """
 
 import sys
@@ -13,6 +25,8 @@ import threading
 from array import array
 
 POLY = 0x82F63B78  # reflected Castagnoli polynomial
+_LITTLE = sys.byteorder == "little"
+_PYPY = sys.implementation.name == "pypy"
 
 
 def _byte_table():
@@ -28,64 +42,110 @@ def _byte_table():
 BYTE_TABLE = tuple(_byte_table())
 
 
-class _Tables:
-    """The slicing tables, built once per process on first use.
-
-    They are immutable once built; ``lock`` guards only their construction.
-    """
-
-    lock = threading.Lock()  # guards the one-time build of ``wide``
-    wide = None
-
-
-def _build_wide():
-    # byte_tables[k][b]: CRC contribution of byte b followed by k zero bytes.
+def _zero_tables(count):
+    """tables[k][b]: the register after byte b then k zero bytes, from zero."""
     t = BYTE_TABLE
-    byte_tables = [list(t)]
-    for _ in range(7):
-        prev = byte_tables[-1]
-        byte_tables.append([(c >> 8) ^ t[c & 0xFF] for c in prev])
-    # The word's byte i is followed by 7 - i bytes; pair bytes (0,1) (2,3) ...
-    wide = []
+    tables = [list(t)]
+    for _ in range(count - 1):
+        tables.append([(c >> 8) ^ t[c & 0xFF] for c in tables[-1]])
+    return tables
+
+
+class _Columns:
+    """Tables of the column method for blocks of ``block`` bytes."""
+
+    def __init__(self, block, zero_tables):
+        self.block = block
+        # Column j's byte is followed by block-1-j bytes; its table as 4 byte planes.
+        self.planes = tuple(
+            tuple(bytes((v >> shift) & 0xFF for v in zero_tables[block - 1 - j])
+                  for shift in (0, 8, 16, 24))
+            for j in range(block))
+        # Advancing the register over a block: its byte i acts like data byte i.
+        self.advance = tuple(array("I", zero_tables[block - 1 - i]) for i in range(4))
+
+
+class _Tables:
+    """All the tables, built once per process on first use; immutable after."""
+
+    lock = threading.Lock()  # guards the one-time build of ``built``
+    built = None
+
+
+COLUMNS_BLOCK = 128  # L for long inputs
+COLUMNS_MIN = 2048  # shorter inputs take the word loop
+
+
+def _build():
+    zero = _zero_tables(COLUMNS_BLOCK)
+    wide = []  # the word loop's 16-bit tables; byte i of a word has 7-i bytes after it
     for lo in (0, 2, 4, 6):
-        ta = byte_tables[7 - lo]
-        tb = byte_tables[6 - lo]
+        ta = zero[7 - lo]
+        tb = zero[6 - lo]
         wide.append(array("I", [ta[i & 0xFF] ^ tb[i >> 8] for i in range(65536)]))
-    return tuple(wide)
+    columns = None if _PYPY else _Columns(COLUMNS_BLOCK, zero)
+    return tuple(wide), columns
 
 
-def _wide():
-    wide = _Tables.wide
-    if wide is None:
+def _tables():
+    built = _Tables.built
+    if built is None:
         with _Tables.lock:
-            if _Tables.wide is None:
-                _Tables.wide = _build_wide()
-            wide = _Tables.wide
-    return wide
+            if _Tables.built is None:
+                _Tables.built = _build()
+            built = _Tables.built
+    return built
 
 
-_LITTLE = sys.byteorder == "little"
+def _by_words(mv, crc, wide):
+    """The register after ``mv`` (a 'B' memoryview) from register ``crc``."""
+    n = len(mv)
+    t = BYTE_TABLE
+    if n >= 16 and _LITTLE:
+        w0, w1, w2, w3 = wide
+        whole = n & ~7
+        for w in mv[:whole].cast("Q"):
+            w ^= crc
+            crc = w0[w & 0xFFFF] ^ w1[(w >> 16) & 0xFFFF] ^ w2[(w >> 32) & 0xFFFF] ^ w3[w >> 48]
+        mv = mv[whole:]
+    for b in mv:
+        crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc
+
+
+def _by_columns(mv, crc, columns):
+    """The register after the whole blocks of ``mv``; returns (register, bytes used)."""
+    size = columns.block
+    count = len(mv) // size
+    body = mv[:count * size].tobytes()
+    from_bytes = int.from_bytes
+    p0 = p1 = p2 = p3 = 0
+    for j, (t0, t1, t2, t3) in enumerate(columns.planes):
+        column = body[j::size]
+        p0 ^= from_bytes(column.translate(t0), "little")
+        p1 ^= from_bytes(column.translate(t1), "little")
+        p2 ^= from_bytes(column.translate(t2), "little")
+        p3 ^= from_bytes(column.translate(t3), "little")
+    blocks = bytearray(4 * count)  # each block's contribution, as native uint32
+    blocks[0::4] = p0.to_bytes(count, "little")
+    blocks[1::4] = p1.to_bytes(count, "little")
+    blocks[2::4] = p2.to_bytes(count, "little")
+    blocks[3::4] = p3.to_bytes(count, "little")
+    a0, a1, a2, a3 = columns.advance
+    for c in memoryview(blocks).cast("I"):
+        crc = a0[crc & 0xFF] ^ a1[(crc >> 8) & 0xFF] ^ a2[(crc >> 16) & 0xFF] ^ a3[crc >> 24] ^ c
+    return crc, count * size
 
 
 def crc32c(data, crc=0):
-    """CRC-32C of ``data`` (bytes-like), continuing from ``crc``."""
+    """CRC-32C of ``data`` (bytes-like), continuing from a previous result ``crc``."""
     mv = memoryview(data).cast("B")
-    n = len(mv)
+    wide, columns = _tables()
     crc ^= 0xFFFFFFFF
-    t = BYTE_TABLE
-    head = n & 7 if n >= 64 and _LITTLE else n
-    if n >= 64 and _LITTLE:
-        w0, w1, w2, w3 = _wide()
-        words = mv[: n - head].cast("Q")
-        for w in words:
-            w ^= crc
-            crc = w0[w & 0xFFFF] ^ w1[(w >> 16) & 0xFFFF] ^ w2[(w >> 32) & 0xFFFF] ^ w3[w >> 48]
-        rest = mv[n - head:]
-    else:
-        rest = mv
-    for b in rest:
-        crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+    if columns is not None and len(mv) >= COLUMNS_MIN and _LITTLE:
+        crc, used = _by_columns(mv, crc, columns)
+        mv = mv[used:]
+    return _by_words(mv, crc, wide) ^ 0xFFFFFFFF
 
 
 def masked(crc):
