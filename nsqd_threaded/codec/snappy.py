@@ -51,30 +51,26 @@ class PyFrameEncoder:
 
     def encode(self, data):
         """Frames for ``data``; the stream identifier precedes the first ones."""
+        if type(data) is not bytes:
+            data = bytes(data)
         n = len(data)
         if not n:
             return b""
-        out = bytearray()
+        parts = []
         if not self._started:
-            out += STREAM_IDENTIFIER
+            parts.append(STREAM_IDENTIFIER)
             self._started = True
-        mv = memoryview(data).cast("B")
-        n = len(mv)
         for start in range(0, n, MAX_UNCOMPRESSED):
-            chunk = mv[start:start + MAX_UNCOMPRESSED]
+            chunk = data[start:start + MAX_UNCOMPRESSED] if n > MAX_UNCOMPRESSED else data
             size = len(chunk)
             crc = masked(py_crc32c(chunk)).to_bytes(4, "little")
             if size >= _SMALL:
                 block = py_compress(chunk)
                 if len(block) < size - size // 8:
-                    out += _header(CHUNK_COMPRESSED, 4 + len(block))
-                    out += crc
-                    out += block
+                    parts += (_header(CHUNK_COMPRESSED, 4 + len(block)), crc, block)
                     continue
-            out += _header(CHUNK_UNCOMPRESSED, 4 + size)
-            out += crc
-            out += chunk
-        return bytes(out)
+            parts += (_header(CHUNK_UNCOMPRESSED, 4 + size), crc, chunk)
+        return b"".join(parts)
 
 
 class PyFrameDecoder:
