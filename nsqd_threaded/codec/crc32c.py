@@ -73,6 +73,7 @@ class _Tables:
 
 
 COLUMNS_BLOCK = 128  # L for long inputs
+COLUMNS_MAX = 65536  # the column method's piece
 COLUMNS_MIN = 8192 if _PYPY else 2048  # shorter inputs take the word loop (measured crossovers)
 
 
@@ -98,7 +99,7 @@ def _tables():
 
 
 def _by_words(mv, crc, wide):
-    """The register after ``mv`` (a 'B' memoryview) from register ``crc``."""
+    """The register after ``mv`` (a memoryview of bytes) from register ``crc``."""
     n = len(mv)
     t = BYTE_TABLE
     if n >= 16 and _LITTLE:
@@ -113,11 +114,12 @@ def _by_words(mv, crc, wide):
     return crc
 
 
-def _by_columns(mv, crc, columns):
-    """The register after the whole blocks of ``mv``; returns (register, bytes used)."""
+def _by_columns(body, crc, columns):
+    """The register after the whole blocks of ``body`` (bytes); returns (register, bytes used)."""
     size = columns.block
-    count = len(mv) // size
-    body = mv[:count * size].tobytes()
+    count = len(body) // size
+    if len(body) != count * size:
+        body = body[:count * size]
     from_bytes = int.from_bytes
     p0 = p1 = p2 = p3 = 0
     for j, (t0, t1, t2, t3) in enumerate(columns.planes):
@@ -139,13 +141,19 @@ def _by_columns(mv, crc, columns):
 
 def crc32c(data, crc=0):
     """CRC-32C of ``data`` (bytes-like), continuing from a previous result ``crc``."""
-    mv = memoryview(data).cast("B")
+    if type(data) is not bytes:
+        data = bytes(data)  # one C copy; a cast memoryview is slow to slice on PyPy
     wide, columns = _tables()
     crc ^= 0xFFFFFFFF
-    if len(mv) >= COLUMNS_MIN and _LITTLE:
-        crc, used = _by_columns(mv, crc, columns)
-        mv = mv[used:]
-    return _by_words(mv, crc, wide) ^ 0xFFFFFFFF
+    n = len(data)
+    pos = 0
+    if _LITTLE:
+        # At most 64 KiB at a time: PyPy's int.from_bytes is quadratic in the length.
+        while n - pos >= COLUMNS_MIN:
+            piece = data if n <= COLUMNS_MAX else data[pos:pos + COLUMNS_MAX]
+            crc, used = _by_columns(piece, crc, columns)
+            pos += used
+    return _by_words(memoryview(data)[pos:], crc, wide) ^ 0xFFFFFFFF
 
 
 def masked(crc):
