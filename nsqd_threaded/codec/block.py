@@ -19,7 +19,6 @@ comparing slices of doubling length (memcmp in C), not byte by byte.
 """
 
 import struct
-import sys
 
 
 class SnappyError(ValueError):
@@ -29,7 +28,6 @@ class SnappyError(ValueError):
 MAX_BLOCK = 0xFFFFFFFF  # the varint length's bound
 FRAGMENT = 65536  # the reference compresses in fragments of this size
 _INPUT_MARGIN = 15  # the reference stops matching this close to a fragment's end
-_LITTLE = sys.byteorder == "little"
 
 
 def _put_varint(out, n):
@@ -135,6 +133,7 @@ def _emit_literal(out, src, start, end):
     out += src[start:end]
 
 
+_COPY1 = struct.Struct("BB").pack
 _COPY2 = struct.Struct("<BH").pack
 
 
@@ -152,27 +151,24 @@ def _emit_copy(out, offset, size):
         out += struct.pack("<BH", 2 | ((size - 1) << 2), offset)
 
 
-def _compress_fragment(src, base, end, out):
-    """Append the elements of ``src[base:end]`` to ``out``."""
-    if end - base < _INPUT_MARGIN or not _LITTLE:
-        _emit_literal(out, src, base, end)
+def _compress_fragment(src, out):
+    """Append the elements of the fragment ``src`` (bytes, <= 64 KiB) to ``out``."""
+    end = len(src)
+    if end < _INPUT_MARGIN:
+        _emit_literal(out, src, 0, end)
         return
-    # words[k][j] is the little-endian word at base + 4*j + k.
+    # words[k][j] is the word at 4*j + k (native order: only equality matters).
     mv = memoryview(src)
-    words = []
-    for k in range(4):
-        count = (end - base - k) // 4
-        words.append(mv[base + k:base + k + 4 * count].cast("I"))
+    words = tuple(mv[k:k + ((end - k) & ~3)].cast("I") for k in range(4))
     from_bytes = int.from_bytes
     table = {}
     get = table.get
-    limit = end - _INPUT_MARGIN  # last position a match may start from
-    lit = base  # start of the pending literal
-    ip = base + 1
+    limit = end - _INPUT_MARGIN
+    lit = 0
+    ip = 1
     skip = 32
     while ip < limit:
-        off = ip - base
-        word = words[off & 3][off >> 2]
+        word = words[ip & 3][ip >> 2]
         cand = get(word)
         table[word] = ip
         if cand is None:
@@ -206,7 +202,7 @@ def _compress_fragment(src, base, end, out):
             size = b - ip
             offset = ip - cand
             if size < 12 and offset < 2048:
-                out += bytes((1 | ((size - 4) << 2) | ((offset >> 8) << 5), offset & 0xFF))
+                out += _COPY1(1 | ((size - 4) << 2) | ((offset >> 8) << 5), offset & 0xFF)
             elif size <= 64:
                 out += _COPY2(2 | ((size - 1) << 2), offset)
             else:
@@ -215,10 +211,9 @@ def _compress_fragment(src, base, end, out):
             if ip >= limit:
                 break
             # Remember ip - 1 and try ip at once, as the reference does.
-            off = ip - 1 - base
-            table[words[off & 3][off >> 2]] = ip - 1
-            off += 1
-            word = words[off & 3][off >> 2]
+            ip1 = ip - 1
+            table[words[ip1 & 3][ip1 >> 2]] = ip1
+            word = words[ip & 3][ip >> 2]
             cand = get(word)
             table[word] = ip
             if cand is None:
@@ -236,6 +231,10 @@ def compress(data):
         raise SnappyError("snappy: input too large")
     out = bytearray()
     _put_varint(out, n)
-    for base in range(0, n, FRAGMENT):
-        _compress_fragment(src, base, min(base + FRAGMENT, n), out)
+    if n <= FRAGMENT:
+        if n:
+            _compress_fragment(src, out)
+    else:
+        for base in range(0, n, FRAGMENT):
+            _compress_fragment(src[base:base + FRAGMENT], out)
     return bytes(out)
