@@ -178,6 +178,7 @@ def test_block_known_encoding():
     (b"\x80\x80\x80\x80\x80\x01", "length overflow: varint too long"),
     (b"\xff\xff\xff\xff\x7f", "length overflow: > 2**32-1"),
     (b"\x80", "truncated length"),
+    (b"\xff\xff\xff\xff\x0f\xfeA\x00", "4 GiB claimed by 8 bytes"),
     (b"\x05\x10abc", "truncated literal"),
     (b"\x40\xf0", "truncated literal length"),
     (b"\x05\x00a\x01\x05", "offset beyond output"),
@@ -193,7 +194,8 @@ def test_corrupt_blocks_raise(codec, block, why):
         codec[1](block)
 
 
-def test_random_garbage_raises_only_snappy_error():
+@pytest.mark.parametrize("codec", BLOCK_CODECS)
+def test_random_garbage_raises_only_snappy_error(codec):
     rnd = random.Random(5)
     valid = snappy.py_compress(SAMPLES["text-1000"])
     for _ in range(3000):
@@ -205,7 +207,7 @@ def test_random_garbage_raises_only_snappy_error():
         else:
             block = bytes(rnd.randrange(256) for _ in range(rnd.randrange(40)))
         try:
-            snappy.py_decompress(block)
+            codec[1](block)
         except snappy.SnappyError:
             pass
 
@@ -403,3 +405,18 @@ def test_frames_cross_compatible_with_pysnappy():
         for encoder in (snappy.PyFrameEncoder, snappy.FrameEncoder):
             assert framing.Decompressor().decompress(encoder().encode(data)) == data, name
     assert framing.Compressor().compress(OK_PAYLOAD) == OK_FRAME
+
+
+@pytest.mark.parametrize("decoder", [snappy.PyFrameDecoder, snappy.FrameDecoder])
+def test_mutated_streams_raise_only_snappy_error(decoder):
+    rnd = random.Random(13)
+    e = snappy.PyFrameEncoder()
+    valid = e.encode(SAMPLES["text-1000"]) + e.encode(SAMPLES["random-256"])
+    for _ in range(1500):
+        stream = bytearray(valid)
+        for _ in range(rnd.randrange(1, 4)):
+            stream[rnd.randrange(len(stream))] = rnd.randrange(256)
+        try:
+            decoder().decode(bytes(stream[: rnd.randrange(len(stream) + 1)]))
+        except snappy.SnappyError:
+            pass

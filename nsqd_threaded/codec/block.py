@@ -26,6 +26,9 @@ class SnappyError(ValueError):
 
 
 MAX_BLOCK = 0xFFFFFFFF  # the varint length's bound
+# The most output per input byte (a 64-byte copy in a 3-byte element): a block
+# claiming more is corrupt, and is refused before anything is allocated.
+MAX_EXPANSION = 22
 FRAGMENT = 65536  # the reference compresses in fragments of this size
 _INPUT_MARGIN = 15  # the reference stops matching this close to a fragment's end
 
@@ -58,6 +61,8 @@ def decompress(data):
     """Uncompress one raw snappy block."""
     src = data if type(data) is bytes else bytes(data)
     length, pos = decoded_length(src)
+    if length > MAX_EXPANSION * len(src):
+        raise SnappyError("snappy: length %d impossible for %d bytes" % (length, len(src)))
     mv = memoryview(src)
     n = len(src)
     out = bytearray()

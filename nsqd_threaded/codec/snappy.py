@@ -18,7 +18,7 @@ state is undefined (the connection is to be closed).
 """
 
 from .block import SnappyError, FRAGMENT, compress as py_compress, decompress as py_decompress
-from .block import decoded_length
+from .block import MAX_EXPANSION, decoded_length
 from .crc32c import crc32c as py_crc32c, masked
 
 __all__ = [
@@ -183,6 +183,9 @@ else:
 
     def decompress(data):
         """Uncompress one raw snappy block."""
+        length = decoded_length(data)[0]
+        if length > MAX_EXPANSION * len(data):
+            raise SnappyError("snappy: length %d impossible for %d bytes" % (length, len(data)))
         try:
             return bytes(_cj_snappy.decompress_raw(data))
         except _CjError as exc:
