@@ -99,7 +99,8 @@ def test_crc32c_wide_path_matches_bytewise():
 
 def test_crc32c_column_path_matches_bytewise():
     data = os.urandom(70000)
-    for size in (2047, 2048, 2049, 4095, 4096 + 127, 65536, 65541, 70000):
+    for size in (767, 768, 769, 800, 2047, 2048, 4095, 4096, 4096 + 127, 8191, 8192, 8192 + 33,
+                 65536, 65541, 70000):
         assert crc32c(data[:size]) == crc32c_bytewise(data[:size]), size
     assert crc32c(data[5:], crc32c(data[:5])) == crc32c(data)
     assert crc32c(bytes(100000)) == crc32c_bytewise(bytes(100000))

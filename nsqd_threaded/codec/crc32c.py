@@ -1,21 +1,21 @@
 """CRC-32C (Castagnoli), as the snappy framing format checksums each chunk.
 
 Pure Python; the classic byte-at-a-time table loop runs at ~5 MB/s on
-CPython, so two faster paths:
+CPython, so two faster methods:
 
-- Short inputs: the data is read as little-endian 64-bit words (one
-  memoryview cast) and each word is folded in with four lookups in 16-bit
-  tables (slicing-by-8 with the byte tables merged pairwise), ~25 MB/s.
-- Long inputs, by columns: CRC is linear, so the data is cut into blocks of
-  ``L`` bytes and each block's own contribution (its CRC from a zero
-  register) is the XOR of one table entry per byte, the table depending only
-  on the byte's column.  Column ``j`` of all blocks is one strided slice;
-  ``bytes.translate`` maps it through that column's table (split into four
-  byte planes) and the planes of all columns are XORed as big integers: all
-  in C, ~13 Python operations per column whatever the length.  Then one
-  short loop chains the blocks (the register advanced over ``L`` bytes, four
-  lookups, XOR the block's contribution).  ~150-180 MB/s on CPython, ~130
-on PyPy (whose JIT runs the word loop at ~85).
+- Short inputs, by words: the data is read as little-endian 64-bit words
+  (one memoryview cast) and each word is folded in with four lookups in
+  16-bit tables (slicing-by-8 with the byte tables merged pairwise), ~30 MB/s.
+- Longer inputs, by columns: CRC is linear, so the data is cut into blocks
+  of ``L`` bytes and each block's own contribution (its CRC from a zero
+  register) is the XOR of one table entry per byte, the table depending
+  only on the byte's column.  Column ``j`` of all blocks is one strided
+  slice; ``bytes.translate`` maps it through that column's table (split
+  into four byte planes) and the planes of all columns are XORed as big
+  integers: all in C, ~13 Python operations per column whatever the
+  length.  Then one short loop chains the blocks (the register advanced
+  over ``L`` bytes, four lookups, XOR the block's contribution).  ~150 MB/s
+  on CPython for 64 KiB, ~130 on PyPy (whose JIT runs the word loop at ~85).
 
 Tables are built on first use (a few tens of ms), not at import.
 """
@@ -72,9 +72,14 @@ class _Tables:
     built = None
 
 
-COLUMNS_BLOCK = 128  # L for long inputs
+# Column blocks of 128 bytes for long inputs, 32 for middling ones (less
+# per-column work), the word loop below that: crossovers measured on CPython;
+# PyPy's JIT runs the word loop well, so it switches later.
+COLUMNS_BLOCK = 128
+COLUMNS_MIN = 8192 if _PYPY else 4096
 COLUMNS_MAX = 65536  # the column method's piece
-COLUMNS_MIN = 8192 if _PYPY else 2048  # shorter inputs take the word loop (measured crossovers)
+SHORT_BLOCK = 32
+SHORT_MIN = COLUMNS_MIN if _PYPY else 768
 
 
 def _build():
@@ -84,8 +89,7 @@ def _build():
         ta = zero[7 - lo]
         tb = zero[6 - lo]
         wide.append(array("I", [ta[i & 0xFF] ^ tb[i >> 8] for i in range(65536)]))
-    columns = _Columns(COLUMNS_BLOCK, zero)
-    return tuple(wide), columns
+    return tuple(wide), _Columns(COLUMNS_BLOCK, zero), _Columns(SHORT_BLOCK, zero)
 
 
 def _tables():
@@ -143,15 +147,19 @@ def crc32c(data, crc=0):
     """CRC-32C of ``data`` (bytes-like), continuing from a previous result ``crc``."""
     if type(data) is not bytes:
         data = bytes(data)  # one C copy; a cast memoryview is slow to slice on PyPy
-    wide, columns = _tables()
+    wide, columns, short = _tables()
     crc ^= 0xFFFFFFFF
     n = len(data)
     pos = 0
-    if _LITTLE:
-        # At most 64 KiB at a time: PyPy's int.from_bytes is quadratic in the length.
-        while n - pos >= COLUMNS_MIN:
-            piece = data if n <= COLUMNS_MAX else data[pos:pos + COLUMNS_MAX]
-            crc, used = _by_columns(piece, crc, columns)
+    if n >= SHORT_MIN and _LITTLE:
+        if n >= COLUMNS_MIN:
+            # At most 64 KiB at a time: PyPy's int.from_bytes is quadratic in the length.
+            while n - pos >= COLUMNS_MIN:
+                piece = data if n <= COLUMNS_MAX else data[pos:pos + COLUMNS_MAX]
+                crc, used = _by_columns(piece, crc, columns)
+                pos += used
+        if n - pos >= SHORT_MIN:
+            crc, used = _by_columns(data[pos:] if pos else data, crc, short)
             pos += used
     return _by_words(memoryview(data)[pos:], crc, wide) ^ 0xFFFFFFFF
 
