@@ -6,6 +6,8 @@ implementations from PyPI are exercised when installed, skipped otherwise.
 
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -421,3 +423,24 @@ def test_mutated_streams_raise_only_snappy_error(decoder):
             decoder().decode(bytes(stream[: rnd.randrange(len(stream) + 1)]))
         except snappy.SnappyError:
             pass
+
+
+def test_pure_python_backend_without_the_extra():
+    """Without cramjam the public names are the pure-Python ones."""
+    code = ("import sys; sys.modules['cramjam'] = None\n"
+            "from nsqd_threaded.codec import snappy\n"
+            "assert snappy.FrameEncoder is snappy.PyFrameEncoder\n"
+            "assert snappy.FrameDecoder is snappy.PyFrameDecoder\n"
+            "assert snappy.compress is snappy.py_compress\n"
+            "print(snappy.BACKEND)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=True)
+    assert out.stdout.strip() == b"python"
+
+
+@pytest.mark.parametrize("decoder", [snappy.PyFrameDecoder, snappy.FrameDecoder])
+def test_decoder_accepts_any_bytes_like(decoder):
+    stream = snappy.PyFrameEncoder().encode(SAMPLES["text-1000"])
+    d = decoder()
+    half = len(stream) // 2
+    assert d.decode(bytearray(stream[:half])) + d.decode(memoryview(stream)[half:]) \
+        == SAMPLES["text-1000"]
