@@ -15,10 +15,12 @@ position of each 4-byte word, and the reference's skip heuristic (after 32
 misses in a row, probe every 2nd byte, then every 3rd, ...) so incompressible
 data is crossed quickly.  The table is keyed by the word itself (a dict), so
 a hit is a real 4-byte match without re-comparing; a match is extended by
-comparing slices of doubling length (memcmp in C), not byte by byte.
+XORing 32-byte windows read as integers (the lowest set bit is the first
+difference), not byte by byte (except on PyPy, whose JIT prefers the loop).
 """
 
 import struct
+import sys
 
 
 class SnappyError(ValueError):
@@ -29,7 +31,8 @@ MAX_BLOCK = 0xFFFFFFFF  # the varint length's bound
 # The most output per input byte (a 64-byte copy in a 3-byte element): a block
 # claiming more is corrupt, and is refused before anything is allocated.
 MAX_EXPANSION = 22
-FRAGMENT = 65536  # the reference compresses in fragments of this size
+FRAGMENT = 65536
+_PYPY = sys.implementation.name == "pypy"  # the reference compresses in fragments of this size
 _INPUT_MARGIN = 15  # the reference stops matching this close to a fragment's end
 
 
@@ -166,6 +169,7 @@ def _compress_fragment(src, out):
     mv = memoryview(src)
     words = tuple(mv[k:k + ((end - k) & ~3)].cast("I") for k in range(4))
     from_bytes = int.from_bytes
+    bytewise = _PYPY
     table = {}
     get = table.get
     limit = end - _INPUT_MARGIN
@@ -189,21 +193,27 @@ def _compress_fragment(src, out):
             else:
                 _emit_literal(out, src, lit, ip)
         while True:
-            # Extend the match: the lowest set bit of the XOR of two windows
-            # (read as little-endian ints) is the first differing byte.
+            # Extend the match.  CPython: the lowest set bit of the XOR of two
+            # windows (read as little-endian ints) is the first differing byte;
+            # PyPy's JIT makes a plain byte loop faster still.
             a = cand + 4
             b = ip + 4
-            window = 32
-            while b < end:
-                if b + window > end:
-                    window = end - b
-                x = from_bytes(src[a:a + window], "little") ^ from_bytes(src[b:b + window], "little")
-                if x:
-                    b += ((x & -x).bit_length() - 1) >> 3
-                    break
-                a += window
-                b += window
-                window <<= 1
+            if bytewise:
+                while b < end and src[a] == src[b]:
+                    a += 1
+                    b += 1
+            else:
+                window = 32
+                while b < end:
+                    if b + window > end:
+                        window = end - b
+                    x = from_bytes(src[a:a + window], "little") ^ from_bytes(src[b:b + window], "little")
+                    if x:
+                        b += ((x & -x).bit_length() - 1) >> 3
+                        break
+                    a += window
+                    b += window
+                    window <<= 1
             size = b - ip
             offset = ip - cand
             if size < 12 and offset < 2048:
