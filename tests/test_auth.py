@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -61,8 +62,9 @@ class AuthServer:
     ``answers`` overrides GRANTS per secret.
     """
 
-    def __init__(self, mode="grant"):
+    def __init__(self, mode="grant", context=None):
         self.mode = mode
+        self.https_port = 0  # what mode "403" points to
         self.answers = {}
         self.requests = []  # (method, path, query, headers, body)
         self.release = threading.Event()  # ends the waits of "slow"
@@ -89,6 +91,8 @@ class AuthServer:
                     status, data = 200, b"<html>not json</html>"
                 elif server.mode == "500":
                     status, data = 500, b'{"message":"INTERNAL_ERROR"}'
+                elif server.mode == "403":  # nsqd's own TLS_REQUIRED answer
+                    status, data = 403, b'{"message": "TLS_REQUIRED", "https_port": %d}' % server.https_port
                 else:
                     if body:
                         secret = json.loads(body)["secret"][0]
@@ -107,6 +111,8 @@ class AuthServer:
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = False  # server_close joins the request threads
+        if context is not None:
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         self.address = "127.0.0.1:%d" % self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="test-auth-server")
         self.thread.start()
@@ -122,8 +128,8 @@ class AuthServer:
 def make_auth_server():
     servers = []
 
-    def make(mode="grant"):
-        s = AuthServer(mode)
+    def make(mode="grant", context=None):
+        s = AuthServer(mode, context)
         servers.append(s)
         return s
 
@@ -501,6 +507,26 @@ def test_trickling_server_is_bounded(make_nsqd):
         t.join()
 
 
+@pytest.mark.skipif(not shutil.which("openssl"), reason="no openssl command")
+def test_403_is_retried_over_https(make_nsqd, make_auth_server, tmp_path):
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    https = make_auth_server(context=context)
+    plain = make_auth_server("403")
+    plain.https_port = int(https.address.rpartition(":")[2])
+    nsqd = make_nsqd(auth_http_addresses=[plain.address], tls_root_ca_file=cert)
+    with authed(nsqd, "all") as c:
+        assert c.pub("t", b"m") == b"OK"
+    assert [r[1] for r in plain.requests] == [r[1] for r in https.requests] == [
+        "/auth?common_name=&remote_ip=127.0.0.1&secret=all&tls=false"]
+
+
 def test_servers_tried_until_one_answers(make_nsqd, auth_server):
     down = "127.0.0.1:%d" % closed_port()
     nsqd = make_nsqd(auth_http_addresses=[down, auth_server.address, down])
@@ -584,6 +610,7 @@ def test_our_client_with_a_refused_secret(auth_nsqd):
 
 
 def test_pynsq_with_auth_secret(auth_nsqd):
+    import nsq
     from pynsq_util import Loop
 
     loop = Loop()
@@ -591,9 +618,8 @@ def test_pynsq_with_auth_secret(auth_nsqd):
         address = "%s:%d" % auth_nsqd.tcp_address
         seen = []
         loop.reader(address, "t", "c", lambda m: seen.append(m.body) or True, auth_secret="all")
-        w = loop.writer(address)
-        # nsq.Writer passes its keyword arguments on to each connection
-        w.conn_kwargs["auth_secret"] = b"all"
+        w = nsq.Writer([address], auth_secret="all")
+        loop.writers.append(w)  # closed by loop.close()
         loop.wait_writers_connected()
         state = loop.publish(w, "t", [b"a", b"b"], batch=1)
         loop.run_until(lambda: len(seen) == 2, 30, "2 messages")
