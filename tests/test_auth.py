@@ -281,6 +281,28 @@ def test_request_method_is_validated():
         Options(auth_http_request_method="POST").validate()
 
 
+@pytest.mark.parametrize("value", ["POST", "put", ""])
+def test_cli_refuses_other_request_methods(value):
+    from click.testing import CliRunner
+    from nsqd_threaded import cli
+
+    result = CliRunner().invoke(cli.main, ["--auth-http-request-method=" + value, "--auth-http-address=127.0.0.1:1"])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().endswith(
+        " FATAL: failed to instantiate nsqd - --auth-http-request-method must be post or get")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_config_file_keys(tmp_path):
+    from nsqd_threaded.settings import config
+
+    path = tmp_path / "nsqd.cfg"
+    path.write_text('auth_http_addresses = ["a:1", "http://b/x"]\nauth_http_request_method = "post"\n')
+    values, warnings = config.read(str(path))
+    assert values == {"auth_http_addresses": ["a:1", "http://b/x"], "auth_http_request_method": "post"}
+    assert warnings == []
+
+
 # -- over TCP (raw bytes) ----------------------------------------------------
 
 
