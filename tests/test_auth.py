@@ -477,6 +477,14 @@ def test_server_down(make_nsqd):
     assert "failed auth against 127.0.0.1:" in nsqd.log.stream.getvalue()  # the reason is logged, not sent
 
 
+def test_unusable_addresses(make_nsqd):
+    nsqd = make_nsqd(auth_http_addresses=["ftp://127.0.0.1/auth", "http:///auth", "127.0.0.1:port"])
+    with connect(nsqd) as c:
+        c.cmd(b"AUTH", b"all")
+        fails_fatally(c, "E_AUTH_FAILED AUTH failed")
+    assert nsqd.log.stream.getvalue().count("failed auth against") == 3
+
+
 @pytest.mark.parametrize("mode", ["garbage", "500"])
 def test_server_answers_badly(make_nsqd, make_auth_server, mode):
     server = make_auth_server(mode)
@@ -609,12 +617,11 @@ def test_our_client_with_auth_secret(auth_nsqd):
         received.append(m.body)
         got.set()
 
-    with Consumer(auth_nsqd.tcp_address, "t", "c", handler, auth_secret="all") as consumer:
+    with Consumer(auth_nsqd.tcp_address, "t", "c", handler, auth_secret="all"):
         with Producer(auth_nsqd.tcp_address, auth_secret="all") as producer:
             producer.pub("t", b"hello")
         assert got.wait(10)
     assert received == [b"hello"]
-    del consumer
 
 
 def test_our_client_without_auth_secret(auth_nsqd):

@@ -259,7 +259,7 @@ def query_any(opts, remote_ip, tls, secret, common_name="", log=None):
             return query_one(opts, address, params)
         except AuthError as e:
             error = e
-        except (OSError, http.client.HTTPException, ValueError) as e:
+        except Exception as e:  # any failure is the client's E_AUTH_FAILED, never the connection thread's end
             error = AuthError(_error_text(e))
         if log is not None:
             log.warn("failed auth against %s %s", address, error)
@@ -267,7 +267,7 @@ def query_any(opts, remote_ip, tls, secret, common_name="", log=None):
 
 
 def query_one(opts, address, params):
-    """One auth server's answer as an AuthState (AuthError, OSError or HTTPException on failure)."""
+    """One auth server's answer as an AuthState (AuthError, or the OSError/HTTPException/ValueError of the exchange)."""
     endpoint = auth_endpoint(address)
     post = opts.auth_http_request_method == "post"
     url = endpoint if post else get_url(endpoint, params)
@@ -287,6 +287,8 @@ def _request(opts, method, url, body, deadline):
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise AuthError("unsupported protocol scheme %s" % go_quote(parts.scheme))
+    if not parts.hostname:
+        raise AuthError("no host in the address")  # (not the URL: its query holds the secret)
     connect_timeout = opts.http_client_connect_timeout or None
     if deadline is not None:
         remaining = _remaining(deadline)
