@@ -201,7 +201,7 @@ def test_unsupported_flag_is_refused(setting):
 
 
 def test_unsupported_flags_in_go_forms_are_refused():
-    for args in (["-tls-cert=x"], ["-deflate=true"], ["--snappy=true"], ["-auth-http-address", "a:1"],
+    for args in (["-tls-cert=x"], ["-deflate=true"], ["--snappy=true"],
                  ["--tls-required=tcp-https"]):
         result = invoke(*args)
         assert result.exit_code == 2, (args, result.output)
@@ -211,8 +211,7 @@ def test_unsupported_flags_in_go_forms_are_refused():
 def test_unsupported_feature_list():
     assert {s.flag for s in UNSUPPORTED_SETTINGS} == {
         "https-address", "tls-cert", "tls-key", "tls-client-auth-policy", "tls-root-ca-file",
-        "tls-required", "tls-min-version", "auth-http-address", "auth-http-request-method",
-        "deflate", "snappy",
+        "tls-required", "tls-min-version", "deflate", "snappy",
         "max-deflate-level", "topology-region", "topology-zone", "enable-experiment",
     }
 
@@ -221,7 +220,6 @@ def test_unsupported_feature_list():
     "line, flag",
     [
         ('tls_cert = "cert.pem"', "--tls-cert"),
-        ('auth_http_addresses = "a:1,b:2"', "--auth-http-address"),
         ("max_deflate_level = 9", "--max-deflate-level"),
         ('tls_required = "tcp-https"', "--tls-required"),
         ('enable_experiment = ["topology-aware-consumption"]', "--enable-experiment"),

@@ -177,6 +177,7 @@ def test_read_uses_cfg_names_and_warns_about_unknown_keys(tmp_path):
         "msg_timeout": 5.0,
         "max_req_timeout": 1.5,
         "e2e_processing_latency_percentiles": [0.99],
+        "auth_http_addresses": [],
     }
     prefix = "config file %s: unknown key " % path
     assert warnings == [
@@ -209,13 +210,14 @@ def test_resolve_flags_win_and_deprecated_flags_warn(tmp_path):
              by_flag["auth-http-address"]: [], by_flag["snappy"]: False, by_flag["tls-required"]: 0,
              by_flag["e2e-processing-latency-percentile"]: (0.5,)}
     values, warnings = config.resolve(flags, path)
-    assert values == {"msg_timeout": 9.0, "max_rdy_count": 3, "e2e_processing_latency_percentiles": [0.5]}
+    assert values == {"msg_timeout": 9.0, "max_rdy_count": 3, "e2e_processing_latency_percentiles": [0.5],
+                      "auth_http_addresses": []}
     assert warnings == ["--verbose is deprecated and has no effect, use --log-level"]
     assert config.resolve({}, None) == ({}, [])
 
 
 @pytest.mark.parametrize("flag, value", [("snappy", True), ("deflate", True), ("tls-cert", "x"),
-                                         ("max-deflate-level", 9), ("auth-http-address", ["a:1"])])
+                                         ("max-deflate-level", 9)])
 def test_resolve_refuses_values_of_unbuilt_features(flag, value):
     setting = {s.flag: s for s in SETTINGS}[flag]
     with pytest.raises(NotSupportedError, match="--%s is not supported yet" % flag):
@@ -225,8 +227,6 @@ def test_resolve_refuses_values_of_unbuilt_features(flag, value):
 def test_asks_for_nothing():
     settings = {s.flag: s for s in SETTINGS if s.status == UNSUPPORTED}
     assert settings["tls-cert"].asks_for_nothing("")
-    assert settings["auth-http-address"].asks_for_nothing(())
-    assert settings["auth-http-address"].asks_for_nothing([])
     assert settings["max-deflate-level"].asks_for_nothing(6)
     assert settings["tls-required"].asks_for_nothing(0)
     assert settings["tls-min-version"].asks_for_nothing(0x0301)
@@ -236,7 +236,6 @@ def test_asks_for_nothing():
     assert not settings["tls-cert"].asks_for_nothing("cert.pem")
     assert not settings["max-deflate-level"].asks_for_nothing(0)
     assert not settings["tls-required"].asks_for_nothing(1)
-    assert not settings["auth-http-address"].asks_for_nothing(("a:4160",))
 
 
 @pytest.mark.parametrize(

@@ -77,6 +77,11 @@ class Client:
         self.requeue_count = 0
         self.pub_counts = {}
 
+        # AUTH: the secret and the auth server's answer (an immutable
+        # AuthState, replaced whole by the connection thread; /stats reads it).
+        self.auth_secret = None
+        self.auth_state = None
+
         self._lock = threading.Lock()  # guards _woken and _closing
         self._wakeup = threading.Condition(self._lock)  # signals: the pump should look again
         self._woken = False
@@ -130,6 +135,11 @@ class Client:
         """PUB/MPUB/DPUB succeeded: the producer figures of /stats."""
         counts = self.pub_counts
         counts[topic_name] = counts.get(topic_name, 0) + n
+
+    def has_authorizations(self):
+        """True once AUTH got an answer granting something (nsqd's HasAuthorizations)."""
+        state = self.auth_state
+        return state is not None and len(state.authorizations) > 0
 
     # -- output ------------------------------------------------------------
 

@@ -36,9 +36,17 @@ def client_stats(client, pub_topic=None):
         "deflate": False,
         "snappy": False,
         "user_agent": client.user_agent,
-        "topology_zone": client.topology_zone,
-        "topology_region": client.topology_region,
     }
+    auth_state = client.auth_state  # authed, auth_identity, auth_identity_url: omitted when empty
+    if auth_state is not None:
+        if auth_state.authorizations:
+            doc["authed"] = True
+        if auth_state.identity:
+            doc["auth_identity"] = auth_state.identity
+        if auth_state.identity_url:
+            doc["auth_identity_url"] = auth_state.identity_url
+    doc["topology_zone"] = client.topology_zone
+    doc["topology_region"] = client.topology_region
     counts = dict(client.pub_counts)
     # nsqd's loop stops after the first entry: at most one topic is shown, and
     # with a topic filter only that topic (nothing if it was not published to).

@@ -177,6 +177,17 @@ class Connection:
         hb = fields.get("heartbeat_interval") or DEFAULT_HEARTBEAT_MS
         self._idle_timeout = 2 * hb / 1000.0 if hb > 0 else None
 
+    def auth(self, secret):
+        """AUTH with ``secret`` after IDENTIFY, if nsqd's IDENTIFY answer says ``auth_required``.
+
+        Keeps nsqd's answer (identity, identity_url, permission_count) in ``auth_info``.
+        """
+        if secret is None or not self.settings.get("auth_required"):
+            return
+        body = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+        self.send(b"AUTH\n" + protocol.encode_size(len(body)) + body)
+        self.auth_info = json.loads(self.read_answer().decode("utf-8"))
+
     def handshake_done(self):
         """From now on a read may wait 2 heartbeat intervals: nsqd sends one every interval,
         so a longer silence means the connection is dead."""

@@ -73,7 +73,7 @@ class Consumer:
     ``Consumer(addresses, topic, channel, handler=None, *, max_in_flight=1, concurrency=1,
     identify=None, requeue_delay_ms=0, reconnect_backoff=(0.1, 5.0), timeout=10.0,
     on_error=None, lookupd_http_addresses=None, lookupd_poll_interval=60.0,
-    rdy_redistribute_interval=5.0, low_rdy_idle_timeout=10.0)``
+    rdy_redistribute_interval=5.0, low_rdy_idle_timeout=10.0, auth_secret=None)``
 
     * ``addresses``: nsqd TCP addresses (one or a list; may be None with lookupd).
     * ``lookupd_http_addresses``: nsqlookupd HTTP addresses, asked ``/lookup?topic=``
@@ -94,6 +94,7 @@ class Consumer:
       that receives a message again is busy at the next re-split.
     * ``identify`` adds or overrides IDENTIFY fields (e.g. ``{"heartbeat_interval": 1000,
       "msg_timeout": 5000}``, in ms).
+    * ``auth_secret`` is sent with ``AUTH`` after IDENTIFY when nsqd requires it.
     * A lost connection to a given address is made again at once, then after
       ``reconnect_backoff`` seconds (min, max), doubling, until it works or the consumer
       is closed.
@@ -126,7 +127,8 @@ class Consumer:
         lookupd_http_addresses=None,
         lookupd_poll_interval=60.0,
         rdy_redistribute_interval=5.0,
-        low_rdy_idle_timeout=10.0
+        low_rdy_idle_timeout=10.0,
+        auth_secret=None
     ):
         self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
         if addresses or not self.lookupd_http_addresses:
@@ -151,6 +153,7 @@ class Consumer:
         self.rdy_redistribute_interval = rdy_redistribute_interval
         self.low_rdy_idle_timeout = low_rdy_idle_timeout
         self._identify = _identify_fields(identify)
+        self.auth_secret = auth_secret
         self._queue = queue.Queue()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -443,6 +446,7 @@ class Consumer:
             self._conns.add(conn)
         try:
             conn.identify(self._identify)
+            conn.auth(self.auth_secret)
             conn.send(self._sub)
             answer = conn.read_answer()
             if answer != b"OK":

@@ -59,6 +59,7 @@ class _Node:
                 conn = Connection(self.address, producer.timeout)
                 try:
                     conn.identify(producer._identify)
+                    conn.auth(producer.auth_secret)
                 except BaseException:
                     conn.close()
                     raise
@@ -179,14 +180,15 @@ class Producer:
     """Publishes to one or several nsqd over pipelined connections; safe to share between threads.
 
     ``Producer(addresses=None, *, lookupd_http_addresses=None, timeout=10.0,
-    identify=None, reconnect_backoff=(0.1, 5.0), lookupd_poll_interval=60.0)``:
+    identify=None, reconnect_backoff=(0.1, 5.0), lookupd_poll_interval=60.0, auth_secret=None)``:
 
     * ``addresses``: one nsqd (``"host:port"`` or ``(host, port)``) or a list of them;
     * ``lookupd_http_addresses``: nsqlookupd HTTP addresses whose ``/nodes`` add every
       registered nsqd (asked on first use, then again on the first use after
       ``lookupd_poll_interval`` seconds);
     * ``timeout`` bounds connecting and waiting for each answer; ``identify`` adds or
-      overrides IDENTIFY fields (wire names and units).
+      overrides IDENTIFY fields (wire names and units); ``auth_secret`` is sent with
+      ``AUTH`` after IDENTIFY when nsqd requires it.
 
     Connections are made on first use (or by :meth:`connect`) and again on the next
     request after one ends.  **One nsqd**: a request in flight when its connection ends
@@ -210,7 +212,8 @@ class Producer:
         timeout=10.0,
         identify=None,
         reconnect_backoff=(0.1, 5.0),
-        lookupd_poll_interval=60.0
+        lookupd_poll_interval=60.0,
+        auth_secret=None
     ):
         direct = parse_addresses(addresses) if addresses else []
         self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
@@ -222,6 +225,7 @@ class Producer:
         self.reconnect_backoff = reconnect_backoff
         self.lookupd_poll_interval = lookupd_poll_interval
         self._identify = _identify_fields(identify)
+        self.auth_secret = auth_secret
         self._lock = threading.Lock()
         self._nodes = [_Node(self, a) for a in direct]
         self._retired = []  # nodes lookupd no longer lists: closed with the producer

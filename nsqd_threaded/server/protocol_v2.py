@@ -14,6 +14,7 @@ import sys
 import time
 
 from .. import gocompat, protocol
+from ..broker import auth
 from ..broker.channel import ChannelError
 from ..broker.client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
 from ..gocompat import go_quote
@@ -226,6 +227,7 @@ class ProtocolV2:
         self.reader = Reader(sock, nsqd.idle_watcher)
         self._valid_topics = {}  # raw name -> str, for names already validated
         self._topics = {}  # name -> Topic
+        self._auth_enabled = bool(self.opts.auth_http_addresses)
 
     def io_loop(self):
         """Serve commands until the connection ends or a fatal error is sent."""
@@ -346,14 +348,50 @@ class ProtocolV2:
         return protocol.response_frame(protocol.identify_response(settings, self.opts, deflate_level=level))
 
     def AUTH(self, params):
-        if self.client.state != STATE_INIT:
+        client = self.client
+        if client.state != STATE_INIT:
             raise ProtocolError("E_INVALID", "cannot AUTH in current state")
         if len(params) != 1:
             raise ProtocolError("E_INVALID", "AUTH invalid number of parameters")
         size = self._read_size("E_BAD_BODY", "AUTH failed to read body size")
         protocol.check_body_size("AUTH", size, self.opts.max_body_size)
-        self._read_body(size, "E_BAD_BODY", "AUTH failed to read body")
-        raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
+        secret = self._read_body(size, "E_BAD_BODY", "AUTH failed to read body")
+        if client.has_authorizations():
+            raise ProtocolError("E_INVALID", "AUTH already set")
+        if not self._auth_enabled:
+            raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
+        client.auth_secret = secret
+        self._query_auth("AUTH failed")
+        if not client.has_authorizations():
+            raise ProtocolError("E_UNAUTHORIZED", "AUTH no authorizations found")
+        return protocol.response_frame(client.auth_state.response())
+
+    def _query_auth(self, what):
+        """Ask the auth server(s) with the client's secret; the reason is logged, never sent."""
+        client = self.client
+        # TLS state and client certificate CN, when the connection has them.
+        tls = bool(getattr(client, "tls", False))
+        common_name = (getattr(client, "tls_common_name", "") or "") if tls else ""
+        remote_ip = client.remote_address.rpartition(":")[0].strip("[]")
+        try:
+            client.auth_state = auth.query_any(
+                self.opts, remote_ip, tls, client.auth_secret, common_name, self.nsqd.log
+            )
+        except auth.AuthError as e:
+            self.nsqd.log.warn("PROTOCOL(V2): [%r] %s %s", client, what, e)
+            raise ProtocolError("E_AUTH_FAILED", "AUTH failed") from None
+
+    def _check_auth(self, cmd, topic_name, channel_name=""):
+        """SUB/PUB/MPUB/DPUB with auth enabled: the cached answer (asked again once expired) must allow it."""
+        client = self.client
+        if not client.has_authorizations():
+            raise ProtocolError("E_AUTH_FIRST", "AUTH required before %s" % cmd)
+        if client.auth_state.expired():
+            self._query_auth("auth failed -")
+        if not client.auth_state.is_allowed(topic_name, channel_name):
+            raise ProtocolError(
+                "E_UNAUTHORIZED", "AUTH failed for %s on %s %s" % (cmd, go_quote(topic_name), go_quote(channel_name))
+            )
 
     def SUB(self, params):
         client = self.client
@@ -367,6 +405,8 @@ class ProtocolV2:
         if not protocol.is_valid_name(params[2]):
             raise ProtocolError("E_BAD_CHANNEL", "SUB channel name %s is not valid" % go_quote(params[2]))
         channel_name = params[2].decode("ascii")
+        if self._auth_enabled:
+            self._check_auth("SUB", topic_name, channel_name)
         try:
             channel = self.nsqd.subscribe(client, topic_name, channel_name)
         except (ChannelError, TopicError) as e:
@@ -462,6 +502,8 @@ class ProtocolV2:
         size = self._read_size("E_BAD_MESSAGE", "PUB failed to read message body size")
         protocol.check_message_size("PUB", size, self.opts.max_msg_size)
         body = self._read_body(size, "E_BAD_MESSAGE", "PUB failed to read message body")
+        if self._auth_enabled:
+            self._check_auth("PUB", topic_name)
         return self._publish("PUB", topic_name, [body])
 
     def DPUB(self, params):
@@ -484,12 +526,16 @@ class ProtocolV2:
         size = self._read_size("E_BAD_MESSAGE", "DPUB failed to read message body size")
         protocol.check_message_size("DPUB", size, self.opts.max_msg_size)
         body = self._read_body(size, "E_BAD_MESSAGE", "DPUB failed to read message body")
+        if self._auth_enabled:
+            self._check_auth("DPUB", topic_name)
         return self._publish("DPUB", topic_name, [body], defer_ns)
 
     def MPUB(self, params):
         if len(params) < 2:
             raise ProtocolError("E_INVALID", "MPUB insufficient number of parameters")
         topic_name = self._topic_name(params[1], "MPUB", "E_BAD_TOPIC ")
+        if self._auth_enabled:
+            self._check_auth("MPUB", topic_name)  # before the body, unlike PUB/DPUB (as nsqd)
         self._topic(topic_name)  # nsqd creates the topic before reading the body
         body_size = self._read_size("E_BAD_BODY", "MPUB failed to read body size")
         protocol.check_mpub_body_size(body_size, self.opts.max_body_size)

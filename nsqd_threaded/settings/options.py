@@ -253,6 +253,10 @@ def _percentiles(flag, values):
     return None
 
 
+def _auth_method(flag, value):
+    return None if value in ("get", "post") else "%s must be post or get" % flag
+
+
 def _listen_address(flag, value):
     """``host:port`` with a port in 0..65535; empty turns the listener off."""
     if value == "":
@@ -350,8 +354,9 @@ SETTINGS = (
     Setting("tcp-address", STR, "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients",
             check=_listen_address),
     Setting("auth-http-address", STR_LIST, (), "<addr>:<port> or a full url to query auth server "
-            "(may be given multiple times)", U, field="auth_http_addresses"),
-    Setting("auth-http-request-method", STR, "get", "HTTP method to use for auth server requests", U),
+            "(may be given multiple times)", field="auth_http_addresses"),
+    Setting("auth-http-request-method", STR, "get", "HTTP method to use for auth server requests",
+            check=_auth_method),
     Setting("broadcast-address", STR, None, "address that will be registered with lookupd "
             "(defaults to the OS hostname)", factory=socket.gethostname),
     Setting("broadcast-tcp-port", INT, 0, "TCP port that will be registered with lookupd "
