@@ -1,0 +1,1 @@
+"""Stream codecs for the TCP protocol's IDENTIFY upgrades (snappy; deflate is zlib's)."""
