@@ -31,6 +31,7 @@ import select
 import socket
 import ssl
 import time
+import warnings
 import zlib
 
 try:
@@ -284,16 +285,14 @@ def server_context(opts):
     except (OSError, ssl.SSLError) as e:
         raise ValueError("failed to build TLS config - %s" % e) from None
     minimum = _TLS_VERSIONS.get(opts.tls_min_version, ssl.TLSVersion.TLSv1)
-    if minimum < ssl.TLSVersion.TLSv1_2:
-        # Old versions exist only at OpenSSL's lowest security level.
+    # TLS 1.0 and 1.1 stay subject to OpenSSL's own policy (its security
+    # level usually refuses them): the floor is raised, never lowered.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # naming TLSv1/TLSv1_1 warns
         try:
-            context.set_ciphers("DEFAULT:@SECLEVEL=0")
-        except ssl.SSLError:
+            context.minimum_version = max(minimum, context.minimum_version)
+        except (ValueError, ssl.SSLError):
             pass
-    try:
-        context.minimum_version = minimum
-    except (ValueError, ssl.SSLError):
-        pass
     policy = opts.tls_client_auth_policy
     if policy in ("require", "require-verify"):
         context.verify_mode = ssl.CERT_REQUIRED
