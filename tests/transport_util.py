@@ -100,7 +100,7 @@ class CompressedConn:
             enc, dec = FrameEncoder(), FrameDecoder()
             self.compress = enc.encode
             self.decompress = dec.decode
-        self.raw = b""  # everything received, compressed (for byte checks)
+        self.raw = conn.buf  # everything received, compressed (for byte checks)
         self.buf = bytes(conn.buf and self.decompress(conn.buf))
         conn.buf = b""
 
