@@ -285,3 +285,18 @@ def test_no_threads_left(make_nsqd, certs):
     nsqd.stop()
     wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("nsqd-https")],
              what="HTTPS threads to end")
+
+
+def test_metrics_count_tls_and_compressed_clients(make_nsqd, certs):
+    nsqd = make_nsqd(**tls_options(certs))
+    tls = {"ca_certs": certs.ca}
+    with Producer(nsqd.tcp_address, tls_v1=True, tls_options=tls, snappy=True) as p1, \
+            Producer(nsqd.tcp_address, deflate=True) as p2:
+        p1.pub("t", b"x")
+        p2.pub("t", b"y")
+        _, _, body = http_get(nsqd, "/metrics")
+        lines = body.decode().splitlines()
+        assert "nsq_clients 2" in lines
+        assert "nsq_clients_tls 1" in lines
+        assert 'nsq_clients_compressed{codec="snappy"} 1' in lines
+        assert 'nsq_clients_compressed{codec="deflate"} 1' in lines
