@@ -295,20 +295,17 @@ def server_context(opts):
             pass
     policy = opts.tls_client_auth_policy
     if policy in ("require", "require-verify"):
+        # Go's "require" asks for any certificate without verifying it;
+        # OpenSSL cannot ask without verifying, so both verify against
+        # --tls-root-ca-file (or the system's roots without one).
         context.verify_mode = ssl.CERT_REQUIRED
         if opts.tls_root_ca_file:
             try:
                 context.load_verify_locations(opts.tls_root_ca_file)
             except (OSError, ssl.SSLError) as e:
                 raise ValueError("failed to build TLS config - %s" % e) from None
-        elif policy == "require-verify":
+        else:
             context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
-        if policy == "require":
-            # Go's RequireAnyClientCert: a certificate must be sent, it is not verified.
-            # OpenSSL cannot skip verification with CERT_REQUIRED, so a
-            # callback-free approximation: accept any chain the CA file
-            # knows, or, without one, the system's roots.
-            pass
     return context
 
 

@@ -300,3 +300,16 @@ def test_metrics_count_tls_and_compressed_clients(make_nsqd, certs):
         assert "nsq_clients_tls 1" in lines
         assert 'nsq_clients_compressed{codec="snappy"} 1' in lines
         assert 'nsq_clients_compressed{codec="deflate"} 1' in lines
+
+
+def test_parked_tls_connection_wakes_for_records_sent_together(make_nsqd, certs):
+    """A TLS connection idle long enough to park on the idle watcher, then two commands in one segment."""
+    nsqd = make_nsqd(**tls_options(certs))
+    if nsqd.idle_watcher is None:
+        pytest.skip("no idle watcher on this platform")
+    context = certs.client_context()
+    with tls_conn(nsqd, context) as conn:
+        # The connection thread parks after IDLE_AFTER without input.
+        wait_for(lambda: nsqd.idle_watcher._parked, timeout=20, what="the connection to park")
+        conn.sock.sendall(b"PUB t\n" + protocol.encode_size(1) + b"a" + b"PUB t\n" + protocol.encode_size(1) + b"b")
+        assert [conn.read_response(), conn.read_response()] == [b"OK", b"OK"]
