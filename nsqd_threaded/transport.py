@@ -15,10 +15,11 @@ a socket) drives a TLS handshake over a socket.  The package's own client
 (:mod:`nsqd_threaded.client.connection`) uses the same layers client-side.
 
 Every inbound layer decodes eagerly: all it can decode from what it was fed
-comes out at once, nothing decodable stays inside a layer.  So the only
-bytes ever waiting above the socket are in the reader's own buffer, and a
-reader that has to ``recv`` (and may park with the idle watcher) never has
-buffered input left undecoded.
+comes out at once, except that inflate stops at DEFLATE_OUTPUT_LIMIT per
+call and then says so (:meth:`Transport.pending`).  So the bytes waiting
+above the socket are in the reader's own buffer or, after a large inflate,
+in the decompressor that the reader drains before it would ``recv`` (and
+maybe park with the idle watcher).
 
 TLS uses :class:`ssl.SSLObject` over memory BIOs rather than an
 :class:`ssl.SSLSocket`: the socket stays a plain blocking socket with kernel
@@ -63,15 +64,33 @@ class DeflateEncoder:
         return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
 
 
+# Output of one inflate call: a deflate stream expands up to ~1000 times, so
+# one 256 KiB recv could otherwise become hundreds of MB at once.
+DEFLATE_OUTPUT_LIMIT = 1 << 20
+
+
 class DeflateDecoder:
+    """Raw inflate, at most DEFLATE_OUTPUT_LIMIT bytes per call (:meth:`pending` says if more is due)."""
+
     def __init__(self):
         self._decompressor = zlib.decompressobj(-15)
+        self._full = False  # the last call stopped at the limit
 
     def decode(self, data):
+        d = self._decompressor
+        tail = d.unconsumed_tail
+        if tail:
+            data = tail + bytes(data)
         try:
-            return self._decompressor.decompress(data)
+            out = d.decompress(data, DEFLATE_OUTPUT_LIMIT)
         except zlib.error as e:
             raise TransportError("flate: %s" % e) from None
+        self._full = len(out) == DEFLATE_OUTPUT_LIMIT
+        return out
+
+    def pending(self):
+        """True if input already received may decode to more (call decode(b"") before reading more)."""
+        return self._full or bool(self._decompressor.unconsumed_tail)
 
 
 class SnappyEncoder:
@@ -164,6 +183,7 @@ class Transport:
         self.tls = None
         self.tls_lock = None
         self.compression = None  # "deflate" or "snappy"
+        self._decompressor = None
         self._decoders = []
         self._encoders = []
 
@@ -179,8 +199,18 @@ class Transport:
 
     def add_compression(self, name, decoder, encoder):
         self.compression = name
+        self._decompressor = decoder
         self._decoders.append(decoder.decode)
         self._encoders.insert(0, encoder.encode)
+
+    def pending(self):
+        """True if the decompressor holds input that decodes to more (see :meth:`drain`)."""
+        d = self._decompressor
+        return d is not None and hasattr(d, "pending") and d.pending()
+
+    def drain(self):
+        """More output from the input the decompressor holds (instead of reading the socket)."""
+        return self._decompressor.decode(b"")
 
     def tls_state(self):
         """The /stats TLS fields (any thread)."""

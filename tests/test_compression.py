@@ -163,8 +163,13 @@ def test_garbage_compressed_input_closes_only_that_connection(make_nsqd, kind, g
     bystander.close()
 
 
-def test_garbage_in_a_pub_body_is_gos_bad_message(nsqd):
-    """Corrupt input in the middle of a body: nsqd's E_BAD_MESSAGE for the unread body, then the close."""
+def test_garbage_in_a_pub_body_closes_the_connection(nsqd):
+    """Corrupt input in the middle of a body ends the connection.
+
+    If the server read the start of the body before the garbage arrived, it
+    answers nsqd's E_BAD_MESSAGE for the unread body first; if both came in
+    one read, the read fails as a whole and the connection just closes.
+    """
     with connect(nsqd) as conn:
         identify(conn, deflate=True)
         z = CompressedConn(conn, "deflate")
@@ -172,7 +177,9 @@ def test_garbage_in_a_pub_body_is_gos_bad_message(nsqd):
         z.send(b"PUB t\n" + protocol.encode_size(100) + b"part")
         conn.send(b"\xff" * 32)
         frames = z.read_until_closed()
-        assert frames == [(protocol.FRAME_TYPE_ERROR, b"E_BAD_MESSAGE PUB failed to read message body")]
+        assert frames in ([], [(protocol.FRAME_TYPE_ERROR, b"E_BAD_MESSAGE PUB failed to read message body")])
+    with connect(nsqd) as plain:
+        assert plain.pub("t", b"after") == b"OK"
 
 
 def test_stats_show_compression(nsqd):
@@ -197,3 +204,20 @@ def test_no_threads_left_after_compressed_clients(make_nsqd):
         producer.pub("t", b"x")
     nsqd.stop()
     assert not [t.name for t in threading.enumerate() if t.name.startswith("nsqd-conn")]
+
+
+def test_a_deflate_bomb_is_inflated_a_bounded_piece_at_a_time(nsqd):
+    """A small deflate stream that expands to a large MPUB: read in pieces, and published whole."""
+    from nsqd_threaded import transport
+
+    bodies = [b"\x00" * 100000] * 40  # 4 MB of zeros: a few KB deflated
+    with connect(nsqd) as conn:
+        identify(conn, deflate=True, deflate_level=9)
+        z = CompressedConn(conn, "deflate", level=9)
+        z.read_frame()
+        body = protocol.encode_mpub_body(bodies)
+        compressed = z.compress(b"MPUB t\n" + protocol.encode_size(len(body)) + body)
+        assert len(compressed) < transport.DEFLATE_OUTPUT_LIMIT // 100
+        conn.send(compressed)
+        assert z.read_frame() == (protocol.FRAME_TYPE_RESPONSE, b"OK")
+    assert nsqd.get_existing_topic("t").message_count == 40

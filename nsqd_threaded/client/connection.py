@@ -159,6 +159,10 @@ class Connection:
 
     def _recv(self):
         """One recv into the buffer, decoded by the negotiated layers."""
+        layers = self._transport
+        if layers is not None and layers.pending():
+            self._buf += layers.drain()  # a large inflate stopped at its limit
+            return
         chunk = self._sock.recv(262144)
         if not chunk:
             raise ConnectionClosed("nsqd at %s closed the connection" % _fmt(self.address))

@@ -63,6 +63,7 @@ class Reader:
         # Socket bytes -> command bytes once TLS or compression is negotiated
         # (see nsqd_threaded.server.transport); None on a plain connection.
         self._decode = None
+        self._layers = None  # the Transport behind _decode
 
     def set_deadline(self, seconds):
         """Start reading a command: its line and body must arrive within ``seconds``.
@@ -100,6 +101,11 @@ class Reader:
                 raise ConnectionEnded("i/o timeout")
             if remaining < self._timeout * 0.5:
                 self._set_timeout(remaining)
+        layers = self._layers
+        if layers is not None and layers.pending():
+            # A large inflate stopped at its limit: its input is already here.
+            self._append_decoded(b"", lambda _: layers.drain())
+            return
         chunk = self._chunk
         size = len(chunk)
         want = 2 * size if self._last_recv == size else missing
@@ -131,10 +137,10 @@ class Reader:
             self._pos = 0
         self._buf += memoryview(chunk)[:n]
 
-    def _append_decoded(self, data):
-        """Decode socket bytes into the buffer (maybe nothing yet: a partial record or frame)."""
+    def _append_decoded(self, data, decode=None):
+        """Decode ``data`` into the buffer (maybe nothing yet: a partial record or frame)."""
         try:
-            data = self._decode(data)
+            data = (decode or self._decode)(data)
         except TransportError as e:
             raise ConnectionEnded(str(e)) from None
         if not data:
@@ -144,7 +150,7 @@ class Reader:
             self._pos = 0
         self._buf += data
 
-    def set_decoder(self, decode, layer_decode=None):
+    def set_decoder(self, decode, layer_decode=None, layers=None):
         """Read through ``decode`` from now on.
 
         ``layer_decode`` is the newly added layer alone: the bytes already
@@ -153,18 +159,12 @@ class Reader:
         lost and nothing decodable is left undecoded.
         """
         self._decode = decode
+        self._layers = layers
         if layer_decode is not None:
             rest = bytes(self._buf[self._pos :])
             self._buf = bytearray()
             self._pos = 0
-            self._append_decoded_with(layer_decode, rest)
-
-    def _append_decoded_with(self, decode, data):
-        try:
-            data = decode(data)
-        except TransportError as e:
-            raise ConnectionEnded(str(e)) from None
-        self._buf += data
+            self._append_decoded(rest, layer_decode)
 
     def take_buffered(self):
         """Remove and return the unread bytes (the start of a TLS handshake)."""
@@ -448,9 +448,9 @@ class ProtocolV2:
         self.transport = layers
         decode = layers.decoder()
         if tls_layer is not None:
-            self.reader.set_decoder(decode, layers.decrypt_layer())
+            self.reader.set_decoder(decode, layers.decrypt_layer(), layers)
         if compressor is not None:
-            self.reader.set_decoder(decode, compressor[1].decode)
+            self.reader.set_decoder(decode, compressor[1].decode, layers)
         return None
 
     def AUTH(self, params):
