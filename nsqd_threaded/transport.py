@@ -35,18 +35,10 @@ import time
 import warnings
 import zlib
 
-try:
-    from .codec.snappy import FrameDecoder, FrameEncoder, SnappyError
-except ImportError:  # the codec is not in this build: snappy is never negotiated
-    FrameDecoder = FrameEncoder = None
-
-    class SnappyError(Exception):
-        pass
+from .codec.snappy import FrameDecoder, FrameEncoder, SnappyError
 
 
 HANDSHAKE_TIMEOUT = 5.0  # seconds, as nsqd's UpgradeTLS deadline
-
-SNAPPY_AVAILABLE = FrameEncoder is not None
 
 
 class TransportError(Exception):

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from nsqd_threaded import NSQD, Options, protocol
+from nsqd_threaded import Options, protocol
 from nsqd_threaded.client.consumer import Consumer
 from nsqd_threaded.client.producer import Producer
 from nsqd_threaded.settings.options import OptionError

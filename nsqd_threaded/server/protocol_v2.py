@@ -404,7 +404,7 @@ class ProtocolV2:
         tls_v1 = self.nsqd.tls_context is not None and bool(fields.get("tls_v1")) and not client.tls
         deflate = opts.deflate and bool(fields.get("deflate"))
         level = protocol.deflate_level(deflate, fields.get("deflate_level", 0), opts.max_deflate_level)
-        snappy = opts.snappy and bool(fields.get("snappy")) and transport.SNAPPY_AVAILABLE
+        snappy = opts.snappy and bool(fields.get("snappy"))
         if deflate and snappy:
             raise ProtocolError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
         if client.transport is not None and client.transport.compression and (deflate or snappy):
