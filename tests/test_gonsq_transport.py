@@ -47,3 +47,18 @@ def test_go_nsq_producer_and_consumer(make_nsqd, certs, opts):
                          universal_newlines=True, check=True, timeout=60, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL).stdout
     assert sorted(out.splitlines()) == sorted(lines)
+
+
+def test_go_nsq_with_a_client_certificate(make_nsqd, certs):
+    nsqd = make_nsqd(**tls_options(certs, tls_client_auth_policy="require-verify", tls_root_ca_file=certs.ca))
+    address = "%s:%d" % nsqd.tcp_address
+    opts = ["tls_v1,true", "tls_root_ca_file," + certs.ca, "tls_cert," + certs.client_cert,
+            "tls_key," + certs.client_key, "snappy,true"]
+    subprocess.run([TO_NSQ, "--nsqd-tcp-address", address, "--topic", "go"] + ["--producer-opt=" + o for o in opts],
+                   input="one\ntwo\n", universal_newlines=True, check=True, timeout=60,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = subprocess.run([NSQ_TAIL, "--nsqd-tcp-address", address, "--topic", "go", "--channel", "tail", "-n", "2"]
+                         + ["--consumer-opt=" + o for o in opts],
+                         universal_newlines=True, check=True, timeout=60, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL).stdout
+    assert sorted(out.splitlines()) == ["one", "two"]
