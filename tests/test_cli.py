@@ -201,8 +201,7 @@ def test_unsupported_flag_is_refused(setting):
 
 
 def test_unsupported_flags_in_go_forms_are_refused():
-    for args in (["-tls-cert=x"], ["-deflate=true"], ["--snappy=true"],
-                 ["--tls-required=tcp-https"]):
+    for args in (["-topology-zone=z1"], ["-topology-region", "r1"]):
         result = invoke(*args)
         assert result.exit_code == 2, (args, result.output)
         assert "is not supported yet" in result.output
@@ -210,18 +209,14 @@ def test_unsupported_flags_in_go_forms_are_refused():
 
 def test_unsupported_feature_list():
     assert {s.flag for s in UNSUPPORTED_SETTINGS} == {
-        "https-address", "tls-cert", "tls-key", "tls-client-auth-policy", "tls-root-ca-file",
-        "tls-required", "tls-min-version", "deflate", "snappy",
-        "max-deflate-level", "topology-region", "topology-zone", "enable-experiment",
+        "topology-region", "topology-zone", "enable-experiment",
     }
 
 
 @pytest.mark.parametrize(
     "line, flag",
     [
-        ('tls_cert = "cert.pem"', "--tls-cert"),
-        ("max_deflate_level = 9", "--max-deflate-level"),
-        ('tls_required = "tcp-https"', "--tls-required"),
+        ('topology_zone = "z1"', "--topology-zone"),
         ('enable_experiment = ["topology-aware-consumption"]', "--enable-experiment"),
     ],
 )
@@ -257,9 +252,8 @@ def test_inert_unsupported_config_keys_are_accepted(tmp_path):
     )
     opts, warnings = options_for("--config", path)
     assert opts.max_rdy_count == 99
-    assert not opts.deflate
-    assert warnings == [  # Go's default, but we do not deflate
-        "config file %s: deflate = true is not supported yet, so it has no effect (deflate stays false)" % path]
+    assert (opts.deflate, opts.snappy) == (True, False)
+    assert warnings == []
 
 
 @pytest.mark.parametrize(
@@ -273,7 +267,8 @@ def test_inert_unsupported_config_keys_are_accepted(tmp_path):
 def test_flags_restating_an_unbuilt_features_default_are_accepted(args):
     """What a config file may say, a flag may say: values that ask for nothing."""
     opts, warnings = options_for(*args)
-    assert (opts.snappy, opts.deflate, opts.tls_required, opts.max_deflate_level) == (False, False, 0, 6)
+    assert (opts.tls_required, opts.max_deflate_level) == (0, 6)
+    assert (opts.snappy, opts.deflate) == ("--snappy=false" not in args, "-deflate=false" not in args)
     assert warnings == []
 
 
@@ -284,11 +279,12 @@ def test_help_shows_the_effective_value_of_unbuilt_features():
         match = re.match(r"\s*--([\w-]+)", line)
         if match:
             help_of[match.group(1)] = " ".join(line.split())
-    for flag in ("snappy", "deflate", "tls-required"):
-        assert "(default false) [not supported yet]" in help_of[flag], help_of[flag]
+    for flag in ("snappy", "deflate"):
+        assert help_of[flag].endswith("(default true)"), help_of[flag]
+    assert "default" not in help_of["tls-required"]  # Go prints no default for it
     assert "(default true)" in help_of["statsd-mem-stats"] and "not supported" not in help_of["statsd-mem-stats"]
-    assert "(default 6) [not supported yet]" in help_of["max-deflate-level"]
-    assert "(default tls1.0) [not supported yet]" in help_of["tls-min-version"]
+    assert help_of["max-deflate-level"].endswith("(default 6)")
+    assert help_of["tls-min-version"].endswith("(default tls1.0)")
     assert "(default 30s)" in help_of["http-read-timeout"] and "(default 1m0s)" in help_of["msg-timeout"]
 
 
@@ -557,10 +553,10 @@ def run_cli(*args, cwd=None):
         (["--http-address="], "tcp_address = '127.0.0.1:65536'\n", "--tcp-address"),
         (["--tcp-address=127.0.0.1:0", "--http-address="], None, "--data-path"),
         (["--tcp-address=127.0.0.1:0", "--http-address=", "--node-id=5000"], None, "--node-id"),
-        (["--snappy=true"], None, "--snappy"),
+        (["--tcp-address=127.0.0.1:0", "--http-address=", "--tls-required=true"], None, "TLS key and cert"),
         ([], "mem_queue_size = 'many'\n", "mem_queue_size"),
     ],
-    ids=["tcp-port", "http-port", "no-port", "config-port", "data-path", "node-id", "snappy", "config-value"],
+    ids=["tcp-port", "http-port", "no-port", "config-port", "data-path", "node-id", "tls-required", "config-value"],
 )
 def test_startup_errors_are_one_line_naming_the_setting(tmp_path, args, config, name):
     args = list(args)

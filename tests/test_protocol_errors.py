@@ -371,13 +371,16 @@ def test_identify_feature_negotiation_response_is_the_verified_json(conn):
     assert conn.pub("negotiated", b"x") == b"OK"
 
 
-def test_identify_requested_upgrades_are_not_negotiated(conn):
+def test_identify_requested_upgrades_are_not_negotiated(make_nsqd):
+    """Without a certificate and with --deflate=false --snappy=false nothing is upgraded."""
+    nsqd = make_nsqd(deflate=False, snappy=False)
+    conn = Conn(nsqd.tcp_address)
     body = {
         "feature_negotiation": True,
         "tls_v1": True,
         "deflate": True,
         "deflate_level": 3,
-        "snappy": True,  # deflate+snappy both requested: no error, neither is enabled
+        "snappy": True,  # both requested but neither enabled: no error
         "msg_timeout": 5000,
         "sample_rate": 10,
         "output_buffer_size": -1,
@@ -390,6 +393,7 @@ def test_identify_requested_upgrades_are_not_negotiated(conn):
     assert (doc["output_buffer_size"], doc["output_buffer_timeout"]) == (1, 0)
     conn.assert_silent()  # no upgrade OK frame follows
     assert conn.pub("no_upgrade", b"x") == b"OK"
+    conn.close()
 
 
 def test_identify_response_follows_options(make_nsqd):

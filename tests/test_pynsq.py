@@ -141,3 +141,48 @@ def test_two_consumers_split_one_channel_without_duplicates(nsqd, loop):
     loop.run_for(0.3)
     assert sorted(got1 + got2) == sorted(bodies)
     assert got1 and got2, "both consumers should get a share"
+
+
+# -- TLS and compression through pynsq -----------------------------------------
+
+from transport_util import certs, tls_options  # noqa: E402,F401 (fixture)
+
+
+@pytest.mark.parametrize(
+    "features",
+    [
+        {"tls_v1": True},
+        {"snappy": True},
+        {"deflate": True, "deflate_level": 3},
+        {"tls_v1": True, "snappy": True},
+        {"tls_v1": True, "deflate": True},
+    ],
+    ids=["tls", "snappy", "deflate", "tls+snappy", "tls+deflate"],
+)
+def test_tls_and_compression(make_nsqd, certs, loop, features):
+    import ssl
+
+    pytest.importorskip("snappy")  # pynsq's snappy needs the snappy module (test extra python-snappy)
+    nsqd = make_nsqd(**tls_options(certs))
+    kwargs = dict(features)
+    if features.get("tls_v1"):
+        kwargs["tls_options"] = {"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": certs.ca}
+    n = 3000
+    bodies = [(b"body-%05d-" % i) * (i % 40 + 1) for i in range(n)]
+    seen = []
+    loop.reader(addr(nsqd), "feat", "c", lambda m: seen.append(m.body) or True, max_in_flight=2500, **kwargs)
+    import nsq
+
+    w = nsq.Writer([addr(nsqd)], **kwargs)
+    loop.writers.append(w)
+    loop.wait_writers_connected()
+    state = loop.publish(w, "feat", bodies[: n // 2], batch=500)
+    state2 = loop.publish(w, "feat", bodies[n // 2 :], batch=1)
+    loop.run_until(lambda: len(seen) >= n, 60, "messages")
+    assert not state["errors"] and not state2["errors"]
+    assert sorted(seen) == sorted(bodies)
+    clients = nsqd.get_existing_topic("feat").get_existing_channel("c").clients()
+    (client,) = clients
+    assert client.tls == bool(features.get("tls_v1"))
+    assert client.snappy == bool(features.get("snappy"))
+    assert client.deflate == bool(features.get("deflate"))

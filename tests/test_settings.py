@@ -90,9 +90,8 @@ def test_defaults_match_go():
     assert defaults["node-id"] is None  # computed from the hostname
     assert defaults["statsd-prefix"] == "nsq.%s"
     assert defaults["tls-min-version"] == 0x0301 and defaults["tls-required"] == 0
-    # not built: off here, on in Go
-    assert (defaults["deflate"], go_defaults["deflate"]) == (False, True)
-    assert (defaults["snappy"], go_defaults["snappy"]) == (False, True)
+    assert (defaults["deflate"], go_defaults["deflate"]) == (True, True)
+    assert (defaults["snappy"], go_defaults["snappy"]) == (True, True)
 
 
 @pytest.mark.parametrize(
@@ -195,12 +194,11 @@ def test_read_names_the_key_of_a_bad_value(tmp_path):
     assert str(e.value) == 'failed to load config file %s - msg_timeout: time: invalid duration "soon"' % path
 
 
-def test_read_accepts_go_defaults_of_unbuilt_features_with_a_warning(tmp_path):
+def test_read_takes_the_compression_keys(tmp_path):
     path = write_config(tmp_path, "deflate = true\nsnappy = false\nmax_deflate_level = 6\n")
     values, warnings = config.read(path)
-    assert values == {}
-    assert warnings == [
-        "config file %s: deflate = true is not supported yet, so it has no effect (deflate stays false)" % path]
+    assert values == {"deflate": True, "snappy": False, "max_deflate_level": 6}
+    assert warnings == []
 
 
 def test_resolve_flags_win_and_deprecated_flags_warn(tmp_path):
@@ -211,13 +209,12 @@ def test_resolve_flags_win_and_deprecated_flags_warn(tmp_path):
              by_flag["e2e-processing-latency-percentile"]: (0.5,)}
     values, warnings = config.resolve(flags, path)
     assert values == {"msg_timeout": 9.0, "max_rdy_count": 3, "e2e_processing_latency_percentiles": [0.5],
-                      "auth_http_addresses": []}
+                      "auth_http_addresses": [], "snappy": False, "tls_required": 0}
     assert warnings == ["--verbose is deprecated and has no effect, use --log-level"]
     assert config.resolve({}, None) == ({}, [])
 
 
-@pytest.mark.parametrize("flag, value", [("snappy", True), ("deflate", True), ("tls-cert", "x"),
-                                         ("max-deflate-level", 9)])
+@pytest.mark.parametrize("flag, value", [("topology-region", "r1"), ("enable-experiment", ["topology-aware-consumption"])])
 def test_resolve_refuses_values_of_unbuilt_features(flag, value):
     setting = {s.flag: s for s in SETTINGS}[flag]
     with pytest.raises(NotSupportedError, match="--%s is not supported yet" % flag):
@@ -226,16 +223,10 @@ def test_resolve_refuses_values_of_unbuilt_features(flag, value):
 
 def test_asks_for_nothing():
     settings = {s.flag: s for s in SETTINGS if s.status == UNSUPPORTED}
-    assert settings["tls-cert"].asks_for_nothing("")
-    assert settings["max-deflate-level"].asks_for_nothing(6)
-    assert settings["tls-required"].asks_for_nothing(0)
-    assert settings["tls-min-version"].asks_for_nothing(0x0301)
-    assert settings["deflate"].asks_for_nothing(False)
-    assert settings["snappy"].asks_for_nothing(False)
-    assert not settings["deflate"].asks_for_nothing(True)  # Go's default, not ours
-    assert not settings["tls-cert"].asks_for_nothing("cert.pem")
-    assert not settings["max-deflate-level"].asks_for_nothing(0)
-    assert not settings["tls-required"].asks_for_nothing(1)
+    assert settings["topology-zone"].asks_for_nothing("")
+    assert settings["enable-experiment"].asks_for_nothing([])
+    assert not settings["topology-zone"].asks_for_nothing("z1")
+    assert not settings["enable-experiment"].asks_for_nothing(["topology-aware-consumption"])
 
 
 @pytest.mark.parametrize(
@@ -282,9 +273,9 @@ def test_test_brokers_resolve_like_the_command_line(tmp_path):
     from nsqd_threaded.testing import Broker, resolve_options
 
     path = write_config(tmp_path, "mem_queue_sizee = 100\nmax_rdy_count = 7\n")
-    assert resolve_options(["--config=" + path, "--snappy=false", "--tls-required=false"]) == {"max_rdy_count": 7}
-    with pytest.raises(ValueError, match="--snappy is not supported yet"):
-        resolve_options(["--snappy"])
+    assert resolve_options(["--config=" + path, "--topology-zone="]) == {"max_rdy_count": 7}
+    with pytest.raises(ValueError, match="--topology-zone is not supported yet"):
+        resolve_options(["--topology-zone=z1"])
     with Broker("--config=" + path, "--verbose") as broker:
         assert broker.nsqd.options.max_rdy_count == 7
         log = broker.log

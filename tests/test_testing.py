@@ -77,7 +77,7 @@ def test_flags_and_keyword_options_are_resolved_like_the_command_line(tmp_path):
     [
         (["--no-such-flag"], {}, "No such option"),
         (["--msg-timeout=soon"], {}, 'invalid duration "soon"'),
-        (["--tls-cert=x.pem"], {}, "--tls-cert is not supported yet"),
+        (["--topology-zone=z1"], {}, "--topology-zone is not supported yet"),
         (["--config=/nonexistent/nsqd.cfg"], {}, "failed to load config file"),
         (["--version"], {}, "--version does not start a broker"),
         ([], {"no_such_option": 1}, "unknown nsqd option 'no_such_option'"),

@@ -86,8 +86,15 @@ class Client:
         self._wakeup = threading.Condition(self._lock)  # signals: the pump should look again
         self._woken = False
         self._closing = False
-        self._write_lock = threading.Lock()  # serializes writes to the socket
+        self._write_lock = threading.Lock()  # serializes writes to the socket, and guards _encode
         self._pump = None
+
+        # transport (IDENTIFY may upgrade it; see nsqd_threaded.server.transport)
+        self._encode = None  # output bytes -> socket bytes, None on a plain connection
+        self.transport = None
+        self.tls = False
+        self.deflate = False
+        self.snappy = False
 
     def __repr__(self):
         return "Client(%d, %s)" % (self.id, self.remote_address)
@@ -141,12 +148,43 @@ class Client:
         state = self.auth_state
         return state is not None and len(state.authorizations) > 0
 
+    def upgrade(self, negotiate):
+        """IDENTIFY's upgrades: ``negotiate(sock, send, install)`` runs holding the write lock.
+
+        As nsqd's Upgrade* do, nothing else is written meanwhile (no
+        heartbeat in the middle of a TLS handshake, or between an upgrade
+        and its OK).  ``send(data)`` writes through the current layers;
+        ``install(transport)`` makes them ``transport``'s.  Errors propagate
+        with the layers as they were last installed.
+        """
+        with self._write_lock:
+            negotiate(self._sock, self._send_locked, self._install)
+
+    def _send_locked(self, data):
+        encode = self._encode
+        self._sock.sendall(encode(data) if encode is not None else data)
+
+    def _install(self, transport):
+        self._encode = transport.encoder()
+        self.transport = transport
+        self.tls = transport.tls is not None
+        self.deflate = transport.compression == "deflate"
+        self.snappy = transport.compression == "snappy"
+
     # -- output ------------------------------------------------------------
 
     def send(self, data):
-        """Write bytes (one or more complete frames) now; False if the connection failed."""
+        """Write bytes (one or more complete frames) now; False if the connection failed.
+
+        With compression or TLS the bytes are encoded here, once per send:
+        the encoders sit under the output batching, as nsqd's sit under its
+        buffered writer.
+        """
         try:
             with self._write_lock:
+                encode = self._encode
+                if encode is not None:
+                    data = encode(data)
                 self._sock.sendall(data)
             return True
         except OSError:

@@ -9,6 +9,7 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
   each owning its ``nsqd-client-pump[...]``,
 * ``nsqd-http-accept``     the HTTP server's accept loop,
 * ``nsqd-http[...]``       one per HTTP connection (joined by ``HTTPServer.server_close``),
+* ``nsqd-https-accept`` and ``nsqd-https[...]``: the same for HTTPS (with --tls-cert/--tls-key),
 * ``nsqd-topic-pump[...]`` one per topic (joined by ``Topic.close``); started by
   ``Topic.start`` once the listeners are bound (topics from nsqd.dat) or at
   creation (later topics),
@@ -45,6 +46,7 @@ from ..logger import Logger
 from ..settings.options import Options
 from ..protocol import MSG_HEADER_LENGTH, is_valid_name
 from ..server.http_api import HTTPServer
+from ..transport import server_context
 from ..server.tcp import TCPServer
 from .topic import Topic, TopicError
 
@@ -80,6 +82,9 @@ class NSQD:
         self.health_error = None  # None when healthy, else the last backend write error
         self._tcp_server = None
         self._http_server = None
+        self._https_server = None
+        # TLS for the IDENTIFY upgrade and HTTPS (None without --tls-cert/--tls-key)
+        self.tls_context = server_context(self.options)
         self._threads = []
         self._scan_stop = threading.Event()
         self._dir_fd = None
@@ -168,6 +173,8 @@ class NSQD:
             topic.start()  # as Go's topics wait on startChan until the broker is up
         if self._http_server is not None:
             self._spawn("nsqd-http-accept", self._http_server.serve_forever)
+        if self._https_server is not None:
+            self._spawn("nsqd-https-accept", self._https_server.serve_forever)
         self.idle_watcher = new_idle_watcher()
         if self.idle_watcher is not None:
             self.idle_watcher.start()
@@ -195,13 +202,19 @@ class NSQD:
             except OSError as e:
                 raise OSError(e.errno, "listen (%s) failed - %s" % (opts.http_address, e)) from None
             self.log.info("HTTP: listening on %s:%d", *self.http_address)
+        if self.tls_context is not None and opts.https_address:
+            try:
+                self._https_server = HTTPServer(opts.https_address, self, self.tls_context)
+            except OSError as e:
+                raise OSError(e.errno, "listen (%s) failed - %s" % (opts.https_address, e)) from None
+            self.log.info("HTTPS: listening on %s:%d", *self.https_address)
 
     def _abort_start(self):
         """Undo a failed start(): close listeners and topics (joining their threads), unlock."""
-        for server in (self._http_server, self._tcp_server):
+        for server in (self._http_server, self._https_server, self._tcp_server):
             if server is not None:
                 server.server_close()
-        self._http_server = self._tcp_server = None
+        self._http_server = self._https_server = self._tcp_server = None
         with self._lock:
             topics = list(self._topics.values())
             self._topics.clear()
@@ -243,10 +256,11 @@ class NSQD:
                 self._tcp_server.server_close()  # joins its connection threads
             if self.idle_watcher is not None:
                 self.idle_watcher.stop()  # no connection thread is left to park
-            if self._http_server is not None:
-                self._http_server.shutdown()
-                self._http_server.close_connections()
-                self._http_server.server_close()
+            for server in (self._http_server, self._https_server):
+                if server is not None:
+                    server.shutdown()
+                    server.close_connections()
+                    server.server_close()
             self.persist_metadata()
             with self._lock:
                 topics = list(self._topics.values())
@@ -278,6 +292,11 @@ class NSQD:
     def http_address(self):
         """The bound HTTP ``(host, port)``, or None when HTTP is disabled."""
         return self._http_server.server_address[:2] if self._http_server else None
+
+    @property
+    def https_address(self):
+        """The bound HTTPS ``(host, port)``, or None without TLS or with HTTPS disabled."""
+        return self._https_server.server_address[:2] if self._https_server else None
 
     @property
     def tcp_address(self):

@@ -33,8 +33,8 @@ def client_stats(client, pub_topic=None):
         "requeue_count": client.requeue_count,
         "connect_ts": int(client.connect_time),
         "sample_rate": client.sample_rate,
-        "deflate": False,
-        "snappy": False,
+        "deflate": client.deflate,
+        "snappy": client.snappy,
         "user_agent": client.user_agent,
     }
     auth_state = client.auth_state  # authed, auth_identity, auth_identity_url: omitted when empty
@@ -53,16 +53,22 @@ def client_stats(client, pub_topic=None):
     topic = next(iter(counts), None) if not pub_topic else pub_topic if pub_topic in counts else None
     if topic is not None:
         doc["pub_counts"] = [{"topic": topic, "count": counts[topic]}]
-    doc.update(
-        {
-            "tls": False,
-            "tls_cipher_suite": "",
-            "tls_version": "",
-            "tls_negotiated_protocol": "",
-            "tls_negotiated_protocol_is_mutual": False,
-        }
-    )
+    transport = client.transport
+    if client.tls and transport is not None:
+        doc["tls"] = True
+        doc.update(transport.tls_state())
+    else:
+        doc.update(_NO_TLS)
     return doc
+
+
+_NO_TLS = {
+    "tls": False,
+    "tls_cipher_suite": "",
+    "tls_version": "",
+    "tls_negotiated_protocol": "",
+    "tls_negotiated_protocol_is_mutual": False,
+}
 
 
 def _e2e(percentiles, quantiles):

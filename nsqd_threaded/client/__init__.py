@@ -3,8 +3,9 @@
 Blocking sockets and threads, standard library only (no tornado, no asyncio), and
 exact about the TCP protocol V2 (see ``tcp-protocol.md``):
 
-* every connection sends the magic, then ``IDENTIFY`` (with feature negotiation, no
-  TLS or compression), and answers each ``_heartbeat_`` with ``NOP``;
+* every connection sends the magic, then ``IDENTIFY`` (with feature negotiation; TLS,
+  snappy or deflate only when asked: ``tls_v1``, ``snappy``, ``deflate``), and answers
+  each ``_heartbeat_`` with ``NOP``;
 * the Producer pipelines ``PUB``/``MPUB``/``DPUB`` from any number of threads on one
   connection and matches each ``OK`` or error frame to its request in order (nsqd
   answers the commands of a connection in the order it reads them);

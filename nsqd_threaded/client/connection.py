@@ -3,9 +3,12 @@
 import collections
 import json
 import socket
+import ssl
+import struct
 import threading
+import time
 
-from .. import protocol
+from .. import protocol, transport
 from ..gocompat import join_host_port, split_host_port
 from ..settings.options import VERSION
 
@@ -113,6 +116,10 @@ class Connection:
         self._idle_timeout = 2 * DEFAULT_HEARTBEAT_MS / 1000.0
         self._buf = bytearray()
         self._frames = collections.deque()
+        # TLS/compression layers once IDENTIFY negotiated them (see nsqd_threaded.transport)
+        self._transport = None
+        self._encode = None  # guarded by _write_lock
+        self._decode = None  # the reading thread's
         try:
             self._sock = socket.create_connection(address, timeout)
         except socket.timeout:
@@ -127,6 +134,8 @@ class Connection:
             with self._write_lock:
                 if self.closed:
                     raise ConnectionClosed("connection to %s is closed" % _fmt(self.address))
+                if self._encode is not None:
+                    data = self._encode(data)
                 self._sock.sendall(data)
         except OSError as e:
             if isinstance(e, ConnectionClosed):
@@ -138,10 +147,7 @@ class Connection:
         """The next ``(frame_type, data)``; raises ConnectionClosed at EOF, OSError on errors."""
         frames = self._frames
         while not frames:
-            chunk = self._sock.recv(262144)
-            if not chunk:
-                raise ConnectionClosed("nsqd at %s closed the connection" % _fmt(self.address))
-            self._buf += chunk
+            self._recv()
             try:
                 parsed, used = protocol.split_frames(self._buf)
             except ValueError:  # a frame size below 4
@@ -150,6 +156,49 @@ class Connection:
                 del self._buf[:used]
                 frames.extend(parsed)
         return frames.popleft()
+
+    def _recv(self):
+        """One recv into the buffer, decoded by the negotiated layers."""
+        layers = self._transport
+        if layers is not None and layers.pending():
+            self._buf += layers.drain()  # a large inflate stopped at its limit
+            return
+        chunk = self._sock.recv(262144)
+        if not chunk:
+            raise ConnectionClosed("nsqd at %s closed the connection" % _fmt(self.address))
+        if self._decode is not None:
+            try:
+                chunk = self._decode(chunk)
+            except transport.TransportError as e:
+                raise ConnectionClosed("corrupt stream from %s: %s" % (_fmt(self.address), e)) from None
+        self._buf += chunk
+
+    def _read_one_frame(self):
+        """The next frame, leaving the bytes after it undecoded in the buffer (before an upgrade)."""
+        while True:
+            buf = self._buf
+            if len(buf) >= 4:
+                size = struct.unpack(">l", bytes(buf[:4]))[0]
+                if size < 4:
+                    raise ConnectionClosed("malformed frame from %s" % _fmt(self.address))
+                if len(buf) >= 4 + size:
+                    frame_type = struct.unpack(">l", bytes(buf[4:8]))[0]
+                    data = bytes(buf[8 : 4 + size])
+                    del buf[: 4 + size]
+                    return frame_type, data
+            self._recv()
+
+    def _read_upgrade_answer(self):
+        """The answer to IDENTIFY or to an upgrade, read one frame at a time: what follows may need the next layer."""
+        try:
+            frame_type, data = self._read_one_frame()
+        except socket.timeout:
+            raise TimeoutError("no answer from nsqd at %s within %gs" % (_fmt(self.address), self.timeout)) from None
+        if frame_type == protocol.FRAME_TYPE_ERROR:
+            raise NSQError(data, self.address)
+        if frame_type != protocol.FRAME_TYPE_RESPONSE:
+            raise ConnectionClosed("unexpected frame type %d from %s" % (frame_type, _fmt(self.address)))
+        return data
 
     def read_answer(self):
         """The next response or error frame during the handshake, answering heartbeats; errors raise."""
@@ -167,13 +216,18 @@ class Connection:
         except socket.timeout:
             raise TimeoutError("no answer from nsqd at %s within %gs" % (_fmt(self.address), self.timeout)) from None
 
-    def identify(self, fields):
-        """Send the magic and IDENTIFY; keep the negotiated settings (the JSON answer)."""
+    def identify(self, fields, tls_context=None):
+        """Send the magic and IDENTIFY; keep the negotiated settings (the JSON answer).
+
+        Then the upgrades nsqd agreed to, in its order: TLS (with
+        ``tls_context``), then snappy or deflate, each confirmed by an OK.
+        """
         body = json.dumps(fields).encode()
         self.send(protocol.MAGIC_V2 + b"IDENTIFY\n" + protocol.encode_size(len(body)) + body)
-        data = self.read_answer()
+        data = self._read_upgrade_answer()
         if fields.get("feature_negotiation") and data != b"OK":
             self.settings = json.loads(data.decode("utf-8"))
+            self._upgrade(self.settings, tls_context)
         hb = fields.get("heartbeat_interval") or DEFAULT_HEARTBEAT_MS
         self._idle_timeout = 2 * hb / 1000.0 if hb > 0 else None
 
@@ -187,6 +241,58 @@ class Connection:
         body = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
         self.send(b"AUTH\n" + protocol.encode_size(len(body)) + body)
         self.auth_info = json.loads(self.read_answer().decode("utf-8"))
+
+    def _upgrade(self, settings, tls_context):
+        layers = transport.Transport()
+        if settings.get("tls_v1"):
+            context = tls_context or ssl.create_default_context()
+            host = self.address[0] if context.check_hostname else None
+            layer = transport.TLSLayer(context, server_side=False, server_hostname=host)
+            early = bytes(self._buf)
+            del self._buf[:]
+            try:
+                transport.handshake(self._sock, layer, early, time.monotonic() + self.timeout)
+            except (ssl.SSLError, TimeoutError) as e:
+                raise ConnectionClosed("TLS with nsqd at %s failed: %s" % (_fmt(self.address), e)) from None
+            layers.add_tls(layer, threading.Lock())
+            self._install(layers, layers.decrypt_layer())
+            self._expect_ok()
+        if settings.get("snappy") or settings.get("deflate"):
+            if settings.get("snappy"):
+                decoder, encoder = transport.SnappyDecoder(), transport.SnappyEncoder()
+                layers.add_compression("snappy", decoder, encoder)
+            else:
+                decoder = transport.DeflateDecoder()
+                encoder = transport.DeflateEncoder(settings.get("deflate_level") or 6)
+                layers.add_compression("deflate", decoder, encoder)
+            self._install(layers, decoder.decode)
+            self._expect_ok()
+
+    def _install(self, layers, new_decode):
+        """Read and write through ``layers``; the bytes already buffered go through the new layer."""
+        with self._write_lock:
+            self._transport = layers
+            self._encode = layers.encoder()
+        self._decode = layers.decoder()
+        try:
+            rest = new_decode(bytes(self._buf))
+        except transport.TransportError as e:
+            raise ConnectionClosed("corrupt stream from %s: %s" % (_fmt(self.address), e)) from None
+        self._buf = bytearray(rest)
+
+    def _expect_ok(self):
+        data = self._read_upgrade_answer()
+        if data != b"OK":
+            raise ConnectionClosed("unexpected answer to an upgrade from %s: %r" % (_fmt(self.address), data[:64]))
+
+    @property
+    def tls(self):
+        return self._transport is not None and self._transport.tls is not None
+
+    @property
+    def compression(self):
+        """"snappy", "deflate" or None."""
+        return self._transport.compression if self._transport is not None else None
 
     def handshake_done(self):
         """From now on a read may wait 2 heartbeat intervals: nsqd sends one every interval,
@@ -208,12 +314,50 @@ class Connection:
         self._sock.close()
 
 
-def _identify_fields(extra):
+def _identify_fields(extra, features=None):
     fields = {
         "client_id": socket.gethostname().split(".")[0],
         "hostname": socket.gethostname(),
         "user_agent": USER_AGENT,
         "feature_negotiation": True,
     }
+    fields.update(features or {})
     fields.update(extra or {})
     return fields
+
+
+def transport_options(tls_v1=False, tls_options=None, snappy=False, deflate=False, deflate_level=None):
+    """Producer/Consumer transport keywords -> (IDENTIFY fields, SSLContext or None).
+
+    ``tls_v1``: True, or an :class:`ssl.SSLContext` to use.  ``tls_options``
+    (with ``tls_v1=True``): ``ca_certs`` (CA file to verify nsqd with),
+    ``certfile``/``keyfile`` (a client certificate), ``check_hostname``
+    (default True).  ``snappy`` or ``deflate`` (with ``deflate_level`` 1-9)
+    asks for compression; nsqd decides (its answer is the connection's
+    ``settings``).
+    """
+    fields = {}
+    context = None
+    if tls_v1:
+        fields["tls_v1"] = True
+        if isinstance(tls_v1, ssl.SSLContext):
+            context = tls_v1
+        else:
+            opts = dict(tls_options or {})
+            context = ssl.create_default_context(cafile=opts.pop("ca_certs", None))
+            certfile = opts.pop("certfile", None)
+            if certfile:
+                context.load_cert_chain(certfile, opts.pop("keyfile", None))
+            opts.pop("keyfile", None)
+            context.check_hostname = opts.pop("check_hostname", True)
+            if opts:
+                raise ValueError("unknown tls_options: %s" % ", ".join(sorted(opts)))
+    if snappy and deflate:
+        raise ValueError("snappy and deflate cannot both be asked for")
+    if snappy:
+        fields["snappy"] = True
+    if deflate:
+        fields["deflate"] = True
+        if deflate_level is not None:
+            fields["deflate_level"] = deflate_level
+    return fields, context

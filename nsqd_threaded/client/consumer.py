@@ -15,6 +15,7 @@ from .connection import (
     _as_list,
     _fmt,
     _identify_fields,
+    transport_options,
     _name,
     parse_addresses,
 )
@@ -95,6 +96,8 @@ class Consumer:
     * ``identify`` adds or overrides IDENTIFY fields (e.g. ``{"heartbeat_interval": 1000,
       "msg_timeout": 5000}``, in ms).
     * ``auth_secret`` is sent with ``AUTH`` after IDENTIFY when nsqd requires it.
+    * ``tls_v1``, ``tls_options``, ``snappy``, ``deflate``, ``deflate_level``: TLS and
+      compression (see :func:`~nsqd_threaded.client.connection.transport_options`).
     * A lost connection to a given address is made again at once, then after
       ``reconnect_backoff`` seconds (min, max), doubling, until it works or the consumer
       is closed.
@@ -128,7 +131,12 @@ class Consumer:
         lookupd_poll_interval=60.0,
         rdy_redistribute_interval=5.0,
         low_rdy_idle_timeout=10.0,
-        auth_secret=None
+        auth_secret=None,
+        tls_v1=False,
+        tls_options=None,
+        snappy=False,
+        deflate=False,
+        deflate_level=None
     ):
         self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
         if addresses or not self.lookupd_http_addresses:
@@ -152,7 +160,8 @@ class Consumer:
         self.lookupd_poll_interval = lookupd_poll_interval
         self.rdy_redistribute_interval = rdy_redistribute_interval
         self.low_rdy_idle_timeout = low_rdy_idle_timeout
-        self._identify = _identify_fields(identify)
+        features, self._tls_context = transport_options(tls_v1, tls_options, snappy, deflate, deflate_level)
+        self._identify = _identify_fields(identify, features)
         self.auth_secret = auth_secret
         self._queue = queue.Queue()
         self._stop = threading.Event()
@@ -445,7 +454,7 @@ class Consumer:
                 raise ConnectionClosed("consumer is closing")
             self._conns.add(conn)
         try:
-            conn.identify(self._identify)
+            conn.identify(self._identify, self._tls_context)
             conn.auth(self.auth_secret)
             conn.send(self._sub)
             answer = conn.read_answer()

@@ -17,6 +17,7 @@ from .connection import (
     _body,
     _fmt,
     _identify_fields,
+    transport_options,
     _name,
     parse_addresses,
 )
@@ -58,7 +59,7 @@ class _Node:
             try:
                 conn = Connection(self.address, producer.timeout)
                 try:
-                    conn.identify(producer._identify)
+                    conn.identify(producer._identify, producer._tls_context)
                     conn.auth(producer.auth_secret)
                 except BaseException:
                     conn.close()
@@ -188,7 +189,9 @@ class Producer:
       ``lookupd_poll_interval`` seconds);
     * ``timeout`` bounds connecting and waiting for each answer; ``identify`` adds or
       overrides IDENTIFY fields (wire names and units); ``auth_secret`` is sent with
-      ``AUTH`` after IDENTIFY when nsqd requires it.
+      ``AUTH`` after IDENTIFY when nsqd requires it;
+    * ``tls_v1``, ``tls_options``, ``snappy``, ``deflate``, ``deflate_level``: TLS and
+      compression (see :func:`~nsqd_threaded.client.connection.transport_options`).
 
     Connections are made on first use (or by :meth:`connect`) and again on the next
     request after one ends.  **One nsqd**: a request in flight when its connection ends
@@ -213,7 +216,12 @@ class Producer:
         identify=None,
         reconnect_backoff=(0.1, 5.0),
         lookupd_poll_interval=60.0,
-        auth_secret=None
+        auth_secret=None,
+        tls_v1=False,
+        tls_options=None,
+        snappy=False,
+        deflate=False,
+        deflate_level=None
     ):
         direct = parse_addresses(addresses) if addresses else []
         self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
@@ -224,7 +232,8 @@ class Producer:
         self.timeout = timeout
         self.reconnect_backoff = reconnect_backoff
         self.lookupd_poll_interval = lookupd_poll_interval
-        self._identify = _identify_fields(identify)
+        features, self._tls_context = transport_options(tls_v1, tls_options, snappy, deflate, deflate_level)
+        self._identify = _identify_fields(identify, features)
         self.auth_secret = auth_secret
         self._lock = threading.Lock()
         self._nodes = [_Node(self, a) for a in direct]

@@ -354,10 +354,27 @@ _OPTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Options))
 _GO_INT = re.compile(r"[+-]?[0-9]+")
 
 
-class HTTPServer(http_server.HTTPServer):
-    """nsqd's HTTP listener: the shared edge serving this NSQD's :class:`HTTPAPI`."""
+class TLSRequiredAPI:
+    """The plain HTTP listener's answer to everything under --tls-required=true."""
 
-    def __init__(self, address, nsqd):
+    def __init__(self, nsqd):
+        self.nsqd = nsqd
+
+    def dispatch(self, request):
+        https = self.nsqd.https_address
+        # nsqd writes this body by hand (spaces after the colons).
+        body = ('{"message": "TLS_REQUIRED", "https_port": %d}' % (https[1] if https else 0)).encode()
+        return http_server.Response(403, body, [("Content-Type", http_server.JSON_TYPE), http_server.X_NSQ])
+
+
+class HTTPServer(http_server.HTTPServer):
+    """nsqd's HTTP listener (or, with ``ssl_context``, its HTTPS one): the shared edge serving this NSQD's :class:`HTTPAPI`."""
+
+    def __init__(self, address, nsqd, ssl_context=None):
         opts = nsqd.options
-        super().__init__(address, HTTPAPI(nsqd), nsqd.log, opts.http_read_timeout, opts.http_idle_timeout,
-                         "nsqd-http")
+        if ssl_context is None and opts.tls_required == 2:
+            api, name = TLSRequiredAPI(nsqd), "nsqd-http"
+        else:
+            api, name = HTTPAPI(nsqd), "nsqd-https" if ssl_context is not None else "nsqd-http"
+        super().__init__(address, api, nsqd.log, opts.http_read_timeout, opts.http_idle_timeout, name,
+                         ssl_context=ssl_context)

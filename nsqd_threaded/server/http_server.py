@@ -631,10 +631,30 @@ class HTTPServer(Listener):
 
     log_name = "HTTP"
 
-    def __init__(self, address, api, log, read_timeout, idle_timeout, thread_name, log_requests=False):
+    def __init__(self, address, api, log, read_timeout, idle_timeout, thread_name, log_requests=False,
+                 ssl_context=None):
+        """With ``ssl_context`` it is an HTTPS listener (the handshake is each connection thread's)."""
+        self.ssl_context = ssl_context
         self.api = api
         self.read_timeout = read_timeout
         self.idle_timeout = idle_timeout
         self.thread_name = thread_name
         self.log_requests = log_requests
         super().__init__(address, _HTTPHandler, log)
+
+    def get_request(self):
+        sock, address = super().get_request()
+        if self.ssl_context is not None:
+            # No I/O here: the accept loop must not wait on a client's handshake.
+            sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, address
+
+    def finish_request(self, request, client_address):
+        if self.ssl_context is not None:
+            try:
+                request.settimeout(self.read_timeout)
+                request.do_handshake()
+            except OSError as e:  # includes ssl.SSLError: a plain-HTTP client, an unknown CA...
+                self.log.debug("%s: TLS handshake with %s:%s failed - %s", self.log_name, *client_address[:2], e)
+                return
+        super().finish_request(request, client_address)

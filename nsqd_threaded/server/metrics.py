@@ -92,8 +92,15 @@ def render_prometheus(doc, nsqd):
             for key, name, kind, help_text in CHANNEL_METRICS:
                 fam(name, kind, help_text).add(cl, c[key])
             _summary(e2e_c, cl, c["e2e_processing_latency"])
+    connected = nsqd.clients()
     clients = fam("nsq_clients", "gauge", "Connected TCP clients.")
-    clients.add((), len(nsqd.clients()))
+    clients.add((), len(connected))
+    if connected:
+        fam("nsq_clients_tls", "gauge", "Connected TCP clients upgraded to TLS.").add(
+            (), sum(1 for c in connected if c.tls))
+        compressed = fam("nsq_clients_compressed", "gauge", "Connected TCP clients using compression.")
+        for codec in ("deflate", "snappy"):
+            compressed.add((("codec", codec),), sum(1 for c in connected if getattr(c, codec)))
     mem = doc.get("memory") or {}
     if mem:
         fam("process_resident_memory_bytes", "gauge", "Resident set size in bytes.").add((), mem["heap_in_use_bytes"])

@@ -9,8 +9,10 @@ its body is read).  Everything that can be computed without I/O lives in
 """
 
 import socket
+import ssl
 import struct
 import sys
+import threading
 import time
 
 from .. import gocompat, protocol
@@ -19,6 +21,8 @@ from ..broker.channel import ChannelError
 from ..broker.client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
 from ..gocompat import go_quote
 from .idle import IDLE_AFTER, TIMED_OUT, WOKEN
+from .. import transport
+from ..transport import TransportError
 from ..protocol import ProtocolError, text
 from ..broker.topic import TopicError
 
@@ -57,6 +61,10 @@ class Reader:
         # recv_into one reused buffer: recv(n) would allocate n bytes per call.
         self._chunk = bytearray(MIN_CHUNK)
         self._last_recv = 0  # bytes the last recv returned
+        # Socket bytes -> command bytes once TLS or compression is negotiated
+        # (see nsqd_threaded.server.transport); None on a plain connection.
+        self._decode = None
+        self._layers = None  # the Transport behind _decode
 
     def set_deadline(self, seconds):
         """Start reading a command: its line and body must arrive within ``seconds``.
@@ -94,6 +102,11 @@ class Reader:
                 raise ConnectionEnded("i/o timeout")
             if remaining < self._timeout * 0.5:
                 self._set_timeout(remaining)
+        layers = self._layers
+        if layers is not None and layers.pending():
+            # A large inflate stopped at its limit: its input is already here.
+            self._append_decoded(b"", lambda _: layers.drain())
+            return
         chunk = self._chunk
         size = len(chunk)
         want = 2 * size if self._last_recv == size else missing
@@ -111,6 +124,9 @@ class Reader:
         if not n:
             raise ConnectionEnded("EOF")
         self._last_recv = n
+        if self._decode is not None:
+            self._append_decoded(memoryview(chunk)[:n])
+            return
         if self._pos == len(self._buf):
             # Drained: a fresh buffer rather than a resized one, so that one
             # large body's allocation is not kept for the connection's life.
@@ -121,6 +137,42 @@ class Reader:
             del self._buf[: self._pos]
             self._pos = 0
         self._buf += memoryview(chunk)[:n]
+
+    def _append_decoded(self, data, decode=None):
+        """Decode ``data`` into the buffer (maybe nothing yet: a partial record or frame)."""
+        try:
+            data = (decode or self._decode)(data)
+        except TransportError as e:
+            raise ConnectionEnded(str(e)) from None
+        if not data:
+            return
+        if self._pos > 65536 or self._pos == len(self._buf):
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    def set_decoder(self, decode, layer_decode=None, layers=None):
+        """Read through ``decode`` from now on.
+
+        ``layer_decode`` is the newly added layer alone: the bytes already
+        buffered (received before the upgrade, but after the IDENTIFY that
+        asked for it) are fed through it, so nothing a client sent early is
+        lost and nothing decodable is left undecoded.
+        """
+        self._decode = decode
+        self._layers = layers
+        if layer_decode is not None:
+            rest = bytes(self._buf[self._pos :])
+            self._buf = bytearray()
+            self._pos = 0
+            self._append_decoded(rest, layer_decode)
+
+    def take_buffered(self):
+        """Remove and return the unread bytes (the start of a TLS handshake)."""
+        rest = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        return rest
 
     def _recv_after_idle(self, chunk):
         """Park with the idle watcher until readable, then recv (ConnectionEnded at the deadline)."""
@@ -226,6 +278,7 @@ class ProtocolV2:
         self.client = client
         self.reader = Reader(sock, nsqd.idle_watcher)
         self._valid_topics = {}  # raw name -> str, for names already validated
+        self.transport = None  # the TLS/compression layers, once IDENTIFY has negotiated one
         self._topics = {}  # name -> Topic
         self._auth_enabled = bool(self.opts.auth_http_addresses)
 
@@ -253,6 +306,9 @@ class ProtocolV2:
             b"AUTH": self.AUTH,
             b"IDENTIFY": self.IDENTIFY,
         }
+        # --tls-required (true or tcp-https): until the connection has
+        # upgraded, every command but IDENTIFY fails (fatally).
+        tls_gate = bool(self.opts.tls_required)
         try:
             while True:
                 hb = client.heartbeat_interval
@@ -260,6 +316,10 @@ class ProtocolV2:
                 params = protocol.parse_line(readline())
                 handler = commands.get(params[0])
                 try:
+                    if tls_gate and not client.tls and params[0] != b"IDENTIFY":
+                        raise ProtocolError(
+                            "E_INVALID", "cannot %s in current state (TLS required)" % text(params[0])
+                        )
                     if handler is None:
                         raise ProtocolError("E_INVALID", "invalid command %s" % text(params[0]))
                     response = handler(params)
@@ -342,10 +402,58 @@ class ProtocolV2:
         client.identify(fields, settings)
         if not fields.get("feature_negotiation"):
             return protocol.OK_FRAME
-        # TLS, snappy and deflate are not implemented, so none is negotiated
-        # and no upgrade follows the JSON response.
-        level = protocol.deflate_level(False, fields.get("deflate_level", 0), self.opts.max_deflate_level)
-        return protocol.response_frame(protocol.identify_response(settings, self.opts, deflate_level=level))
+        opts = self.opts
+        tls_v1 = self.nsqd.tls_context is not None and bool(fields.get("tls_v1")) and not client.tls
+        deflate = opts.deflate and bool(fields.get("deflate"))
+        level = protocol.deflate_level(deflate, fields.get("deflate_level", 0), opts.max_deflate_level)
+        snappy = opts.snappy and bool(fields.get("snappy"))
+        if deflate and snappy:
+            raise ProtocolError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
+        if client.transport is not None and client.transport.compression and (deflate or snappy):
+            # A repeated IDENTIFY cannot stack a second compressor.
+            deflate = snappy = False
+        response = protocol.response_frame(protocol.identify_response(
+            settings, opts, tls_v1=tls_v1, deflate=deflate, snappy=snappy, deflate_level=level
+        ))
+        if not (tls_v1 or deflate or snappy):
+            return response
+        # nsqd's sequence: the JSON response in the clear, then each upgrade
+        # followed by an OK frame sent through it.  All of it holds the write
+        # lock, so no heartbeat slips in between with the wrong encoding.
+        layers = self.transport or transport.Transport()
+        tls_layer = transport.TLSLayer(self.nsqd.tls_context) if tls_v1 else None
+        compressor = None
+        if snappy:
+            compressor = ("snappy", transport.SnappyDecoder(), transport.SnappyEncoder())
+        elif deflate:
+            compressor = ("deflate", transport.DeflateDecoder(), transport.DeflateEncoder(level))
+        early = self.reader.take_buffered() if tls_v1 else b""  # a client may start its handshake early
+
+        def negotiate(sock, send, install):
+            send(response)
+            if tls_layer is not None:
+                transport.handshake(sock, tls_layer, early, time.monotonic() + transport.HANDSHAKE_TIMEOUT)
+                layers.add_tls(tls_layer, threading.Lock())
+                install(layers)
+                send(protocol.OK_FRAME)
+            if compressor is not None:
+                layers.add_compression(*compressor)
+                install(layers)
+                send(protocol.OK_FRAME)
+
+        try:
+            client.upgrade(negotiate)
+        except (ssl.SSLError, TimeoutError) as e:
+            raise ProtocolError("E_IDENTIFY_FAILED", "IDENTIFY failed %s" % transport.handshake_error(e)) from None
+        except OSError as e:
+            raise ConnectionEnded(str(e)) from None
+        self.transport = layers
+        decode = layers.decoder()
+        if tls_layer is not None:
+            self.reader.set_decoder(decode, layers.decrypt_layer(), layers)
+        if compressor is not None:
+            self.reader.set_decoder(decode, compressor[1].decode, layers)
+        return None
 
     def AUTH(self, params):
         client = self.client

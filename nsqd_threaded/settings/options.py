@@ -348,7 +348,7 @@ SETTINGS = (
     Setting("node-id", INT, None, "unique part for message IDs, (int) in range [0,1024) "
             "(default is hash of hostname)", cfg="id", check=_node_id, factory=default_node_id),
     Setting("worker-id", BOOL, False, "[deprecated] use --node-id", DEPRECATED),
-    Setting("https-address", STR, "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients", U),
+    Setting("https-address", STR, "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
     Setting("http-address", STR, "0.0.0.0:4151", "<addr>:<port> to listen on for HTTP clients",
             check=_listen_address),
     Setting("tcp-address", STR, "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients",
@@ -430,22 +430,20 @@ SETTINGS = (
     Setting("e2e-processing-latency-window-time", DURATION, 600.0, "calculate end to end latency "
             "quantiles for this duration of time"),
     # TLS
-    Setting("tls-cert", STR, "", "path to certificate file", U),
-    Setting("tls-key", STR, "", "path to key file", U),
+    Setting("tls-cert", STR, "", "path to certificate file"),
+    Setting("tls-key", STR, "", "path to key file"),
     Setting("tls-client-auth-policy", STR, "", "client certificate auth policy "
-            "('require' or 'require-verify')", U),
-    Setting("tls-root-ca-file", STR, "", "path to certificate authority file", U),
+            "('require' or 'require-verify')"),
+    Setting("tls-root-ca-file", STR, "", "path to certificate authority file"),
     Setting("tls-required", TLS_REQUIRED, 0, "require TLS for client connections "
-            "(true, false, tcp-https)", U),
+            "(true, false, tcp-https)"),
     Setting("tls-min-version", TLS_VERSION, 0x0301, "minimum SSL/TLS version acceptable "
-            "('tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')", U),
-    # compression (negotiation not built: both off, and IDENTIFY says so)
-    Setting("deflate", BOOL, False, "enable deflate feature negotiation (client compression)", U,
-            go_default=True),
+            "('tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')"),
+    # compression
+    Setting("deflate", BOOL, True, "enable deflate feature negotiation (client compression)"),
     Setting("max-deflate-level", INT, 6, "max deflate compression level a client can negotiate "
-            "(> values == > nsqd CPU usage)", U, check=_deflate_level),
-    Setting("snappy", BOOL, False, "enable snappy feature negotiation (client compression)", U,
-            go_default=True),
+            "(> values == > nsqd CPU usage)", check=_deflate_level),
+    Setting("snappy", BOOL, True, "enable snappy feature negotiation (client compression)"),
     # nsqd's internal constants (no flag, no config key, not in /config)
     Setting(None, DURATION, 60.0, status=INTERNAL, field="client_timeout"),
     Setting(None, DURATION, 0.1, status=INTERNAL, field="queue_scan_interval"),
@@ -518,8 +516,42 @@ class Options:
         if self.msg_timeout > self.max_msg_timeout:
             raise OptionError("%s must be <= %s" % (BY_FIELD["msg_timeout"].option,
                                                     BY_FIELD["max_msg_timeout"].option))
+        self._validate_tls()
         self.e2e_processing_latency_percentiles = sorted(self.e2e_processing_latency_percentiles, reverse=True)
         return self
+
+    def _validate_tls(self):
+        # nsqd's order: a client auth policy implies tls-required; then the
+        # TLS config is built; then tls-required needs it.
+        if self.tls_client_auth_policy and self.tls_required == 0:
+            self.tls_required = 2
+        problem = _tls_problem(self)
+        if problem:
+            raise OptionError(problem)
+        if self.tls_required and not (self.tls_cert and self.tls_key):
+            raise OptionError("cannot require TLS client connections without TLS key and cert")
+
+
+def _tls_problem(options):
+    """nsqd's buildTLSConfig failure for these options, or None (no TLS, or it loads)."""
+    if not options.tls_cert and not options.tls_key:
+        return None
+    import ssl  # only brokers with TLS need it
+
+    paths = [options.tls_cert, options.tls_key] + ([options.tls_root_ca_file] if options.tls_root_ca_file else [])
+    for path in paths:
+        try:
+            open(path, "rb").close()
+        except OSError as e:  # Go's os.Open wording (a missing cert or key: "open : ...")
+            return "failed to build TLS config - open %s: %s" % (path, (e.strerror or str(e)).lower())
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(options.tls_cert, options.tls_key)
+        if options.tls_root_ca_file:
+            context.load_verify_locations(options.tls_root_ca_file)
+    except (ssl.SSLError, ValueError) as e:
+        return "failed to build TLS config - %s" % e
+    return None
 
 
 def check_data_path(path):
