@@ -209,6 +209,16 @@ class Transport:
         with self.tls_lock:
             return connection_state(self.tls.ssl, self.tls.context)
 
+    def tls_common_name(self):
+        """The client certificate's subject CN ("" without one): what the auth server gets."""
+        with self.tls_lock:
+            cert = self.tls.ssl.getpeercert() or {}
+        for rdn in cert.get("subject", ()):
+            for key, value in rdn:
+                if key == "commonName":
+                    return value
+        return ""
+
     def decrypt_layer(self):
         """The TLS layer's decoder alone (for the bytes buffered when it was added)."""
         return self._decrypt

@@ -313,3 +313,21 @@ def test_parked_tls_connection_wakes_for_records_sent_together(make_nsqd, certs)
         wait_for(lambda: nsqd.idle_watcher._parked, timeout=20, what="the connection to park")
         conn.sock.sendall(b"PUB t\n" + protocol.encode_size(1) + b"a" + b"PUB t\n" + protocol.encode_size(1) + b"b")
         assert [conn.read_response(), conn.read_response()] == [b"OK", b"OK"]
+
+
+def test_auth_server_gets_tls_and_the_client_certificate_cn(make_nsqd, certs):
+    """AUTH over TLS with a client certificate: the auth server is told tls=true and the CN."""
+    from test_auth import GRANTS, AuthServer
+
+    server = AuthServer()
+    try:
+        nsqd = make_nsqd(auth_http_addresses=[server.address],
+                         **tls_options(certs, tls_client_auth_policy="require-verify", tls_root_ca_file=certs.ca))
+        with tls_conn(nsqd, certs.client_context(client_cert=True)) as conn:
+            conn.cmd(b"AUTH", b"all")
+            assert json.loads(conn.read_response())["identity"] == GRANTS["all"]["identity"]
+            assert conn.pub("t", b"x") == b"OK"
+        (_, _, query, _, _), = server.requests
+        assert query["tls"] == ["true"] and query["common_name"] == ["nsqd-test-client"]
+    finally:
+        server.close()

@@ -93,6 +93,7 @@ class Client:
         self._encode = None  # output bytes -> socket bytes, None on a plain connection
         self.transport = None
         self.tls = False
+        self.tls_common_name = ""  # the client certificate's CN, for the auth server
         self.deflate = False
         self.snappy = False
 
@@ -168,6 +169,7 @@ class Client:
         self._encode = transport.encoder()
         self.transport = transport
         self.tls = transport.tls is not None
+        self.tls_common_name = transport.tls_common_name() if self.tls else ""
         self.deflate = transport.compression == "deflate"
         self.snappy = transport.compression == "snappy"
 

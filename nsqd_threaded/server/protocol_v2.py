@@ -477,13 +477,10 @@ class ProtocolV2:
     def _query_auth(self, what):
         """Ask the auth server(s) with the client's secret; the reason is logged, never sent."""
         client = self.client
-        # TLS state and client certificate CN, when the connection has them.
-        tls = bool(getattr(client, "tls", False))
-        common_name = (getattr(client, "tls_common_name", "") or "") if tls else ""
         remote_ip = client.remote_address.rpartition(":")[0].strip("[]")
         try:
             client.auth_state = auth.query_any(
-                self.opts, remote_ip, tls, client.auth_secret, common_name, self.nsqd.log
+                self.opts, remote_ip, client.tls, client.auth_secret, client.tls_common_name, self.nsqd.log
             )
         except auth.AuthError as e:
             self.nsqd.log.warn("PROTOCOL(V2): [%r] %s %s", client, what, e)
