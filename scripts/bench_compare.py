@@ -316,3 +316,10 @@ def compare(a):
 
 def _fmt(x):
     return "{:,.0f}".format(x)
+
+
+if __name__ == "__main__":  # the same as scripts/bench --compare GO_NSQD ...
+    import bench
+
+    sys.argv[1:1] = ["--compare"]
+    bench.main()
