@@ -102,6 +102,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="--compare: rounds (medians are reported)")
     ap.add_argument("--phases", default=",".join(bench_compare.PHASES),
                     help="--compare: comma-separated subset of " + ",".join(bench_compare.PHASES))
+    ap.add_argument("--baseline", metavar="TREE",
+                    help="--compare: also run this project from another tree (before/after a change)")
     ap.add_argument("--our-tools", action="store_true", help="--compare: our load scripts even if Go's are there")
     ap.add_argument("--rtt-count", type=int, default=5000, help="--compare: round trips per rtt phase")
     a = ap.parse_args()

@@ -55,7 +55,7 @@ FANOUT_CHANNELS = 10
 class BrokerProc:
     """One broker child process (Go's or ours) on an ephemeral port, in a fresh data dir."""
 
-    def __init__(self, kind, argv0, flags):
+    def __init__(self, kind, argv0, flags, root=ROOT):
         self.kind = kind
         self.data = tempfile.mkdtemp(prefix="nsqd-compare-%s-" % kind)
         if kind == "go":
@@ -63,7 +63,7 @@ class BrokerProc:
             env = dict(os.environ)
         else:
             cmd = [argv0, "-m", "nsqd_threaded"]
-            env = dict(os.environ, PYTHONPATH=ROOT)
+            env = dict(os.environ, PYTHONPATH=root)
         cmd += ["--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=" + self.data, "--log-level=warn"]
         self.proc = subprocess.Popen(cmd + list(flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         self._stderr = threading.Thread(target=self.proc.stderr.read, name="bench-stderr", daemon=True)
@@ -236,7 +236,7 @@ class OurTools:
 
 # -- the comparison -----------------------------------------------------------
 
-def run_phase(phase, kind, argv0, tools, a):
+def run_phase(phase, kind, argv0, root, tools, a):
     """One phase on a fresh broker; returns {row name: value}."""
     runfor = a.runfor
     flags = []
@@ -244,7 +244,7 @@ def run_phase(phase, kind, argv0, tools, a):
         flags = ["--mem-queue-size=100000000"]
     elif phase == "memory":
         flags = ["--mem-queue-size=%d" % (a.count + 10000)]
-    b = BrokerProc(kind, argv0, flags)
+    b = BrokerProc(kind, argv0, flags, root)
     try:
         if phase == "mpub":  # also consume, on the backlog mpub left
             out = {"mpub": tools.mpub(b.address, "sub_bench", runfor)}
@@ -286,13 +286,15 @@ def compare(a):
     phases = [p for p in PHASES if p in a.phases and p != "consume"]
     if "consume" in a.phases and "mpub" not in phases:
         phases.insert(0, "mpub")  # consume drains what mpub wrote
-    samples = {"go": {}, "ours": {}}
-    brokers = [("go", go_nsqd), ("ours", a.python)]
+    samples = {"go": {}, "ours": {}, "base": {}}
+    brokers = [("go", go_nsqd, None), ("ours", a.python, ROOT)]
+    if a.baseline:  # another tree of this project (e.g. a checkout before a change): before/after
+        brokers.insert(1, ("base", a.python, os.path.abspath(a.baseline)))
     for rnd in range(a.rounds):
         for phase in phases:
             order = brokers if rnd % 2 == 0 else brokers[::-1]
-            for kind, argv0 in order:
-                values = run_phase(phase, kind, argv0, tools, a)
+            for kind, argv0, root in order:
+                values = run_phase(phase, kind, argv0, root, tools, a)
                 for name, v in values.items():
                     samples[kind].setdefault(name, []).append(v)
                 print("round %d %-8s %-4s %s" % (rnd + 1, phase, kind,
@@ -301,17 +303,38 @@ def compare(a):
                            "platform.python_version())"], capture_output=True, text=True).stdout.strip()
     print("ours: %s (%s); Go: %s; load: %s; %d rounds of %g s; %d cores; load average %.2f"
           % (impl, a.python, go_nsqd, tools.name, a.rounds, a.runfor, os.cpu_count(), os.getloadavg()[0]))
-    print("| | unit | Go nsqd (median) | ours (median) | ratio | Go (all) | ours (all) |")
-    print("|---|---|---:|---:|---:|---|---|")
+    base = bool(a.baseline)
+    if base:
+        print("baseline: %s" % os.path.abspath(a.baseline))
+    print("| | unit | Go nsqd (median) |%s ours (median) | ratio |%s Go (all) |%s ours (all) |"
+          % ((" baseline | ratio |", " ours/baseline |", " baseline (all) |") if base else ("", "", "")))
+    print("|---|---|---:|%s---:|---:|%s---|%s---|" % (("---:|---:|", "---:|", "---|") if base else ("", "", "")))
     for name, label, unit, higher in ROWS:
         go, ours = samples["go"].get(name), samples["ours"].get(name)
         if not go or not ours:
             continue
         g, o = statistics.median(go), statistics.median(ours)
-        ratio = (o / g if higher else g / o) if g and o else float("nan")
-        print("| %s | %s | %s | %s | %.2f | %s | %s |" % (
-            label, unit, _fmt(g), _fmt(o), ratio, ", ".join(_fmt(x) for x in go), ", ".join(_fmt(x) for x in ours)))
+        ratio = _ratio(o, g, higher)
+        cells = [label, unit, _fmt(g)]
+        bs = samples["base"].get(name)
+        if base and bs:
+            b = statistics.median(bs)
+            cells += [_fmt(b), "%.2f" % _ratio(b, g, higher)]
+        cells += [_fmt(o), "%.2f" % ratio]
+        if base and bs:
+            cells.append("%.2f" % _ratio(o, b, higher))
+        cells.append(", ".join(_fmt(x) for x in go))
+        if base and bs:
+            cells.append(", ".join(_fmt(x) for x in bs))
+        cells.append(", ".join(_fmt(x) for x in ours))
+        print("| " + " | ".join(cells) + " |")
     print("(ratio: ours/Go for rates, Go/ours for latency and memory: above 1 means ours is better)")
+
+
+def _ratio(value, reference, higher):
+    if not value or not reference:
+        return float("nan")
+    return value / reference if higher else reference / value
 
 
 def _fmt(x):
