@@ -91,6 +91,13 @@ class BrokerProc:
         shutil.rmtree(self.data, ignore_errors=True)
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of a process so far, from /proc (clock-tick resolution)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def listening_address(pid):
     """The TCP port a process listens on, from /proc (no log parsing, any log level)."""
     try:
@@ -245,20 +252,30 @@ def run_phase(phase, kind, argv0, root, tools, a):
     elif phase == "memory":
         flags = ["--mem-queue-size=%d" % (a.count + 10000)]
     b = BrokerProc(kind, argv0, flags, root)
+    out = {}
+
+    def timed(name, seconds, load, *args):
+        """Run a throughput load; record its rate and the broker's CPU per message (us)."""
+        cpu = cpu_seconds(b.pid)
+        rate = load(*args)
+        cpu = cpu_seconds(b.pid) - cpu
+        out[name] = rate
+        if rate:
+            out[name + "-cpu"] = cpu / (rate * seconds) * 1e6
+        return out
+
     try:
         if phase == "mpub":  # also consume, on the backlog mpub left
-            out = {"mpub": tools.mpub(b.address, "sub_bench", runfor)}
+            timed("mpub", runfor, tools.mpub, b.address, "sub_bench", runfor)
             if "consume" in a.phases:
-                out["consume"] = tools.consume(b.address, "sub_bench", "ch", runfor * 0.6)
+                timed("consume", runfor * 0.6, tools.consume, b.address, "sub_bench", "ch", runfor * 0.6)
             return out
-        if phase == "pub-mem":
-            return {"pub-mem": tools.pub(b.address, "pub_bench", runfor)}
-        if phase == "pub-disk":
-            return {"pub-disk": tools.pub(b.address, "pub_bench", runfor)}
+        if phase in ("pub-mem", "pub-disk"):
+            return timed(phase, runfor, tools.pub, b.address, "pub_bench", runfor)
+        if phase == "fanout":
+            return timed("fanout", runfor, tools.fanout, b.address, runfor)
         if phase == "rtt":
             return {"rtt": tools.rtt_p99(b.address, a.rtt_count)}
-        if phase == "fanout":
-            return {"fanout": tools.fanout(b.address, runfor)}
         if phase == "memory":
             return {"memory": bench_memory.run(b.address, b.pid, a.count)[0]}
     finally:
@@ -274,6 +291,12 @@ ROWS = [  # name, label, unit, higher is better
     ("rtt", "publish-to-delivery p99", "us", False),
     ("fanout", "fan-out, 10 channels, delivered", "msg/s", True),
     ("memory", "RSS per queued 200 B message", "B", False),
+    # The broker's CPU time (user + system) per message: steadier than rates on a busy machine.
+    ("mpub-cpu", "CPU per message: MPUB", "us", False),
+    ("consume-cpu", "CPU per message: consume", "us", False),
+    ("pub-mem-cpu", "CPU per message: PUB into memory", "us", False),
+    ("pub-disk-cpu", "CPU per message: PUB spilling", "us", False),
+    ("fanout-cpu", "CPU per delivered message: fan-out", "us", False),
 ]
 
 
@@ -298,7 +321,7 @@ def compare(a):
                 for name, v in values.items():
                     samples[kind].setdefault(name, []).append(v)
                 print("round %d %-8s %-4s %s" % (rnd + 1, phase, kind,
-                      " ".join("%s=%.0f" % kv for kv in values.items())), file=sys.stderr, flush=True)
+                      " ".join("%s=%.4g" % kv for kv in values.items())), file=sys.stderr, flush=True)
     impl = subprocess.run([a.python, "-c", "import sys,platform;print(platform.python_implementation(), "
                            "platform.python_version())"], capture_output=True, text=True).stdout.strip()
     print("ours: %s (%s); Go: %s; load: %s; %d rounds of %g s; %d cores; load average %.2f"
@@ -338,7 +361,7 @@ def _ratio(value, reference, higher):
 
 
 def _fmt(x):
-    return "{:,.0f}".format(x)
+    return "{:,.0f}".format(x) if abs(x) >= 100 else "%.2f" % x
 
 
 if __name__ == "__main__":  # the same as scripts/bench --compare GO_NSQD ...
