@@ -398,7 +398,7 @@ class ProtocolV2:
         ids = [self._message_id(params[1])]
         # Batch the FINs already buffered behind this one: one channel lock
         # acquisition and at most one pump wake-up for the whole run.
-        # (Anything else, a FIN line included, is parsed normally next time round.)
+        # A line that is not a plain FIN ends the run; it is parsed normally next.
         buf, pos, _ = self.reader.buffered()
         more, end = protocol.fin_run(buf, pos)
         if more:
