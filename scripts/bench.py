@@ -4,6 +4,9 @@
     scripts/bench                      # CPython from .venv, 10 s per throughput phase
     scripts/bench --python pypy3       # the broker under another interpreter
     scripts/bench --runfor 3 --quick   # a shorter run
+    scripts/bench --compare ../shared/reference/go-nsq-1.3.0/nsqd [--python pypy3]
+                                       # Go nsqd and ours alternately, medians, ratios
+                                       # (see scripts/bench_compare.py)
 
 The load generators always run under the interpreter running this script, in
 several processes, so that they cost less than the broker they measure.
@@ -25,6 +28,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
+import bench_compare  # noqa: E402
 import bench_memory  # noqa: E402
 import bench_reader  # noqa: E402
 import bench_roundtrip  # noqa: E402
@@ -90,10 +94,30 @@ def _listening_address(pid):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs the broker")
-    ap.add_argument("--runfor", type=float, default=10.0)
-    ap.add_argument("--count", type=int, default=1000000, help="messages for the memory probe")
+    ap.add_argument("--runfor", type=float, default=None, help="seconds per throughput phase (10; 5 with --compare)")
+    ap.add_argument("--count", type=int, default=None,
+                    help="messages for the memory probe (1,000,000; 200,000 with --quick or --compare)")
     ap.add_argument("--quick", action="store_true", help="fewer round trips and a smaller memory probe")
+    ap.add_argument("--compare", metavar="GO_NSQD", help="run Go nsqd (this binary) and ours alternately")
+    ap.add_argument("--rounds", type=int, default=3, help="--compare: rounds (medians are reported)")
+    ap.add_argument("--phases", default=",".join(bench_compare.PHASES),
+                    help="--compare: comma-separated subset of " + ",".join(bench_compare.PHASES))
+    ap.add_argument("--baseline", metavar="TREE",
+                    help="--compare: also run this project from another tree (before/after a change)")
+    ap.add_argument("--our-tools", action="store_true", help="--compare: our load scripts even if Go's are there")
+    ap.add_argument("--rtt-count", type=int, default=5000, help="--compare: round trips per rtt phase")
     a = ap.parse_args()
+    if a.compare:
+        a.runfor = a.runfor or 5.0
+        a.count = a.count or 200000
+        a.phases = [p for p in a.phases.split(",") if p]
+        unknown = set(a.phases) - set(bench_compare.PHASES)
+        if unknown:
+            ap.error("unknown phases: %s" % ", ".join(sorted(unknown)))
+        bench_compare.compare(a)
+        return
+    a.runfor = a.runfor or 10.0
+    a.count = a.count or 1000000
     rtt_count = 2000 if a.quick else 10000
     mem_count = 200000 if a.quick else a.count
     rows = []

@@ -121,3 +121,19 @@ def test_values_is_a_snapshot():
     values = index.values()
     index.remove(msg(1).id)
     assert ids(values) == [1] and len(index) == 0
+
+
+def test_removed_and_rescheduled_messages_never_come_due_twice_across_rebuilds():
+    index = TimedIndex()
+    msgs = [msg(i) for i in range(5000)]
+    for k in range(0, 5000, 100):  # batches, most removed again (FIN), enough to force rebuilds
+        index.add_many(msgs[k : k + 100], 1000 + k)
+        for m in msgs[k : k + 90]:
+            assert index.remove(m.id) is m
+    kept = [m for k in range(0, 5000, 100) for m in msgs[k + 90 : k + 100]]
+    index.reschedule(kept[0], 10**9)  # moved later: its old entry is stale
+    assert len(index) == len(kept)
+    due = index.pop_due(10**6)
+    assert due == sorted(kept[1:], key=lambda m: (m.expiry_ns, m.id))
+    assert index.pop_due(10**9) == [kept[0]]
+    assert len(index) == 0 and index.pop_due(10**18) == []

@@ -855,3 +855,27 @@ def test_duration_conversions_are_exact(seconds, ns, ms):
 )
 def test_go_json_string(value, encoded):
     assert gocompat.go_json_string(value) == encoded
+
+
+@pytest.mark.timeout(10)
+def test_fin_run_takes_the_plain_fin_lines_buffered_at_the_position():
+    a, b, c = b"0" * 16, b"1" * 16, b"2" * 16
+    buf = bytearray(b"xxFIN " + a + b"\nFIN " + b + b"\nFIN " + c[:8])
+    assert protocol.fin_run(buf, 2) == ([a, b], 2 + 42)  # the partial third line waits
+    assert protocol.fin_run(buf, 0) == ([], 0)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"FIN 0123456789abcde\r\n",  # parse_line drops a trailing \r: a 15-byte id
+        b"FIN 0123456 89abcdef\n",  # two params
+        b"FIN  123456789abcdef\n",
+        b"RDY 100\n",
+        b"FIN 0123456789abcdef0\n",  # 17 bytes
+    ],
+)
+def test_fin_run_stops_at_a_line_that_is_not_a_plain_fin(line):
+    good = b"FIN " + b"f" * 16 + b"\n"
+    assert protocol.fin_run(bytearray(good + line + good), 0) == ([b"f" * 16], 21)

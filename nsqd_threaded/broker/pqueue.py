@@ -1,23 +1,36 @@
 """In-flight and deferred indexes: messages by ID and by deadline.
 
 Go nsqd keeps a map plus a hand-written heap for each.  Here one class serves
-both, a dict for O(1) lookup by ID and a ``sortedcontainers.SortedList`` of
-``(deadline_ns, id)`` for "everything due by now" and O(log n) removal.
-The deadline lives in ``Message.expiry_ns`` (expiry when in flight, due time
-when deferred; a message is never both in one channel).
+both: a dict for O(1) lookup by ID, and a ``sortedcontainers.SortedList`` of
+deadline entries with lazy deletion.  The deadline lives in ``Message.expiry_ns`` (expiry when in flight,
+due time when deferred; a message is never both in one channel).
+
+Why lazy deletion: nearly every in-flight message leaves by FIN long before
+its deadline, so removal must be cheap.  A removal only drops the dict entry
+(O(1)); its entry stays until it comes due in :meth:`pop_due` and is seen to
+be stale (the ID is gone, or its message's deadline has changed), or until the
+entries reference too many stale messages and are rebuilt from the dict
+(amortized O(1) per removal).  A delivery batch shares one deadline, so it
+takes one entry, not one per message.
 
 Not thread-safe: the owning Channel's lock guards every call.
 """
+
+import itertools
 
 from sortedcontainers import SortedList
 
 
 class TimedIndex:
-    __slots__ = ("_by_id", "_by_deadline")
+    __slots__ = ("_by_id", "_entries", "_referenced", "_seq")
 
     def __init__(self):
         self._by_id = {}
-        self._by_deadline = SortedList()
+        # (deadline_ns, sequence, [msg, ...]) in deadline order: one entry per batch
+        # added together.  The sequence is unique, so lists are never compared.
+        self._entries = SortedList()
+        self._referenced = 0  # messages referenced by the entries, stale ones included
+        self._seq = itertools.count()
 
     def __len__(self):
         return len(self._by_id)
@@ -28,61 +41,83 @@ class TimedIndex:
     def get(self, msg_id):
         return self._by_id.get(msg_id)
 
+    def _push(self, deadline_ns, msgs):
+        self._entries.add((deadline_ns, next(self._seq), msgs))
+        self._referenced += len(msgs)
+        if self._referenced > 2 * len(self._by_id) + 1024:
+            self._rebuild()
+
+    def _rebuild(self):
+        """Drop the stale references: one entry per live deadline."""
+        by_deadline = {}
+        for msg in self._by_id.values():
+            by_deadline.setdefault(msg.expiry_ns, []).append(msg)
+        seq = self._seq
+        self._entries = SortedList((deadline, next(seq), msgs) for deadline, msgs in by_deadline.items())
+        self._referenced = len(self._by_id)
+
     def add(self, msg, deadline_ns):
         """Index ``msg`` due at ``deadline_ns``; False if its ID is already here."""
         if msg.id in self._by_id:
             return False
         msg.expiry_ns = deadline_ns
         self._by_id[msg.id] = msg
-        self._by_deadline.add((deadline_ns, msg.id))
+        self._push(deadline_ns, [msg])
         return True
 
     def add_many(self, msgs, deadline_ns):
-        """Index a batch due at one deadline (a delivery batch); returns those added.
-
-        One ``SortedList.update`` instead of an insertion per message.
-        """
+        """Index a batch due at one deadline (a delivery batch); returns those added."""
         by_id = self._by_id
         added = []
-        keys = []
         for msg in msgs:
             if msg.id in by_id:
                 continue  # nsqd silently keeps the first of a duplicate ID
             msg.expiry_ns = deadline_ns
             by_id[msg.id] = msg
             added.append(msg)
-            keys.append((deadline_ns, msg.id))
-        self._by_deadline.update(keys)
+        if added:
+            self._push(deadline_ns, added)
         return added
 
     def remove(self, msg_id):
-        """Remove and return the message with this ID, or None."""
-        msg = self._by_id.pop(msg_id, None)
-        if msg is not None:
-            self._by_deadline.remove((msg.expiry_ns, msg_id))
-        return msg
+        """Remove and return the message with this ID, or None (its entry goes stale)."""
+        return self._by_id.pop(msg_id, None)
 
     def reschedule(self, msg, deadline_ns):
-        self._by_deadline.remove((msg.expiry_ns, msg.id))
-        msg.expiry_ns = deadline_ns
-        self._by_deadline.add((deadline_ns, msg.id))
+        msg.expiry_ns = deadline_ns  # the old entry no longer matches: stale
+        self._push(deadline_ns, [msg])
 
     def pop_due(self, now_ns):
-        """Remove and return every message whose deadline is <= now_ns, earliest first."""
-        due = self._by_deadline
-        if not due or due[0][0] > now_ns:
+        """Remove and return every message whose deadline is <= now_ns, earliest first
+        (equal deadlines in ID order)."""
+        entries = self._entries
+        if not entries or entries[0][0] > now_ns:
             return []
-        cut = due.bisect_right((now_ns, b"\xff" * 17))
-        out = [self._by_id.pop(msg_id) for _, msg_id in due.islice(0, cut)]
-        del due[:cut]
+        cut = entries.bisect_left((now_ns + 1,))  # every entry due by now_ns comes before
+        by_id = self._by_id
+        out = []
+        for deadline, _, msgs in entries.islice(0, cut):
+            self._referenced -= len(msgs)
+            for msg in msgs:
+                # Live only if this very message is still indexed at this deadline.
+                if msg.expiry_ns == deadline and by_id.get(msg.id) is msg:
+                    del by_id[msg.id]
+                    out.append(msg)
+        del entries[:cut]
+        out.sort(key=_deadline_and_id)
         return out
 
     def drain(self):
         """Remove and return everything (shutdown flush, channel empty)."""
         out = list(self._by_id.values())
         self._by_id.clear()
-        self._by_deadline.clear()
+        self._entries.clear()
+        self._referenced = 0
         return out
 
     def values(self):
         return list(self._by_id.values())
+
+
+def _deadline_and_id(msg):
+    return msg.expiry_ns, msg.id

@@ -134,7 +134,8 @@ class Topic(BackedQueue):
         tokens = []
         error = None
         for channel in list(self._channels.values()):
-            batch = msgs if first else [m.copy() for m in msgs]
+            # (Message.copy inlined: a call less per message and channel.)
+            batch = msgs if first else [Message(m.id, m.body, m.timestamp, 0, m.deferred_ns) for m in msgs]
             first = False
             try:
                 token = channel.put_messages(batch, strict)

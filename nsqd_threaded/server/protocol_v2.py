@@ -543,16 +543,12 @@ class ProtocolV2:
         ids = [self._message_id(params[1])]
         # Batch the FINs already buffered behind this one: one channel lock
         # acquisition and at most one pump wake-up for the whole run.
-        reader = self.reader
-        while reader.has_line():
-            buf, pos, _ = reader.buffered()
-            if buf[pos : pos + 4] != b"FIN " or buf[pos + 20 : pos + 21] != b"\n":
-                break
-            msg_id = bytes(buf[pos + 4 : pos + 20])
-            if b" " in msg_id or b"\n" in msg_id or msg_id.endswith(b"\r"):
-                break  # not a plain "FIN <16-byte id>" line: parse it normally
-            ids.append(msg_id)
-            reader.advance(pos + 21)
+        # A line that is not a plain FIN ends the run; it is parsed normally next.
+        buf, pos, _ = self.reader.buffered()
+        more, end = protocol.fin_run(buf, pos)
+        if more:
+            ids += more
+            self.reader.advance(end)
         failures = self.client.channel.finish_many(self.client, ids)
         if failures:
             # Each failure is answered (non-fatal), as nsqd answers each FIN.
