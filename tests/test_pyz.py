@@ -252,3 +252,31 @@ def test_pyz_refuses_a_python_older_than_a_bundled_dependency_needs(bare_python,
     assert result.returncode == 1
     assert result.stderr == "%s: needs Python 3.99 or newer (for sortedcontainers %s); this is %s\n" % (
         future, metadata.version("sortedcontainers"), ".".join(map(str, sys.version_info[:3])))
+
+
+def unit_command(name):
+    """The arguments after the .pyz in a shipped systemd unit's ExecStart= (continuation lines joined)."""
+    with open(os.path.join(REPO_ROOT, "scripts", "systemd", name)) as f:
+        text = f.read().replace("\\\n", " ")
+    (line,) = [line for line in text.splitlines() if line.startswith("ExecStart=")]
+    words = line.split()
+    return words[[w.endswith(".pyz") for w in words].index(True) + 1:]
+
+
+@pytest.mark.parametrize("unit", ["nsqd-threaded.service", "nsqlookupd-threaded.service"])
+def test_systemd_units_give_flags_the_command_accepts(unit):
+    from nsqd_threaded import cli
+    from nsqd_threaded.lookupd import cli as lookupd_cli
+
+    args = unit_command(unit)
+    module = lookupd_cli if args[:1] == ["nsqlookupd"] else cli
+    assert (module is lookupd_cli) == unit.startswith("nsqlookupd")
+    if module is lookupd_cli:
+        args = args[1:]
+    ctx = module.main.make_context(unit, list(args))
+    options, warnings = module.resolve(ctx.params)
+    assert warnings == []
+    if module is cli:
+        assert options.data_path == "/var/lib/nsqd"
+        with open(os.path.join(REPO_ROOT, "scripts", "systemd", unit)) as f:
+            assert "StateDirectory=nsqd\n" in f.read()
