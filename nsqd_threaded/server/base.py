@@ -52,12 +52,16 @@ class PromptShutdownMixIn:
     def server_activate(self):
         super().server_activate()
         self._wake_r, self._wake_w = os.pipe()
+        self._run_lock = threading.Lock()  # guards _stopping against _serving being set: one of them wins
         self._stopping = False
         self._serving = threading.Event()
         self._served = threading.Event()
 
     def serve_forever(self, poll_interval=None):
-        self._serving.set()
+        with self._run_lock:
+            if self._stopping:  # shut down before this thread got here: the socket may be closed already
+                return
+            self._serving.set()
         try:
             with selectors.DefaultSelector() as selector:
                 selector.register(self, selectors.EVENT_READ)
@@ -70,9 +74,11 @@ class PromptShutdownMixIn:
             self._served.set()
 
     def shutdown(self):
-        self._stopping = True
+        with self._run_lock:
+            self._stopping = True
+            serving = self._serving.is_set()
         os.write(self._wake_w, b"x")
-        if self._serving.is_set():
+        if serving:
             self._served.wait()
 
     def server_close(self):
