@@ -73,7 +73,7 @@ class Consumer:
     ``Consumer(addresses, topic, channel, handler=None, *, max_in_flight=1, concurrency=1,
     identify=None, requeue_delay_ms=0, reconnect_backoff=(0.1, 5.0), timeout=10.0,
     on_error=None, lookupd_http_addresses=None, lookupd_poll_interval=60.0,
-    rdy_redistribute_interval=5.0, low_rdy_idle_timeout=10.0)``
+    rdy_redistribute_interval=5.0, low_rdy_idle_timeout=10.0, on_message=None)``
 
     * ``addresses``: nsqd TCP addresses (one or a list; may be None with lookupd).
     * ``lookupd_http_addresses``: nsqlookupd HTTP addresses, asked ``/lookup?topic=``
@@ -97,6 +97,9 @@ class Consumer:
     * A lost connection to a given address is made again at once, then after
       ``reconnect_backoff`` seconds (min, max), doubling, until it works or the consumer
       is closed.
+    * ``on_message(message)``, if given, is called on the connection's reader thread with
+      each message instead of queueing it for a handler or an iterator: the caller keeps
+      and answers it (the Spark source does, to TOUCH everything it holds).
     * ``on_error(error)`` receives every NSQError that arrives on an established
       connection (e.g. the non-fatal E_FIN_FAILED), every failed reconnection and every
       failed lookupd query; by default they are logged.
@@ -126,7 +129,8 @@ class Consumer:
         lookupd_http_addresses=None,
         lookupd_poll_interval=60.0,
         rdy_redistribute_interval=5.0,
-        low_rdy_idle_timeout=10.0
+        low_rdy_idle_timeout=10.0,
+        on_message=None
     ):
         self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
         if addresses or not self.lookupd_http_addresses:
@@ -150,6 +154,7 @@ class Consumer:
         self.lookupd_poll_interval = lookupd_poll_interval
         self.rdy_redistribute_interval = rdy_redistribute_interval
         self.low_rdy_idle_timeout = low_rdy_idle_timeout
+        self.on_message = on_message
         self._identify = _identify_fields(identify)
         self._queue = queue.Queue()
         self._stop = threading.Event()
@@ -472,7 +477,7 @@ class Consumer:
 
     def _read_loop(self, conn):
         """Read until the connection ends; True if it ended with a fatal error from nsqd."""
-        put = self._queue.put
+        put = self.on_message or self._queue.put
         try:
             while True:
                 frame_type, data = conn.read_frame()
