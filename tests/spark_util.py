@@ -101,15 +101,23 @@ def topic_count(broker, topic):
     return 0
 
 
+def finished(broker, topic, channel):
+    """Messages of the channel FINed so far, by any client past or present (what left for good)."""
+    c = channel_stats(broker, topic, channel)
+    if c is None:
+        return 0
+    return c["message_count"] - c["depth"] - c["in_flight_count"] - c["deferred_count"]
+
+
 def drained(brokers, topic, channel, total):
     """Every message of the channel FINed on these brokers (``total`` in all), none left."""
-    finished = 0
+    done = 0
     for broker in brokers:
         c = channel_stats(broker, topic, channel)
         if c is None or c["depth"] or c["in_flight_count"] or c["deferred_count"]:
             return False
-        finished += sum(client["finish_count"] for client in c["clients"])
-    return finished >= total
+        done += finished(broker, topic, channel)
+    return done >= total
 
 
 def total_rows(query):
