@@ -202,11 +202,17 @@ class NsqStreamReader(DataSourceStreamReader):
         k = min(self.settings["numPartitions"], len(msgs))
         size = -(-len(msgs) // k)
         s = self.settings
+        names = {}  # connection -> its node's "host:port", formatted once per batch
         result = []
         for i in range(0, len(msgs), size):
             chunk = msgs[i:i + size]
             rows = [(m.body, m.id, m.attempts, m.timestamp) for m in chunk]
-            nodes = [_fmt(m.connection.address) for m in chunk]
+            nodes = []
+            for m in chunk:
+                name = names.get(m.connection)
+                if name is None:
+                    name = names[m.connection] = _fmt(m.connection.address)
+                nodes.append(name)
             result.append(NsqPartition(rows, nodes, s["topic"], s["channel"]))
         return result
 
