@@ -1,6 +1,7 @@
 """The nsq data source in a real Spark (``local[2]``) against real brokers."""
 
 import json
+import threading
 
 import pytest
 
@@ -162,3 +163,30 @@ def test_batch_read_is_refused(spark):
             spark.read.format("nsq").option("nsqd", broker.tcp_addr).option("topic", "t").option("channel", "c") \
                 .load().collect()
     assert user_line(info.value) == 'nsq: the source is streaming only: use spark.readStream.format("nsq")'
+
+
+def test_a_batch_slower_than_msg_timeout_is_kept_alive_by_touch(spark, tmp_path):
+    """TOUCH covers planned and locally queued messages: nsqd times none of them out."""
+    bodies = [b"slow %03d" % i for i in range(600)]
+    seen = []
+    delay = threading.Event()  # never set: each batch deliberately takes 3 msg timeouts
+
+    def slow_sink(batch, batch_id):
+        rows = batch.collect()
+        if rows:
+            delay.wait(3.0)
+        seen.extend(bytes(r.body) for r in rows)
+
+    with Broker() as broker:
+        _publish(broker.tcp_addr, "slow", bodies)
+        query = (spark.readStream.format("nsq").option("nsqd", broker.tcp_addr).option("topic", "slow")
+                 .option("channel", "c").option("maxBatchSize", 200).option("maxInFlight", 600)
+                 .option("msgTimeoutMs", 1000).load()
+                 .writeStream.foreachBatch(slow_sink).option("checkpointLocation", str(tmp_path / "ck")).start())
+        try:
+            wait_until(lambda: drained([broker], "slow", "c", len(bodies)), 120, "every message FINed")
+        finally:
+            query.stop()
+        stats = channel_stats(broker, "slow", "c")
+    assert stats["timeout_count"] == 0
+    assert sorted(seen) == bodies

@@ -52,7 +52,9 @@ class NsqStreamReader(DataSourceStreamReader):
     thread TOUCHes everything received and not FINed (queued or planned) every
     ``msgTimeoutMs``/3, so a slow batch does not let nsqd redeliver it.
 
-    ``_lock`` guards ``_queued``, ``_batches`` and ``_closed``.
+    ``_lock`` guards ``_queued`` and ``_batches`` (the reader threads, the touch thread and
+    Spark's calls meet there); the offsets (``_seq``, ``_tick``, ``_last_end``) belong to
+    Spark's calling thread alone.
     """
 
     def __init__(self, settings):
@@ -69,11 +71,10 @@ class NsqStreamReader(DataSourceStreamReader):
         self._consumers = None
         self._touch_thread = None
         self._stopping = threading.Event()
-        self._closed = False
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        for name in ("_lock", "_queued", "_batches", "_consumers", "_touch_thread", "_stopping", "_closed"):
+        for name in ("_lock", "_queued", "_batches", "_consumers", "_touch_thread", "_stopping"):
             state.pop(name, None)
         return state
 
@@ -253,7 +254,6 @@ class NsqStreamReader(DataSourceStreamReader):
         """The query ended: stop consuming.  REQ what was received and never planned."""
         self._stopping.set()
         with self._lock:
-            self._closed = True
             queued, self._queued = self._queued, []
         _send_all(queued, b"REQ %s 0\n")
         for consumer in self._consumers or ():
