@@ -80,7 +80,7 @@ def wait_until(predicate, timeout, what, interval=0.2):
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what() if callable(what) else what))
         time.sleep(interval)  # polling with a deadline: Spark and nsqd are observed from outside
 
 
@@ -147,12 +147,20 @@ class StreamChild:
         env["TMPDIR"] = local_dir
         args = [sys.executable, os.path.abspath(__file__), nsqd, topic, channel, out, checkpoint, local_dir]
         args += ["%s=%s" % kv for kv in sorted(options.items())]
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env, start_new_session=True,
-                                     universal_newlines=True)
+        self.stderr_path = os.path.join(local_dir, "child-%d.err" % time.monotonic_ns())
+        with open(self.stderr_path, "w") as stderr:
+            self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=stderr, env=env, start_new_session=True,
+                                         universal_newlines=True)
         self.batches = []  # (batch id, rows) the child reported
         self._reader = threading.Thread(target=self._read, name="spark-child-stdout", daemon=True)
         self._reader.start()
+
+    def stderr_tail(self, n=15):
+        """The last lines the child wrote on stderr (Spark's log, tracebacks), for failure messages."""
+        with open(self.stderr_path, errors="replace") as f:
+            lines = [line for line in f if not line.lstrip().startswith("at ")]
+        return "".join(lines[-n:])
 
     def _read(self):
         for line in self.proc.stdout:
@@ -161,11 +169,18 @@ class StreamChild:
                 self.batches.append((int(parts[1]), int(parts[2])))
 
     def kill(self):
-        """SIGKILL the whole process group (driver, JVM, Python workers)."""
+        """SIGKILL the child and every process under it: its group (driver, JVM) and the Python
+        worker daemon, which Spark puts in a group of its own."""
+        victims = _descendants(self.proc.pid)
         try:
             os.killpg(self.proc.pid, 9)
         except ProcessLookupError:
             pass
+        for pid in victims:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
         self.proc.wait(timeout=30)
         self._reader.join(timeout=30)
         self._close_pipes()
@@ -189,6 +204,31 @@ class StreamChild:
                 pass
 
 
+def _descendants(pid):
+    """The pids of every process below ``pid`` (from /proc; empty where there is none)."""
+    children = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def _child_main(argv):
     nsqd, topic, channel, out, checkpoint, local_dir = argv[:6]
     options = dict(a.split("=", 1) for a in argv[6:])
@@ -207,6 +247,10 @@ def _child_main(argv):
     threading.Thread(target=watch_stdin, name="stdin-watch", daemon=True).start()
     seen = -1
     while not done.wait(0.1):
+        if not query.isActive:
+            print("query ended: %s" % query.exception(), file=sys.stderr, flush=True)
+            spark.stop()
+            sys.exit(1)
         for progress in query.recentProgress:
             if progress["batchId"] > seen:
                 seen = progress["batchId"]

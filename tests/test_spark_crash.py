@@ -9,7 +9,7 @@ from nsqd_threaded.client import Producer
 from nsqd_threaded.testing import Broker
 from spark_util import StreamChild, channel_stats, drained, finished, require_spark, spark, wait_until  # noqa: F401
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 TOTAL = 4000
 TOPIC, CHANNEL = "orders", "archive"
@@ -42,8 +42,12 @@ def test_sigkill_mid_stream_loses_nothing(spark, tmp_path, record_property):
         def run(until, what):
             child = StreamChild(broker.tcp_addr, TOPIC, CHANNEL, out, checkpoint, str(local), **OPTIONS)
             try:
-                wait_until(lambda: until(child) or child.proc.poll() is not None, 180, what)
-                assert child.proc.poll() is None, "the query exited early (%s)" % child.proc.returncode
+                wait_until(lambda: until(child) or child.proc.poll() is not None, 240,
+                           lambda: "%s (batches %s, channel %s, kills so far %s); child's log: %s"
+                           % (what, child.batches[-3:], channel_stats(broker, TOPIC, CHANNEL), kills,
+                              child.stderr_tail()))
+                assert child.proc.poll() is None, "the query exited early (%s): %s" % (
+                    child.proc.returncode, child.stderr_tail())
             except BaseException:
                 child.kill()
                 raise
