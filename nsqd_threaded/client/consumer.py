@@ -74,7 +74,8 @@ class Consumer:
     ``Consumer(addresses, topic, channel, handler=None, *, max_in_flight=1, concurrency=1,
     identify=None, requeue_delay_ms=0, reconnect_backoff=(0.1, 5.0), timeout=10.0,
     on_error=None, lookupd_http_addresses=None, lookupd_poll_interval=60.0,
-    rdy_redistribute_interval=5.0, low_rdy_idle_timeout=10.0, auth_secret=None)``
+    rdy_redistribute_interval=5.0, low_rdy_idle_timeout=10.0, auth_secret=None, tls_v1=False,
+    tls_options=None, snappy=False, deflate=False, deflate_level=None, on_message=None)``
 
     * ``addresses``: nsqd TCP addresses (one or a list; may be None with lookupd).
     * ``lookupd_http_addresses``: nsqlookupd HTTP addresses, asked ``/lookup?topic=``
@@ -101,6 +102,9 @@ class Consumer:
     * A lost connection to a given address is made again at once, then after
       ``reconnect_backoff`` seconds (min, max), doubling, until it works or the consumer
       is closed.
+    * ``on_message(message)``, if given, is called on the connection's reader thread with
+      each message instead of queueing it for a handler or an iterator: the caller keeps
+      and answers it (the Spark source does, to TOUCH everything it holds).
     * ``on_error(error)`` receives every NSQError that arrives on an established
       connection (e.g. the non-fatal E_FIN_FAILED), every failed reconnection and every
       failed lookupd query; by default they are logged.
@@ -136,7 +140,8 @@ class Consumer:
         tls_options=None,
         snappy=False,
         deflate=False,
-        deflate_level=None
+        deflate_level=None,
+        on_message=None
     ):
         self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
         if addresses or not self.lookupd_http_addresses:
@@ -163,6 +168,7 @@ class Consumer:
         features, self._tls_context = transport_options(tls_v1, tls_options, snappy, deflate, deflate_level)
         self._identify = _identify_fields(identify, features)
         self.auth_secret = auth_secret
+        self.on_message = on_message
         self._queue = queue.Queue()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -485,7 +491,7 @@ class Consumer:
 
     def _read_loop(self, conn):
         """Read until the connection ends; True if it ended with a fatal error from nsqd."""
-        put = self._queue.put
+        put = self.on_message or self._queue.put
         try:
             while True:
                 frame_type, data = conn.read_frame()
