@@ -43,17 +43,28 @@ def _openssl(root, *args):
 
 
 def make_certs(root):
-    _openssl(root, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-             "-days", "2", "-subj", "/CN=nsqd-test-ca")
-    _openssl(root, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "other-ca.key", "-out",
-             "other-ca.pem", "-days", "2", "-subj", "/CN=another-ca")
-    with open(os.path.join(root, "san.ext"), "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, cn, ext in (("server", "127.0.0.1", True), ("client", "nsqd-test-client", False)):
+    """A CA, a server certificate for 127.0.0.1, a client certificate and another CA.
+
+    With the extensions a strict verifier wants (Python 3.13's default
+    contexts set VERIFY_X509_STRICT): key usage on the CAs, key identifiers
+    and extended key usage on the leaves.
+    """
+    for name, cn in (("ca", "nsqd-test-ca"), ("other-ca", "another-ca")):
+        _openssl(root, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out",
+                 name + ".pem", "-days", "2", "-subj", "/CN=" + cn,
+                 "-addext", "basicConstraints=critical,CA:TRUE",
+                 "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    leaf = ("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            "authorityKeyIdentifier=keyid,issuer\nsubjectKeyIdentifier=hash\n")
+    for name, cn, ext in (("server", "127.0.0.1", "extendedKeyUsage=serverAuth\n"
+                           "subjectAltName=IP:127.0.0.1,DNS:localhost\n"),
+                          ("client", "nsqd-test-client", "extendedKeyUsage=clientAuth\n")):
+        with open(os.path.join(root, name + ".ext"), "w") as f:
+            f.write(leaf + ext)
         _openssl(root, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out", name + ".csr",
                  "-subj", "/CN=" + cn)
         _openssl(root, "x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", name + ".pem", "-days", "2", *(("-extfile", "san.ext") if ext else ()))
+                 "-CAcreateserial", "-out", name + ".pem", "-days", "2", "-extfile", name + ".ext")
     return Certs(root)
 
 
