@@ -44,8 +44,3 @@ def test_an_embedded_broker_leaves_the_settings_alone(gc_threshold, tmp_path):
         assert gc.get_threshold() == (700, 10, 10)
     finally:
         nsqd.stop()
-
-
-@pytest.mark.skipif(CPYTHON, reason="PyPy's JIT parameters")
-def test_tune_sets_the_pypy_jit_parameters():
-    interpreter.tune()  # (process-wide; a lower threshold only compiles sooner)
