@@ -176,7 +176,16 @@ class Topic(BackedQueue):
         self._write_backend_locked(msgs)
 
     def _take_locked(self, n):
-        return _messages(super()._take_locked(n))
+        """BackedQueue's, turning only the memory backlog's records into Messages (what
+        the backend returns already is: no second pass over a disk backlog's messages)."""
+        memory = self._memory
+        if len(memory) >= n:
+            return _messages([memory.popleft() for _ in range(n)])
+        msgs = _messages(memory)
+        memory.clear()
+        if len(msgs) < n and self._backend.depth():
+            msgs.extend(self._from_backend_locked(n - len(msgs)))
+        return msgs
 
     def _queued_messages_locked(self):
         return _messages(self._memory)
