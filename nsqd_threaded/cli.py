@@ -12,6 +12,7 @@ failure is one ``FATAL`` line naming what to fix, never a traceback.
 import click  # noqa: F401 (testing.py catches the exceptions of this click)
 
 from .settings import command
+from .broker import interpreter
 from .broker.nsqd import NSQD
 from .settings.command import NotSupported  # noqa: F401 (importable from here)
 from .settings.options import BY_FIELD, SETTINGS, Options, check_data_path
@@ -56,6 +57,7 @@ def serve(options, warnings=()):
     problem = check_data_path(options.data_path)
     if problem:
         fatal("failed to instantiate nsqd - %s" % problem)
+    interpreter.tune()  # process-wide settings: this process is the broker's
     nsqd = NSQD(options)
     for warning in warnings:
         nsqd.log.warn("%s", warning)

@@ -65,7 +65,10 @@ class BrokerProc:
             cmd = [argv0, "-m", "nsqd_threaded"]
             env = dict(os.environ, PYTHONPATH=root)
         cmd += ["--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=" + self.data, "--log-level=warn"]
-        self.proc = subprocess.Popen(cmd + list(flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        # cwd: ``-m`` puts the working directory first on sys.path, ahead of PYTHONPATH,
+        # so a baseline tree's broker must start there to import that tree's package.
+        self.proc = subprocess.Popen(cmd + list(flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                                     cwd=root if kind != "go" else None)
         self._stderr = threading.Thread(target=self.proc.stderr.read, name="bench-stderr", daemon=True)
         self._stderr.start()
         deadline = time.monotonic() + 30

@@ -138,6 +138,40 @@ def test_graceful_close_flushes_the_memory_backlog_and_reload_finds_it(owners, t
     assert [m.body for m in got] == bodies(12)
 
 
+def test_backlog_keeps_ids_timestamps_and_deferral_in_memory_and_across_a_flush(owners):
+    """The memory backlog stores records, not Messages: what comes out is what went in."""
+    nsqd = owners()
+    topic = nsqd.get_topic("records")
+    topic.publish(bodies(3))
+    topic.publish([b"later"], defer_ns=3600 * 10**9)  # deferred: stays a Message in the backlog
+    topic.publish([b"x" * 5000])
+    assert topic.snapshot()[:2] == (5, 0)
+    queued = topic._queued_messages_locked()  # (a read-only look; nothing else runs on this topic)
+    assert [m.body for m in queued] == bodies(3) + [b"later", b"x" * 5000]
+    assert [m.deferred_ns for m in queued] == [0, 0, 0, 3600 * 10**9, 0]
+    assert all(len(m.id) == 16 and m.attempts == 0 and m.timestamp > 0 for m in queued)
+    immediate = [(m.id, m.body, m.timestamp) for m in queued if not m.deferred_ns]
+    channel = topic.get_channel("c")
+    topic.start()
+    wait_until(lambda: channel.depth() == 4, what="the pump")
+    got = Consumer(nsqd, channel).take_all(4)
+    assert [(m.id, m.body, m.timestamp) for m in got] == immediate
+    assert channel.snapshot()["deferred_count"] == 1
+
+    topic = nsqd.get_topic("records-flush")
+    topic.publish([b"a"], defer_ns=3600 * 10**9)
+    topic.publish([b"b"])
+    before = {m.body: (m.id, m.timestamp) for m in topic._queued_messages_locked()}
+    nsqd.stop()
+    again = owners()
+    topic = again.get_topic("records-flush")
+    channel = topic.get_channel("c")
+    topic.start()
+    got = Consumer(again, channel).take_all(1)
+    assert [(m.body, m.id, m.timestamp) for m in got] == [(b"b",) + before[b"b"]]
+    wait_until(lambda: channel.snapshot()["deferred_count"] == 1, what="the deferred message in its channel")
+
+
 def test_delete_drops_the_backlog_and_its_files(owners, tmp_path):
     nsqd = owners(mem_queue_size=1)
     topic = nsqd.get_topic("gone")

@@ -17,6 +17,7 @@ As Go's topic waits on its ``startChan``, the pump runs only from
 :meth:`Topic.start` on, which NSQD calls once its listeners are bound.
 """
 
+import struct
 import threading
 import time
 
@@ -27,6 +28,12 @@ from .lookup import encode_register, encode_unregister
 from .message import Message
 
 PUMP_BATCH = 1024
+
+# A message waiting in the topic's memory backlog is one bytes object: the
+# diskqueue record (timestamp, attempts, ID, body) instead of a Message, its
+# ID and body (three objects; on PyPy about 190 bytes more per message).
+_RECORD_HEADER = struct.Struct(">qH16s")  # timestamp, attempts, ID
+_RECORD_HEADER_SIZE = _RECORD_HEADER.size
 
 
 class TopicError(Exception):
@@ -150,6 +157,38 @@ class Topic(BackedQueue):
         if error is not None:
             raise error
         return tokens
+
+    # -- the memory backlog: records, not Messages -------------------------
+
+    def _put_locked(self, msgs):
+        """BackedQueue's, with the part that stays in memory as records.  A deferred
+        message (DPUB) stays a Message: the record has no field for its delay."""
+        room = self._room_locked()
+        if room > 0:
+            pack = _RECORD_HEADER.pack
+            head = msgs if room >= len(msgs) else msgs[:room]
+            self._memory.extend(
+                [m if m.deferred_ns else pack(m.timestamp, m.attempts, m.id) + m.body for m in head]
+            )
+            if room >= len(msgs):
+                return
+            msgs = msgs[room:]
+        self._write_backend_locked(msgs)
+
+    def _take_locked(self, n):
+        """BackedQueue's, turning only the memory backlog's records into Messages (what
+        the backend returns already is: no second pass over a disk backlog's messages)."""
+        memory = self._memory
+        if len(memory) >= n:
+            return _messages([memory.popleft() for _ in range(n)])
+        msgs = _messages(memory)
+        memory.clear()
+        if len(msgs) < n and self._backend.depth():
+            msgs.extend(self._from_backend_locked(n - len(msgs)))
+        return msgs
+
+    def _queued_messages_locked(self):
+        return _messages(self._memory)
 
     def _pump_loop(self):
         if self._backend.acks_deliveries:
@@ -305,3 +344,15 @@ class Topic(BackedQueue):
                 self._drop_locked()
             else:
                 self._flush_locked()
+
+
+def _messages(items):
+    """Messages from the memory backlog's records (and the Messages among them)."""
+    unpack = _RECORD_HEADER.unpack_from
+    out = []
+    for item in items:
+        if type(item) is bytes:
+            timestamp, attempts, msg_id = unpack(item)
+            item = Message(msg_id, item[_RECORD_HEADER_SIZE:], timestamp, attempts)
+        out.append(item)
+    return out

@@ -100,8 +100,9 @@ class BackedQueue:
     Public methods take it; methods named ``*_locked`` must be called with it
     held.  Every write to the backend goes through :meth:`_write_backend_locked`,
     which records the broker's health (nsqd's SetHealth after each write).
-    Subclasses set ``exiting`` and may override :meth:`_room_locked` and
-    :meth:`_from_backend_locked`.
+    Subclasses set ``exiting`` and may override :meth:`_room_locked`,
+    :meth:`_from_backend_locked` and (with ``_put_locked``/``_take_locked``, to keep
+    another form than Messages in the memory queue) :meth:`_queued_messages_locked`.
     """
 
     def __init__(self, nsqd, backend, mem_queue_size):
@@ -156,6 +157,10 @@ class BackedQueue:
     def _from_backend_locked(self, n):
         return self._backend.get(n)
 
+    def _queued_messages_locked(self):
+        """The memory queue as a new list of Messages (a subclass may keep another form there)."""
+        return list(self._memory)
+
     def _flush_locked(self, extra=()):
         """Graceful close: the memory queue (then ``extra``) to the backend, then close it.
 
@@ -163,7 +168,7 @@ class BackedQueue:
         backend that acks deliveries still holds it) is done.  A failed write
         is logged: there is nowhere else to keep them.
         """
-        flush = list(self._memory)
+        flush = self._queued_messages_locked()
         self._memory.clear()
         flush.extend(extra)
         if flush:
