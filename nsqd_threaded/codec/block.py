@@ -168,7 +168,12 @@ def _emit_copy(out, offset, size):
 _ZEROS = re.compile(b"\x00*").match
 _REPEAT_USES = 2  # matches at one offset before its XOR is computed
 _REPEAT_MAX = 2  # XORs per fragment: each costs a few passes over it
-_REPEAT_GAP = 16  # the longest literal between two matches at one offset
+# A match at the offset resumes where _REPEAT_RUN bytes match again at most
+# _REPEAT_GAP bytes further: shorter matches between are left in the literal,
+# fewer elements for a little less compression.
+_REPEAT_RUN = 32
+_REPEAT_GAP = 44  # the literal stays under 60 bytes: a one-byte tag
+_RESUME = bytes(_REPEAT_RUN)
 
 
 def _compress_fragment(src, out):
@@ -232,7 +237,7 @@ def _compress_fragment(src, out):
                     if b >= limit:
                         break
                     i = b - offset + 1
-                    i = diff.find(b"\0\0\0\0", i, i + _REPEAT_GAP + 4)
+                    i = diff.find(_RESUME, i, i + _REPEAT_GAP + _REPEAT_RUN)
                     if i < 0:
                         break
                     ip = i + offset
