@@ -192,6 +192,7 @@ def _compress_fragment(src, out):
     limit = end - _INPUT_MARGIN
     diffs = {}  # offset -> the fragment XOR itself shifted by offset (bytes)
     uses = {}  # offset -> matches at it so far
+    whole = None  # src as an integer, once a diff is wanted
     zeros = _ZEROS
     lit = 0
     ip = 1
@@ -219,8 +220,9 @@ def _compress_fragment(src, out):
                 n_uses = uses.get(offset, 0) + 1
                 uses[offset] = n_uses
                 if n_uses >= _REPEAT_USES:
-                    diff = (from_bytes(mv[offset:], "little") ^ from_bytes(mv[:end - offset], "little")
-                            ).to_bytes(end - offset, "little")
+                    if whole is None:
+                        whole = from_bytes(src, "little")
+                    diff = (whole ^ (whole >> (offset << 3))).to_bytes(end, "little")[:end - offset]
                     diffs[offset] = diff
             if diff is not None:
                 # diff[i] is src[i + offset] ^ src[i]: follow the offset
