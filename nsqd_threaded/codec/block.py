@@ -181,6 +181,10 @@ _REPEAT_MAX = 2  # XORs per fragment: each costs a few passes over it
 # fewer elements for a little less compression.
 _REPEAT_RUN = 20
 _REPEAT_GAP = 44  # the literal stays under 60 bytes: a one-byte tag
+# After _REPEAT_TRIAL bytes followed, a fragment whose gaps are more than
+# 1/_REPEAT_WORTH of them goes back to the plain matcher.
+_REPEAT_TRIAL = 2048
+_REPEAT_WORTH = 6
 _RESUME = bytes(_REPEAT_RUN)
 
 
@@ -201,6 +205,8 @@ def _compress_fragment(src, out):
     diffs = {}  # offset -> the fragment XOR itself shifted by offset (bytes)
     uses = {}  # offset -> matches at it so far
     whole = None  # src as an integer, once a diff is wanted
+    repeat_max = _REPEAT_MAX
+    followed = gap_bytes = 0  # bytes covered by following offsets, and the literals among them
     zeros = _ZEROS
     lit = 0
     ip = 1
@@ -224,7 +230,7 @@ def _compress_fragment(src, out):
         while True:
             offset = ip - cand
             diff = diffs.get(offset)
-            if diff is None and len(diffs) < _REPEAT_MAX:
+            if diff is None and len(diffs) < repeat_max:
                 n_uses = uses.get(offset, 0) + 1
                 uses[offset] = n_uses
                 if n_uses >= _REPEAT_USES:
@@ -235,6 +241,7 @@ def _compress_fragment(src, out):
             if diff is not None:
                 # diff[i] is src[i + offset] ^ src[i]: follow the offset
                 # across gaps of a few literal bytes.
+                start = ip
                 while True:
                     b = zeros(diff, ip - offset + 4).end() + offset
                     size = b - ip
@@ -255,6 +262,12 @@ def _compress_fragment(src, out):
                         break
                     out.append((ip - b - 1) << 2)
                     out += mv[b:ip]
+                    gap_bytes += ip - b
+                followed += b - start
+                if followed >= _REPEAT_TRIAL and gap_bytes * _REPEAT_WORTH > followed:
+                    # Not rigid records: the literals would hide shorter matches.
+                    diffs.clear()
+                    repeat_max = 0
                 ip = lit = b
                 if ip >= limit:
                     break
