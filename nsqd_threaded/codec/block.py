@@ -241,7 +241,6 @@ def _compress_fragment(src, out):
             if diff is not None:
                 # diff[i] is src[i + offset] ^ src[i]: follow the offset
                 # across gaps of a few literal bytes.
-                start = ip
                 while True:
                     b = zeros(diff, ip - offset + 4).end() + offset
                     size = b - ip
@@ -251,6 +250,7 @@ def _compress_fragment(src, out):
                         out += _COPY2(2 | ((size - 1) << 2), offset)
                     else:
                         _emit_copy(out, offset, size)
+                    followed += size
                     if b >= limit:
                         break
                     i = b - offset + 1
@@ -260,14 +260,14 @@ def _compress_fragment(src, out):
                     ip = i + offset
                     if ip >= limit:
                         break
+                    gap_bytes += ip - b
+                    if followed >= _REPEAT_TRIAL and gap_bytes * _REPEAT_WORTH > followed:
+                        # Not rigid records: the literals would hide shorter matches.
+                        diffs.clear()
+                        repeat_max = 0
+                        break
                     out.append((ip - b - 1) << 2)
                     out += mv[b:ip]
-                    gap_bytes += ip - b
-                followed += b - start
-                if followed >= _REPEAT_TRIAL and gap_bytes * _REPEAT_WORTH > followed:
-                    # Not rigid records: the literals would hide shorter matches.
-                    diffs.clear()
-                    repeat_max = 0
                 ip = lit = b
                 if ip >= limit:
                     break
