@@ -183,8 +183,8 @@ _REPEAT_RUN = 20
 _REPEAT_GAP = 44  # the literal stays under 60 bytes: a one-byte tag
 # After _REPEAT_TRIAL bytes followed, a fragment whose gaps are more than
 # 1/_REPEAT_WORTH of them goes back to the plain matcher.
-_REPEAT_TRIAL = 2048
-_REPEAT_WORTH = 6
+_REPEAT_TRIAL = 512
+_REPEAT_WORTH = 8
 _RESUME = bytes(_REPEAT_RUN)
 
 
