@@ -6,7 +6,9 @@ made here by the openssl command) serves every run.  Each round preloads a
 fresh topic with ``--messages`` bodies of ``--size`` bytes, then one consumer
 process (IDENTIFY with the feature, SUB, RDY 2500, FIN every message, FINs
 batched per recv) drains it; the time from RDY to the last message gives
-msg/s.  Modes are alternated within each round, so that a noisy machine
+msg/s.  ``--snappy-backend python`` makes the broker use its pure-Python
+snappy codec even when cramjam is installed (``--client-snappy-backend`` does
+the same for the consumer).  Modes are alternated within each round, so that a noisy machine
 weighs on all of them alike; the medians over ``--rounds`` are compared.
 
     scripts/bench_features.py --rounds 5 --messages 50000 --size 200
@@ -51,12 +53,13 @@ def make_certs(root):
     return os.path.join(root, "ca.pem"), os.path.join(root, "server.pem"), os.path.join(root, "server.key")
 
 
-def start_broker(data_path, cert, key):
+def start_broker(data_path, cert, key, snappy_backend):
+    env = dict(os.environ, NSQD_SNAPPY_BACKEND=snappy_backend)
     return subprocess.Popen(
         [sys.executable, "-m", "nsqd_threaded", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
          "--https-address=", "--data-path=" + data_path, "--tls-cert=" + cert, "--tls-key=" + key,
          "--mem-queue-size=10000000", "--log-level=warn"],
-        cwd=REPO, stderr=subprocess.DEVNULL,
+        cwd=REPO, stderr=subprocess.DEVNULL, env=env,
     )
 
 
@@ -212,6 +215,10 @@ def main():
     parser.add_argument("--messages", type=int, default=50000)
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--snappy-backend", default="auto", choices=("auto", "python", "cramjam"),
+                        help="the broker's snappy codec (NSQD_SNAPPY_BACKEND)")
+    parser.add_argument("--client-snappy-backend", default="auto", choices=("auto", "python", "cramjam"),
+                        help="the consumer's snappy codec")
     args = parser.parse_args()
     modes = args.modes.split(",")
     tmp = tempfile.mkdtemp(prefix="bench-features-")
@@ -220,7 +227,8 @@ def main():
         ca, cert, key = make_certs(tmp)
         data = os.path.join(tmp, "data")
         os.mkdir(data)
-        proc = start_broker(data, cert, key)
+        proc = start_broker(data, cert, key, args.snappy_backend)
+        os.environ["NSQD_SNAPPY_BACKEND"] = args.client_snappy_backend  # the consumers inherit it
         ports = _listening_ports(proc.pid, time.monotonic() + 20)
         http_port = _which_is_http(ports)
         tcp_port = [p for p in ports if p != http_port][0]

@@ -6,7 +6,9 @@
 
 Inputs (each 1 MiB): ``frames`` is a stream of nsqd MESSAGE frames with
 200-byte JSON-ish bodies (what a consumer receives, the case nsqd compresses
-most), ``text`` repetitive log lines, ``random`` incompressible bytes.
+most), ``batch`` the frames scripts/bench_features.py consumes (one 200-byte
+body, half repeated bytes, half random), ``text`` repetitive log lines,
+``random`` incompressible bytes.
 Rows: CRC-32C alone, raw block compress/decompress, and the framing format's
 encode (as nsqd's output buffer flushes it, 16 KiB at a time) and decode.
 """
@@ -38,10 +40,18 @@ def inputs():
         msg = struct.pack(">qH", 1700000000000000000 + n, 1) + b"%016x" % n + body
         frames += struct.pack(">ii", 4 + len(msg), 2) + msg
         n += 1
+    body = b"x" * 100 + rnd.randbytes(100) if hasattr(rnd, "randbytes") else b"x" * 100 + os.urandom(100)
+    batch = bytearray()
+    n = 0
+    while len(batch) < SIZE:  # what scripts/bench_features.py's consumer receives
+        msg = struct.pack(">qH", 1700000000000000000 + n * 977, 1) + b"%016x" % (0x5f3a000000000000 + n) + body
+        batch += struct.pack(">ii", 4 + len(msg), 2) + msg
+        n += 1
     text = b"".join(b"2026-11-23T15:%02d:%02d INFO nsqd: TCP: new client(127.0.0.1:%d)\n"
                     % (i // 60 % 60, i % 60, 40000 + i % 9000) for i in range(SIZE // 50))
     return {
         "frames": bytes(frames[:SIZE]),
+        "batch": bytes(batch[:SIZE]),
         "text": text[:SIZE],
         "random": os.urandom(SIZE),
     }

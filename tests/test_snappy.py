@@ -6,6 +6,7 @@ implementations from PyPI are exercised when installed, skipped otherwise.
 
 import os
 import random
+import struct
 import subprocess
 import sys
 
@@ -60,7 +61,26 @@ def samples():
     out["period-3"] = b"abc" * 50000
     out["period-2047"] = os.urandom(2047) * 40
     out["period-70000"] = os.urandom(70000) * 3  # repeats only across fragments
+    # Records of one size with changing fields: the matcher's repeated-offset path.
+    out["records-234"] = message_frames(rnd, 1000, os.urandom(100))
+    out["records-3000"] = message_frames(rnd, 60, os.urandom(2966))  # offsets past 2047
+    out["records-zeros"] = message_frames(rnd, 700, bytes(60) + os.urandom(8) + bytes(20))
+    out["records-mixed"] = message_frames(rnd, 300, os.urandom(90)) + os.urandom(5000) \
+        + message_frames(rnd, 200, b"x" * 40) + bytes(77)
     return out
+
+
+def message_frames(rnd, count, body):
+    """nsqd MESSAGE frames of one size: timestamp, id and some body bytes change."""
+    frames = []
+    for n in range(count):
+        varied = bytearray(body)
+        for _ in range(rnd.randrange(3)):
+            varied[rnd.randrange(len(varied))] = rnd.randrange(256)
+        msg = struct.pack(">qH", 1700000000000000000 + n * rnd.randrange(1, 5000), 1 + n % 3) \
+            + b"%016x" % (0x5f00000000000000 + n * 7) + bytes(varied)
+        frames.append(struct.pack(">ii", 4 + len(msg), 2) + msg)
+    return b"".join(frames)
 
 
 SAMPLES = samples()
@@ -159,6 +179,60 @@ def test_block_cross_compatible_with_py_snappy():
             continue  # it is slow
         assert py_snappy.decompress(snappy.py_compress(data)) == data, name
         assert snappy.py_decompress(py_snappy.compress(data)) == data, name
+
+
+def test_message_frames_compress_well_in_output_flushes():
+    """A consumer's stream, cut as nsqd's output buffer flushes it: every
+    flush decodes (by every decoder at hand) and compresses well."""
+    rnd = random.Random(21)
+    data = message_frames(rnd, 3000, b"x" * 100 + os.urandom(100))
+    flushes = [data[i:i + 16384] for i in range(0, len(data), 16384)]
+    for flush in flushes:
+        block = snappy.py_compress(flush)
+        assert snappy.py_decompress(block) == flush
+        if cramjam is not None:
+            assert bytes(cramjam.snappy.decompress_raw(block)) == flush
+        assert len(block) < len(flush) // 4
+    encoder = snappy.PyFrameEncoder()
+    stream = b"".join(encoder.encode(f) for f in flushes)
+    assert snappy.PyFrameDecoder().decode(stream) == data
+    if cramjam is not None:
+        assert bytes(cramjam.snappy.decompress(stream)) == data
+
+
+def test_varied_records_keep_the_plain_matchers_compression():
+    """JSON bodies of one padded size: following the record length would leave
+    most of each body in literals, so the fragment goes back to plain matching."""
+    rnd = random.Random(4)
+    frames = b"".join(
+        struct.pack(">ii", 234, 2) + struct.pack(">qH", 1700000000000000000 + n, 1) + b"%016x" % n
+        + (b'{"event":"page_view","user":%d,"path":"/item/%d","ref":"%s"}'
+           % (rnd.randrange(10**6), rnd.randrange(10**4), rnd.choice([b"search", b"home", b"ad"]))).ljust(200)
+        for n in range(300))
+    block = snappy.py_compress(frames)
+    assert snappy.py_decompress(block) == frames
+    assert len(block) < len(frames) * 0.19  # 0.21 when the record length is followed throughout
+
+
+def test_repeated_offset_edges():
+    """Records whose differences fall at the gap limits, zero bytes that are
+    data (not a match), and a record cut by the fragment's end."""
+    rnd = random.Random(5)
+    for size in (16, 33, 64, 65, 100, 2047, 2048, 2049):
+        base = bytearray(os.urandom(size))
+        records = []
+        for n in range(70000 // size + 2):
+            rec = bytearray(base)
+            for _ in range(rnd.randrange(4)):
+                at = rnd.randrange(size)
+                rec[at:at + rnd.choice((1, 15, 16, 17, 31, 32, 33, 45, 60))] = bytes(rnd.randrange(1, 40))
+            records.append(bytes(rec[:size]))
+        data = b"".join(records)[:rnd.randrange(65000, 70000)] + bytes(rnd.randrange(40))
+        for piece in (data, data[:16384], data[:size * 3 + 7]):
+            block = snappy.py_compress(piece)
+            assert snappy.py_decompress(block) == piece, size
+            if cramjam is not None:
+                assert bytes(cramjam.snappy.decompress_raw(block)) == piece, size
 
 
 def test_block_known_encoding():
@@ -389,6 +463,8 @@ def test_oversized_chunk_rejected_from_its_header(decoder):
 
 
 @needs_cramjam
+@pytest.mark.skipif(os.environ.get("NSQD_SNAPPY_BACKEND", "auto").lower() not in ("", "auto", "cramjam"),
+                    reason="NSQD_SNAPPY_BACKEND forces another backend")
 def test_public_names_use_cramjam_when_installed():
     assert snappy.BACKEND == "cramjam"
     stream = bytes(cramjam.snappy.compress(SAMPLES["mixed"]))
@@ -444,3 +520,32 @@ def test_decoder_accepts_any_bytes_like(decoder):
     half = len(stream) // 2
     assert d.decode(bytearray(stream[:half])) + d.decode(memoryview(stream)[half:]) \
         == SAMPLES["text-1000"]
+
+
+def _backend_in_subprocess(setting, hide_cramjam=False):
+    code = ("import sys\n" + ("sys.modules['cramjam'] = None\n" if hide_cramjam else "")
+            + "from nsqd_threaded.codec import snappy\n"
+            "assert (snappy.FrameEncoder is snappy.PyFrameEncoder) == (snappy.BACKEND == 'python')\n"
+            "print(snappy.BACKEND)\n")
+    env = dict(os.environ)
+    env.pop("NSQD_SNAPPY_BACKEND", None)
+    if setting is not None:
+        env["NSQD_SNAPPY_BACKEND"] = setting
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, env=env)
+
+
+def test_backend_forced_by_environment():
+    installed = b"cramjam" if cramjam is not None else b"python"
+    for setting, expected in ((None, installed), ("", installed), ("auto", installed), ("python", b"python"),
+                              (" Python ", b"python")):
+        out = _backend_in_subprocess(setting)
+        assert out.returncode == 0 and out.stdout.strip() == expected, (setting, out.stderr)
+    out = _backend_in_subprocess("python", hide_cramjam=True)
+    assert out.stdout.strip() == b"python"
+    # Requiring cramjam without it, or a misspelt choice, fails the import loudly.
+    out = _backend_in_subprocess("cramjam", hide_cramjam=True)
+    assert out.returncode != 0 and b"cramjam" in out.stderr.splitlines()[-1]
+    out = _backend_in_subprocess("rust")
+    assert out.returncode != 0 and b"NSQD_SNAPPY_BACKEND" in out.stderr
+    if cramjam is not None:
+        assert _backend_in_subprocess("cramjam").stdout.strip() == b"cramjam"

@@ -17,8 +17,17 @@ data is crossed quickly.  The table is keyed by the word itself (a dict), so
 a hit is a real 4-byte match without re-comparing; a match is extended by
 XORing 32-byte windows read as integers (the lowest set bit is the first
 difference), not byte by byte (except on PyPy, whose JIT prefers the loop).
+
+Once two matches share an offset (records of one size, such as a batch of
+nsqd message frames), the fragment is XORed with itself shifted by that
+offset, once, as big integers: a match at that offset then ends where the run
+of zero bytes ends (a regex) and resumes at the next run of 20 zero bytes a
+few bytes on (``bytes.find``), a literal between.  The bytes between two
+records are thus crossed by C, not probed one by one in Python; shorter runs
+are left in the literals, a little less compression for far fewer elements.
 """
 
+import re
 import struct
 import sys
 
@@ -147,16 +156,36 @@ _COPY2 = struct.Struct("<BH").pack
 
 def _emit_copy(out, offset, size):
     # Long copies are cut into 64-byte pieces, leaving >= 4 for the last one.
-    while size >= 68:
-        out += struct.pack("<BH", 0xFE, offset)  # length 64, 2-byte offset
-        size -= 64
+    if size >= 68:
+        pieces = (size - 4) >> 6
+        out += _COPY2(0xFE, offset) * pieces  # length 64, 2-byte offset
+        size -= pieces << 6
     if size > 64:
-        out += struct.pack("<BH", 0xEE, offset)  # length 60
+        out += _COPY2(0xEE, offset)  # length 60
         size -= 60
     if size < 12 and offset < 2048:
-        out += bytes((1 | ((size - 4) << 2) | ((offset >> 8) << 5), offset & 0xFF))
+        out += _COPY1(1 | ((size - 4) << 2) | ((offset >> 8) << 5), offset & 0xFF)
     else:
-        out += struct.pack("<BH", 2 | ((size - 1) << 2), offset)
+        out += _COPY2(2 | ((size - 1) << 2), offset)
+
+
+# Repeated offsets (records of one size: a batch of message frames) are
+# followed through the XOR of the fragment with itself shifted by the offset:
+# a regex finds where a match ends (the end of a run of zero bytes) and
+# ``find`` whether it resumes after a few differing bytes (a run of zeros).
+_ZEROS = re.compile(b"\x00*").match
+_REPEAT_USES = 2  # matches at one offset before its XOR is computed
+_REPEAT_MAX = 2  # XORs per fragment: each costs a few passes over it
+# A match at the offset resumes where _REPEAT_RUN bytes match again at most
+# _REPEAT_GAP bytes further: shorter matches between are left in the literal,
+# fewer elements for a little less compression.
+_REPEAT_RUN = 20
+_REPEAT_GAP = 44  # the literal stays under 60 bytes: a one-byte tag
+# After _REPEAT_TRIAL bytes followed, a fragment whose gaps are more than
+# 1/_REPEAT_WORTH of them goes back to the plain matcher.
+_REPEAT_TRIAL = 512
+_REPEAT_WORTH = 8
+_RESUME = bytes(_REPEAT_RUN)
 
 
 def _compress_fragment(src, out):
@@ -173,6 +202,12 @@ def _compress_fragment(src, out):
     table = {}
     get = table.get
     limit = end - _INPUT_MARGIN
+    diffs = {}  # offset -> the fragment XOR itself shifted by offset (bytes)
+    uses = {}  # offset -> matches at it so far
+    whole = None  # src as an integer, once a diff is wanted
+    repeat_max = 0 if bytewise else _REPEAT_MAX  # PyPy's JIT matches records faster by itself
+    followed = gap_bytes = 0  # bytes covered by following offsets, and the literals among them
+    zeros = _ZEROS
     lit = 0
     ip = 1
     skip = 32
@@ -193,6 +228,58 @@ def _compress_fragment(src, out):
             else:
                 _emit_literal(out, src, lit, ip)
         while True:
+            offset = ip - cand
+            diff = diffs.get(offset)
+            if diff is None and len(diffs) < repeat_max:
+                n_uses = uses.get(offset, 0) + 1
+                uses[offset] = n_uses
+                if n_uses >= _REPEAT_USES:
+                    if whole is None:
+                        whole = from_bytes(src, "little")
+                    diff = (whole ^ (whole >> (offset << 3))).to_bytes(end, "little")[:end - offset]
+                    diffs[offset] = diff
+            if diff is not None:
+                # diff[i] is src[i + offset] ^ src[i]: follow the offset
+                # across gaps of a few literal bytes.
+                while True:
+                    b = zeros(diff, ip - offset + 4).end() + offset
+                    size = b - ip
+                    if size < 12 and offset < 2048:
+                        out += _COPY1(1 | ((size - 4) << 2) | ((offset >> 8) << 5), offset & 0xFF)
+                    elif size <= 64:
+                        out += _COPY2(2 | ((size - 1) << 2), offset)
+                    else:
+                        _emit_copy(out, offset, size)
+                    followed += size
+                    if b >= limit:
+                        break
+                    i = b - offset + 1
+                    i = diff.find(_RESUME, i, i + _REPEAT_GAP + _REPEAT_RUN)
+                    if i < 0:
+                        break
+                    ip = i + offset
+                    if ip >= limit:
+                        break
+                    gap_bytes += ip - b
+                    if followed >= _REPEAT_TRIAL and gap_bytes * _REPEAT_WORTH > followed:
+                        # Not rigid records: the literals would hide shorter matches.
+                        diffs.clear()
+                        repeat_max = 0
+                        break
+                    out.append((ip - b - 1) << 2)
+                    out += mv[b:ip]
+                ip = lit = b
+                if ip >= limit:
+                    break
+                # Remember ip - 1 and try ip at once, as the reference does.
+                ip1 = ip - 1
+                table[words[ip1 & 3][ip1 >> 2]] = ip1
+                word = words[ip & 3][ip >> 2]
+                cand = get(word)
+                table[word] = ip
+                if cand is None:
+                    break
+                continue
             # Extend the match.  CPython: the lowest set bit of the XOR of two
             # windows (read as little-endian ints) is the first differing byte;
             # PyPy's JIT makes a plain byte loop faster still.
@@ -215,7 +302,6 @@ def _compress_fragment(src, out):
                     b += window
                     window <<= 1
             size = b - ip
-            offset = ip - cand
             if size < 12 and offset < 2048:
                 out += _COPY1(1 | ((size - 4) << 2) | ((offset >> 8) << 5), offset & 0xFF)
             elif size <= 64:

@@ -10,12 +10,16 @@ The pure-Python codec (``block``, ``crc32c``) needs nothing outside the
 standard library and is always importable here as ``py_compress``,
 ``py_decompress``, ``PyFrameEncoder`` and ``PyFrameDecoder``.  When the
 optional extra ``snappy`` (cramjam, Rust) is installed, the public names use
-it instead; ``BACKEND`` says which ("python" or "cramjam").  Both produce and
+it instead; ``BACKEND`` says which ("python" or "cramjam").  The environment
+variable ``NSQD_SNAPPY_BACKEND`` (``python``, ``cramjam`` or ``auto``) read at
+import overrides the choice.  Both produce and
 accept the same formats, so they interoperate on one stream.
 
 Decoders raise ``SnappyError`` on corrupt input; after that the decoder's
 state is undefined (the connection is to be closed).
 """
+
+import os
 
 from .block import SnappyError, FRAGMENT, compress as py_compress, decompress as py_decompress
 from .block import MAX_EXPANSION, decoded_length
@@ -154,10 +158,26 @@ class PyFrameDecoder:
         return out[0] if len(out) == 1 else b"".join(out)
 
 
+BACKEND_VARIABLE = "NSQD_SNAPPY_BACKEND"
+
+
 def _cramjam():
+    """cramjam, or None: the environment's ``NSQD_SNAPPY_BACKEND`` forces a choice.
+
+    ``python`` forces the pure-Python codec (to benchmark it, or to rule the
+    extension out), ``cramjam`` requires the extension (ImportError without
+    it), unset, empty or ``auto`` takes cramjam when it is installed.
+    """
+    choice = os.environ.get(BACKEND_VARIABLE, "").strip().lower() or "auto"
+    if choice not in ("auto", "python", "cramjam"):
+        raise ValueError("%s=%r: expected python, cramjam or auto" % (BACKEND_VARIABLE, choice))
+    if choice == "python":
+        return None
     try:
         import cramjam
     except ImportError:
+        if choice == "cramjam":
+            raise
         return None
     return cramjam
 
