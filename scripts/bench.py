@@ -10,7 +10,8 @@
 
 The load generators always run under the interpreter running this script, in
 several processes, so that they cost less than the broker they measure.
-Targets (issue 6) are relative to Go nsqd 1.3 on the same 2-core machine class.
+Targets are relative to Go nsqd 1.3 on the same 2-core machine class.  The last table is the
+consume rate with snappy, deflate and TLS as ratios to the plain run (scripts/bench_features.py).
 """
 
 import argparse
@@ -29,19 +30,12 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
 import bench_compare  # noqa: E402
+import bench_features  # noqa: E402
 import bench_memory  # noqa: E402
 import bench_reader  # noqa: E402
 import bench_roundtrip  # noqa: E402
 import bench_writer  # noqa: E402
 
-GO = {  # Go nsqd 1.3, this machine class (issue 6)
-    "mpub": 290000.0,
-    "consume": 145000.0,
-    "pub": 30000.0,
-    "rtt_p50": 60.0,
-    "rtt_p99": 150.0,
-    "mem": 350.0,
-}
 
 
 class Broker:
@@ -106,6 +100,8 @@ def main():
                     help="--compare: also run this project from another tree (before/after a change)")
     ap.add_argument("--our-tools", action="store_true", help="--compare: our load scripts even if Go's are there")
     ap.add_argument("--rtt-count", type=int, default=5000, help="--compare: round trips per rtt phase")
+    ap.add_argument("--no-features", action="store_true",
+                    help="skip the consume runs with snappy, deflate and TLS (ratios to plain)")
     a = ap.parse_args()
     if a.compare:
         a.runfor = a.runfor or 5.0
@@ -122,44 +118,49 @@ def main():
     mem_count = 200000 if a.quick else a.count
     rows = []
 
-    def row(name, value, unit, target, go, higher_better=True):
-        ratio = value / go if higher_better else go / value
+    def row(name, value, unit, target, higher_better=True):
         ok = value >= target if higher_better else value <= target
-        rows.append((name, value, unit, target, ratio, "yes" if ok else "NO"))
+        rows.append((name, value, unit, target, "yes" if ok else "NO"))
 
     b = Broker(a.python)
     try:
         rate, mbps, _ = bench_writer.run(b.address, "sub_bench", 200, 200, a.runfor)
-        row("MPUB 200x200B msg/s", rate, "msg/s", 150000, GO["mpub"])
+        row("MPUB 200x200B msg/s", rate, "msg/s", 150000)
         rate, mbps, _ = bench_reader.run(b.address, "sub_bench", "ch", 2500, a.runfor)
-        row("consume RDY 2500 msg/s", rate, "msg/s", 75000, GO["consume"])
+        row("consume RDY 2500 msg/s", rate, "msg/s", 75000)
         rate, mbps, _ = bench_writer.run(b.address, "pub_bench", 200, 1, a.runfor, 2)
-        row("PUB x2 conns msg/s", rate, "msg/s", 20000, GO["pub"])
+        row("PUB x2 conns msg/s", rate, "msg/s", 20000)
         r = bench_roundtrip.run(b.address, "rtt_idle", rtt_count)
-        row("round trip p50 (idle)", r["p50_us"], "us", 1000, GO["rtt_p50"], False)
-        row("round trip p99 (idle)", r["p99_us"], "us", 1000, GO["rtt_p99"], False)
+        row("round trip p50 (idle)", r["p50_us"], "us", 1000, False)
+        row("round trip p99 (idle)", r["p99_us"], "us", 1000, False)
         load = threading.Thread(target=bench_writer.run, args=(b.address, "bg", 200, 200, a.runfor, 1))
         load.start()
         time.sleep(0.7)
         r = bench_roundtrip.run(b.address, "rtt_load", rtt_count)
         load.join()
-        row("round trip p99 (writer running)", r["p99_us"], "us", 10000, GO["rtt_p99"], False)
+        row("round trip p99 (writer running)", r["p99_us"], "us", 10000, False)
     finally:
         b.stop()
 
     b = Broker(a.python, "--mem-queue-size=%d" % (mem_count + 10000))
     try:
         per, _, _ = bench_memory.run(b.address, b.proc.pid, mem_count)
-        row("RSS per queued 200B msg (%dk)" % (mem_count // 1000), per, "bytes", 450, GO["mem"], False)
+        row("RSS per queued 200B msg (%dk)" % (mem_count // 1000), per, "bytes", 450, False)
     finally:
         b.stop()
 
     impl = subprocess.run([a.python, "-c", "import sys,platform;print(platform.python_implementation(), "
                            "platform.python_version())"], capture_output=True, text=True).stdout.strip()
     print("broker: %s; %d cores; %s" % (impl, os.cpu_count(), " ".join(os.uname()[2:4][:1])))
-    print("%-34s %12s %-6s %10s %10s %4s" % ("benchmark", "value", "unit", "target", "vs Go", "met"))
-    for name, value, unit, target, ratio, ok in rows:
-        print("%-34s %12.0f %-6s %10d %9.2fx %4s" % (name, value, unit, target, ratio, ok))
+    print("(ratios against Go nsqd measured in the same run: scripts/bench --compare PATH_TO_GO_NSQD)")
+    print("%-34s %12s %-6s %10s %4s" % ("benchmark", "value", "unit", "target", "met"))
+    for name, value, unit, target, ok in rows:
+        print("%-34s %12.0f %-6s %10d %4s" % (name, value, unit, target, ok))
+    if not a.no_features:
+        medians = bench_features.run(rounds=1 if a.quick else 3, python=a.python)
+        print("\n%-34s %12s %14s" % ("consume, RDY 2500, with", "msg/s", "ratio to plain"))
+        for mode, med in medians.items():
+            print("%-34s %12.0f %14.2f" % (mode, med, med / medians["plain"]))
 
 
 if __name__ == "__main__":

@@ -53,10 +53,10 @@ def make_certs(root):
     return os.path.join(root, "ca.pem"), os.path.join(root, "server.pem"), os.path.join(root, "server.key")
 
 
-def start_broker(data_path, cert, key, snappy_backend):
+def start_broker(data_path, cert, key, snappy_backend, python=None):
     env = dict(os.environ, NSQD_SNAPPY_BACKEND=snappy_backend)
     return subprocess.Popen(
-        [sys.executable, "-m", "nsqd_threaded", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+        [python or sys.executable, "-m", "nsqd_threaded", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
          "--https-address=", "--data-path=" + data_path, "--tls-cert=" + cert, "--tls-key=" + key,
          "--mem-queue-size=10000000", "--log-level=warn"],
         cwd=REPO, stderr=subprocess.DEVNULL, env=env,
@@ -220,46 +220,60 @@ def main():
     parser.add_argument("--client-snappy-backend", default="auto", choices=("auto", "python", "cramjam"),
                         help="the consumer's snappy codec")
     args = parser.parse_args()
-    modes = args.modes.split(",")
+    medians = run(args.rounds, args.messages, args.size, args.modes.split(","), args.snappy_backend,
+                  args.client_snappy_backend, verbose=True)
+    base = medians.get("plain")
+    print("\nmode        median msg/s   ratio to plain   (%d rounds, %d x %d B)" % (
+        args.rounds, args.messages, args.size))
+    for mode, med in medians.items():
+        print("%-10s %12.0f   %14s" % (mode, med, "%.2f" % (med / base) if base else "-"))
+
+
+def run(rounds=3, messages=50000, size=200, modes=MODES, snappy_backend="auto", client_snappy_backend="auto",
+        verbose=False, python=None):
+    """Median consume rate (msg/s) per mode, the modes alternated within each round.
+
+    ``python`` runs the broker (default: this interpreter); the consumers run under this one.
+    """
     tmp = tempfile.mkdtemp(prefix="bench-features-")
     proc = None
+    saved = os.environ.get("NSQD_SNAPPY_BACKEND")
     try:
         ca, cert, key = make_certs(tmp)
         data = os.path.join(tmp, "data")
         os.mkdir(data)
-        proc = start_broker(data, cert, key, args.snappy_backend)
-        os.environ["NSQD_SNAPPY_BACKEND"] = args.client_snappy_backend  # the consumers inherit it
+        proc = start_broker(data, cert, key, snappy_backend, python)
+        os.environ["NSQD_SNAPPY_BACKEND"] = client_snappy_backend  # the consumers inherit it
         ports = _listening_ports(proc.pid, time.monotonic() + 20)
         http_port = _which_is_http(ports)
         tcp_port = [p for p in ports if p != http_port][0]
         rates = {m: [] for m in modes}
-        for r in range(args.rounds):
+        for r in range(rounds):
             for mode in modes:
                 topic = "bench_%s_%d" % (mode.replace("+", "_"), r)
-                preload(http_port, topic, args.messages, args.size)
+                preload(http_port, topic, messages, size)
                 result = multiprocessing.Queue()
                 worker = multiprocessing.Process(target=consume,
-                                                 args=(tcp_port, topic, args.messages, mode, ca, result))
+                                                 args=(tcp_port, topic, messages, mode, ca, result))
                 worker.start()
                 rate = result.get(timeout=600)
                 worker.join()
                 rates[mode].append(rate)
-                print("round %d %-10s %9.0f msg/s" % (r + 1, mode, rate), flush=True)
+                if verbose:
+                    print("round %d %-10s %9.0f msg/s" % (r + 1, mode, rate), flush=True)
                 req = urllib.request.Request("http://127.0.0.1:%d/topic/delete?topic=%s" % (http_port, topic),
                                              data=b"")
                 urllib.request.urlopen(req, timeout=30).read()
-        base = statistics.median(rates["plain"]) if "plain" in rates else None
-        print("\nmode        median msg/s   ratio to plain   (%d rounds, %d x %d B)" % (
-            args.rounds, args.messages, args.size))
-        for mode in modes:
-            med = statistics.median(rates[mode])
-            print("%-10s %12.0f   %14s" % (mode, med, "%.2f" % (med / base) if base else "-"))
+        return {mode: statistics.median(rates[mode]) for mode in modes}
     finally:
+        if saved is None:
+            os.environ.pop("NSQD_SNAPPY_BACKEND", None)
+        else:
+            os.environ["NSQD_SNAPPY_BACKEND"] = saved
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()
