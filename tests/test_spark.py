@@ -77,6 +77,16 @@ def test_sink_200k_rows_land_as_200k_messages(spark):
         assert topic_count(broker, "sunk") == 200000
 
 
+def test_sink_finds_its_brokers_through_lookupd(spark):
+    with Cluster(2) as cluster:
+        cluster.wait_registered()
+        df = spark.range(40000).repartition(4).selectExpr("cast(id as string) as body")
+        df.write.format("nsq").mode("append").option("lookupd", ",".join(cluster.lookupd_http_addrs)) \
+            .option("topic", "via-lookupd").option("bodyColumn", "body").save()
+        counts = [topic_count(broker, "via-lookupd") for broker in cluster]
+    assert sum(counts) == 40000, counts
+
+
 def test_sink_routes_rows_by_topic_column_and_writes_json_rows(spark):
     with Broker() as broker:
         rows = [(i, "even" if i % 2 == 0 else "odd", "x%d" % i) for i in range(1000)]
