@@ -164,9 +164,15 @@ class Channel(BackedQueue):
         return self._mem_capacity - len(self._memory)
 
     def _take_waiters_locked(self):
+        """The pumps to wake, to be iterated after the lock is released.
+
+        Never the live dict: an empty one is still ``self._waiting``, and a
+        take under the lock may add to it while the caller iterates.
+        """
         waiters = self._waiting
-        if waiters:
-            self._waiting = {}
+        if not waiters:
+            return ()
+        self._waiting = {}
         return waiters
 
     def _requeue_locked(self, msgs):
