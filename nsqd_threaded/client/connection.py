@@ -231,6 +231,12 @@ class Connection:
         hb = fields.get("heartbeat_interval") or DEFAULT_HEARTBEAT_MS
         self._idle_timeout = 2 * hb / 1000.0 if hb > 0 else None
 
+    def handshake(self, fields, tls_context=None, auth_secret=None):
+        """What a Producer's or Consumer's connection does first: IDENTIFY (with the
+        upgrades nsqd agrees to), then AUTH when nsqd requires it."""
+        self.identify(fields, tls_context)
+        self.auth(auth_secret)
+
     def auth(self, secret):
         """AUTH with ``secret`` after IDENTIFY, if nsqd's IDENTIFY answer says ``auth_required``.
 

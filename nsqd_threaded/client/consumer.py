@@ -460,8 +460,7 @@ class Consumer:
                 raise ConnectionClosed("consumer is closing")
             self._conns.add(conn)
         try:
-            conn.identify(self._identify, self._tls_context)
-            conn.auth(self.auth_secret)
+            conn.handshake(self._identify, self._tls_context, self.auth_secret)
             conn.send(self._sub)
             answer = conn.read_answer()
             if answer != b"OK":

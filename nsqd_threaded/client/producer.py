@@ -59,8 +59,7 @@ class _Node:
             try:
                 conn = Connection(self.address, producer.timeout)
                 try:
-                    conn.identify(producer._identify, producer._tls_context)
-                    conn.auth(producer.auth_secret)
+                    conn.handshake(producer._identify, producer._tls_context, producer.auth_secret)
                 except BaseException:
                     conn.close()
                     raise
