@@ -178,7 +178,7 @@ class BrokerCore:
     # -- connections and clients -------------------------------------------
 
     def add_client(self, new_client):
-        """Register the client ``new_client(client_id)`` makes, with the next client ID (never reused)."""
+        """Register the client ``new_client(id)`` makes, ``id`` being the next client ID (never reused)."""
         with self._lock:
             self._next_client_id += 1
             client = new_client(self._next_client_id)

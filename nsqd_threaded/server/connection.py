@@ -276,8 +276,8 @@ class ClientConnection(Client):
     * ``_write_lock`` serializes writes to the socket, and guards ``_encode``.
     """
 
-    def __init__(self, client_id, sock, address, nsqd):
-        super().__init__(client_id, address, nsqd.options)
+    def __init__(self, id, sock, address, nsqd):
+        super().__init__(id, address, nsqd.options)
         self._sock = sock
         self._write_lock = threading.Lock()  # serializes writes to the socket, and guards _encode
         self._encode = None  # output bytes -> socket bytes, None on a plain connection

@@ -235,7 +235,7 @@ class NSQD(BrokerCore):
 
     def connect(self, sock, address):
         """A new TCP connection: its :class:`ClientConnection`, registered with the next client ID."""
-        return self.add_client(lambda client_id: ClientConnection(client_id, sock, address, self))
+        return self.add_client(lambda id: ClientConnection(id, sock, address, self))
 
 
     # -- runtime configuration (/config) ---------------------------------------

@@ -119,15 +119,15 @@ def part_edges():
 
 
 def drawing():
-    """The layer diagram: each layer, top first, with the parts each part imports (every arrow points down)."""
+    """The layer diagram, top layer first: each part's arrows go to the parts it imports, all lower."""
     edges = part_edges()
     lines = []
     for rank, parts, what in reversed(LAYERS):
-        lines.append("%d  %s" % (rank, "  ".join(parts)) + "  " * 0)
-        lines.append("   (%s)" % what)
+        lines.append("%d  %s: %s" % (rank, ", ".join(parts), what))
+        width = max(len(p) for p in parts)
         for p in parts:
             if edges.get(p):
-                lines.append("   %-14s -> %s" % (p, ", ".join(edges[p])))
+                lines.append("     %-*s ─▶ %s" % (width, p, ", ".join(edges[p])))
     return "\n".join(lines)
 
 
