@@ -23,10 +23,10 @@ import threading
 import time
 
 from ..storage.backend import BackedQueue, BackendError
+from ..wire.message import RECORD_HEADER, Message, from_records
+from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import Channel, ChannelError
 from .guid import GUIDFactory
-from ..wire.protocol_v1 import encode_register, encode_unregister
-from ..wire.message import RECORD_HEADER, Message, from_records
 
 PUMP_BATCH = 1024
 

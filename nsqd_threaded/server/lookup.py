@@ -21,7 +21,13 @@ import urllib.parse
 from ..internal.gocompat import join_host_port, split_host_port
 from ..internal.httpclient import NSQ_V1_ACCEPT, request
 from ..wire.protocol_v1 import (
-    MAGIC_V1, PING, command_text, decode_response_size, encode_identify, parse_peer_info, registrations,
+    MAGIC_V1,
+    PING,
+    command_text,
+    decode_response_size,
+    encode_identify,
+    parse_peer_info,
+    registrations,
 )
 
 DIAL_TIMEOUT = 1.0  # seconds to connect to a lookupd

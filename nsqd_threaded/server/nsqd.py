@@ -30,6 +30,8 @@ import socket
 import threading
 
 from ..broker.core import BrokerCore
+from ..broker.topic import TopicError
+from ..wire.protocol import is_valid_name
 from ..wire.transport import server_context
 from .connection import ClientConnection
 from .http_api import NSQDHTTPServer
@@ -37,8 +39,6 @@ from .idle import new_idle_watcher
 from .lookup import LookupPeers, query_topic_channels
 from .statsd import StatsdLoop, expand_prefix
 from .tcp import TCPServer
-from ..broker.topic import TopicError
-from ..wire.protocol import is_valid_name
 
 
 class NSQD(BrokerCore):

@@ -14,17 +14,16 @@ import ssl
 import threading
 import time
 
-from ..internal import gocompat
-from ..wire import protocol
 from ..broker import auth
-from . import auth_query
 from ..broker.channel import ChannelError
 from ..broker.client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
-from ..internal.gocompat import go_quote
-from .connection import ConnectionEnded, Reader
-from ..wire import transport
-from ..wire.protocol import ProtocolError, text
 from ..broker.topic import TopicError
+from ..internal import gocompat
+from ..internal.gocompat import go_quote
+from ..wire import protocol, transport
+from ..wire.protocol import ProtocolError, text
+from . import auth_query
+from .connection import ConnectionEnded, Reader
 
 
 class ProtocolV2:
