@@ -49,7 +49,7 @@ class GUIDFactory:
                 if first <= self._last_id:
                     time.sleep(0.001)  # ID went backward
                     continue
-                out += [b"%016x" % i for i in range(first, first + count)]
+                out += map(b"%016x".__mod__, range(first, first + count))
                 self._last_ts = ts
                 self._sequence = start + count - 1
                 self._last_id = first + count - 1

@@ -108,10 +108,10 @@ def test_pub_and_mpub_answer_503_when_the_put_fails(nsqd, h, monkeypatch):
     assert_empty(h.post("/topic/create?topic=x503"))
     topic = nsqd.get_existing_topic("x503")
 
-    def fail(msgs):
+    def fail(bodies, defer_ns=0):
         raise TopicError("exiting")
 
-    monkeypatch.setattr(topic, "put_messages", fail)
+    monkeypatch.setattr(topic, "publish", fail)
     assert_error(h.post("/pub?topic=x503", b"m"), 503, "EXITING")
     assert_error(h.post("/mpub?topic=x503", b"a\nb"), 503, "EXITING")
     assert_error(h.post("/mpub?topic=x503&binary=true", mpub_body([b"a"])), 503, "EXITING")
