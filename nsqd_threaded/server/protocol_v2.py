@@ -134,8 +134,11 @@ class ProtocolV2:
         return topic
 
     def _publish(self, cmd, topic_name, bodies, defer_ns=0):
+        topic = self._topics.get(topic_name)
+        if topic is None or topic.exiting:
+            topic = self._topic(topic_name)
         try:
-            self._topic(topic_name).publish(bodies, defer_ns)
+            topic.publish(bodies, defer_ns)
         except TopicError as e:
             raise ProtocolError("E_%s_FAILED" % cmd, "%s failed %s" % (cmd, e)) from None
         self.client.count_published(topic_name, len(bodies))
@@ -357,6 +360,18 @@ class ProtocolV2:
         if len(params) < 2:
             raise ProtocolError("E_INVALID", "PUB insufficient number of parameters")
         topic_name = self._topic_name(params[1], "PUB")
+        # The common case first: size and body already buffered, the size valid.
+        # Anything else takes the step-by-step path below, from the same position.
+        buf, pos, end = self.reader.buffered()
+        if end - pos >= 4:
+            size = protocol.decode_size_from(buf, pos)[0]
+            start = pos + 4
+            if 0 < size <= self.options.max_msg_size and end - start >= size:
+                body = bytes(buf[start : start + size])
+                self.reader.advance(start + size)
+                if self._auth_enabled:
+                    self._check_auth("PUB", topic_name)
+                return self._publish("PUB", topic_name, [body])
         size = self._read_size("E_BAD_MESSAGE", "PUB failed to read message body size")
         protocol.check_message_size("PUB", size, self.options.max_msg_size)
         body = self._read_body(size, "E_BAD_MESSAGE", "PUB failed to read message body")

@@ -156,6 +156,10 @@ def int64(n):
     return n - (1 << 64) if n >= 1 << 63 else n
 
 
+#: ``unpack_from(buffer, offset)``: a 4-byte signed size read in place.
+decode_size_from = _INT32.unpack_from
+
+
 def decode_size(raw4):
     """A 4-byte big-endian *signed* length (nsqd reads sizes as int32)."""
     return _INT32.unpack(raw4)[0]
