@@ -35,6 +35,14 @@ class GUIDFactory:
         out = []
         prefix = self.node_id << SEQUENCE_BITS
         with self._lock:
+            if n == 1:
+                # One ID in the tick of the last one (a stream of PUBs): the next
+                # sequence number, which is the last ID plus one.
+                ts = self._clock() >> 20
+                if ts == self._last_ts and self._sequence < SEQUENCE_MASK:
+                    self._sequence += 1
+                    self._last_id += 1
+                    return [b"%016x" % self._last_id]
             while len(out) < n:
                 ts = self._clock() >> 20
                 if ts < self._last_ts:
