@@ -36,6 +36,8 @@ class ConnectionEnded(Exception):
 # commands), sized up to a large body's length while reading it, and shrunk
 # back once recvs come back small again.
 MIN_CHUNK = 4096
+MAX_LINE = protocol.MAX_LINE
+_monotonic = time.monotonic
 MAX_CHUNK = 262144
 
 
@@ -76,6 +78,9 @@ class Reader:
         recv and send, unlike a Python socket timeout).  It is set only when it
         changes, and lowered only for a command that has used half its time.
         """
+        if seconds == self._timeout and seconds is not None:  # the usual case: same as the last command's
+            self._deadline = _monotonic() + seconds
+            return
         if seconds is None or seconds <= 0:
             self._deadline = None
             if self._timeout is not None:
@@ -97,7 +102,7 @@ class Reader:
     def _fill(self, missing=0):
         """One recv; ``missing`` is how many more bytes the caller is known to need."""
         if self._deadline is not None:
-            remaining = self._deadline - time.monotonic()
+            remaining = self._deadline - _monotonic()
             if remaining <= 0:
                 raise ConnectionEnded("i/o timeout")
             if remaining < self._timeout * 0.5:
@@ -130,7 +135,7 @@ class Reader:
         if self._pos == len(self._buf):
             # Drained: a fresh buffer rather than a resized one, so that one
             # large body's allocation is not kept for the connection's life.
-            self._buf = bytearray(memoryview(chunk)[:n]) if n < len(chunk) else bytearray(chunk)
+            self._buf = chunk[:n] if n < len(chunk) else bytearray(chunk)
             self._pos = 0
             return
         if self._pos > 65536:
@@ -226,16 +231,17 @@ class Reader:
     def readline(self):
         """One line without its ``\\n``."""
         buf = self._buf
+        pos = self._pos
         while True:
-            i = buf.find(b"\n", self._pos, self._pos + protocol.MAX_LINE)
+            i = buf.find(b"\n", pos, pos + MAX_LINE)
             if i >= 0:
-                line = bytes(buf[self._pos : i])
                 self._pos = i + 1
-                return line
-            if len(buf) - self._pos >= protocol.MAX_LINE:
-                raise ConnectionEnded("line longer than %d bytes" % protocol.MAX_LINE)
+                return bytes(buf[pos:i])
+            if len(buf) - pos >= MAX_LINE:
+                raise ConnectionEnded("line longer than %d bytes" % MAX_LINE)
             self._fill()
             buf = self._buf
+            pos = self._pos
 
     def has_line(self):
         """True if a complete line is already buffered (no I/O)."""
