@@ -116,3 +116,46 @@ def test_as_root_a_failing_install_refreshes_the_index_once_then_names_the_comma
     with open(calls) as f:
         verbs = [("install" if " install " in line else line.split()[-1]) for line in f.read().splitlines()]
     assert verbs == ["install", "update", "install"], verbs
+
+
+def _copy_checkout(dest):
+    """The files a checkout has (as on this disk, committed or not), without any virtualenv."""
+    listing = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT,
+                             stdout=subprocess.PIPE, universal_newlines=True, timeout=30)
+    if listing.returncode != 0:
+        pytest.skip("not a git checkout")
+    for rel in listing.stdout.splitlines():
+        src = os.path.join(REPO_ROOT, rel)
+        if rel.startswith(("scripts/", "nsqd_threaded/")) or "/" not in rel:
+            if os.path.isfile(src):
+                os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+                shutil.copy2(src, os.path.join(dest, rel))
+
+
+@pytest.mark.timeout(900)
+def test_one_venv_serves_scripts_run_and_scripts_test(tmp_path):
+    """scripts/run's set-up makes .venv once (and says how to activate it); the test set-up then adds
+    the extras into that same venv instead of rebuilding it; every later set-up is a no-op."""
+    _copy_checkout(str(tmp_path))
+    env = dict(os.environ)
+    env.pop("VIRTUAL_ENV", None)
+
+    def setup(*args):
+        result = subprocess.run([str(tmp_path / "scripts" / "setup")] + list(args), env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                                timeout=600)
+        assert result.returncode == 0, result.stdout
+        return [line for line in result.stdout.splitlines() if line.startswith("scripts/setup:")]
+
+    assert setup() == ["scripts/setup: made .venv; to put nsqd-threaded, nsqlookupd-threaded and its python "
+                       "first on PATH: . .venv/bin/activate"]
+    venv = tmp_path / ".venv"
+    (venv / "kept").write_text("made by scripts/run's set-up")
+    assert setup() == []
+    assert setup("--test", "main") == ["scripts/setup: installing extras [snappy,spark,test] into .venv"]
+    assert (venv / "kept").exists()
+    assert subprocess.run([str(venv / "bin" / "python"), "-c", "import pytest, nsq, pyspark"],
+                          timeout=120).returncode == 0
+    assert setup("--test", "main") == []
+    assert setup() == []  # scripts/run after scripts/test: the extras stay
+    assert (venv / ".setup").read_text().splitlines()[1] == "snappy,spark,test"
