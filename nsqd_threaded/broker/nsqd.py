@@ -27,6 +27,7 @@ import collections
 import errno
 import gc
 import fcntl
+import math
 import os
 import random
 import socket
@@ -78,6 +79,11 @@ class NSQD:
         self._exiting = False
         self._started = False
         self._topics_started = False  # new topics start their pump at once (guarded by _lock)
+        # Topics created while lookupds are configured but none has answered the channel query
+        # yet: name -> (Topic, monotonic deadline of its hold, math.inf once released).  Guarded
+        # by _lock.  Each is held (delivers nothing, its backlog keeps every message) until a
+        # lookupd answers or the deadline passes, and is queried again on each lookupd connect.
+        self._unqueried_topics = {}
         self.start_time = time.time()
         self.health_error = None  # None when healthy, else the last backend write error
         self._tcp_server = None
@@ -435,8 +441,7 @@ class NSQD:
             else:
                 created = start = False
         if start:
-            self._precreate_channels(topic)
-            topic.start()
+            self._start_topic(topic)
         if created and not topic.ephemeral:
             self.persist_metadata()
         return topic
@@ -458,6 +463,7 @@ class NSQD:
         with self._lock:
             if self._topics.get(name) is topic:
                 del self._topics[name]
+            self._forget_unqueried_locked(topic)
         self.log.info("TOPIC(%s): deleted", name)
         if not topic.ephemeral:
             self.persist_metadata()
@@ -474,6 +480,11 @@ class NSQD:
         self.options.nsqlookupd_tcp_addresses = list(addresses)
         if self._started:
             self._lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
+        if not addresses:  # no lookupd will ever answer: deliver now
+            with self._lock:
+                held, self._unqueried_topics = self._unqueried_topics, {}
+            for topic, _ in held.values():
+                topic.start()
 
     # -- cluster (nsqlookupd) ------------------------------------------------------
 
@@ -508,16 +519,73 @@ class NSQD:
         """``host:port`` of the lookupds that completed an IDENTIFY (their HTTP APIs)."""
         return self._lookup.http_addresses()
 
-    def _precreate_channels(self, topic):
-        """Create the channels the cluster knows for a new topic before it starts delivering.
+    def lookupd_connected(self):
+        """A lookupd peer (re)connected: pre-create the channels of the topics no lookupd
+        answered for yet, and let those still held deliver (called by the peer's thread)."""
+        with self._lock:
+            topics = [t for t, _ in self._unqueried_topics.values()]
+        for topic in topics:
+            if self._precreate_channels(topic):
+                self._topic_answered(topic)
 
-        As Go nsqd: blocks the creating request for the lookupd queries.
+    def _start_topic(self, topic):
+        """Start a new topic once the cluster's channels for it exist.
+
+        Without lookupds it starts at once.  With lookupds, it is queried (as Go
+        nsqd, blocking the creating request); when no lookupd answers, the topic
+        stays held (its backlog keeps every message) until one does
+        (:meth:`lookupd_connected`) or the hold deadline passes (the queue scan
+        releases it), so the cluster's channels get the messages published
+        meanwhile even when the broker started before its lookupd.
+        """
+        if not self.options.nsqlookupd_tcp_addresses:
+            topic.start()
+            return
+        deadline = time.monotonic() + self.options.lookupd_channel_query_hold
+        with self._lock:
+            self._unqueried_topics[topic.name] = (topic, deadline)
+        if self._precreate_channels(topic):
+            self._topic_answered(topic)
+
+    def _topic_answered(self, topic):
+        with self._lock:
+            self._forget_unqueried_locked(topic)
+        topic.start()
+
+    def _forget_unqueried_locked(self, topic):
+        entry = self._unqueried_topics.get(topic.name)
+        if entry is not None and entry[0] is topic:
+            del self._unqueried_topics[topic.name]
+
+    def _release_held_topics(self, now):
+        """Let topics whose hold deadline passed deliver (they stay queried on each lookupd connect)."""
+        due = []
+        with self._lock:
+            for name, (topic, deadline) in list(self._unqueried_topics.items()):
+                if topic.exiting:
+                    del self._unqueried_topics[name]
+                elif deadline <= now:
+                    self._unqueried_topics[name] = (topic, math.inf)
+                    due.append(topic)
+        for topic in due:
+            self.log.warn(
+                "TOPIC(%s): no nsqlookupd answered within %gs: delivering to its %d channel(s); "
+                "the cluster's channels are created when one answers",
+                topic.name, self.options.lookupd_channel_query_hold, len(topic.channels()),
+            )
+            topic.start()
+
+    def _precreate_channels(self, topic):
+        """Create the channels the cluster knows for a new topic; True when a lookupd answered.
+
+        As Go nsqd: blocks the caller for the lookupd queries.
         """
         addresses = self._lookup.http_addresses()
         if not addresses:
             if self.options.nsqlookupd_tcp_addresses:
-                self.log.error("no available nsqlookupd to query for channels to pre-create for topic %s", topic.name)
-            return
+                self.log.error("no available nsqlookupd to query for channels to pre-create for topic %s "
+                               "(holding its messages until one answers)", topic.name)
+            return False
         o = self.options
         channels, errors = query_topic_channels(
             addresses, topic.name, o.http_client_connect_timeout, o.http_client_request_timeout
@@ -528,6 +596,8 @@ class NSQD:
                 "failed to query nsqlookupd for channels to pre-create for topic %s - %s: %s",
                 topic.name, what, "; ".join(errors),
             )
+            if len(errors) == len(addresses):
+                return False
         for name in channels:
             if name.endswith("#ephemeral"):
                 continue  # an ephemeral channel exists only with its consumers
@@ -537,7 +607,8 @@ class NSQD:
             try:
                 topic.get_channel(name)
             except TopicError:
-                return  # deleted meanwhile
+                break  # deleted meanwhile
+        return True
 
     # -- queue scanner -----------------------------------------------------
 
@@ -559,6 +630,8 @@ class NSQD:
                 channel.process_deferred(now)
             # The disk queues' --sync-timeout: fsync whatever changed since the last sync.
             mono = time.monotonic()
+            if self._unqueried_topics:  # (a racy peek; the release takes the lock)
+                self._release_held_topics(mono)
             for topic in self.topics():
                 topic.sync_backend(mono)
             for channel in channels:
