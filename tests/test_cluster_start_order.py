@@ -5,6 +5,7 @@ for a lookupd not started yet), so the broker can be told its address before it 
 """
 
 import json
+import re
 import socket
 import time
 import urllib.request
@@ -159,3 +160,24 @@ def test_a_topic_held_past_its_deadline_delivers_and_still_gets_the_cluster_chan
             http.release()
         else:
             lookupd.stop()
+
+
+def test_a_refusing_lookupd_is_dialled_with_a_doubling_back_off(make_nsqd):
+    """Not hammered, not left for 15 s: about 1 s, then 2 s between dials (lower bounds only: a loaded
+    machine only makes the gaps longer)."""
+    port = ReservedPort()
+    try:
+        broker = make_nsqd(nsqlookupd_tcp_addresses=[port.addr])
+
+        def dials():
+            stamps = re.findall(r"(\d\d):(\d\d):(\d\d\.\d+) INFO: LOOKUP connecting to " + re.escape(port.addr),
+                                broker.log.stream.getvalue())
+            return [int(h) * 3600 + int(m) * 60 + float(s) for h, m, s in stamps]
+
+        wait_until(lambda: len(dials()) >= 3, timeout=30, what="three dials")
+        first, second, third = dials()[:3]
+        assert (second - first) % 86400 >= 0.9  # (modulo a day: the log shows the time of day)
+        assert (third - second) % 86400 >= 1.8
+        assert "Connection refused" in broker.log.stream.getvalue()
+    finally:
+        port.release()
