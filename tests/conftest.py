@@ -4,7 +4,7 @@ import threading
 import pytest
 
 from nsqd_threaded import NSQD, Options
-from nsqd_threaded.logger import Logger
+from nsqd_threaded.internal.logger import Logger
 from nsqd_threaded.lookupd import NSQLookupd
 
 

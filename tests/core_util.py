@@ -2,11 +2,10 @@
 
 The owner is a real NSQD with a temp data dir that is never started (no
 listeners; topics start only when a test says so), the consumers real
-Clients on a socketpair whose pumps never run: the test thread calls
-``Channel.take`` / ``finish_many`` itself.
+Clients (the broker's state of a client, without a connection or a pump):
+the test thread calls ``Channel.take`` / ``finish_many`` itself.
 """
 
-import socket
 import time
 
 from nsqd_threaded import NSQD, Options
@@ -30,8 +29,7 @@ class Consumer:
     _next_id = iter(range(1000, 10**9))
 
     def __init__(self, nsqd, channel, ready=10**6):
-        self._sock, self._peer = socket.socketpair()
-        self.client = Client(next(Consumer._next_id), self._sock, ("127.0.0.1", 0), nsqd)
+        self.client = Client(next(Consumer._next_id), ("127.0.0.1", 0), nsqd.options)
         self.client.set_ready(ready)
         self.channel = channel
         channel.add_client(self.client)
@@ -56,8 +54,6 @@ class Consumer:
 
     def close(self):
         self.channel.remove_client(self.client)
-        self._sock.close()
-        self._peer.close()
 
 
 def wait_until(predicate, timeout=10.0, what="condition"):

@@ -18,7 +18,8 @@ import urllib.request
 
 import pytest
 
-from nsqd_threaded import Options, protocol
+from nsqd_threaded import Options
+from nsqd_threaded.wire import protocol
 from nsqd_threaded.broker import auth
 from nsqd_threaded.client import Consumer, NSQError, Producer
 from nsqd_threaded.settings.options import OptionError

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from nsqd_threaded.broker.message import Message
+from nsqd_threaded.wire.message import Message
 
 from core_util import Consumer, make_owner
 

@@ -5,12 +5,11 @@ import zlib
 
 import pytest
 
-from nsqd_threaded import protocol
+from nsqd_threaded.wire import protocol
 from nsqd_threaded.client.consumer import Consumer
 from nsqd_threaded.client.producer import Producer
 
 from transport_util import CompressedConn, certs, connect, identify, start_tls, tls_options  # noqa: F401
-from wire import Conn
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -208,7 +207,7 @@ def test_no_threads_left_after_compressed_clients(make_nsqd):
 
 def test_a_deflate_bomb_is_inflated_a_bounded_piece_at_a_time(nsqd):
     """A small deflate stream that expands to a large MPUB: read in pieces, and published whole."""
-    from nsqd_threaded import transport
+    from nsqd_threaded.wire import transport
 
     bodies = [b"\x00" * 100000] * 40  # 4 MB of zeros: a few KB deflated
     with connect(nsqd) as conn:

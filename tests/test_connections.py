@@ -10,9 +10,9 @@ import weakref
 
 import pytest
 
-from nsqd_threaded import protocol
-from nsqd_threaded.broker.channel import Consumer
-from nsqd_threaded.broker.client_v2 import STATE_CLOSING, STATE_SUBSCRIBED, Client
+from nsqd_threaded.wire import protocol
+from nsqd_threaded.broker.channel import Subscriber
+from nsqd_threaded.broker.client_v2 import STATE_CLOSING, STATE_SUBSCRIBED
 from nsqd_threaded.server.idle import (
     FUTEX_HASH_SLOTS,
     IDLE_AFTER,
@@ -22,7 +22,7 @@ from nsqd_threaded.server.idle import (
     IdleWatcher,
     widen_futex_hash,
 )
-from nsqd_threaded.server.protocol_v2 import MAX_CHUNK, MIN_CHUNK, ConnectionEnded, Reader
+from nsqd_threaded.server.connection import MAX_CHUNK, MIN_CHUNK, ClientConnection, ConnectionEnded, Reader
 from wire import Conn, wait_for
 
 
@@ -203,8 +203,8 @@ def test_large_pub_and_mpub_bodies(make_nsqd):
 def test_client_provides_what_a_channel_needs(nsqd):
     a, b = socket.socketpair()
     try:
-        client = Client(1, a, ("127.0.0.1", 4150), nsqd)
-        for name in Consumer.__annotations__:
+        client = ClientConnection(1, a, ("127.0.0.1", 4150), nsqd)
+        for name in Subscriber.__annotations__:
             assert hasattr(client, name), name
         assert callable(client.wake) and callable(client.close_connection)
         client.subscribe("t", object())

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from nsqd_threaded import protocol
+from nsqd_threaded.wire import protocol
 from nsqd_threaded.testing import BrokerProcess
 from wire import Conn
 

@@ -17,8 +17,8 @@ import pytest
 from nsqd_threaded.storage import diskqueue as dq_mod
 from nsqd_threaded.storage.backend import BackendError
 from nsqd_threaded.storage.diskqueue import DiskQueue, parse_meta
-from nsqd_threaded.logger import Logger
-from nsqd_threaded.broker.message import Message
+from nsqd_threaded.internal.logger import Logger
+from nsqd_threaded.wire.message import Message
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TS = 0x18EA4C4C68FDBFED  # the timestamp of the spec's verified record
@@ -675,7 +675,7 @@ _FSIZE_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from nsqd_threaded.storage.backend import BackendError
     from nsqd_threaded.storage.diskqueue import DiskQueue
-    from nsqd_threaded.broker.message import Message
+    from nsqd_threaded.wire.message import Message
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     data = sys.argv[2]

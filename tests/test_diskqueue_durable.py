@@ -20,8 +20,8 @@ import pytest
 from nsqd_threaded.storage.backend import BackendError
 from nsqd_threaded.storage.diskqueue import DiskQueue, parse_meta
 from nsqd_threaded.storage.durable import DurableDiskQueue
-from nsqd_threaded.logger import Logger
-from nsqd_threaded.broker.message import Message
+from nsqd_threaded.internal.logger import Logger
+from nsqd_threaded.wire.message import Message
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -686,7 +686,7 @@ _CHILD = textwrap.dedent(
     import os, random, sys, threading
     sys.path.insert(0, sys.argv[1])
     from nsqd_threaded.storage.durable import DurableDiskQueue
-    from nsqd_threaded.broker.message import Message
+    from nsqd_threaded.wire.message import Message
 
     data, base, seed = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     q = DurableDiskQueue("k", data, 300, sync_every=40)

@@ -321,5 +321,5 @@ def test_the_resolver_finds_stale_names():
         assert not_ours_but_real("threading.NoSuchThing") is False
         assert not_ours_but_real("time.Now") is False  # Go's name outside a Go context is caught
     for name in ["Channel._waiting", "Client.identify", "Message.copy", "nsqd_threaded.testing.Broker",
-                 "consumer.rdy", "lookupd.db", "topic._messages", "LookupPeer._sock_lock"]:
+                 "consumer.rdy", "lookupd.db", "message.from_records", "LookupPeer._sock_lock"]:
         assert resolves(name), name

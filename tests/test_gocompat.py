@@ -2,7 +2,7 @@
 
 import pytest
 
-from nsqd_threaded.gocompat import (
+from nsqd_threaded.internal.gocompat import (
     format_duration,
     format_duration_ns,
     go_json,

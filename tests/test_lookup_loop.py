@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from nsqd_threaded.broker import lookup
+from nsqd_threaded.wire import protocol_v1
 from nsqd_threaded.lookupd.nsqlookupd import NSQLookupd
 
 from core_util import wait_until
@@ -179,25 +179,25 @@ def nsqd_url(nsqd):
 
 
 def test_v1_command_encoding():
-    assert lookup.encode_register("t") == b"REGISTER t\n"
-    assert lookup.encode_register("t", "c") == b"REGISTER t c\n"
-    assert lookup.encode_unregister("t") == b"UNREGISTER t\n"
-    assert lookup.encode_unregister("t", "c#ephemeral") == b"UNREGISTER t c#ephemeral\n"
+    assert protocol_v1.encode_register("t") == b"REGISTER t\n"
+    assert protocol_v1.encode_register("t", "c") == b"REGISTER t c\n"
+    assert protocol_v1.encode_unregister("t") == b"UNREGISTER t\n"
+    assert protocol_v1.encode_unregister("t", "c#ephemeral") == b"UNREGISTER t c#ephemeral\n"
     body = (b'{"broadcast_address":"127.0.0.1","hostname":"vm","http_port":14251,"tcp_port":14250,'
             b'"topology_region":"","topology_zone":"","version":"1.3.0"}')
     doc = {"version": "1.3.0", "tcp_port": 14250, "http_port": 14251, "hostname": "vm",
            "broadcast_address": "127.0.0.1", "topology_region": "", "topology_zone": ""}
-    assert lookup.encode_identify(doc) == b"IDENTIFY\n" + struct.pack(">i", len(body)) + body
-    assert lookup.registrations([("a", ["c1", "c2"]), ("b", [])]) == [
+    assert protocol_v1.encode_identify(doc) == b"IDENTIFY\n" + struct.pack(">i", len(body)) + body
+    assert protocol_v1.registrations([("a", ["c1", "c2"]), ("b", [])]) == [
         b"REGISTER a c1\n", b"REGISTER a c2\n", b"REGISTER b\n"]
-    assert lookup.decode_response_size(b"\x00\x00\x00\x02", 10) == 2
+    assert protocol_v1.decode_response_size(b"\x00\x00\x00\x02", 10) == 2
     with pytest.raises(ValueError, match="greater than limit"):
-        lookup.decode_response_size(b"\x00\x00\x00\x0b", 10)
-    assert lookup.parse_peer_info(b'{"tcp_port":4160,"http_port":4161,"version":"1.3.0",'
+        protocol_v1.decode_response_size(b"\x00\x00\x00\x0b", 10)
+    assert protocol_v1.parse_peer_info(b'{"tcp_port":4160,"http_port":4161,"version":"1.3.0",'
                                   b'"broadcast_address":"h","hostname":"x"}') == {
         "tcp_port": 4160, "http_port": 4161, "version": "1.3.0", "broadcast_address": "h"}
     with pytest.raises(ValueError):
-        lookup.parse_peer_info(b"E_BAD_BODY IDENTIFY missing fields")
+        protocol_v1.parse_peer_info(b"E_BAD_BODY IDENTIFY missing fields")
 
 
 def test_lookupd_flags_and_config_key(tmp_path):

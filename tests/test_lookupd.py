@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import LogCapture
-from nsqd_threaded.logger import Logger
+from nsqd_threaded.internal.logger import Logger
 from nsqd_threaded.lookupd import LookupdOptions, NSQLookupd
 from wire import wait_for
 

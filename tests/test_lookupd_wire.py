@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from nsqd_threaded import protocol
-from nsqd_threaded.lookupd import wire
+from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v1
 from nsqd_threaded.lookupd.registration_db import (
     CLIENT,
     GO_ZERO_TIME_NS,
@@ -16,7 +16,7 @@ from nsqd_threaded.lookupd.registration_db import (
     RegistrationDB,
     filter_active,
 )
-from nsqd_threaded.lookupd.wire import V1Error
+from nsqd_threaded.wire.protocol_v1 import V1Error
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -33,14 +33,14 @@ def error_of(fn, *args):
 
 
 def test_responses_are_size_and_data_without_frame_type():
-    assert wire.OK == b"\x00\x00\x00\x02OK"
-    assert wire.BAD_PROTOCOL == b"\x00\x00\x00\x0eE_BAD_PROTOCOL"
-    assert wire.encode_response(b"") == b"\x00\x00\x00\x00"
+    assert protocol_v1.OK == b"\x00\x00\x00\x02OK"
+    assert protocol_v1.BAD_PROTOCOL == b"\x00\x00\x00\x0eE_BAD_PROTOCOL"
+    assert protocol_v1.encode_response(b"") == b"\x00\x00\x00\x00"
     assert V1Error("E_INVALID", "invalid command FOO").response() == b"\x00\x00\x00\x1dE_INVALID invalid command FOO"
 
 
 def test_error_text_keeps_the_bytes_sent():
-    params = wire.parse_line(b"P\xffNG\n")
+    params = protocol_v1.parse_line(b"P\xffNG\n")
     assert V1Error("E_INVALID", "invalid command %s" % params[0]).response() == (
         b"\x00\x00\x00\x1eE_INVALID invalid command P\xffNG"
     )
@@ -69,15 +69,15 @@ def test_decode_size_is_signed():
     ],
 )
 def test_parse_line(line, params):
-    assert wire.parse_line(line) == params
+    assert protocol_v1.parse_line(line) == params
 
 
 def test_topic_channel():
-    assert wire.topic_channel("REGISTER", ["t"]) == ("t", "")
-    assert wire.topic_channel("REGISTER", ["t", "c"]) == ("t", "c")
-    assert wire.topic_channel("REGISTER", ["t", "c", "extra"]) == ("t", "c")
-    assert wire.topic_channel("UNREGISTER", ["t#ephemeral", "c#ephemeral"]) == ("t#ephemeral", "c#ephemeral")
-    assert wire.topic_channel("REGISTER", ["t", ""]) == ("t", "")  # an empty channel means none
+    assert protocol_v1.topic_channel("REGISTER", ["t"]) == ("t", "")
+    assert protocol_v1.topic_channel("REGISTER", ["t", "c"]) == ("t", "c")
+    assert protocol_v1.topic_channel("REGISTER", ["t", "c", "extra"]) == ("t", "c")
+    assert protocol_v1.topic_channel("UNREGISTER", ["t#ephemeral", "c#ephemeral"]) == ("t#ephemeral", "c#ephemeral")
+    assert protocol_v1.topic_channel("REGISTER", ["t", ""]) == ("t", "")  # an empty channel means none
 
 
 @pytest.mark.parametrize(
@@ -93,14 +93,14 @@ def test_topic_channel():
     ],
 )
 def test_topic_channel_errors(command, params, text):
-    assert error_of(wire.topic_channel, command, params) == text
+    assert error_of(protocol_v1.topic_channel, command, params) == text
 
 
 def test_identify_size_bounds():
-    wire.check_identify_size(0)
-    wire.check_identify_size(wire.MAX_IDENTIFY_BODY)
-    for size in (-1, wire.MAX_IDENTIFY_BODY + 1):
-        assert error_of(wire.check_identify_size, size) == "E_BAD_BODY IDENTIFY failed to read body"
+    protocol_v1.check_identify_size(0)
+    protocol_v1.check_identify_size(protocol_v1.MAX_IDENTIFY_BODY)
+    for size in (-1, protocol_v1.MAX_IDENTIFY_BODY + 1):
+        assert error_of(protocol_v1.check_identify_size, size) == "E_BAD_BODY IDENTIFY failed to read body"
 
 
 # -- IDENTIFY body --------------------------------------------------------------------
@@ -108,7 +108,7 @@ def test_identify_size_bounds():
 
 def test_decode_peer_info_keeps_known_fields():
     body = dict(PEER, hostname="h", topology_zone="z", topology_region="r", extra=[1, {"x": None}])
-    fields = wire.decode_peer_info(json.dumps(body).encode())
+    fields = protocol_v1.decode_peer_info(json.dumps(body).encode())
     assert fields == dict(PEER, hostname="h", topology_zone="z", topology_region="r")
 
 
@@ -116,13 +116,13 @@ def test_decode_peer_info_go_semantics():
     # case-insensitive keys (incl. Go's long-s folding), the last one wins, null changes nothing
     body = b'{"BROADCAST_ADDRESS":"a","broadcast_addre\xc5\xbfs":"b","tcp_port":1,"TCP_Port":2,"http_port":3,' \
         b'"version":"v","hostname":"h","hostname":null}'
-    fields = wire.decode_peer_info(body)
+    fields = protocol_v1.decode_peer_info(body)
     assert fields["broadcast_address"] == "b" and fields["tcp_port"] == 2 and fields["hostname"] == "h"
     # invalid UTF-8 in a string becomes U+FFFD
     body = json.dumps(dict(PEER, hostname="@")).encode().replace(b"@", b"\xff")
-    assert wire.decode_peer_info(body)["hostname"] == "\ufffd"
+    assert protocol_v1.decode_peer_info(body)["hostname"] == "\ufffd"
     # ports may be negative: only zero counts as missing
-    assert wire.decode_peer_info(json.dumps(dict(PEER, tcp_port=-1)).encode())["tcp_port"] == -1
+    assert protocol_v1.decode_peer_info(json.dumps(dict(PEER, tcp_port=-1)).encode())["tcp_port"] == -1
 
 
 @pytest.mark.parametrize(
@@ -144,25 +144,25 @@ def test_decode_peer_info_go_semantics():
     ],
 )
 def test_decode_peer_info_failures(body):
-    assert error_of(wire.decode_peer_info, body) == "E_BAD_BODY IDENTIFY failed to decode JSON body"
+    assert error_of(protocol_v1.decode_peer_info, body) == "E_BAD_BODY IDENTIFY failed to decode JSON body"
 
 
 @pytest.mark.parametrize("missing", ["broadcast_address", "tcp_port", "http_port", "version"])
 def test_decode_peer_info_requires_fields(missing):
     for body in (dict(PEER, **{missing: ("" if missing in ("broadcast_address", "version") else 0)}),
                  {k: v for k, v in PEER.items() if k != missing}):
-        assert error_of(wire.decode_peer_info, json.dumps(body).encode()) == "E_BAD_BODY IDENTIFY missing fields"
-    assert error_of(wire.decode_peer_info, b"null") == "E_BAD_BODY IDENTIFY missing fields"
+        assert error_of(protocol_v1.decode_peer_info, json.dumps(body).encode()) == "E_BAD_BODY IDENTIFY missing fields"
+    assert error_of(protocol_v1.decode_peer_info, b"null") == "E_BAD_BODY IDENTIFY missing fields"
 
 
 def test_identify_response_is_a_sorted_go_map():
-    data = wire.identify_response("127.0.0.1", "vm", 4160, 4161, "1.3.0")
+    data = protocol_v1.identify_response("127.0.0.1", "vm", 4160, 4161, "1.3.0")
     assert data[4:] == b'{"broadcast_address":"127.0.0.1","hostname":"vm","http_port":4161,"tcp_port":4160,"version":"1.3.0"}'
     assert struct.unpack(">i", data[:4])[0] == len(data) - 4
 
 
 def test_go_json_escapes_like_go():
-    assert wire.go_json({"a": ["<&>", "\u2028", 1, True, False, None], "b": {}}) == (
+    assert protocol_v1.go_json({"a": ["<&>", "\u2028", 1, True, False, None], "b": {}}) == (
         '{"a":["\\u003c\\u0026\\u003e","\\u2028",1,true,false,null],"b":{}}'
     )
 

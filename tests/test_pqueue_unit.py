@@ -2,7 +2,7 @@
 
 import pytest
 
-from nsqd_threaded.broker.message import Message
+from nsqd_threaded.wire.message import Message
 from nsqd_threaded.broker.pqueue import TimedIndex
 
 pytestmark = pytest.mark.timeout(30)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from nsqd_threaded import protocol
+from nsqd_threaded.wire import protocol
 from nsqd_threaded.storage.backend import BackendError
 from wire import Conn, wait_for
 

@@ -1,4 +1,4 @@
-"""Pure tests of nsqd_threaded.protocol: every function, byte for byte.
+"""Pure tests of nsqd_threaded.wire.protocol: every function, byte for byte.
 
 Expected values come from ../shared/spec/tcp-protocol.md (and diskqueue.md §3
 for the record layout); the [verified] byte strings of the spec are used as is.
@@ -9,9 +9,10 @@ import struct
 
 import pytest
 
-from nsqd_threaded import gocompat, protocol
+from nsqd_threaded.internal import gocompat
+from nsqd_threaded.wire import protocol
 from nsqd_threaded.settings.options import Options
-from nsqd_threaded.protocol import ProtocolError
+from nsqd_threaded.wire.protocol import ProtocolError
 
 # -- frames ------------------------------------------------------------------
 

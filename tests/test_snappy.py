@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from nsqd_threaded.codec import snappy
-from nsqd_threaded.codec.crc32c import BYTE_TABLE, crc32c, masked
+from nsqd_threaded.wire.codec import snappy
+from nsqd_threaded.wire.codec.crc32c import BYTE_TABLE, crc32c, masked
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -504,7 +504,7 @@ def test_mutated_streams_raise_only_snappy_error(decoder):
 def test_pure_python_backend_without_the_extra():
     """Without cramjam the public names are the pure-Python ones."""
     code = ("import sys; sys.modules['cramjam'] = None\n"
-            "from nsqd_threaded.codec import snappy\n"
+            "from nsqd_threaded.wire.codec import snappy\n"
             "assert snappy.FrameEncoder is snappy.PyFrameEncoder\n"
             "assert snappy.FrameDecoder is snappy.PyFrameDecoder\n"
             "assert snappy.compress is snappy.py_compress\n"
@@ -524,7 +524,7 @@ def test_decoder_accepts_any_bytes_like(decoder):
 
 def _backend_in_subprocess(setting, hide_cramjam=False):
     code = ("import sys\n" + ("sys.modules['cramjam'] = None\n" if hide_cramjam else "")
-            + "from nsqd_threaded.codec import snappy\n"
+            + "from nsqd_threaded.wire.codec import snappy\n"
             "assert (snappy.FrameEncoder is snappy.PyFrameEncoder) == (snappy.BACKEND == 'python')\n"
             "print(snappy.BACKEND)\n")
     env = dict(os.environ)

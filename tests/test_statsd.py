@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from nsqd_threaded.broker.statsd import datagrams, expand_prefix, host_key, pack, render_lines
+from nsqd_threaded.server.statsd import datagrams, expand_prefix, host_key, pack, render_lines
 
 from test_cli import invoke, options_for
 from test_http_api import HTTP

@@ -9,7 +9,8 @@ import urllib.request
 
 import pytest
 
-from nsqd_threaded import Options, protocol
+from nsqd_threaded import Options
+from nsqd_threaded.wire import protocol
 from nsqd_threaded.client.consumer import Consumer
 from nsqd_threaded.client.producer import Producer
 from nsqd_threaded.settings.options import OptionError

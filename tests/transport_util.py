@@ -10,8 +10,8 @@ import zlib
 
 import pytest
 
-from nsqd_threaded import protocol
-from nsqd_threaded.codec.snappy import FrameDecoder, FrameEncoder
+from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire.codec.snappy import FrameDecoder, FrameEncoder
 
 from wire import Conn
 

@@ -6,7 +6,7 @@ import struct
 import threading
 import time
 
-from nsqd_threaded import protocol
+from nsqd_threaded.wire import protocol
 
 
 class Conn:

@@ -12,8 +12,8 @@ import socket
 import threading
 import time
 
-from ..gocompat import join_host_port, split_host_port
-from .stats import collect
+from ..internal.gocompat import join_host_port, split_host_port
+from ..broker.stats import collect
 
 EPHEMERAL_SUFFIX = "#ephemeral"
 
@@ -186,9 +186,9 @@ class StatsdLoop:
 
     def push(self):
         """One round: resolve and connect, snapshot, send.  No connection -> skip the round."""
-        o = self._nsqd.options
+        options = self._nsqd.options
         log = self._nsqd.log
-        address = o.statsd_address
+        address = options.statsd_address
         try:
             sock = _connect_udp(address)
         except (OSError, ValueError) as e:
@@ -196,10 +196,10 @@ class StatsdLoop:
             return
         with sock:
             log.info("STATSD: pushing stats to %s", address)
-            snapshot = collect(self._nsqd, include_clients=False, include_mem=o.statsd_mem_stats)
-            lines = render_lines(self.prefix, snapshot, self._previous, o.statsd_exclude_ephemeral)
+            snapshot = collect(self._nsqd, include_clients=False, include_mem=options.statsd_mem_stats)
+            lines = render_lines(self.prefix, snapshot, self._previous, options.statsd_exclude_ephemeral)
             self._previous = snapshot
-            self._send(sock, pack(lines, o.statsd_udp_packet_size), o.statsd_interval - 1.0, address)
+            self._send(sock, pack(lines, options.statsd_udp_packet_size), options.statsd_interval - 1.0, address)
 
     def _send(self, sock, packets, spread, address):
         pause = spread / len(packets) if packets and spread > 0 else 0.0

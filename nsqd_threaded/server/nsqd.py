@@ -1,5 +1,7 @@
-"""NSQD: the broker object that owns topics, clients, listeners and background threads.
+"""NSQD: the daemon, the broker core (:class:`~nsqd_threaded.broker.core.BrokerCore`) with its edges.
 
+It adds to the core what touches sockets: the TCP, HTTP and HTTPS listeners,
+the idle watcher, the TLS context, the lookupd peers and the statsd loop.
 Many NSQD instances can run in one process: nothing here is module-global.
 
 Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
@@ -23,137 +25,58 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
   topic's channels (joined by the creating thread).
 """
 
-import collections
-import errno
 import gc
-import fcntl
 import math
-import os
-import random
 import socket
 import threading
 import time
 
-from ..storage.backend import DiscardBackend
-from ..storage.diskqueue import DiskQueue
-from ..storage.durable import DurableDiskQueue
-from ..server.idle import new_idle_watcher
-from .channel import ChannelError
-from .client_v2 import Client
-from .lookup import LookupPeers, encode_register, encode_unregister, query_topic_channels
+from ..broker.core import BrokerCore
+from ..wire.transport import server_context
+from .connection import ClientConnection
+from .http_api import NSQDHTTPServer
+from .idle import new_idle_watcher
+from .lookup import LookupPeers, query_topic_channels
 from .statsd import StatsdLoop, expand_prefix
-from ..storage import metadata
-from ..logger import Logger
-from ..settings.options import Options
-from ..protocol import MSG_HEADER_LENGTH, is_valid_name
-from ..server.http_api import HTTPServer
-from ..transport import server_context
-from ..server.tcp import TCPServer
-from .topic import Topic, TopicError
+from .tcp import TCPServer
+from ..broker.topic import TopicError
+from ..wire.protocol import is_valid_name
 
 
-class NSQD:
-    """A broker.  Use :meth:`start` / :meth:`stop`, or ``with NSQD(opts) as nsqd:``.
+class NSQD(BrokerCore):
+    """A broker.  Use :meth:`start` / :meth:`stop`, or ``with NSQD(options) as nsqd:``.
 
-    ``_lock`` guards the topic map, the client registry, the client ID counter
-    and ``_exiting``.  Each listener tracks its own connections.  Lock order: NSQD._lock -> Topic._lock
-    -> Channel._lock -> Client._lock (never the reverse).
+    The core's ``_lock`` also guards ``_exiting`` here.  Each listener tracks
+    its own connections.
     """
 
     def __init__(self, options=None, log_stream=None):
-        self.options = (options or Options()).validate()
-        self.log = Logger(self.options.log_prefix, self.options.log_level, log_stream)
-        self._lock = threading.Lock()  # guards topics, clients, client IDs, _exiting
-        self._topics = {}
-        self._clients = {}
-        self._next_client_id = 0
+        super().__init__(options, log_stream)
         # Serializes connection teardowns (pump stop, unsubscribe).  A thread
         # waiting on a lock sleeps in the kernel, while a thread waiting for
         # the GIL wakes every switch interval (5 ms) to ask for it: with
         # thousands of connections closed at once, letting every thread run
         # its teardown concurrently makes thousands of GIL waiters whose
-        # wake-ups starve the broker (/ping took seconds).  Serialized, the
-        # waiters are few and a mass close costs its work and no more.
+        # wake-ups starve the broker.  Serialized, the waiters are few and a
+        # mass close costs its work and no more.
         self.teardown_lock = threading.Lock()
         self.idle_watcher = None  # parks idle connection threads (see nsqd_threaded.server.idle)
-        self._exiting = False
         self._started = False
-        self._topics_started = False  # new topics start their pump at once (guarded by _lock)
-        # Topics created while lookupds are configured but none has answered the channel query
-        # yet: name -> (Topic, monotonic deadline of its hold, math.inf once released).  Guarded
-        # by _lock.  Each is held (delivers nothing, its backlog keeps every message) until a
-        # lookupd answers or the deadline passes, and is queried again on each lookupd connect.
-        self._unqueried_topics = {}
-        self.start_time = time.time()
-        self.health_error = None  # None when healthy, else the last backend write error
         self._tcp_server = None
         self._http_server = None
         self._https_server = None
         # TLS for the IDENTIFY upgrade and HTTPS (None without --tls-cert/--tls-key)
         self.tls_context = server_context(self.options)
-        self._threads = []
-        self._scan_stop = threading.Event()
-        self._dir_fd = None
+        self._threads = []  # the accept loops and the queue scanner, joined by stop()
         self._stopped = threading.Event()
-        self._metadata_lock = threading.Lock()  # serializes nsqd.dat writes
-        self._loading = False  # while nsqd.dat is being loaded: no persisting
-        self._gc_pauses = collections.deque(maxlen=256)
-        self._gc_started = None
         self._lookup = LookupPeers(self)  # the lookupd peer threads (started by start())
+        # Topics created while lookupds are configured but none has answered the channel query
+        # yet: name -> (Topic, monotonic deadline of its hold, math.inf once released).  Guarded
+        # by the core's _lock.  Each is held (delivers nothing, its backlog keeps every message)
+        # until a lookupd answers or the deadline passes, and is queried again on each lookupd
+        # connect until one answers.
+        self._unqueried_topics = {}
         self._statsd = None  # the StatsdLoop when --statsd-address is set (started by start())
-
-    # -- factories used by topics and channels ------------------------------
-
-    def new_backend(self, name, ephemeral=False):
-        """The backend of a topic (``name``) or channel (``topic:channel``).
-
-        The one place that picks it: a discard queue for an ephemeral one, else
-        the disk queue (its durable subclass with --durable).
-        """
-        if ephemeral:
-            return DiscardBackend()
-        o = self.options
-        cls = DurableDiskQueue if o.durable else DiskQueue
-        return cls(
-            name,
-            self.data_path,
-            o.max_bytes_per_file,
-            MSG_HEADER_LENGTH,
-            o.max_msg_size + MSG_HEADER_LENGTH,
-            o.sync_every,
-            o.sync_timeout,
-            self.log,
-        )
-
-    def backend_put(self, backend, msgs):
-        """Write to a backend and record health, as nsqd's SetHealth does after each write.
-
-        Topics and channels write to their backends only through this
-        (``BackedQueue._write_backend_locked``), flushes on close included.
-        """
-        try:
-            backend.put(msgs)
-        except Exception as e:
-            self.health_error = str(e)
-            raise
-        self.health_error = None
-
-    def health(self):
-        """``OK`` or ``NOK - <last backend write error>``, as /ping and /stats show it."""
-        err = self.health_error
-        return "OK" if err is None else "NOK - %s" % err
-
-    def gc_pauses(self):
-        """Microsecond durations of the last <= 256 garbage collections seen by this broker."""
-        return list(self._gc_pauses)
-
-    def _on_gc(self, phase, info):
-        # gc.callbacks hook: a broker observes collections only while it runs.
-        if phase == "start":
-            self._gc_started = time.perf_counter()
-        elif self._gc_started is not None:
-            self._gc_pauses.append((time.perf_counter() - self._gc_started) * 1e6)
-            self._gc_started = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -185,7 +108,7 @@ class NSQD:
         if self.idle_watcher is not None:
             self.idle_watcher.start()
         self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
-        self._spawn("nsqd-queue-scan", self._queue_scan_loop)
+        self._spawn("nsqd-queue-scan", self.queue_scan_loop)
         self._lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
         if self.options.statsd_address:
             self._statsd = StatsdLoop(self, self.statsd_prefix())
@@ -196,23 +119,23 @@ class NSQD:
         return self
 
     def _listen(self):
-        opts = self.options
+        options = self.options
         try:
-            self._tcp_server = TCPServer(opts.tcp_address, self)
+            self._tcp_server = TCPServer(options.tcp_address, self)
         except OSError as e:
-            raise OSError(e.errno, "listen (%s) failed - %s" % (opts.tcp_address, e)) from None
+            raise OSError(e.errno, "listen (%s) failed - %s" % (options.tcp_address, e)) from None
         self.log.info("TCP: listening on %s:%d", *self.tcp_address)
-        if opts.http_address:
+        if options.http_address:
             try:
-                self._http_server = HTTPServer(opts.http_address, self)
+                self._http_server = NSQDHTTPServer(options.http_address, self)
             except OSError as e:
-                raise OSError(e.errno, "listen (%s) failed - %s" % (opts.http_address, e)) from None
+                raise OSError(e.errno, "listen (%s) failed - %s" % (options.http_address, e)) from None
             self.log.info("HTTP: listening on %s:%d", *self.http_address)
-        if self.tls_context is not None and opts.https_address:
+        if self.tls_context is not None and options.https_address:
             try:
-                self._https_server = HTTPServer(opts.https_address, self, self.tls_context)
+                self._https_server = NSQDHTTPServer(options.https_address, self, self.tls_context)
             except OSError as e:
-                raise OSError(e.errno, "listen (%s) failed - %s" % (opts.https_address, e)) from None
+                raise OSError(e.errno, "listen (%s) failed - %s" % (options.https_address, e)) from None
             self.log.info("HTTPS: listening on %s:%d", *self.https_address)
 
     def _abort_start(self):
@@ -311,169 +234,19 @@ class NSQD:
 
     def statsd_prefix(self):
         """``--statsd-prefix`` expanded with this broker's host key (broadcast address and HTTP port)."""
-        o = self.options
+        options = self.options
         http = self.http_address
-        http_port = o.broadcast_http_port or (http[1] if http else 0)
-        return expand_prefix(o.statsd_prefix, o.broadcast_address, http_port)
+        http_port = options.broadcast_http_port or (http[1] if http else 0)
+        return expand_prefix(options.statsd_prefix, options.broadcast_address, http_port)
 
-    # -- metadata (nsqd.dat) ---------------------------------------------------
+    # -- connections --------------------------------------------------------
 
-    @property
-    def data_path(self):
-        return self.options.data_path or os.getcwd()
+    def connect(self, sock, address):
+        """A new TCP connection: its :class:`ClientConnection`, registered with the next client ID."""
+        return self.add_client(lambda client_id: ClientConnection(client_id, sock, address, self))
 
-    def load_metadata(self):
-        """Recreate the topics and channels (and pause states) listed in nsqd.dat."""
-        path = os.path.join(self.data_path, metadata.FILE_NAME)
-        data = metadata.read(path)
-        if data is None:
-            return
-        try:
-            entries = metadata.decode(data)
-        except ValueError as e:
-            raise RuntimeError("failed to parse metadata in %s - %s" % (path, e)) from None
-        self._loading = True
-        try:
-            for name, paused, channels in entries:
-                if not is_valid_name(name):
-                    self.log.warn("skipping creation of invalid topic %s", name)
-                    continue
-                topic = self.get_topic(name)
-                if paused:
-                    topic.pause()
-                for cname, cpaused in channels:
-                    if not is_valid_name(cname):
-                        self.log.warn("skipping creation of invalid channel %s", cname)
-                        continue
-                    channel = topic.get_channel(cname)
-                    if cpaused:
-                        channel.pause()
-        finally:
-            self._loading = False
-
-    def persist_metadata(self):
-        """Rewrite nsqd.dat atomically from the current topics and channels."""
-        if self._loading:
-            return
-        with self._metadata_lock:
-            entries = []
-            for topic in self.topics():
-                if topic.exiting and not self._exiting:
-                    continue  # being deleted
-                channels = [(c.name, c.paused) for c in topic.channels() if not c.exiting or self._exiting]
-                entries.append((topic.name, topic.paused, channels))
-            data = metadata.encode(entries, self.options.version)
-            metadata.write_atomic(os.path.join(self.data_path, metadata.FILE_NAME), data)
-
-    def _lock_data_path(self):
-        path = self.options.data_path or os.getcwd()
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise RuntimeError(
-                    "failed to lock data-path: cannot flock directory %s - %s "
-                    "(possibly in use by another instance of nsqd)" % (path, e.strerror)
-                ) from None
-            raise
-        self._dir_fd = fd
-
-    def _unlock_data_path(self):
-        if self._dir_fd is not None:
-            os.close(self._dir_fd)  # closing releases the flock
-            self._dir_fd = None
-
-    # -- connections and clients -------------------------------------------
-
-    def add_client(self, sock, address):
-        with self._lock:
-            self._next_client_id += 1
-            client = Client(self._next_client_id, sock, address, self)
-            self._clients[client.id] = client
-        return client
-
-    def remove_client(self, client):
-        """Forget a disconnected client; unsubscribe it, deleting an emptied ephemeral channel."""
-        with self._lock:
-            self._clients.pop(client.id, None)
-        channel = client.channel
-        if channel is None:
-            return
-        if channel.remove_client(client):
-            topic = self.get_existing_topic(channel.topic_name)
-            if topic is not None and topic.delete_channel(channel.name):
-                self.delete_topic(topic.name)
-
-    def clients(self):
-        with self._lock:
-            return list(self._clients.values())
-
-    def subscribe(self, client, topic_name, channel_name):
-        """SUB's get-or-create + add, with nsqd's single retry on an exiting ephemeral target."""
-        for attempt in (1, 2):
-            topic = self.get_topic(topic_name)
-            channel = topic.get_channel(channel_name)
-            channel.add_client(client)
-            if not ((channel.ephemeral and channel.exiting) or (topic.ephemeral and topic.exiting)):
-                return channel
-            channel.remove_client(client)
-            if attempt == 1:
-                time.sleep(0.1)
-        raise ChannelError("to deleted topic/channel")
-
-    # -- topics ------------------------------------------------------------
-
-    def get_topic(self, name):
-        """Get or create a topic (an exiting topic is returned while its deletion runs)."""
-        with self._lock:
-            topic = self._topics.get(name)
-            if topic is None:
-                if self._exiting:
-                    raise TopicError("exiting")
-                start = self._topics_started
-                topic = Topic(name, self, held=start)  # held until its channels are pre-created
-                self._topics[name] = topic
-                self.log.info("TOPIC(%s): created", name)
-                self.lookupd_notify(encode_register(name))  # queued under the lock: before its channels
-                created = True
-            else:
-                created = start = False
-        if start:
-            self._start_topic(topic)
-        if created and not topic.ephemeral:
-            self.persist_metadata()
-        return topic
-
-    def get_existing_topic(self, name):
-        with self._lock:
-            return self._topics.get(name)
-
-    def topics(self):
-        with self._lock:
-            return list(self._topics.values())
-
-    def delete_topic(self, name):
-        topic = self.get_existing_topic(name)
-        if topic is None:
-            return False
-        self.lookupd_notify(encode_unregister(name))  # before its channels' UNREGISTERs, as Go
-        topic.close(delete=True)
-        with self._lock:
-            if self._topics.get(name) is topic:
-                del self._topics[name]
-            self._forget_unqueried_locked(topic)
-        self.log.info("TOPIC(%s): deleted", name)
-        if not topic.ephemeral:
-            self.persist_metadata()
-        return True
 
     # -- runtime configuration (/config) ---------------------------------------
-
-    def set_log_level(self, level):
-        self.options.log_level = level
-        self.log.set_level(level)
 
     def set_lookupd_addresses(self, addresses):
         """``PUT /config/nsqlookupd_tcp_addresses``: dropped peers are stopped and joined, new ones started."""
@@ -494,16 +267,16 @@ class NSQD:
 
     def lookupd_identity(self):
         """The IDENTIFY body sent to each lookupd."""
-        o = self.options
+        options = self.options
         http = self.http_address
         return {
-            "broadcast_address": o.broadcast_address,
+            "broadcast_address": options.broadcast_address,
             "hostname": socket.gethostname(),
-            "http_port": o.broadcast_http_port or (http[1] if http else 0),
-            "tcp_port": o.broadcast_tcp_port or self.tcp_address[1],
-            "topology_region": o.topology_region,
-            "topology_zone": o.topology_zone,
-            "version": o.version,
+            "http_port": options.broadcast_http_port or (http[1] if http else 0),
+            "tcp_port": options.broadcast_tcp_port or self.tcp_address[1],
+            "topology_region": options.topology_region,
+            "topology_zone": options.topology_zone,
+            "version": options.version,
         }
 
     def lookupd_registrations(self):
@@ -549,16 +322,15 @@ class NSQD:
 
     def _topic_answered(self, topic):
         with self._lock:
-            self._forget_unqueried_locked(topic)
+            entry = self._unqueried_topics.get(topic.name)
+            if entry is not None and entry[0] is topic:
+                del self._unqueried_topics[topic.name]
         topic.start()
-
-    def _forget_unqueried_locked(self, topic):
-        entry = self._unqueried_topics.get(topic.name)
-        if entry is not None and entry[0] is topic:
-            del self._unqueried_topics[topic.name]
 
     def _release_held_topics(self, now):
         """Let topics whose hold deadline passed deliver (they stay queried on each lookupd connect)."""
+        if not self._unqueried_topics:  # (a racy peek: the common case costs no lock)
+            return
         due = []
         with self._lock:
             for name, (topic, deadline) in list(self._unqueried_topics.items()):
@@ -586,9 +358,9 @@ class NSQD:
                 self.log.error("no available nsqlookupd to query for channels to pre-create for topic %s "
                                "(holding its messages until one answers)", topic.name)
             return False
-        o = self.options
+        options = self.options
         channels, errors = query_topic_channels(
-            addresses, topic.name, o.http_client_connect_timeout, o.http_client_request_timeout
+            addresses, topic.name, options.http_client_connect_timeout, options.http_client_request_timeout
         )
         if errors:
             what = "failed to query any nsqlookupd" if len(errors) == len(addresses) else "partial failure"
@@ -609,31 +381,3 @@ class NSQD:
             except TopicError:
                 break  # deleted meanwhile
         return True
-
-    # -- queue scanner -----------------------------------------------------
-
-    def _queue_scan_loop(self):
-        """Every interval, time out in-flight messages and release due deferred ones.
-
-        nsqd samples 20 random channels per tick and repeats at once while more
-        than a quarter of them were dirty.  One thread here scans every channel
-        each tick (cheap: a lock and a look at each index's head), so a due
-        message waits at most one interval whatever the channel count.
-        """
-        interval = self.options.queue_scan_interval
-        while not self._scan_stop.wait(interval):
-            channels = [c for t in self.topics() for c in t.channels()]
-            random.shuffle(channels)
-            now = time.time_ns()
-            for channel in channels:
-                channel.process_in_flight(now)
-                channel.process_deferred(now)
-            # The disk queues' --sync-timeout: fsync whatever changed since the last sync.
-            mono = time.monotonic()
-            if self._unqueried_topics:  # (a racy peek; the release takes the lock)
-                self._release_held_topics(mono)
-            for topic in self.topics():
-                topic.sync_backend(mono)
-            for channel in channels:
-                channel.sync_backend(mono)
-

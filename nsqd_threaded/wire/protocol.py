@@ -11,7 +11,7 @@ Error texts and their fatal/non-fatal classification follow nsqd 1.3 exactly
 import re
 import struct
 
-from .gocompat import go_json, go_json_unmarshal, ms
+from ..internal.gocompat import go_json, go_json_unmarshal, ms
 
 MAGIC_V2 = b"  V2"
 MAX_LINE = 16384  # nsqd reads command lines through a 16 KiB bufio.Reader

@@ -13,15 +13,9 @@ import signal
 
 import click
 
-from ..logger import Logger
-from . import config
-from .options import LOG_LEVELS, UNSUPPORTED, VERSION, OptionError
-
-
-class NotSupported(click.ClickException):
-    """A flag or config key of a feature not built yet: one line, exit 2 like a bad flag."""
-
-    exit_code = 2
+from .internal.logger import Logger
+from .settings import config
+from .settings.options import LOG_LEVELS, UNSUPPORTED, VERSION, OptionError
 
 
 class GoValue(click.ParamType):
@@ -149,13 +143,16 @@ def option(setting):
 def resolve(params, settings, options_class, daemon, log_prefix):
     """Click's parsed parameters -> ``(options, warnings)``: flag > config file > default.
 
-    Raises NotSupported for an unbuilt feature, and exits 1 with the daemon's
+    Exits 2 with one line for an unbuilt feature (a
+    :class:`~nsqd_threaded.settings.config.NotSupportedError`), as for a bad flag, and exits 1 with the daemon's
     FATAL line for an unusable config file or a value ``options_class`` rejects.
     """
     try:
         values, warnings = config.resolve(given_flags(params, settings), params.get("config"), settings)
     except config.NotSupportedError as e:
-        raise NotSupported(str(e)) from None
+        refused = click.ClickException(str(e))  # one line (a UsageError would print the usage too)
+        refused.exit_code = 2
+        raise refused from None
     except config.ConfigError as e:
         fatal(str(e), log_prefix)
     try:

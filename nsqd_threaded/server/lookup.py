@@ -10,10 +10,9 @@ away is dialled again after a short back-off (1 s, doubling, at most the
 ping interval), and each connect IDENTIFYs and REGISTERs everything; Go
 waits for the next PING instead.
 
-The V1 encoders below are pure; sockets are only touched by :class:`LookupPeer`.
+The V1 commands are encoded by :mod:`~nsqd_threaded.wire.protocol_v1`.
 """
 
-import http.client
 import json
 import queue
 import socket
@@ -21,11 +20,12 @@ import threading
 import time
 import urllib.parse
 
-from ..gocompat import go_json, join_host_port, split_host_port
-from ..protocol import decode_size, encode_size
+from ..internal.gocompat import join_host_port, split_host_port
+from ..internal.httpclient import NSQ_V1_ACCEPT, request
+from ..wire.protocol_v1 import (
+    MAGIC_V1, PING, command_text, decode_response_size, encode_identify, parse_peer_info, registrations,
+)
 
-MAGIC_V1 = b"  V1"
-PING = b"PING\n"
 DIAL_TIMEOUT = 1.0  # seconds to connect to a lookupd
 IO_TIMEOUT = 1.0  # read / write deadline of each call on a lookupd connection
 PING_INTERVAL = 15.0  # Go's ticker; Options.lookupd_ping_interval (internal) overrides it for tests
@@ -33,77 +33,6 @@ RECONNECT_DELAY = 1.0  # the first wait before dialling a lookupd again; doubles
 WATCH_INTERVAL = 1.0  # how often an idle connection is checked for a lookupd that closed it
 
 _STOP = object()  # queue sentinel: the peer thread exits
-
-
-# -- V1 commands (pure) ---------------------------------------------------------------
-
-
-def encode_identify(doc):
-    """``IDENTIFY\\n`` + size + body: a Go map marshalled, so keys sorted and compact."""
-    body = go_json({k: doc[k] for k in sorted(doc)}).encode("utf-8")
-    return b"IDENTIFY\n" + encode_size(len(body)) + body
-
-
-def encode_register(topic, channel=""):
-    """``REGISTER t`` (a topic without channels) or ``REGISTER t c``."""
-    return _topic_command(b"REGISTER", topic, channel)
-
-
-def encode_unregister(topic, channel=""):
-    return _topic_command(b"UNREGISTER", topic, channel)
-
-
-def _topic_command(name, topic, channel):
-    params = name + b" " + topic.encode("utf-8")
-    if channel:
-        params += b" " + channel.encode("utf-8")
-    return params + b"\n"
-
-
-def command_text(cmd):
-    """A command as Go's logs show it: its line without the newline or body."""
-    return cmd.split(b"\n", 1)[0].decode("utf-8", "replace")
-
-
-def decode_response_size(raw4, limit):
-    """Size of a V1 response from its 4-byte header; ValueError when it is over ``limit`` (or negative)."""
-    size = decode_size(raw4)
-    if size > limit or size < 0:
-        raise ValueError("response body size (%d) is greater than limit (%d)" % (size, limit))
-    return size
-
-
-def registrations(topics):
-    """The commands that register ``topics`` (``[(topic, [channel, ...])]``) on a fresh connection."""
-    cmds = []
-    for topic, channels in topics:
-        if not channels:
-            cmds.append(encode_register(topic))
-        else:
-            cmds.extend(encode_register(topic, c) for c in channels)
-    return cmds
-
-
-def parse_peer_info(data):
-    """The IDENTIFY reply's fields nsqd keeps; ValueError when it is not a JSON object."""
-    doc = json.loads(data.decode("utf-8"))
-    if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
-
-    def port(key):
-        v = doc.get(key, 0)
-        return v if isinstance(v, int) and not isinstance(v, bool) else 0
-
-    def text(key):
-        v = doc.get(key, "")
-        return v if isinstance(v, str) else ""
-
-    return {
-        "tcp_port": port("tcp_port"),
-        "http_port": port("http_port"),
-        "version": text("version"),
-        "broadcast_address": text("broadcast_address"),
-    }
 
 
 # -- one lookupd ----------------------------------------------------------------------
@@ -463,22 +392,15 @@ def _get_channels(address, topic, connect_timeout, request_timeout):
     host, port = split_host_port(address)
     # A zero timeout means none, as for Go's http.Client.
     deadline = time.monotonic() + request_timeout if request_timeout else None
-    conn = http.client.HTTPConnection(host, port, timeout=connect_timeout or None)
-    try:
-        conn.connect()
-        conn.sock.settimeout(max(0.001, deadline - time.monotonic()) if deadline else None)
-        url = "/channels?topic=" + urllib.parse.quote_plus(topic)
-        conn.request("GET", url, headers={"Accept": "application/vnd.nsq; version=1.0"})
-        resp = conn.getresponse()
-        body = resp.read()
-        if resp.status != 200:
-            raise ValueError("got response %d %s querying http://%s%s" % (resp.status, resp.reason, address, url))
-        doc = json.loads(body.decode("utf-8"))
-        channels = doc.get("channels") if isinstance(doc, dict) else None
-        if channels is None:  # a lookupd answering without the V1 Accept header: {"data": {...}}
-            channels = ((doc.get("data") or {}) if isinstance(doc, dict) else {}).get("channels")
-        if not isinstance(channels, list):
-            raise ValueError("bad /channels response from %s" % address)
-        return [c for c in channels if isinstance(c, str)]
-    finally:
-        conn.close()
+    url = "/channels?topic=" + urllib.parse.quote_plus(topic)
+    status, reason, body = request("GET", host, port, url, headers={"Accept": NSQ_V1_ACCEPT},
+                                   connect_timeout=connect_timeout or None, deadline=deadline)
+    if status != 200:
+        raise ValueError("got response %d %s querying http://%s%s" % (status, reason, address, url))
+    doc = json.loads(body.decode("utf-8"))
+    channels = doc.get("channels") if isinstance(doc, dict) else None
+    if channels is None:  # a lookupd answering without the V1 Accept header: {"data": {...}}
+        channels = ((doc.get("data") or {}) if isinstance(doc, dict) else {}).get("channels")
+    if not isinstance(channels, list):
+        raise ValueError("bad /channels response from %s" % address)
+    return [c for c in channels if isinstance(c, str)]

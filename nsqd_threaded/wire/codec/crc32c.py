@@ -1,11 +1,11 @@
 """CRC-32C (Castagnoli), as the snappy framing format checksums each chunk.
 
-Pure Python; the classic byte-at-a-time table loop runs at ~5 MB/s on
-CPython, so two faster methods:
+Pure Python; the classic byte-at-a-time table loop is slow on CPython (one
+interpreted step per byte), so two faster methods:
 
 - Short inputs, by words: the data is read as little-endian 64-bit words
   (one memoryview cast) and each word is folded in with four lookups in
-  16-bit tables (slicing-by-8 with the byte tables merged pairwise), ~30 MB/s.
+  16-bit tables (slicing-by-8 with the byte tables merged pairwise).
 - Longer inputs, by columns: CRC is linear, so the data is cut into blocks
   of ``L`` bytes and each block's own contribution (its CRC from a zero
   register) is the XOR of one table entry per byte, the table depending
@@ -15,8 +15,9 @@ CPython, so two faster methods:
   integer, and those of all columns are XORed: all in C, 8 Python
   operations per column whatever the length.  Then one short loop chains
   the blocks (the register advanced over ``L`` bytes, two lookups in
-  16-bit tables, XOR the block's contribution).  ~150 MB/s
-  on CPython for 64 KiB, ~130 on PyPy (whose JIT runs the word loop at ~85).
+  16-bit tables, XOR the block's contribution).
+
+docs/performance.md has the rates of the three methods.
 
 Tables are built on first use (a few tens of ms), not at import.
 """

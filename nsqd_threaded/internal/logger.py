@@ -8,7 +8,8 @@ import sys
 import threading
 import time
 
-from .settings.options import LOG_LEVELS
+# --log-level's names and their severities (nsqd's lg.LogLevel).
+LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
 
 _NAMES = {1: "DEBUG", 2: "INFO", 3: "WARNING", 4: "ERROR", 5: "FATAL"}
 

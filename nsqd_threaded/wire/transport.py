@@ -6,7 +6,7 @@ each layer is an object that turns bytes into bytes, and a
 :class:`Transport` chains them in Go's order:
 
 * inbound (connection thread): socket bytes -> TLS -> decompressor -> the
-  command reader (:class:`~nsqd_threaded.server.protocol_v2.Reader`);
+  command reader (:class:`~nsqd_threaded.server.connection.Reader`);
 * outbound (under the client's write lock): a flush of the output buffer ->
   compressor -> TLS -> one ``sendall``.
 

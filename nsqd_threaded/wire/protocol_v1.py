@@ -7,14 +7,17 @@ data`` with no frame type; an error is sent the same way as
 ``<CODE> <description>`` and then the connection is closed (every V1 error
 is fatal).
 
-The connection loop in :mod:`.tcp` reads bytes and calls these functions;
+nsqlookupd's connection loop (:mod:`nsqd_threaded.lookupd.tcp`) reads bytes and calls these functions;
 they return responses or raise :class:`V1Error`.
 """
 
-from ..gocompat import go_json, go_json_unmarshal
-from ..protocol import encode_size, is_valid_name  # V1 sizes are V2's: int32 big-endian
+import json
+
+from ..internal.gocompat import go_json, go_json_unmarshal
+from .protocol import decode_size, encode_size, is_valid_name  # V1 sizes are V2's: int32 big-endian
 
 MAGIC_V1 = b"  V1"
+PING = b"PING\n"
 
 # A command line longer than this (without its newline) closes the connection.
 # nsqlookupd has no limit (its reader grows without bound); nsqd's longest
@@ -100,7 +103,7 @@ PEER_FIELDS = {
 def decode_peer_info(body):
     """An IDENTIFY body -> the PeerInfo fields it sets (a dict), as Go's json.Unmarshal would.
 
-    Go's decoding rules are :func:`~nsqd_threaded.gocompat.go_json_unmarshal`'s
+    Go's decoding rules are :func:`~nsqd_threaded.internal.gocompat.go_json_unmarshal`'s
     (a float or an out-of-range integer for a port fails the whole decode);
     then the required fields are checked.  Raises V1Error(E_BAD_BODY).
     """
@@ -125,3 +128,74 @@ def identify_response(broadcast_address, hostname, tcp_port, http_port, version)
         "version": version,
     }
     return encode_response(go_json(doc).encode("utf-8"))
+
+
+# -- nsqd's side: the commands it sends, the replies it reads -------------------------
+
+
+def encode_identify(doc):
+    """``IDENTIFY\\n`` + size + body: a Go map marshalled, so keys sorted and compact."""
+    body = go_json({k: doc[k] for k in sorted(doc)}).encode("utf-8")
+    return b"IDENTIFY\n" + encode_size(len(body)) + body
+
+
+def encode_register(topic, channel=""):
+    """``REGISTER t`` (a topic without channels) or ``REGISTER t c``."""
+    return _topic_command(b"REGISTER", topic, channel)
+
+
+def encode_unregister(topic, channel=""):
+    return _topic_command(b"UNREGISTER", topic, channel)
+
+
+def _topic_command(name, topic, channel):
+    params = name + b" " + topic.encode("utf-8")
+    if channel:
+        params += b" " + channel.encode("utf-8")
+    return params + b"\n"
+
+
+def command_text(cmd):
+    """A command as Go's logs show it: its line without the newline or body."""
+    return cmd.split(b"\n", 1)[0].decode("utf-8", "replace")
+
+
+def decode_response_size(raw4, limit):
+    """Size of a V1 response from its 4-byte header; ValueError when it is over ``limit`` (or negative)."""
+    size = decode_size(raw4)
+    if size > limit or size < 0:
+        raise ValueError("response body size (%d) is greater than limit (%d)" % (size, limit))
+    return size
+
+
+def registrations(topics):
+    """The commands that register ``topics`` (``[(topic, [channel, ...])]``) on a fresh connection."""
+    cmds = []
+    for topic, channels in topics:
+        if not channels:
+            cmds.append(encode_register(topic))
+        else:
+            cmds.extend(encode_register(topic, c) for c in channels)
+    return cmds
+
+
+def parse_peer_info(data):
+    """The IDENTIFY reply's fields nsqd keeps; ValueError when it is not a JSON object."""
+    doc = json.loads(data.decode("utf-8"))
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+
+    def port(key):
+        v = doc.get(key, 0)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+    def text(key):
+        v = doc.get(key, "")
+        return v if isinstance(v, str) else ""
+
+    return {
+        "tcp_port": port("tcp_port"),
+        "http_port": port("http_port"),
+        "version": text("version"),
+        "broadcast_address": text("broadcast_address"),
+    }
