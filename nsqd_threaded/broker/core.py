@@ -232,8 +232,7 @@ class BrokerCore:
             else:
                 created = start = False
         if start:
-            self._precreate_channels(topic)
-            topic.start()
+            self._start_topic(topic)
         if created and not topic.ephemeral:
             self.persist_metadata()
         return topic
@@ -271,8 +270,12 @@ class BrokerCore:
     def lookupd_notify(self, cmd):
         """An encoded REGISTER/UNREGISTER for the cluster; a broker without lookupd peers drops it."""
 
-    def _precreate_channels(self, topic):
-        """Create the channels the cluster knows for a new topic (none without lookupd peers)."""
+    def _start_topic(self, topic):
+        """Let a new topic deliver; the daemon first creates the channels the cluster has for it."""
+        topic.start()
+
+    def _release_held_topics(self, now):
+        """Each queue scan: the daemon lets topics whose wait for the cluster's channels ended deliver."""
 
     # -- queue scanner -----------------------------------------------------
 
@@ -294,6 +297,7 @@ class BrokerCore:
                 channel.process_deferred(now)
             # The disk queues' --sync-timeout: fsync whatever changed since the last sync.
             mono = time.monotonic()
+            self._release_held_topics(mono)
             for topic in self.topics():
                 topic.sync_backend(mono)
             for channel in channels:

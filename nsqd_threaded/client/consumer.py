@@ -88,7 +88,7 @@ class Consumer:
       (unless the handler answered itself or called ``message.enable_async()``).
     * Without, iterate (``for message in consumer``) or call :meth:`get`; answer each
       message with ``fin()``/``req()``.
-    * ``max_in_flight`` is split over the connections (each gets at least 1) and capped
+    * ``max_in_flight`` (at least 1) is split over the connections (each gets at least 1) and capped
       at the ``max_rdy_count`` nsqd announces; it is sent as ``RDY`` right after ``SUB``.
       With several connections it is re-split every ``rdy_redistribute_interval``
       seconds: a connection that received nothing for ``low_rdy_idle_timeout`` seconds
@@ -151,8 +151,9 @@ class Consumer:
         self.topic = topic
         self.channel = channel
         self._sub = b"SUB %s %s\n" % (encode_name(topic, "topic"), encode_name(channel, "channel"))
-        if max_in_flight < 0:
-            raise ValueError("max_in_flight must be >= 0")
+        if max_in_flight < 1:  # 0 would subscribe and never ask for a message
+            raise ValueError("max_in_flight must be >= 1 (it is %r): with 0 no message would ever arrive"
+                             % (max_in_flight,))
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.handler = handler
@@ -239,9 +240,7 @@ class Consumer:
         return self
 
     def _share(self, i, n):
-        """The ``i``-th of ``n`` connections' part of max_in_flight (at least 1, unless it is 0)."""
-        if self.max_in_flight == 0:
-            return 0
+        """The ``i``-th of ``n`` connections' part of max_in_flight (at least 1)."""
         n = max(n, 1)
         return max(1, self.max_in_flight // n + (1 if i < self.max_in_flight % n else 0))
 
@@ -573,9 +572,7 @@ class Consumer:
                 idle.append(conn)
             else:
                 busy.append(conn)
-        if self.max_in_flight == 0:
-            targets = [(c, 0) for c in conns]
-        elif not idle or not busy:
+        if not idle or not busy:
             targets = [(c, self._share(i, len(conns))) for i, c in enumerate(conns)]
         else:
             budget = max(self.max_in_flight - len(idle), len(busy))

@@ -578,6 +578,11 @@ class _HTTPHandler(http.server.BaseHTTPRequestHandler):
         # httprouter routes on the decoded path (req.URL.Path).
         request = _Request(self.command, urllib.parse.unquote(path), query, body)
         response = self.server.api.dispatch(request)
+        if response.status >= 400:  # what was refused, and why, for --log-level=debug
+            self.server.log.debug(
+                "HTTP: %s %s (%s:%s) answered %d %s", self.command, self.path, *self.client_address[:2],
+                response.status, response.body[:200].decode("utf-8", "replace"),
+            )
         if framing.close or not body.discard():
             self.close_connection = True
         self._write(response)

@@ -5,8 +5,10 @@ dead or slow one delays the others.  Here each configured lookupd gets its
 own thread (``nsqd-lookup[host:port]``) and its own ``queue.Queue`` of V1
 commands: creating or deleting a topic or channel only puts one encoded
 command on each peer's queue (never blocks), and each peer sends them in
-order, pings every 15 s, and reconnects lazily (the next command or PING
-dials, IDENTIFYs and re-REGISTERs everything) after its lookupd went away.
+order and pings every 15 s.  A lookupd that refuses the connection or goes
+away is dialled again after a short back-off (1 s, doubling, at most the
+ping interval), and each connect IDENTIFYs and REGISTERs everything; Go
+waits for the next PING instead.
 
 The V1 commands are encoded by :mod:`~nsqd_threaded.wire.protocol_v1`.
 """
@@ -33,6 +35,8 @@ from ..wire.protocol_v1 import (
 DIAL_TIMEOUT = 1.0  # seconds to connect to a lookupd
 IO_TIMEOUT = 1.0  # read / write deadline of each call on a lookupd connection
 PING_INTERVAL = 15.0  # Go's ticker; Options.lookupd_ping_interval (internal) overrides it for tests
+RECONNECT_DELAY = 1.0  # the first wait before dialling a lookupd again; doubles up to the ping interval
+WATCH_INTERVAL = 1.0  # how often an idle connection is checked for a lookupd that closed it
 
 _STOP = object()  # queue sentinel: the peer thread exits
 
@@ -98,45 +102,92 @@ class LookupPeer:
     # -- the peer thread ---------------------------------------------------------------
 
     def _run(self):
+        """Connect, then send queued commands and a PING every interval, until stopped.
+
+        While disconnected (refused, or the lookupd went away), the thread dials
+        again after a short back-off (RECONNECT_DELAY, doubling, capped at the
+        ping interval) instead of waiting for the next PING as Go does; queued
+        commands are dropped meanwhile (the connect registers the state of that
+        moment).  A connected but idle socket is checked every WATCH_INTERVAL for
+        a lookupd that closed it, so a restarted lookupd is re-registered within
+        seconds.
+        """
         self._log.info("LOOKUP(%s): adding peer", self.address)
         next_ping = time.monotonic() + self._ping_interval
-        self._command(None)  # connect at once
+        delay = min(RECONNECT_DELAY, self._ping_interval)
+        next_dial = time.monotonic()
         while not self._stopping.is_set():
+            now = time.monotonic()
+            if self._sock is None and now >= next_dial:
+                if self._connect():
+                    delay = min(RECONNECT_DELAY, self._ping_interval)
+                    next_ping = time.monotonic() + self._ping_interval
+                    self._nsqd.lookupd_connected()
+                else:
+                    self._drop_pending()
+                    next_dial = time.monotonic() + delay
+                    delay = min(delay * 2, self._ping_interval)
+                continue
+            if self._sock is None:
+                wake = next_dial
+            else:
+                wake = min(next_ping, now + WATCH_INTERVAL)
             try:
-                cmd = self._queue.get(timeout=max(0.0, next_ping - time.monotonic()))
+                cmd = self._queue.get(timeout=max(0.0, wake - now))
             except queue.Empty:
+                if self._sock is None:
+                    continue  # time to dial again
                 now = time.monotonic()
+                if now < next_ping:
+                    if self._peer_closed():
+                        self._log.error("LOOKUPD(%s): connection closed by the lookupd", self.address)
+                        self._close()
+                        next_dial = now  # at once, then with the back-off
+                    continue
                 while next_ping <= now:  # a ticker: missed ticks are dropped, never bunched
                     next_ping += self._ping_interval
                 self._log.debug("LOOKUPD(%s): sending heartbeat", self.address)
                 cmd = PING
             if cmd is _STOP:
                 break
+            if self._sock is None:
+                continue  # moot: the next connect registers everything
             if cmd is not PING:  # a notification, logged as Go does: "topic REGISTER t", "channel ..."
                 branch = "channel" if cmd.count(b" ") == 2 else "topic"
                 self._log.info("LOOKUPD(%s): %s %s", self.address, branch, command_text(cmd))
             self._command(cmd)
+            if self._sock is None:
+                next_dial = time.monotonic()
         self._close()
 
     def _command(self, cmd):
-        """Send ``cmd`` (None: just connect) and read its response, connecting first if needed.
+        """Send ``cmd`` on the connection and read its response.
 
         As Go's lookupPeer.Command: a failure closes the connection and is
-        logged; the command is not retried (the next one reconnects, and a
-        reconnect re-registers everything).
+        logged; the command is not retried (the reconnect re-registers everything).
         """
-        if self._sock is None:
-            if not self._connect():
-                self._drop_pending()
-                return None
-        if cmd is None:
-            return None
         try:
             return self._roundtrip(cmd)
         except (OSError, ValueError) as e:
             self._log.error("LOOKUPD(%s): %s - %s", self.address, command_text(cmd), _error_text(e))
             self._close()
             return None
+
+    def _peer_closed(self):
+        """Whether the idle connection was closed by the lookupd (a V1 lookupd never
+        speaks unasked: anything readable means the connection is over)."""
+        sock = self._sock
+        try:
+            sock.settimeout(0.0)
+            try:
+                sock.recv(1, socket.MSG_PEEK)  # b"" (closed) or bytes nobody asked for
+                return True
+            finally:
+                sock.settimeout(IO_TIMEOUT)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
 
     def _connect(self):
         """Dial, send the magic, IDENTIFY, then REGISTER every topic and channel; False on failure."""
@@ -201,8 +252,7 @@ class LookupPeer:
 
     def _drop_pending(self):
         """After a failed connect, queued (UN)REGISTERs are moot: the next connect registers
-        the state of that moment.  Dropping them keeps a dead lookupd from costing one
-        dial timeout per queued notification."""
+        the state of that moment."""
         while True:
             try:
                 cmd = self._queue.get_nowait()

@@ -26,8 +26,10 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
 """
 
 import gc
+import math
 import socket
 import threading
+import time
 
 from ..broker.core import BrokerCore
 from ..broker.topic import TopicError
@@ -68,6 +70,12 @@ class NSQD(BrokerCore):
         self._threads = []  # the accept loops and the queue scanner, joined by stop()
         self._stopped = threading.Event()
         self._lookup = LookupPeers(self)  # the lookupd peer threads (started by start())
+        # Topics created while lookupds are configured but none has answered the channel query
+        # yet: name -> (Topic, monotonic deadline of its hold, math.inf once released).  Guarded
+        # by the core's _lock.  Each is held (delivers nothing, its backlog keeps every message)
+        # until a lookupd answers or the deadline passes, and is queried again on each lookupd
+        # connect until one answers.
+        self._unqueried_topics = {}
         self._statsd = None  # the StatsdLoop when --statsd-address is set (started by start())
 
     # -- lifecycle ---------------------------------------------------------
@@ -245,6 +253,11 @@ class NSQD(BrokerCore):
         self.options.nsqlookupd_tcp_addresses = list(addresses)
         if self._started:
             self._lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
+        if not addresses:  # no lookupd will ever answer: deliver now
+            with self._lock:
+                held, self._unqueried_topics = self._unqueried_topics, {}
+            for topic, _ in held.values():
+                topic.start()
 
     # -- cluster (nsqlookupd) ------------------------------------------------------
 
@@ -279,16 +292,72 @@ class NSQD(BrokerCore):
         """``host:port`` of the lookupds that completed an IDENTIFY (their HTTP APIs)."""
         return self._lookup.http_addresses()
 
-    def _precreate_channels(self, topic):
-        """Create the channels the cluster knows for a new topic before it starts delivering.
+    def lookupd_connected(self):
+        """A lookupd peer (re)connected: pre-create the channels of the topics no lookupd
+        answered for yet, and let those still held deliver (called by the peer's thread)."""
+        with self._lock:
+            topics = [t for t, _ in self._unqueried_topics.values()]
+        for topic in topics:
+            if self._precreate_channels(topic):
+                self._topic_answered(topic)
 
-        As Go nsqd: blocks the creating request for the lookupd queries.
+    def _start_topic(self, topic):
+        """Start a new topic once the cluster's channels for it exist.
+
+        Without lookupds it starts at once.  With lookupds, it is queried (as Go
+        nsqd, blocking the creating request); when no lookupd answers, the topic
+        stays held (its backlog keeps every message) until one does
+        (:meth:`lookupd_connected`) or the hold deadline passes (the queue scan
+        releases it), so the cluster's channels get the messages published
+        meanwhile even when the broker started before its lookupd.
+        """
+        if not self.options.nsqlookupd_tcp_addresses:
+            topic.start()
+            return
+        deadline = time.monotonic() + self.options.lookupd_channel_query_hold
+        with self._lock:
+            self._unqueried_topics[topic.name] = (topic, deadline)
+        if self._precreate_channels(topic):
+            self._topic_answered(topic)
+
+    def _topic_answered(self, topic):
+        with self._lock:
+            entry = self._unqueried_topics.get(topic.name)
+            if entry is not None and entry[0] is topic:
+                del self._unqueried_topics[topic.name]
+        topic.start()
+
+    def _release_held_topics(self, now):
+        """Let topics whose hold deadline passed deliver (they stay queried on each lookupd connect)."""
+        if not self._unqueried_topics:  # (a racy peek: the common case costs no lock)
+            return
+        due = []
+        with self._lock:
+            for name, (topic, deadline) in list(self._unqueried_topics.items()):
+                if topic.exiting:
+                    del self._unqueried_topics[name]
+                elif deadline <= now:
+                    self._unqueried_topics[name] = (topic, math.inf)
+                    due.append(topic)
+        for topic in due:
+            self.log.warn(
+                "TOPIC(%s): no nsqlookupd answered within %gs: delivering to its %d channel(s); "
+                "the cluster's channels are created when one answers",
+                topic.name, self.options.lookupd_channel_query_hold, len(topic.channels()),
+            )
+            topic.start()
+
+    def _precreate_channels(self, topic):
+        """Create the channels the cluster knows for a new topic; True when a lookupd answered.
+
+        As Go nsqd: blocks the caller for the lookupd queries.
         """
         addresses = self._lookup.http_addresses()
         if not addresses:
             if self.options.nsqlookupd_tcp_addresses:
-                self.log.error("no available nsqlookupd to query for channels to pre-create for topic %s", topic.name)
-            return
+                self.log.error("no available nsqlookupd to query for channels to pre-create for topic %s "
+                               "(holding its messages until one answers)", topic.name)
+            return False
         options = self.options
         channels, errors = query_topic_channels(
             addresses, topic.name, options.http_client_connect_timeout, options.http_client_request_timeout
@@ -299,6 +368,8 @@ class NSQD(BrokerCore):
                 "failed to query nsqlookupd for channels to pre-create for topic %s - %s: %s",
                 topic.name, what, "; ".join(errors),
             )
+            if len(errors) == len(addresses):
+                return False
         for name in channels:
             if name.endswith("#ephemeral"):
                 continue  # an ephemeral channel exists only with its consumers
@@ -308,4 +379,5 @@ class NSQD(BrokerCore):
             try:
                 topic.get_channel(name)
             except TopicError:
-                return  # deleted meanwhile
+                break  # deleted meanwhile
+        return True

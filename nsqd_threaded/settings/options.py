@@ -450,6 +450,8 @@ SETTINGS = (
     Setting(None, FLOAT, 0.25, status=INTERNAL, field="queue_scan_dirty_percent"),
     Setting(None, STR, VERSION, status=INTERNAL, field="version"),
     Setting(None, DURATION, 15.0, status=INTERNAL, field="lookupd_ping_interval"),  # Go's 15 s; tests shorten it
+    # ours: how long a topic created while no lookupd answered holds its messages for the cluster's channels
+    Setting(None, DURATION, 5.0, status=INTERNAL, field="lookupd_channel_query_hold"),
 )
 
 del U
@@ -596,6 +598,7 @@ class Options:
     queue_scan_dirty_percent: float = 0.25
     version: str = VERSION
     lookupd_ping_interval: float = 15.0
+    lookupd_channel_query_hold: float = 5.0
 
     def validate(self):
         """Raise OptionError, naming the flag, for an unusable value; returns self."""

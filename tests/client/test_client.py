@@ -490,6 +490,9 @@ def test_consumer_connection_refused_and_bad_arguments():
         Consumer(address, "a b", "c")
     with pytest.raises(ValueError):
         Consumer(address, "t", "c", max_in_flight=-1)
+    # 0 would subscribe and never receive anything: refused with why.
+    with pytest.raises(ValueError, match=r"max_in_flight must be >= 1 \(it is 0\): with 0 no message would ever"):
+        Consumer(address, "t", "c", max_in_flight=0)
     with pytest.raises(ValueError):
         Consumer([], "t", "c")
 

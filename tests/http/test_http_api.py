@@ -1,6 +1,7 @@
 """nsqd's HTTP API: /ping and /info, the router, query parsing, and curl's requests as http-api.md records them."""
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -358,3 +359,29 @@ def test_curl_sequences_from_the_spec(make_nsqd, tmp_path):
     code, body = curl("/stats?topic=curl&include_mem=false")
     assert code == 200
     assert b"\n*P [curl           ] depth: 2     be-depth: 0     msgs: 2        e2e%: \n" in body
+
+
+def test_debug_log_names_every_answered_error(make_nsqd):
+    """--log-level=debug logs each HTTP error the broker answers (method, path, client, status, body);
+    at the default level nothing of it."""
+    quiet = make_nsqd()
+    h = HTTP(quiet)
+    try:
+        assert h.get("/nope").status == 404
+    finally:
+        h.close()
+    assert "answered 404" not in quiet.log.stream.getvalue()
+
+    nsqd = make_nsqd(log_level="debug")
+    h = HTTP(nsqd)
+    try:
+        assert h.get("/nope").status == 404
+        assert h.post("/pub?topic=bad!name", b"x").status == 400
+        assert h.post("/pub?topic=ok", b"x").status == 200
+    finally:
+        h.close()
+    log = nsqd.log.stream.getvalue()
+    assert re.search(r"DEBUG: HTTP: GET /nope \(127\.0\.0\.1:\d+\) answered 404 \{\"message\":\"NOT_FOUND\"\}", log), log
+    assert re.search(r"DEBUG: HTTP: POST /pub\?topic=bad!name \(127\.0\.0\.1:\d+\) answered 400 "
+                     r"\{\"message\":\"INVALID_TOPIC\"\}", log), log
+    assert "/pub?topic=ok (" not in log

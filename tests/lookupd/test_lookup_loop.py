@@ -347,7 +347,8 @@ def test_ping_reconnect_and_reregister(make_nsqd, fakes):
     wait_until(lambda: fake.commands(0).count("PING") >= 2, what="PINGs")
     assert fake.commands(0)[:4] == ["IDENTIFY", "REGISTER t c", "REGISTER u", "PING"]
 
-    # The lookupd goes away: a later PING fails, the next one reconnects and registers everything.
+    # The lookupd goes away: the peer notices (a PING fails, or the idle check sees the close) and
+    # dials again, registering everything.
     fake.drop_connections()
     wait_until(lambda: fake.count() >= 2 and len(fake.commands(1)) >= 4, what="reconnect")
     assert fake.commands(1)[:4] == ["IDENTIFY", "REGISTER t c", "REGISTER u", "PING"]

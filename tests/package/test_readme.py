@@ -56,3 +56,31 @@ def test_scripts_are_executable_in_git():
         with open(os.path.join(REPO_ROOT, path), "rb") as f:
             if f.read(2) == b"#!":
                 assert mode == "100755", "%s has a #! line but is committed as %s" % (path, mode)
+
+
+@pytest.mark.timeout(120)
+def test_the_readme_first_message_works_as_written(tmp_path):
+    """The "A first message" commands, run by bash against a broker on kernel-chosen ports (the
+    block's 4150/4151 replaced by them, `scripts/run &` by that broker, `.venv/bin/python` by this
+    interpreter): the ping answers OK, the publish OK, and the one-liner prints the message."""
+    import shutil
+    import sys
+
+    from nsqd_threaded.testing import Broker
+
+    if not shutil.which("curl"):
+        pytest.skip("needs curl")
+    block = _readme().split("## A first message", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    assert lines[0].startswith("scripts/run &") and lines[-1].startswith("kill %1"), lines
+    assert ". .venv/bin/activate" in _readme().split("## A first message", 1)[1].split("## ", 1)[0]
+    with Broker() as broker:
+        script = "\n".join(lines[1:-1])
+        script = script.replace("127.0.0.1:4150", "127.0.0.1:%d" % broker.tcp_address[1])
+        script = script.replace("127.0.0.1:4151", "127.0.0.1:%d" % broker.http_address[1])
+        script = script.replace(".venv/bin/python ", sys.executable + " ")
+        assert "4150" not in script and "4151" not in script
+        result = subprocess.run(["bash", "-euc", script], cwd=str(tmp_path), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, universal_newlines=True, timeout=100)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "OK\nOK\nhello\n"

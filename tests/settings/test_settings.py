@@ -83,7 +83,7 @@ def test_options_fields_are_the_settings_with_a_field():
 def test_derived_sets():
     assert options.INTERNAL_OPTIONS == {
         "client_timeout", "queue_scan_interval", "queue_scan_refresh_interval", "queue_scan_dirty_percent", "version",
-        "lookupd_ping_interval"}
+        "lookupd_ping_interval", "lookupd_channel_query_hold"}
     assert {"msg_timeout", "sync_timeout", "statsd_interval", "http_read_timeout"} <= options.DURATION_OPTIONS
     assert not options.DURATION_OPTIONS & options.INTERNAL_OPTIONS
     assert "max_rdy_count" not in options.DURATION_OPTIONS
