@@ -334,11 +334,14 @@ class ClientConnection(Client):
         parts = []
         pending = 0
         limit = self.output_buffer_size
-        encode = protocol.message_frame_parts
+        header = protocol.message_frame_header  # (protocol.message_frame_parts, inlined)
+        overhead = protocol.MESSAGE_FRAME_OVERHEAD
+        message = protocol.FRAME_TYPE_MESSAGE
         for msg in msgs:
-            header, msg_id, body = encode(msg.timestamp, msg.attempts, msg.id, msg.body)
-            parts += (header, msg_id, body)
-            pending += 30 + len(body)
+            body = msg.body
+            size = overhead + len(body)
+            parts += (header(size, message, msg.timestamp, msg.attempts), msg.id, body)
+            pending += size
             if pending >= limit:
                 if not self.send(b"".join(parts)):
                     return False

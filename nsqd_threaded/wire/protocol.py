@@ -70,6 +70,13 @@ HEARTBEAT_FRAME = response_frame(b"_heartbeat_")
 BAD_PROTOCOL_FRAME = frame(FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL")
 
 
+#: ``pack(size, FRAME_TYPE_MESSAGE, timestamp, attempts)``: a message frame's first 18 bytes
+#: (``size`` is ``MESSAGE_FRAME_OVERHEAD + len(body)``), for loops that inline
+#: :func:`message_frame_parts`.
+message_frame_header = _MSG_FRAME_HEADER.pack
+MESSAGE_FRAME_OVERHEAD = MSG_HEADER_LENGTH + 4
+
+
 def message_frame_parts(timestamp, attempts, msg_id, body):
     """The three byte strings of a message frame (header, id, body).
 
