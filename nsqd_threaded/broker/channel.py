@@ -109,7 +109,7 @@ class Channel(BackedQueue):
 
     # -- putting messages in --------------------------------------------
 
-    def put_messages(self, msgs, strict=False):
+    def put_messages(self, msgs, strict=False, deferred=True):
         """Topic fan-out: queue immediate messages, index deferred ones.
 
         If the backend cannot take the overflow, ``strict`` (a publisher still
@@ -117,6 +117,7 @@ class Channel(BackedQueue):
         acknowledged) they stay in memory beyond --mem-queue-size rather than be
         lost.  In durable mode every message is written to the disk queue and
         the returned token is what the caller waits on before acknowledging.
+        ``deferred=False``: the caller knows none is deferred (no scan for them).
         """
         now = time.time_ns()
         token = None
@@ -129,6 +130,12 @@ class Channel(BackedQueue):
                 token = self._backend.sync_point()
                 self.message_count += len(msgs)
                 waiters = self._take_waiters_locked()
+            elif not deferred:
+                immediate = msgs
+                if msgs:
+                    self._put_immediate_locked(msgs, strict)
+                self.message_count += len(msgs)
+                waiters = self._take_waiters_locked() if msgs else ()
             else:
                 immediate = []
                 for msg in msgs:
@@ -139,19 +146,22 @@ class Channel(BackedQueue):
                     else:
                         immediate.append(msg)
                 if immediate:
-                    try:
-                        self._put_locked(immediate)
-                    except BackendError as e:
-                        if strict:
-                            raise
-                        self._nsqd.log.error("%r: backend write failed, keeping %d messages in memory - %s",
-                                             self, len(immediate), e)
-                        self._memory.extend(immediate)
+                    self._put_immediate_locked(immediate, strict)
                 self.message_count += len(msgs)
                 waiters = self._take_waiters_locked() if immediate else ()
         for client in waiters:
             client.wake()
         return token
+
+    def _put_immediate_locked(self, msgs, strict):
+        try:
+            self._put_locked(msgs)
+        except BackendError as e:
+            if strict:
+                raise
+            self._nsqd.log.error("%r: backend write failed, keeping %d messages in memory - %s",
+                                 self, len(msgs), e)
+            self._memory.extend(msgs)
 
     def wait_synced(self, token):
         """Durable mode: block (without the channel lock) until the token's writes are fsynced."""

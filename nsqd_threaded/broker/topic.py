@@ -111,10 +111,13 @@ class Topic(BackedQueue):
                 self.message_count += len(bodies)
                 self.message_bytes += sum(map(len, bodies))
                 return
-        self.put_messages([Message(i, b, now, 0, defer_ns) for i, b in zip(new_ids(len(bodies)), bodies)])
+        self.put_messages([Message(i, b, now, 0, defer_ns) for i, b in zip(new_ids(len(bodies)), bodies)],
+                          deferred=bool(defer_ns))
 
-    def put_messages(self, msgs):
+    def put_messages(self, msgs, deferred=True):
         """Publish; raises TopicError.  Counted only once accepted.
+
+        ``deferred=False``: the caller knows none is deferred (channels skip their scan).
 
         Durable mode: written to the topic's disk queue and acknowledged only
         after an fsync that concurrent publishers share (group commit).
@@ -132,7 +135,7 @@ class Topic(BackedQueue):
                     and not self._memory
                     and not self._backend.depth()
                 ):
-                    self._fan_out_locked(msgs, strict=True)
+                    self._fan_out_locked(msgs, strict=True, deferred=deferred)
                 else:
                     self._put_locked(msgs)
                     token = self._backend.sync_point()
@@ -148,7 +151,7 @@ class Topic(BackedQueue):
             except BackendError as e:
                 raise TopicError(str(e)) from None
 
-    def _fan_out_locked(self, msgs, strict=False):
+    def _fan_out_locked(self, msgs, strict=False, deferred=True):
         """Every channel gets every message: the first the originals, the others copies.
 
         ``strict`` (the publisher is waiting): a channel whose backend fails
@@ -164,7 +167,7 @@ class Topic(BackedQueue):
             batch = msgs if first else [Message(m.id, m.body, m.timestamp, 0, m.deferred_ns) for m in msgs]
             first = False
             try:
-                token = channel.put_messages(batch, strict)
+                token = channel.put_messages(batch, strict, deferred)
             except ChannelError as e:
                 self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(msgs), channel, e)
             except BackendError as e:
