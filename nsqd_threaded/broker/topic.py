@@ -105,11 +105,17 @@ class Topic(BackedQueue):
                 and self._mem_capacity - len(self._memory) >= len(bodies)
             ):
                 pack = RECORD_HEADER.pack
-                self._memory.extend([pack(now, 0, i) + b for i, b in zip(new_ids(len(bodies)), bodies)])
+                if len(bodies) == 1:  # PUB
+                    body = bodies[0]
+                    self._memory.append(pack(now, 0, new_ids(1)[0]) + body)
+                    size = len(body)
+                else:
+                    self._memory.extend([pack(now, 0, i) + b for i, b in zip(new_ids(len(bodies)), bodies)])
+                    size = sum(map(len, bodies))
                 if self._channels and not self.paused:
                     self._backlog_ready.notify()  # only when the pump can make progress
                 self.message_count += len(bodies)
-                self.message_bytes += sum(map(len, bodies))
+                self.message_bytes += size
                 return
         self.put_messages([Message(i, b, now, 0, defer_ns) for i, b in zip(new_ids(len(bodies)), bodies)],
                           deferred=bool(defer_ns))
