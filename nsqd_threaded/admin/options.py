@@ -2,9 +2,9 @@
 and :class:`AdminOptions` built from it, as nsqlookupd's are.
 
 Flag names, defaults and config-file keys are Go nsqadmin 1.3's.  Graphite,
-statsd key formats and the HTTP client's TLS settings are not built: those
-flags are refused unless they ask for nothing (``--graphite-url`` included;
-the UI draws its own short-term charts instead).
+statsd key formats, the HTTP client's TLS settings and the ``/config``
+endpoint are not built: those flags are refused unless they ask for nothing
+(``--graphite-url`` included; the UI draws its own short-term charts instead).
 """
 
 from ..settings.options import (
@@ -52,8 +52,8 @@ SETTINGS = (
     Setting("acl-http-header", STR, "X-Forwarded-User", "HTTP header to check for authenticated admin users"),
     Setting("notification-http-endpoint", STR, "", "HTTP endpoint (fully qualified) to which POST "
             "notifications of admin actions will be sent"),
-    Setting("allow-config-from-cidr", STR, "127.0.0.1/8", "A CIDR from which to allow HTTP requests to the "
-            "/config endpoint"),
+    Setting("allow-config-from-cidr", STR, "", "A CIDR from which to allow HTTP requests to the /config "
+            "endpoint (not built)", U, go_default="127.0.0.1/8"),
     Setting("log-level", LOG_LEVEL, "info", "set log verbosity: debug, info, warn, error, or fatal",
             check=_NSQD["log_level"].check),
     Setting("log-prefix", STR, "[nsqadmin] ", "log message prefix"),
