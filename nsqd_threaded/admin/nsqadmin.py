@@ -33,8 +33,7 @@ class NSQAdmin:
     """
 
     def __init__(self, options=None, logger=None, **overrides):
-        options = dataclasses.replace(options or AdminOptions(lookupd_http_addresses=["127.0.0.1:4161"]),
-                                      **overrides)
+        options = dataclasses.replace(options or AdminOptions(), **overrides)
         options.validate()
         self.options = options
         self.version = VERSION

@@ -251,7 +251,7 @@ class Pages:
                 for t in p["topics"])
             rows.append((
                 '<a href="%s">%s</a>' % (self.url("nodes", node), esc(p["hostname"] or node)),
-                esc(p["broadcast_address"]), num(p["tcp_port"]), num(p["http_port"]),
+                esc(p["broadcast_address"]), esc(p["tcp_port"]), esc(p["http_port"]),
                 esc(p["version"]) + (' <span class="badge">out of date</span>' if p["out_of_date"] else ""),
                 esc(", ".join(p["remote_addresses"])), topics,
                 '<a href="%s">inside</a>' % self.url("nodes", node, "inside"),
