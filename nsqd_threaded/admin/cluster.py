@@ -325,7 +325,8 @@ def _e2e(e2e, topic="", channel="", host=""):
     for p in (e2e or {}).get("percentiles") or ():
         percentiles = percentiles or []
         v = p.get("value", 0)
-        percentiles.append({"quantile": p.get("quantile", 0), "max": v, "min": v, "average": v, "count": count})
+        percentiles.append({"average": v, "count": count, "max": v, "min": v, "quantile": p.get("quantile", 0),
+                            "value": v})
     return {"count": count, "percentiles": percentiles, "topic": topic, "channel": channel, "host": host}
 
 
@@ -338,7 +339,7 @@ def _e2e_add(total, e2e):
             if p["quantile"] == value["quantile"]:
                 break
         else:
-            p = {"quantile": value["quantile"], "max": value["max"], "min": value["min"], "average": 0, "count": 0}
+            p = {"average": 0, "count": 0, "max": value["max"], "min": value["min"], "quantile": value["quantile"]}
             ps.append(p)
         p["max"] = max(p["max"], value["max"])
         p["min"] = min(p["min"], value["min"])
