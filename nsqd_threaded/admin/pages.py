@@ -86,6 +86,7 @@ class Pages:
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             "<title>%(title)s - nsqadmin</title>"
+            "<link rel=\"icon\" href=\"%(base)s/static/favicon.svg\">"
             "<link rel=\"stylesheet\" href=\"%(base)s/static/admin.css\"></head>"
             "<body data-base=\"%(base)s\"%(attrs)s><header><a class=\"brand\" href=\"%(base)s/\">nsqadmin</a>"
             "<nav>%(nav)s</nav><span class=\"sources\">%(kind)s: %(sources)s</span></header>"

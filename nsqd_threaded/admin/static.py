@@ -187,7 +187,7 @@ JS = r"""
       ["channels depth", false, function (d) { return sum(d.channels, function (c) { return c.depth; }); }]
     ],
     channel: [
-      ["delivered", true, function (d) { return d.message_count; }],
+      ["received", true, function (d) { return d.message_count; }],
       ["finish", true, function (d) { return sum(d.clients, function (cl) { return cl.finish_count; }); }],
       ["depth", false, function (d) { return d.depth; }],
       ["in-flight", false, function (d) { return d.in_flight_count; }]
@@ -285,7 +285,7 @@ JS = r"""
             return "<li>" + esc(m.id) + " try " + m.attempts + ' <span class="due">due in ' +
               (m.due_in_ms / 1000).toFixed(1) + "s</span> " + esc(m.body) + "</li>";
           }) + "</div>" +
-          '<div class="stage"><h3>done</h3><div>delivered <b data-field="message_count">' + c.message_count +
+          '<div class="stage"><h3>done</h3><div>received <b data-field="message_count">' + c.message_count +
           "</b></div><div>requeued <b>" + c.requeue_count + "</b></div><div>timed out <b data-field=" +
           '"timeout_count">' + c.timeout_count + "</b></div></div></div>";
         html += '<table class="stats clients"><thead><tr><th>client</th><th>address</th><th>RDY</th>' +
@@ -327,7 +327,13 @@ JS = r"""
 })();
 """.replace("%(poll)d", str(POLL_MS)).replace("%%", "%")
 
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
+    'fill="#18222e"/><path d="M3 12V4l5 8V4M10 4h3v8h-3" stroke="#2d6cdf" stroke-width="1.6" fill="none"/></svg>'
+)
+
 ASSETS = {
+    "favicon.svg": ("image/svg+xml", FAVICON),
     "admin.css": ("text/css; charset=utf-8", CSS),
     "admin.js": ("text/javascript; charset=utf-8", JS),
 }
