@@ -130,6 +130,9 @@ class Chrome:
         except WebDriverError:
             return False
 
+    def set_window_size(self, width, height):
+        self._s("/window/rect", "POST", {"width": width, "height": height})
+
     def screenshot(self, path):
         data = base64.b64decode(self._s("/screenshot"))
         with open(path, "wb") as f:

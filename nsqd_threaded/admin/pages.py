@@ -81,6 +81,7 @@ class Pages:
             items = "".join("<li>%s</li>" % esc(e) for e in answer.errors)
             warning = ('<div class="warning" id="failed-nodes"><strong>Not answering (%d):</strong> %s'
                        '<ul>%s</ul></div>' % (len(answer.failed), esc(", ".join(answer.failed)), items))
+        warning = '<div id="warnings">%s</div>' % warning
         attrs = "".join(' data-%s="%s"' % (k, esc(v)) for k, v in (data or {}).items())
         return (
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -145,8 +146,8 @@ class Pages:
                 num(total["message_count"]), num(len(total["channels"])), num(len(total["nodes"])),
                 "paused" if total["paused"] else "",
             ))
-        body = ("<h1>Topics</h1>" + self.table(
-            ("Topic", "Depth", "In-Flight", "Messages", "Channels", "Nodes", ""), rows, "stats topics"))
+        body = ('<h1>Topics</h1><div id="tables">' + self.table(
+            ("Topic", "Depth", "In-Flight", "Messages", "Channels", "Nodes", ""), rows, "stats topics") + "</div>")
         return self.layout("Topics", "topics", body, answer)
 
     def _topic_row(self, t, label):
@@ -184,7 +185,7 @@ class Pages:
         body = (
             '<h1>Topic <span class="name">%s</span>%s</h1><div class="actions">%s</div>'
             '<div class="charts" id="charts"></div>'
-            "<h2>Nodes</h2>%s<h2>Channels</h2>%s"
+            '<div id="tables"><h2>Nodes</h2>%s<h2>Channels</h2>%s</div>'
         ) % (esc(topic), ' <span class="badge">paused</span>' if t["paused"] else "", actions,
              self.table(("Node", "Depth", "Memory + Disk", "Messages", "Clients", "E2E latency", ""), node_rows),
              self.table(("Channel", "Depth", "Memory + Disk", "In-Flight", "Deferred", "Requeued", "Timed Out",
@@ -229,7 +230,7 @@ class Pages:
         ) for cl in c["clients"]]
         body = (
             '<h1>Topic <a href="%s">%s</a> / Channel <span class="name">%s</span>%s</h1><div class="actions">%s</div>'
-            '<div class="charts" id="charts"></div><h2>Nodes</h2>%s<h2>Clients</h2>%s'
+            '<div class="charts" id="charts"></div><div id="tables"><h2>Nodes</h2>%s<h2>Clients</h2>%s</div>'
         ) % (self.url("topics", topic), esc(topic), esc(channel),
              ' <span class="badge">paused</span>' if c["paused"] else "", actions,
              self.table(("Node", "Depth", "Memory + Disk", "In-Flight", "Deferred", "Requeued", "Timed Out",
@@ -257,9 +258,9 @@ class Pages:
                 esc(", ".join(p["remote_addresses"])), topics,
                 '<a href="%s">inside</a>' % self.url("nodes", node, "inside"),
             ))
-        body = "<h1>Nodes</h1>" + self.table(
+        body = '<h1>Nodes</h1><div id="tables">' + self.table(
             ("Hostname", "Broadcast Address", "TCP Port", "HTTP Port", "Version", "Lookupd Conns.", "Topics", ""),
-            rows, "stats nodes")
+            rows, "stats nodes") + "</div>"
         return self.layout("Nodes", "nodes", body, answer)
 
     def node(self, node):
@@ -280,7 +281,7 @@ class Pages:
                     "paused" if c["paused"] else ""))
         body = (
             '<h1>Node <span class="name">%s</span></h1><p><a class="inside-link" href="%s">Inside this broker '
-            "(live)</a></p><p>Messages: %s &middot; Clients: %s</p>%s"
+            '(live)</a></p><div id="tables"><p>Messages: %s &middot; Clients: %s</p>%s</div>'
         ) % (esc(node), self.url("nodes", node, "inside"), num(doc["total_messages"]), num(doc["total_clients"]),
              self.table(("Topic / Channel", "Depth", "Memory + Disk", "In-Flight", "Deferred", "Requeued",
                          "Timed Out", "Messages", "Clients", ""), rows, "stats node"))

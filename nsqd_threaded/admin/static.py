@@ -9,6 +9,8 @@ page's ``data-kind`` (see :mod:`.pages`):
 * ``topic``, ``channel``, ``counter``: poll the page's API route every
   :data:`POLL_MS` and draw the last minutes of rates and depths as small
   inline SVG charts (the history lives in the page);
+* pages with tables (``#tables``): fetch the page again every
+  :data:`POLL_MS` and swap in its tables and its list of nodes not answering;
 * ``inside``: poll the broker's ``/debug/state`` (through nsqadmin) every
   second and draw it.
 """
@@ -76,7 +78,7 @@ a.tombstoned { text-decoration:line-through; color:var(--muted); }
 .channel-box { border-top:1px dashed var(--line); margin-top:.6em; padding-top:.6em; }
 .channel-box h3.cname { margin:.1em 0 .4em; font-family:ui-monospace, Menlo, Consolas, monospace; font-size:1em; }
 .msgs { font-family:ui-monospace, Menlo, Consolas, monospace; font-size:.8em; margin:.3em 0 0; padding:0;
-        list-style:none; max-height:12em; overflow:auto; }
+        list-style:none; }
 .msgs li { white-space:nowrap; }
 .msgs .due { color:var(--muted); }
 .msgs .late { color:var(--bad); }
@@ -160,19 +162,25 @@ JS = r"""
   };
 
   function drawChart(container, s) {
+    // x is time: the chart spans from its first point (at most 5 minutes ago) to now
     var w = 260, h = 54, pts = s.points;
     var max = 1;
     pts.forEach(function (p) { if (p.v > max) max = p.v; });
-    var coords = pts.map(function (p, i) {
-      var x = pts.length < 2 ? w : (i * w) / (HISTORY - 1) + (w - ((pts.length - 1) * w) / (HISTORY - 1));
+    var t1 = pts.length ? pts[pts.length - 1].t : 0;
+    var t0 = pts.length ? Math.max(pts[0].t, t1 - 300000) : 0;
+    var span = Math.max(t1 - t0, 1);
+    var coords = pts.filter(function (p) { return p.t >= t0; }).map(function (p) {
+      var x = pts.length < 2 ? w : ((p.t - t0) / span) * w;
       return x.toFixed(1) + "," + (h - 2 - (p.v / max) * (h - 4)).toFixed(1);
     }).join(" ");
     var current = pts.length ? pts[pts.length - 1].v : 0;
     var shown = s.rate ? current.toFixed(1) + "/s" : String(Math.round(current));
+    var secs = Math.round(span / 1000);
+    var period = secs >= 60 ? Math.floor(secs / 60) + "m" + (secs %% 60 ? (secs %% 60) + "s" : "") : secs + "s";
     container.innerHTML = '<div class="title"><span>' + s.title + '</span><span class="value">' + shown +
       '</span></div><svg width="' + w + '" height="' + h + '" viewBox="0 0 ' + w + " " + h +
       '"><polyline points="' + coords + '"/></svg><div class="title"><span>max ' +
-      (s.rate ? max.toFixed(1) + "/s" : Math.round(max)) + "</span><span>last 5 min</span></div>";
+      (s.rate ? max.toFixed(1) + "/s" : Math.round(max)) + "</span><span>last " + period + "</span></div>";
   }
 
   function sum(list, f) { var n = 0; (list || []).forEach(function (x) { n += f(x) || 0; }); return n; }
@@ -230,10 +238,13 @@ JS = r"""
     });
   }
 
+  var SHOWN = 8; // messages drawn per list (the document has up to list_limit)
+
   function msgList(msgs, total, render) {
     if (!total) return '<ul class="msgs"><li class="due">none</li></ul>';
-    var more = total > msgs.length ? '<li class="due">... and ' + (total - msgs.length) + " more</li>" : "";
-    return '<ul class="msgs">' + msgs.map(render).join("") + more + "</ul>";
+    var shown = msgs.slice(0, SHOWN);
+    var more = total > shown.length ? '<li class="due">... and ' + (total - shown.length) + " more</li>" : "";
+    return '<ul class="msgs">' + shown.map(render).join("") + more + "</ul>";
   }
 
   function backendStage(b) {
@@ -321,6 +332,27 @@ JS = r"""
     tick();
   }
 
+  // -- the server-rendered tables follow too: the page itself is fetched again and its
+  // #tables and #warnings are swapped in (one renderer, the server's)
+  function startTables() {
+    var tables = document.getElementById("tables");
+    if (!tables || !window.DOMParser) return;
+    function tick() {
+      fetch(window.location.href, { headers: { "Accept": "text/html" } }).then(function (resp) {
+        if (!resp.ok) throw new Error(resp.status);
+        return resp.text();
+      }).then(function (text) {
+        var doc = new DOMParser().parseFromString(text, "text/html");
+        ["tables", "warnings"].forEach(function (id) {
+          var fresh = doc.getElementById(id), old = document.getElementById(id);
+          if (fresh && old) old.innerHTML = fresh.innerHTML;
+        });
+      }, function () {}).then(function () { setTimeout(tick, %(poll)d); });
+    }
+    setTimeout(tick, %(poll)d);
+  }
+
+  startTables();
   var kind = body.getAttribute("data-kind");
   var api = body.getAttribute("data-api");
   if (kind === "inside") { startInside(api); } else if (kind && api) { startCharts(kind, api); }
