@@ -342,6 +342,46 @@ def test_a_silent_node_costs_one_request_timeout(cluster, admin_factory):
         hole.close()
 
 
+def test_a_trickling_node_is_cut_off_at_the_request_timeout(cluster, admin_factory):
+    """A node that answers one byte at a time, forever: the request timeout bounds the whole answer."""
+    populate(cluster)
+    done = threading.Event()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.1)
+
+    def trickle():
+        conns = []
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+                conns.append(conn)
+            except socket.timeout:
+                pass
+            for conn in conns:
+                try:
+                    conn.send(b"H")  # never a whole status line
+                except OSError:
+                    pass
+        for conn in conns:
+            conn.close()
+
+    thread = threading.Thread(target=trickle, name="test-trickler")
+    thread.start()
+    try:
+        slow = "127.0.0.1:%d" % listener.getsockname()[1]
+        admin = admin_factory(nsqd_http_addresses=[b.http_addr for b in cluster] + [slow],
+                              http_client_connect_timeout=0.5, http_client_request_timeout=0.5)
+        status, doc = call(admin.http_url + "/api/topics")
+        assert status == 200 and doc["topics"] == ["orders"]
+        assert slow in doc["message"] and "timed out" in doc["message"]
+    finally:
+        done.set()
+        thread.join()
+        listener.close()
+
+
 def test_no_lookupd_answering_is_502(admin_factory):
     hole = socket.socket()
     hole.bind(("127.0.0.1", 0))

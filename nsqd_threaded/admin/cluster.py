@@ -13,10 +13,12 @@ nsqadmin's field names: ``node`` is a broker's HTTP address
 """
 
 import http.client
+import io
 import json
 import queue
 import socket
 import threading
+import time
 import urllib.parse
 
 MAX_QUERY_THREADS = 16  # requests in flight at once, per question
@@ -62,7 +64,7 @@ class HTTPClient:
         conn = http.client.HTTPConnection(host.strip("[]"), port, timeout=self.connect_timeout)
         try:
             conn.connect()
-            conn.sock.settimeout(self.request_timeout)
+            conn.sock = _DeadlineSocket(conn.sock, time.monotonic() + self.request_timeout)
             headers = {"Accept": LOOKUPD_ACCEPT, "User-Agent": self.user_agent}
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
@@ -90,6 +92,50 @@ class HTTPClient:
         return text
 
 
+class _DeadlineSocket:
+    """The parts of a socket http.client uses, where every send and read ends by ``deadline``.
+
+    A per-read timeout would let a node that trickles its answer hold a
+    question forever; the request timeout bounds the whole exchange, as Go's does.
+    """
+
+    def __init__(self, sock, deadline):
+        self._sock = sock
+        self._deadline = deadline
+
+    def _arm(self):
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout("request deadline passed")
+        self._sock.settimeout(remaining)
+
+    def sendall(self, data):
+        self._arm()
+        self._sock.sendall(data)
+
+    def recv_into(self, buffer):
+        self._arm()
+        return self._sock.recv_into(buffer)
+
+    def makefile(self, mode="rb", *args, **kwargs):
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def close(self):
+        self._sock.close()
+
+
+class _DeadlineReader(io.RawIOBase):
+    def __init__(self, sock):
+        super().__init__()
+        self._sock = sock
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        return self._sock.recv_into(buffer)
+
+
 def gather(addresses, ask, name):
     """Call ``ask(address)`` for every address on up to MAX_QUERY_THREADS threads; join them all.
 
@@ -110,7 +156,8 @@ def gather(addresses, ask, name):
                 address = work.get_nowait()
             except queue.Empty:
                 return
-            threading.current_thread().name = "%s[%s]" % (name, address)
+            label = address if isinstance(address, str) else " ".join(address)
+            threading.current_thread().name = "%s[%s]" % (name, label)
             try:
                 result = ask(address)
             except UpstreamError as e:

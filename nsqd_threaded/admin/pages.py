@@ -235,7 +235,7 @@ class Pages:
              ' <span class="badge">paused</span>' if c["paused"] else "", actions,
              self.table(("Node", "Depth", "Memory + Disk", "In-Flight", "Deferred", "Requeued", "Timed Out",
                          "Messages", "Clients", "E2E latency", ""), node_rows),
-             self.table(("Client", "Address", "User-Agent", "Node", "Features", "RDY", "In-Flight", "Ready Count",
+             self.table(("Client", "Address", "User-Agent", "Node", "Features", "RDY", "In-Flight", "Messages",
                          "Finished", "Requeued", "Connected"), client_rows, "stats clients"))
         return self.layout("Channel %s/%s" % (topic, channel), "topics", body, answer,
                            {"kind": "channel", "api": api_url, "topic": topic, "channel": channel})
@@ -325,6 +325,11 @@ class Pages:
             return self.layout("Lookup", "lookup", body)
         topics, g = api.ci.lookupd_topics()
         answer = api.topics()
+        pairs = [(lookupd, topic) for lookupd in opts.lookupd_http_addresses for topic in g.results.get(lookupd) or ()]
+        client = api.ci.client
+        found = cluster.gather(
+            pairs, lambda pair: client.get_json(pair[0], "/channels?topic=" + cluster.quote(pair[1]))["channels"],
+            "nsqadmin-lookupd")
         sections = []
         for lookupd in opts.lookupd_http_addresses:
             if lookupd in g.errors:
@@ -332,7 +337,7 @@ class Pages:
                 continue
             items = []
             for topic in g.results.get(lookupd) or ():
-                channels, _ = cluster.ClusterInfo(api.ci.client, [lookupd]).lookupd_topic_channels(topic)
+                channels = sorted(found.results.get((lookupd, topic)) or ())
                 items.append('<li><a href="%s">%s</a>: %s</li>' % (
                     self.url("topics", topic), esc(topic),
                     ", ".join('<a href="%s">%s</a>' % (self.url("topics", topic, c), esc(c)) for c in channels)
