@@ -7,11 +7,11 @@ deferred messages by due time (the first :data:`LIST_LIMIT` of each, with
 totals), and the process's threads with where each one is waiting.
 
 Read-only and off the hot path: each topic's and channel's lock is held just
-long enough to copy figures and a bounded list of references; the document
-is built after the locks are released.  Nothing runs unless it is asked for.
+long enough to copy figures and bounded lists (``Topic.inside``,
+``Channel.inside``); the document is built after the locks are released.
+Nothing runs unless it is asked for.
 """
 
-import itertools
 import os
 import sys
 import threading
@@ -49,38 +49,21 @@ def _message_doc(msg_id, attempts, body, **extra):
 
 
 def _channel_state(channel, now_ns, limit):
-    with channel._lock:
-        memory = list(itertools.islice(channel._memory, limit))
-        memory_depth = len(channel._memory)
-        backend = channel._backend.describe()
-        in_flight = channel._in_flight.earliest(limit)
-        in_flight_total = len(channel._in_flight)
-        in_flight = [(m, m.id, m.attempts, m.body, m.client_id, m.expiry_ns, m.delivery_ns) for m in in_flight]
-        deferred = channel._deferred.earliest(limit)
-        deferred_total = len(channel._deferred)
-        deferred = [(m.id, m.attempts, m.body, m.expiry_ns) for m in deferred]
-        clients = list(channel._clients.values())
-        figures = {
-            "paused": channel.paused,
-            "message_count": channel.message_count,
-            "requeue_count": channel.requeue_count,
-            "timeout_count": channel.timeout_count,
-        }
-    doc = {"name": channel.name, **figures}
-    doc["memory_depth"] = memory_depth
-    doc["backend"] = backend
-    doc["depth"] = memory_depth + backend.get("depth", 0)
-    doc["memory"] = [_message_doc(*_queued(item)) for item in memory]
-    doc["in_flight_count"] = in_flight_total
+    raw = channel.inside(limit)  # the channel's lock is held only in there
+    doc = {"name": channel.name}
+    for key in ("paused", "message_count", "requeue_count", "timeout_count", "memory_depth", "backend"):
+        doc[key] = raw[key]
+    doc["depth"] = raw["memory_depth"] + raw["backend"].get("depth", 0)
+    doc["memory"] = [_message_doc(*_queued(item)) for item in raw["memory"]]
+    doc["in_flight_count"] = raw["in_flight_count"]
     doc["in_flight"] = [
-        _message_doc(mid, attempts, body, client_id=client_id, deadline_in_ms=(expiry - now_ns) // 1000000,
-                     delivered_ms_ago=(now_ns - delivered) // 1000000)
-        for _, mid, attempts, body, client_id, expiry, delivered in in_flight
+        _message_doc(mid, attempts, body, client_id=client_id, deadline_in_ms=(expiry - now_ns) // 1000000)
+        for mid, attempts, body, client_id, expiry in raw["in_flight"]
     ]
-    doc["deferred_count"] = deferred_total
+    doc["deferred_count"] = raw["deferred_count"]
     doc["deferred"] = [_message_doc(mid, attempts, body, due_in_ms=(due - now_ns) // 1000000)
-                       for mid, attempts, body, due in deferred]
-    doc["clients"] = [_client_state(c) for c in clients]
+                       for mid, attempts, body, due in raw["deferred"]]
+    doc["clients"] = [_client_state(c) for c in raw["clients"]]
     return doc
 
 
@@ -105,19 +88,13 @@ def _client_state(client):
 
 
 def _topic_state(topic, now_ns, limit):
-    with topic._lock:
-        memory = list(itertools.islice(topic._memory, limit))
-        memory_depth = len(topic._memory)
-        backend = topic._backend.describe()
-        channels = list(topic._channels.values())
-        figures = {"paused": topic.paused, "message_count": topic.message_count,
-                   "message_bytes": topic.message_bytes}
-    doc = {"name": topic.name, **figures}
-    doc["memory_depth"] = memory_depth
-    doc["backend"] = backend
-    doc["depth"] = memory_depth + backend.get("depth", 0)
-    doc["memory"] = [_message_doc(*_queued(item)) for item in memory]
-    doc["channels"] = sorted((_channel_state(c, now_ns, limit) for c in channels), key=lambda c: c["name"])
+    raw = topic.inside(limit)  # the topic's lock is held only in there
+    doc = {"name": topic.name}
+    for key in ("paused", "message_count", "message_bytes", "memory_depth", "backend"):
+        doc[key] = raw[key]
+    doc["depth"] = raw["memory_depth"] + raw["backend"].get("depth", 0)
+    doc["memory"] = [_message_doc(*_queued(item)) for item in raw["memory"]]
+    doc["channels"] = sorted((_channel_state(c, now_ns, limit) for c in raw["channels"]), key=lambda c: c["name"])
     return doc
 
 
