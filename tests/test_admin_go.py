@@ -10,8 +10,6 @@ against Go nsqlookupd and Go nsqd.
 import os
 import socket
 import subprocess
-import time
-import urllib.parse
 
 import pytest
 
