@@ -14,7 +14,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from nsqd_threaded.protocol import encode_mpub_body  # noqa: E402
+from nsqd_threaded.wire.protocol import encode_mpub_body  # noqa: E402
 
 
 def rss(pid):

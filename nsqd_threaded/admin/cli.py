@@ -1,12 +1,12 @@
 """The ``nsqadmin-threaded`` command: Go nsqadmin 1.3's flags and config file, then run until signalled.
 
-Built as nsqlookupd's is (:mod:`nsqd_threaded.settings.command`): Go's
+Built as nsqlookupd's is (:mod:`nsqd_threaded.command`): Go's
 ``-name=value`` and bare boolean forms, flag > config file > default, flags
 of features not built (graphite, the HTTP client's TLS) refused, every
 startup failure one ``FATAL`` line.
 """
 
-from ..settings import command
+from .. import command
 from .nsqadmin import NSQAdmin
 from .options import SETTINGS, AdminOptions
 

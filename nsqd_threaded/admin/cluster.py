@@ -13,7 +13,6 @@ nsqadmin's field names: ``node`` is a broker's HTTP address
 """
 
 import http.client
-import io
 import json
 import queue
 import socket
@@ -21,8 +20,10 @@ import threading
 import time
 import urllib.parse
 
+from ..internal import httpclient
+
 MAX_QUERY_THREADS = 16  # requests in flight at once, per question
-LOOKUPD_ACCEPT = "application/vnd.nsq; version=1.0"
+MAX_ANSWER = 256 << 20  # bytes of one node's answer (a /stats with every client of a big broker fits)
 
 
 class UpstreamError(Exception):
@@ -55,26 +56,29 @@ class HTTPClient:
         self.user_agent = user_agent
 
     def request(self, method, address, path, body=None):
-        """``(status, body bytes)``; UpstreamError when the node cannot be reached in time."""
+        """``(status, body bytes)``; UpstreamError when the node cannot be reached in time.
+
+        Connecting takes at most the connect timeout; the whole exchange ends by
+        the connect and the request timeouts together (a trickling answer is cut off).
+        """
         host, _, port = address.rpartition(":")
         try:
             port = int(port)
         except ValueError:
             raise UpstreamError(address, "invalid address") from None
-        conn = http.client.HTTPConnection(host.strip("[]"), port, timeout=self.connect_timeout)
+        deadline = time.monotonic() + self.connect_timeout + self.request_timeout
+        headers = {"Accept": httpclient.NSQ_V1_ACCEPT, "User-Agent": self.user_agent}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         try:
-            conn.connect()
-            conn.sock = _DeadlineSocket(conn.sock, time.monotonic() + self.request_timeout)
-            headers = {"Accept": LOOKUPD_ACCEPT, "User-Agent": self.user_agent}
-            conn.request(method, path, body=body, headers=headers)
-            resp = conn.getresponse()
-            return resp.status, resp.read()
+            status, _, data = httpclient.request(method, host.strip("[]"), port, path, body=body, headers=headers,
+                                                 connect_timeout=self.connect_timeout, deadline=deadline,
+                                                 max_size=MAX_ANSWER)
+            return status, data
         except socket.timeout:
             raise UpstreamError(address, "timed out") from None
-        except (OSError, http.client.HTTPException) as e:
+        except (OSError, http.client.HTTPException, httpclient.ResponseTooLarge) as e:
             raise UpstreamError(address, str(e) or type(e).__name__) from None
-        finally:
-            conn.close()
 
     def get_json(self, address, path):
         status, body = self.request("GET", address, path)
@@ -90,50 +94,6 @@ class HTTPClient:
         if status != 200:
             raise UpstreamError(address, "got response %d %s" % (status, text[:200].decode("utf-8", "replace")))
         return text
-
-
-class _DeadlineSocket:
-    """The parts of a socket http.client uses, where every send and read ends by ``deadline``.
-
-    A per-read timeout would let a node that trickles its answer hold a
-    question forever; the request timeout bounds the whole exchange, as Go's does.
-    """
-
-    def __init__(self, sock, deadline):
-        self._sock = sock
-        self._deadline = deadline
-
-    def _arm(self):
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            raise socket.timeout("request deadline passed")
-        self._sock.settimeout(remaining)
-
-    def sendall(self, data):
-        self._arm()
-        self._sock.sendall(data)
-
-    def recv_into(self, buffer):
-        self._arm()
-        return self._sock.recv_into(buffer)
-
-    def makefile(self, mode="rb", *args, **kwargs):
-        return io.BufferedReader(_DeadlineReader(self))
-
-    def close(self):
-        self._sock.close()
-
-
-class _DeadlineReader(io.RawIOBase):
-    def __init__(self, sock):
-        super().__init__()
-        self._sock = sock
-
-    def readable(self):
-        return True
-
-    def readinto(self, buffer):
-        return self._sock.recv_into(buffer)
 
 
 def gather(addresses, ask, name):

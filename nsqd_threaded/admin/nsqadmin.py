@@ -16,8 +16,8 @@ import dataclasses
 import socket
 import threading
 
-from ..gocompat import join_host_port
-from ..logger import Logger
+from ..internal.gocompat import join_host_port
+from ..internal.logger import Logger
 from ..settings.options import VERSION
 from .cluster import ClusterInfo, HTTPClient
 from .http import HTTPServer

@@ -18,7 +18,7 @@ import threading
 import time
 
 from ..settings.options import VERSION
-from .message import Message
+from ..wire.message import RECORD_HEADER, Message
 
 LIST_LIMIT = 100  # messages listed per queue (in flight, deferred, memory)
 BODY_PREVIEW = 32  # bytes of a message body shown
@@ -39,7 +39,8 @@ def _queued(item):
     """A memory-queue entry (a Message, or a topic's packed record) -> (id, attempts, body)."""
     if isinstance(item, Message):
         return item.id, item.attempts, item.body
-    return item[10:26], int.from_bytes(item[8:10], "big"), item[26:]
+    _, attempts, msg_id = RECORD_HEADER.unpack_from(item)
+    return msg_id, attempts, item[RECORD_HEADER.size:]
 
 
 def _message_doc(msg_id, attempts, body, **extra):

@@ -14,12 +14,11 @@ connects in ``__init__`` and pickling drops sockets, threads and locks.
 import datetime
 import logging
 import threading
-import time
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..client import ConnectionClosed, Consumer
-from ..client.connection import _fmt
+from ..client.connection import format_address
 
 log = logging.getLogger("nsqd_threaded.spark")
 
@@ -212,7 +211,7 @@ class NsqStreamReader(DataSourceStreamReader):
             for m in chunk:
                 name = names.get(m.connection)
                 if name is None:
-                    name = names[m.connection] = _fmt(m.connection.address)
+                    name = names[m.connection] = format_address(m.connection.address)
                 nodes.append(name)
             result.append(NsqPartition(rows, nodes, s["topic"], s["channel"]))
         return result
