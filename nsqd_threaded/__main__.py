@@ -1,4 +1,4 @@
-"""``python -m nsqd_threaded`` and the single-file build: one entry point for both daemons.
+"""``python -m nsqd_threaded`` and the single-file build: one entry point for every command.
 
 The arguments are nsqd's flags, unchanged.  A first argument naming a
 command picks another one (nsqd takes no positional arguments, so none is
@@ -7,6 +7,8 @@ ambiguous):
 * ``nsqlookupd [FLAGS]``: the ``nsqlookupd-threaded`` command; so is any
   invocation whose program name starts with ``nsqlookupd`` (a symlink
   ``nsqlookupd.pyz -> nsqd-threaded.pyz``);
+* ``nsqadmin [FLAGS]``: the ``nsqadmin-threaded`` command (the web UI); so is
+  any invocation whose program name starts with ``nsqadmin``;
 * ``nsqd [FLAGS]``: nsqd, stated explicitly;
 * ``versions``: this package's version, the versions of what it runs with
   (for the ``.pyz``, what it bundles) and the interpreter's.
@@ -44,6 +46,10 @@ def main(argv=None, bundle=None):
         from .lookupd.cli import main as nsqlookupd
 
         nsqlookupd(args[1:] if command == "nsqlookupd" else args, prog_name="nsqlookupd-threaded")
+    elif command == "nsqadmin" or program.startswith("nsqadmin"):
+        from .admin.cli import main as nsqadmin
+
+        nsqadmin(args[1:] if command == "nsqadmin" else args, prog_name="nsqadmin-threaded")
     elif command == "versions" and len(args) == 1:
         print("\n".join(versions(bundle)))
     else:

@@ -16,6 +16,7 @@ recorded in ``_waiting`` and woken by the next put.  That is the only hand-off
 between threads on the delivery path, and it happens once per batch.
 """
 
+import itertools
 import random
 import time
 from typing import Protocol
@@ -470,6 +471,31 @@ class Channel(BackedQueue):
                 "timeout_count": self.timeout_count,
                 "clients": list(self._clients.values()),
                 "paused": self.paused,
+            }
+
+    def inside(self, limit):
+        """For /debug/state (:mod:`.state`): figures and bounded copies, taken together under the lock.
+
+        In-flight and deferred messages are copied as tuples (their fields are
+        guarded by this lock): ``(id, attempts, body, client_id, expiry_ns)``
+        in deadline order, ``(id, attempts, body, due_ns)`` by due time.
+        """
+        with self._lock:
+            in_flight = self._in_flight.earliest(limit)
+            deferred = self._deferred.earliest(limit)
+            return {
+                "memory": list(itertools.islice(self._memory, limit)),
+                "memory_depth": len(self._memory),
+                "backend": self._backend.describe(),
+                "in_flight": [(m.id, m.attempts, m.body, m.client_id, m.expiry_ns) for m in in_flight],
+                "in_flight_count": len(self._in_flight),
+                "deferred": [(m.id, m.attempts, m.body, m.expiry_ns) for m in deferred],
+                "deferred_count": len(self._deferred),
+                "clients": list(self._clients.values()),
+                "paused": self.paused,
+                "message_count": self.message_count,
+                "requeue_count": self.requeue_count,
+                "timeout_count": self.timeout_count,
             }
 
     def in_flight_count(self):

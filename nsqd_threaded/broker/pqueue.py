@@ -118,6 +118,21 @@ class TimedIndex:
     def values(self):
         return list(self._by_id.values())
 
+    def earliest(self, n):
+        """Up to ``n`` live messages in deadline order (equal deadlines in ID order), left indexed.
+
+        Walks the entries from the earliest, skipping stale ones: O(n + stale entries passed).
+        """
+        by_id = self._by_id
+        out = []
+        for deadline, _, msgs in self._entries:
+            live = [m for m in msgs if m.expiry_ns == deadline and by_id.get(m.id) is m]
+            live.sort(key=_deadline_and_id)
+            out.extend(live)
+            if len(out) >= n:
+                break
+        return out[:n]
+
 
 def _deadline_and_id(msg):
     return msg.expiry_ns, msg.id

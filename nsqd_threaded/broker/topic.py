@@ -19,6 +19,7 @@ As Go's topic waits on its ``startChan``, the pump runs only from
 :meth:`Topic.start` on, which NSQD calls once its listeners are bound.
 """
 
+import itertools
 import threading
 import time
 
@@ -336,6 +337,23 @@ class Topic(BackedQueue):
                 self.message_bytes,
                 self.paused,
             )
+
+    def inside(self, limit):
+        """For /debug/state (:mod:`.state`): figures and bounded copies, taken together under the lock.
+
+        ``memory`` holds the first ``limit`` memory-queue entries as they are
+        kept (records or Messages); the channels are returned, not described.
+        """
+        with self._lock:
+            return {
+                "memory": list(itertools.islice(self._memory, limit)),
+                "memory_depth": len(self._memory),
+                "backend": self._backend.describe(),
+                "channels": list(self._channels.values()),
+                "paused": self.paused,
+                "message_count": self.message_count,
+                "message_bytes": self.message_bytes,
+            }
 
     def pause(self):
         with self._lock:

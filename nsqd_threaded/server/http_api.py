@@ -12,6 +12,7 @@ import socket
 from ..internal import gocompat
 from ..wire import protocol
 from ..broker import stats
+from ..broker.state import broker_state
 from ..broker.channel import ChannelError
 from .metrics import render_prometheus
 from ..settings.options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS, Options
@@ -47,6 +48,7 @@ class HTTPAPI(Router):
             "/info": {"GET": self.info},
             "/stats": {"GET": self.stats},
             "/metrics": {"GET": self.metrics},
+            "/debug/state": {"GET": self.debug_state},
             "/pub": {"POST": self.pub},
             "/mpub": {"POST": self.mpub},
             "/topic/create": {"POST": self.topic_create},
@@ -237,6 +239,10 @@ class HTTPAPI(Router):
         doc = stats.collect(self.nsqd, include_clients=True, include_mem=True)
         body = render_prometheus(doc, self.nsqd).encode()
         return Response(200, body, [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")])
+
+    def debug_state(self, request):
+        """The inside of this broker (not in Go nsqd): topics, channels, in-flight, threads."""
+        return ok_json(None, json.dumps(broker_state(self.nsqd), separators=(",", ":")))
 
     def topic_create(self, request):
         name, _ = self._topic_arg(request)

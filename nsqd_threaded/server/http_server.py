@@ -375,15 +375,17 @@ class RequestBody:
 
 
 class _Request:
-    """What a handler sees of a request: method, decoded path, raw query, and its body."""
+    """What a handler sees of a request: method, decoded path, raw query, headers, peer, and its body."""
 
-    __slots__ = ("method", "path", "query", "_body")
+    __slots__ = ("method", "path", "query", "_body", "headers", "client_address")
 
-    def __init__(self, method, path, query, body):
+    def __init__(self, method, path, query, body, headers=None, client_address=None):
         self.method = method
         self.path = path
         self.query = query
         self._body = body
+        self.headers = headers  # an email.message.Message (case-insensitive get), or None
+        self.client_address = client_address  # (host, port) of the peer
 
     @property
     def content_length(self):
@@ -576,7 +578,8 @@ class _HTTPHandler(http.server.BaseHTTPRequestHandler):
             self.rfile, framing, self.server.log, self._send_continue if self._expect_continue else None
         )
         # httprouter routes on the decoded path (req.URL.Path).
-        request = _Request(self.command, urllib.parse.unquote(path), query, body)
+        request = _Request(self.command, urllib.parse.unquote(path), query, body, self.headers,
+                           self.client_address[:2])
         response = self.server.api.dispatch(request)
         if response.status >= 400:  # what was refused, and why, for --log-level=debug
             self.server.log.debug(

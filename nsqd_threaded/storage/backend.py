@@ -75,6 +75,10 @@ class Backend:
         """The periodic --sync-timeout flush (``now``: time.monotonic()); True if it synced."""
         return False
 
+    def describe(self):
+        """What the inside view (``/debug/state``) shows of this backend: a small dict of figures."""
+        return {"kind": type(self).__name__, "depth": self.depth()}
+
 
 class DiscardBackend(Backend):
     """For ephemeral topics and channels: writes succeed and vanish."""

@@ -449,6 +449,21 @@ class DiskQueue(Backend):
 
     sync_if_idle_due = maybe_sync
 
+    def describe(self):
+        """Backend.describe: where the reader and the writer are, and what is not fsynced yet."""
+        return {
+            "kind": type(self).__name__,
+            "name": self.name,
+            "depth": self._depth,
+            "read_file_num": self.read_file_num,
+            "read_pos": self.read_pos,
+            "write_file_num": self.write_file_num,
+            "write_pos": self.write_pos,
+            "ops_since_sync": self._count,  # writes and taken reads since the last fsync
+            "need_sync": self._need_sync,
+            "max_bytes_per_file": self.max_bytes_per_file,
+        }
+
     def _sync_logged(self):
         ok = True
         try:

@@ -137,3 +137,17 @@ def test_removed_and_rescheduled_messages_never_come_due_twice_across_rebuilds()
     assert due == sorted(kept[1:], key=lambda m: (m.expiry_ns, m.id))
     assert index.pop_due(10**9) == [kept[0]]
     assert len(index) == 0 and index.pop_due(10**18) == []
+
+
+def test_earliest_lists_live_messages_in_deadline_order_and_leaves_them():
+    index = TimedIndex()
+    index.add_many([msg(5), msg(4)], 300)  # one batch, one entry: ID order within it
+    index.add(msg(1), 100)
+    index.add(msg(2), 200)
+    index.add(msg(3), 50)
+    index.remove(msg(3).id)  # its entry goes stale
+    index.reschedule(index.get(msg(1).id), 400)  # its old entry at 100 goes stale
+    assert ids(index.earliest(10)) == [2, 4, 5, 1]
+    assert ids(index.earliest(2)) == [2, 4]
+    assert index.earliest(0) == []
+    assert len(index) == 4 and ids(index.pop_due(1000)) == [2, 4, 5, 1]

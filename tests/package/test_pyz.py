@@ -132,6 +132,20 @@ def test_pyz_runs_nsqlookupd(run, bare_python, pyz):
     stop(lookupd)
 
 
+def test_pyz_runs_nsqadmin_over_a_cluster(run, bare_python, pyz):
+    """An operator with python3 and the .pyz: lookupd, a broker and nsqadmin, pages and static assets."""
+    lookupd = run(*bare_python, pyz, "nsqlookupd", "-tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0")
+    lookupd_ports = ports(lookupd)
+    admin = run(*bare_python, pyz, "nsqadmin", "--http-address=127.0.0.1:0",
+                "--lookupd-http-address=127.0.0.1:%d" % lookupd_ports["HTTP"])
+    port = int(admin.wait_for(r"HTTP: listening on 127\.0\.0\.1:(\d+)").group(1))
+    assert http(port, "GET", "/api/topics") == (200, b'{"topics":[],"message":""}')
+    for path in ("/topics", "/nodes", "/static/admin.js", "/static/admin.css"):
+        assert http(port, "GET", path)[0] == 200
+    stop(admin)
+    stop(lookupd)
+
+
 def test_pyz_versions_and_commands(bare_python, pyz, tmp_path):
     def output(*args):
         result = subprocess.run(bare_python + [pyz] + list(args), cwd=str(tmp_path), stdin=subprocess.DEVNULL,
@@ -145,6 +159,7 @@ def test_pyz_versions_and_commands(bare_python, pyz, tmp_path):
     assert output("--version")[0].startswith("nsqd-threaded v%s " % VERSION)
     assert output("nsqd", "--version")[0].startswith("nsqd-threaded v%s " % VERSION)
     assert "--inactive-producer-timeout" in "\n".join(output("nsqlookupd", "--help"))
+    assert "--lookupd-http-address" in "\n".join(output("nsqadmin", "--help"))
     link = tmp_path / "nsqlookupd.pyz"
     link.symlink_to(pyz)
     result = subprocess.run(bare_python + [str(link), "--version"], stdin=subprocess.DEVNULL,

@@ -1,0 +1,234 @@
+"""nsqadmin's actions: create, pause/unpause, empty, delete, tombstone; who may act; who is told.
+
+Each action is Go nsqadmin's: the same lookupd and nsqd requests in the same
+order (producers are found *before* a delete, since the delete makes them
+forget the topic).  With ``--admin-user``, only a request whose
+``--acl-http-header`` names an admin may act (403 ``FORBIDDEN`` otherwise).
+With ``--notification-http-endpoint`` every action is POSTed there as Go's
+AdminAction JSON, by the :class:`Notifier` thread, so an action never waits
+on the endpoint.
+"""
+
+import base64
+import json
+import queue
+import socket
+import threading
+import time
+import urllib.parse
+
+from . import cluster
+from .api import AdminError, body_string, check_channel, check_topic, read_json_body
+
+NOTIFICATION_QUEUE = 100  # actions waiting for the endpoint; more are dropped (and logged)
+
+
+def basic_auth_user(headers):
+    value = (headers.get("Authorization") if headers is not None else None) or ""
+    scheme, _, token = value.partition(" ")
+    if scheme != "Basic":
+        return ""
+    try:
+        user, sep, _ = base64.b64decode(token, validate=True).decode("utf-8").partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    return user if sep else ""
+
+
+def admin_action(action, topic, channel, node, request, via):
+    """Go nsqadmin's AdminAction document for an action done by ``request``."""
+    headers = request.headers
+    host = (headers.get("Host") if headers is not None else None) or ""
+    scheme = "https" if headers is not None and headers.get("X-Scheme") == "https" else "http"
+    url = urllib.parse.urlunsplit((scheme, host, urllib.parse.quote(request.path), request.query, ""))
+    doc = {"action": action, "topic": topic}
+    if channel:
+        doc["channel"] = channel
+    if node:
+        doc["node"] = node
+    doc["timestamp"] = int(time.time())
+    user = basic_auth_user(headers)
+    if user:
+        doc["user"] = user
+    addr = request.client_address or ("", 0)
+    doc["remote_ip"] = "%s:%s" % (addr[0], addr[1])
+    doc["user_agent"] = (headers.get("User-Agent") if headers is not None else None) or ""
+    doc["url"] = url
+    doc["via"] = via
+    return doc
+
+
+class Notifier:
+    """Posts admin actions to the notification endpoint from one thread, ``nsqadmin-notify``.
+
+    :meth:`stop` lets it finish what is queued (each post bounded by the
+    HTTP client timeouts), then joins it.
+    """
+
+    _STOP = object()
+
+    def __init__(self, endpoint, client, log):
+        if "://" not in endpoint:
+            endpoint = "http://" + endpoint
+        self.endpoint = endpoint
+        self.client = client
+        self.log = log
+        self._queue = queue.Queue(NOTIFICATION_QUEUE)
+        self._thread = threading.Thread(target=self._run, name="nsqadmin-notify")
+
+    def start(self):
+        self._thread.start()
+
+    def notify(self, doc):
+        try:
+            self._queue.put_nowait(doc)
+        except queue.Full:
+            self.log.warn("notification queue full: dropped %s", doc["action"])
+
+    def stop(self):
+        self._queue.put(self._STOP)
+        self._thread.join()
+
+    def _run(self):
+        split = urllib.parse.urlsplit(self.endpoint)
+        address = split.netloc
+        if ":" not in address.rpartition("]")[2]:
+            address += ":443" if split.scheme == "https" else ":80"
+        path = (split.path or "/") + ("?" + split.query if split.query else "")
+        while True:
+            doc = self._queue.get()
+            if doc is self._STOP:
+                return
+            body = json.dumps(doc, separators=(",", ":")).encode()
+            try:
+                self.client.request("POST", address, path, body)
+            except (cluster.UpstreamError, socket.error) as e:
+                self.log.error("failed to POST notification - %s", e)
+
+
+class Actions:
+    """The actions of one NSQAdmin: each checks the ACL, acts, notifies, and answers ``{"message": ...}``."""
+
+    def __init__(self, admin):
+        self.admin = admin
+        self.ci = admin.cluster
+        self.options = admin.options
+
+    def authorize(self, request):
+        admins = self.options.admin_users
+        if not admins:
+            return
+        user = request.headers.get(self.options.acl_http_header) if request.headers is not None else None
+        if user not in admins:
+            raise AdminError(403, "FORBIDDEN")
+
+    def _notify(self, action, topic, channel, node, request):
+        notifier = self.admin.notifier
+        if notifier is not None:
+            notifier.notify(admin_action(action, topic, channel, node, request, self.admin.hostname))
+
+    def _done(self, *gathered):
+        messages = cluster.partial_messages(*gathered)
+        return {"message": cluster.warning(messages)}
+
+    def _producers_first(self, topic):
+        return self.ci.topic_producers(topic)
+
+    # -- /api/topics POST
+
+    def create(self, request):
+        self.authorize(request)
+        doc = read_json_body(request)
+        topic, channel = body_string(doc, "topic"), body_string(doc, "channel")
+        check_topic(topic)
+        if channel:
+            check_channel(channel)
+        gathered = []
+        if self.ci.lookupds:
+            gathered.append(self.ci.lookupd_post("/topic/create?topic=" + cluster.quote(topic)))
+            if channel:
+                gathered.append(self.ci.lookupd_post("/channel/create?topic=%s&channel=%s"
+                                                     % (cluster.quote(topic), cluster.quote(channel))))
+                producers, g = self.ci.lookupd_topic_producers(topic)
+                gathered.append(self.ci.producers_post(producers, "/channel/create?topic=%s&channel=%s"
+                                                       % (cluster.quote(topic), cluster.quote(channel))))
+        else:  # no lookupd to remember it: create it on every nsqd given
+            producers, g = self.ci.nsqd_producers()
+            gathered.append(g)
+            gathered.append(self.ci.producers_post(producers, "/topic/create?topic=" + cluster.quote(topic)))
+            if channel:
+                gathered.append(self.ci.producers_post(producers, "/channel/create?topic=%s&channel=%s"
+                                                       % (cluster.quote(topic), cluster.quote(channel))))
+        self._raise_if_all_failed(gathered)
+        self._notify("create_topic", topic, "", "", request)
+        if channel:
+            self._notify("create_channel", topic, channel, "", request)
+        return self._done(*gathered)
+
+    # -- /api/topics/T and /api/topics/T/C POST {"action": ...}
+
+    def topic_channel_action(self, request, topic, channel=""):
+        self.authorize(request)
+        doc = read_json_body(request)
+        action = body_string(doc, "action")
+        if action not in ("pause", "unpause", "empty"):
+            raise AdminError(400, "INVALID_ACTION")
+        producers, g = self._producers_first(topic)
+        if channel:
+            path = "/channel/%s?topic=%s&channel=%s" % (action, cluster.quote(topic), cluster.quote(channel))
+        else:
+            path = "/topic/%s?topic=%s" % (action, cluster.quote(topic))
+        done = self.ci.producers_post(producers, path)
+        self._raise_if_all_failed([g, done])
+        self._notify("%s_%s" % (action, "channel" if channel else "topic"), topic, channel, "", request)
+        return self._done(g, done)
+
+    # -- DELETE /api/topics/T and /api/topics/T/C
+
+    def delete_topic(self, request, topic):
+        self.authorize(request)
+        producers, g = self._producers_first(topic)
+        gathered = [g]
+        if self.ci.lookupds:
+            gathered.append(self.ci.lookupd_post("/topic/delete?topic=" + cluster.quote(topic)))
+        gathered.append(self.ci.producers_post(producers, "/topic/delete?topic=" + cluster.quote(topic)))
+        self._raise_if_all_failed(gathered)
+        self._notify("delete_topic", topic, "", "", request)
+        return self._done(*gathered)
+
+    def delete_channel(self, request, topic, channel):
+        self.authorize(request)
+        producers, g = self._producers_first(topic)
+        gathered = [g]
+        query = "topic=%s&channel=%s" % (cluster.quote(topic), cluster.quote(channel))
+        if self.ci.lookupds:
+            gathered.append(self.ci.lookupd_post("/channel/delete?" + query))
+        gathered.append(self.ci.producers_post(producers, "/channel/delete?" + query))
+        self._raise_if_all_failed(gathered)
+        self._notify("delete_channel", topic, channel, "", request)
+        return self._done(*gathered)
+
+    # -- DELETE /api/nodes/N {"topic": T}
+
+    def tombstone(self, request, node):
+        self.authorize(request)
+        doc = read_json_body(request, invalid="INVALID_BODY")
+        topic = body_string(doc, "topic")
+        check_topic(topic)
+        query = "topic=%s&node=%s" % (cluster.quote(topic), cluster.quote(node))
+        gathered = [self.ci.lookupd_post("/topic/tombstone?" + query)]
+        producers, g = self.ci.lookupd_producers()
+        gathered.append(g)
+        producer = [p for p in producers if cluster.http_address(p) == node]
+        if producer:
+            gathered.append(self.ci.producers_post(producer, "/topic/delete?topic=" + cluster.quote(topic)))
+        self._raise_if_all_failed(gathered)
+        self._notify("tombstone_topic_producer", topic, "", node, request)
+        return self._done(*gathered)
+
+    @staticmethod
+    def _raise_if_all_failed(gathered):
+        errors = [e for g in gathered for e in g.errors.values()]
+        results = sum(len(g.results) for g in gathered)
+        if errors and not results:
+            raise AdminError(502, "UPSTREAM_ERROR: %s" % "; ".join(str(e) for e in errors))

@@ -1,0 +1,165 @@
+"""nsqadmin's JSON API: Go nsqadmin 1.3's ``/api/...`` routes, bodies, field names and errors.
+
+Reads (:meth:`AdminAPI.topics` ...) return documents; the pages render the
+same documents, so a page and ``curl /api/...`` never disagree.  A question
+that some nodes failed to answer still answers, with ``message`` set to
+``WARNING: ...`` (and the failed nodes in :attr:`Answer.failed`); one that no
+node answered is ``502 UPSTREAM_ERROR``.
+"""
+
+import json
+
+from ..wire.protocol import is_valid_name
+from ..server.http_server import HTTPError, Response, X_NSQ, JSON_TYPE
+from . import cluster
+
+
+class AdminError(HTTPError):
+    """An API error ``{"message": ...}`` with the message JSON-escaped (upstream texts carry quotes)."""
+
+    def response(self):
+        body = json.dumps({"message": self.message}, separators=(",", ":")).encode()
+        return Response(self.status, body, [("Content-Type", JSON_TYPE), X_NSQ] + self.headers)
+
+
+class Answer:
+    """A read's document plus what the pages need besides it: the nodes that failed to answer."""
+
+    def __init__(self, doc, gathered=()):
+        self.doc = doc
+        gathered = [g for g in gathered if g is not None]
+        messages = cluster.partial_messages(*gathered)
+        self.doc["message"] = cluster.warning(messages)
+        self.failed = sorted({a for g in gathered for a in g.errors})
+        self.errors = sorted({str(e) for g in gathered for e in g.errors.values()})
+
+
+def _upstream(what, gathered):
+    """502 when every node asked failed (Go: "failed to query any ...")."""
+    if gathered.errors and not gathered.results:
+        raise AdminError(502, "UPSTREAM_ERROR: failed to query any %s: %s"
+                         % (what, "; ".join(str(e) for _, e in sorted(gathered.errors.items()))))
+
+
+class AdminAPI:
+    """The reads and actions of one NSQAdmin, as documents (the router turns them into responses)."""
+
+    def __init__(self, admin):
+        self.admin = admin
+        self.ci = admin.cluster
+
+    @property
+    def _source(self):
+        return "nsqlookupd" if self.ci.lookupds else "nsqd"
+
+    # -- reads
+
+    def topics(self, inactive=False):
+        topics, g = self.ci.topics()
+        _upstream(self._source, g)
+        if not inactive:
+            return Answer({"topics": topics}, [g])
+        inactive_map = {}
+        if self.ci.lookupds:
+            for topic in topics:
+                producers, _ = self.ci.lookupd_topic_producers(topic)
+                if not producers:
+                    inactive_map[topic] = self.ci.lookupd_topic_channels(topic)[0]
+        return Answer({"topics": inactive_map}, [g])
+
+    def _topic_producers(self, topic):
+        producers, g = self.ci.topic_producers(topic)
+        _upstream(self._source, g)
+        return producers, g
+
+    def topic(self, topic):
+        producers, g1 = self._topic_producers(topic)
+        per_node, g2 = self.ci.nsqd_stats(producers, topic)
+        _upstream("nsqd", g2)
+        return Answer(cluster.topic_stats(topic, per_node), [g1, g2])
+
+    def channel(self, topic, channel):
+        producers, g1 = self._topic_producers(topic)
+        per_node, g2 = self.ci.nsqd_stats(producers, topic)
+        _upstream("nsqd", g2)
+        channels = [c for t in per_node for c in t["channels"] if c["channel_name"] == channel]
+        if not channels:
+            return Answer({}, [g1, g2])  # as Go: no channel stats, only the message
+        return Answer(cluster.channel_stats(topic, channel, channels), [g1, g2])
+
+    def nodes(self):
+        producers, g = self.ci.producers()
+        _upstream(self._source, g)
+        return Answer({"nodes": [cluster.public_producer(p) for p in producers]}, [g])
+
+    def find_node(self, node):
+        producers, g = self.ci.producers()
+        for p in producers:
+            if cluster.http_address(p) == node:
+                return p, g
+        raise AdminError(404, "NODE_NOT_FOUND")
+
+    def node(self, node):
+        producer, g1 = self.find_node(node)
+        per_node, g2 = self.ci.nsqd_stats([producer])
+        if g2.errors:
+            raise AdminError(502, "UPSTREAM_ERROR: %s" % g2.errors[cluster.producer_address(producer)])
+        total_clients = sum(c["client_count"] for t in per_node for c in t["channels"])
+        total_messages = sum(t["message_count"] for t in per_node)
+        doc = {"node": node, "topics": per_node, "total_messages": total_messages, "total_clients": total_clients}
+        return Answer(doc, [g1])
+
+    def node_state(self, node):
+        """Our broker's ``/debug/state`` (the inside view), through nsqadmin."""
+        producer, _ = self.find_node(node)
+        address = cluster.producer_address(producer)
+        try:
+            return self.admin.client.get_json(address, "/debug/state")
+        except cluster.UpstreamError as e:
+            raise AdminError(502, "UPSTREAM_ERROR: %s" % e) from None
+
+    def counter(self):
+        producers, g1 = self.ci.producers()
+        _upstream(self._source, g1)
+        per_node, g2 = self.ci.nsqd_stats(producers)
+        stats = {}
+        for t in per_node:
+            for c in t["channels"]:
+                key = "%s:%s:%s" % (t["topic_name"], c["channel_name"], c["node"])
+                entry = stats.setdefault(key, {"node": c["node"], "topic_name": t["topic_name"],
+                                               "channel_name": c["channel_name"], "message_count": 0})
+                entry["message_count"] += c["message_count"]
+        return Answer({"stats": stats}, [g1, g2])
+
+
+# -- request bodies of the actions ---------------------------------------------------
+
+
+def read_json_body(request, invalid=None):
+    """The JSON object of a request body; 400 (Go's decode error text, or ``invalid``) otherwise."""
+    raw = request.read_body(1 << 20, "BODY_TOO_BIG")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise AdminError(400, invalid or ("EOF" if not raw.strip() else "invalid JSON: %s" % e)) from None
+    if not isinstance(doc, dict):
+        raise AdminError(400, invalid or "json: cannot unmarshal into a JSON object")
+    return doc
+
+
+def body_string(doc, key):
+    value = doc.get(key, "")
+    if not isinstance(value, str):
+        raise AdminError(400, "json: cannot unmarshal %s into Go struct field .%s of type string"
+                         % (type(value).__name__, key))
+    return value
+
+
+def check_topic(topic):
+    if not is_valid_name(topic):
+        raise AdminError(400, "INVALID_TOPIC")
+
+
+def check_channel(channel):
+    if not is_valid_name(channel):
+        raise AdminError(400, "INVALID_CHANNEL")

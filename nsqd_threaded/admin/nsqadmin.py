@@ -1,0 +1,104 @@
+"""NSQAdmin: one nsqadmin (web UI and JSON API over a cluster) in this process.
+
+::
+
+    with NSQAdmin(http_address="127.0.0.1:0", lookupd_http_addresses=[lookupd_addr]) as admin:
+        admin.http_url      # "http://127.0.0.1:41235"
+
+Threads (all named, all joined by :meth:`stop`): ``nsqadmin-http`` accepts
+connections, each served by ``nsqadmin-http[ip:port]``; each question to the
+cluster runs on up to :data:`~.cluster.MAX_QUERY_THREADS` threads
+``nsqadmin-lookupd[addr]`` / ``nsqadmin-nsqd[addr]`` joined before it answers;
+``nsqadmin-notify`` posts notifications when an endpoint is set.
+"""
+
+import dataclasses
+import socket
+import threading
+
+from ..internal.gocompat import join_host_port
+from ..internal.logger import Logger
+from ..settings.options import VERSION
+from .cluster import ClusterInfo, HTTPClient
+from .http import HTTPServer
+from .options import AdminOptions
+from .actions import Notifier
+
+
+class NSQAdmin:
+    """One admin app.  :meth:`start` binds its listener (or raises), :meth:`stop` undoes everything.
+
+    ``_state_lock`` guards the started/stopped state so that concurrent
+    start()/stop() calls run once each.
+    """
+
+    def __init__(self, options=None, logger=None, **overrides):
+        options = dataclasses.replace(options or AdminOptions(), **overrides)
+        options.validate()
+        self.options = options
+        self.version = VERSION
+        self.hostname = socket.gethostname()
+        self.log = logger or Logger(prefix=options.log_prefix, level=options.log_level)
+        self.client = HTTPClient(options.http_client_connect_timeout, options.http_client_request_timeout,
+                                 "nsqadmin-threaded/%s" % VERSION)
+        self.cluster = ClusterInfo(self.client, options.lookupd_http_addresses, options.nsqd_http_addresses)
+        self.notifier = None
+        if options.notification_http_endpoint:
+            self.notifier = Notifier(options.notification_http_endpoint, self.client, self.log)
+        self._state_lock = threading.Lock()  # guards _http, _thread, _stopped
+        self._http = None
+        self._thread = None
+        self._stopped = False
+
+    def start(self):
+        with self._state_lock:
+            if self._http is not None or self._stopped:
+                raise RuntimeError("NSQAdmin can be started once")
+            self.log.info("nsqadmin-threaded v%s", self.version)
+            try:
+                self._http = HTTPServer(self.options.http_address, self)
+            except ValueError as e:
+                raise ValueError("--http-address: %s" % e) from None
+            except OSError as e:
+                raise OSError(e.errno, "--http-address: listen (%s) failed - %s"
+                              % (self.options.http_address, e.strerror or e)) from None
+            if self.notifier is not None:
+                self.notifier.start()
+            self.log.info("HTTP: listening on %s", self.http_addr)
+            self._thread = threading.Thread(target=self._http.serve_forever, name="nsqadmin-http")
+            self._thread.start()
+        return self
+
+    def stop(self):
+        """Close the listener and every connection, join every thread.  Idempotent."""
+        with self._state_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            server, thread = self._http, self._thread
+        if server is not None:
+            server.shutdown()
+            server.close_connections()
+            server.server_close()
+            thread.join()
+            self.log.info("HTTP: closing %s", self.http_addr)
+            if self.notifier is not None:
+                self.notifier.stop()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def http_address(self):
+        return self._http.server_address[:2]
+
+    @property
+    def http_addr(self):
+        return join_host_port(*self.http_address[:2])
+
+    @property
+    def http_url(self):
+        return "http://" + self.http_addr

@@ -1,0 +1,127 @@
+"""nsqadmin's settings: one table of :class:`~nsqd_threaded.settings.options.Setting` entries,
+and :class:`AdminOptions` built from it, as nsqlookupd's are.
+
+Flag names, defaults and config-file keys are Go nsqadmin 1.3's.  Graphite,
+statsd key formats, the HTTP client's TLS settings and the ``/config``
+endpoint are not built: those flags are refused unless they ask for nothing
+(``--graphite-url`` included; the UI draws its own short-term charts instead).
+"""
+
+import dataclasses
+
+from ..settings.options import (
+    BOOL,
+    DEPRECATED,
+    DURATION,
+    LOG_LEVEL,
+    META,
+    OptionError,
+    STR,
+    STR_LIST,
+    UNSUPPORTED as U,
+    BY_FIELD as _NSQD,
+    Setting,
+    check_settings,
+    options_class,
+)
+
+
+def _positive(flag, value):
+    if value <= 0:
+        return "must be positive"
+    return None
+
+
+def _base_path(flag, value):
+    if not value.startswith("/"):
+        return "must start with /"
+    return None
+
+
+# Table order is AdminOptions' field order.
+SETTINGS = (
+    Setting("http-address", STR, "0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients"),
+    Setting("base-path", STR, "/", "URL base path", check=_base_path),
+    Setting("lookupd-http-address", STR_LIST, (), "lookupd HTTP address (may be given multiple times)",
+            field="lookupd_http_addresses", cfg="nsqlookupd_http_addresses"),
+    Setting("nsqd-http-address", STR_LIST, (), "nsqd HTTP address (may be given multiple times)",
+            field="nsqd_http_addresses"),
+    Setting("http-client-connect-timeout", DURATION, 2.0, "timeout for HTTP connect", check=_positive),
+    Setting("http-client-request-timeout", DURATION, 5.0, "timeout for HTTP request", check=_positive),
+    Setting("admin-user", STR_LIST, (), "admin user (may be given multiple times; if specified, only these "
+            "users will be able to perform privileged actions; acl-http-header is used to determine the "
+            "authenticated user)", field="admin_users"),
+    Setting("acl-http-header", STR, "X-Forwarded-User", "HTTP header to check for authenticated admin users"),
+    Setting("notification-http-endpoint", STR, "", "HTTP endpoint (fully qualified) to which POST "
+            "notifications of admin actions will be sent"),
+    Setting("allow-config-from-cidr", STR, "", "A CIDR from which to allow HTTP requests to the /config "
+            "endpoint (not built)", U, go_default="127.0.0.1/8"),
+    Setting("log-level", LOG_LEVEL, "info", "set log verbosity: debug, info, warn, error, or fatal",
+            check=_NSQD["log_level"].check),
+    Setting("log-prefix", STR, "[nsqadmin] ", "log message prefix"),
+    Setting("http-read-timeout", DURATION, _NSQD["http_read_timeout"].default,
+            _NSQD["http_read_timeout"].help.replace("nsqd", "nsqadmin"), check=_NSQD["http_read_timeout"].check),
+    Setting("http-idle-timeout", DURATION, _NSQD["http_idle_timeout"].default,
+            _NSQD["http_idle_timeout"].help.replace("nsqd", "nsqadmin"), check=_NSQD["http_idle_timeout"].check),
+    Setting("graphite-url", STR, "", "graphite HTTP address (graphs are drawn from polled /stats instead)", U),
+    Setting("proxy-graphite", BOOL, False, "proxy HTTP requests to graphite", U),
+    Setting("statsd-counter-format", STR, "", "The counter stats key formatting applied by the implementation "
+            "of statsd (only used with graphite)", U, go_default="stats.counters.%s.count"),
+    Setting("statsd-gauge-format", STR, "", "The gauge stats key formatting applied by the implementation of "
+            "statsd (only used with graphite)", U, go_default="stats.gauges.%s"),
+    Setting("statsd-prefix", STR, "", "prefix used for keys sent to statsd (only used with graphite)", U,
+            go_default="nsq.%s"),
+    Setting("statsd-interval", DURATION, 0.0, "time interval nsqd is configured to push to statsd (only used "
+            "with graphite)", U, go_default=60.0),
+    Setting("http-client-tls-cert", STR, "", "path to certificate file for the HTTP client", U),
+    Setting("http-client-tls-key", STR, "", "path to key file for the HTTP client", U),
+    Setting("http-client-tls-root-ca-file", STR, "", "path to CA file for the HTTP client", U),
+    Setting("http-client-tls-insecure-skip-verify", BOOL, False, "configure the HTTP client to skip "
+            "verification of TLS certificates", U),
+    Setting("dev-static-dir", STR, "", "(development use only)", U),
+    Setting("config", STR, "", "path to config file", META),
+    Setting("verbose", BOOL, False, "[deprecated] has no effect, use --log-level", DEPRECATED),
+    Setting("version", BOOL, False, "print version string", META),
+)
+
+
+@options_class(SETTINGS)
+class AdminOptions:
+    """nsqadmin's options (flag ``--http-address`` is field ``http_address``)."""
+
+    # One field per SETTINGS entry with a field, in its order, with its default
+    # (options_class refuses a class that disagrees with the table).
+    http_address: str = "0.0.0.0:4171"
+    base_path: str = "/"
+    lookupd_http_addresses: list = dataclasses.field(default_factory=list)
+    nsqd_http_addresses: list = dataclasses.field(default_factory=list)
+    http_client_connect_timeout: float = 2.0
+    http_client_request_timeout: float = 5.0
+    admin_users: list = dataclasses.field(default_factory=list)
+    acl_http_header: str = "X-Forwarded-User"
+    notification_http_endpoint: str = ""
+    allow_config_from_cidr: str = ""
+    log_level: str = "info"
+    log_prefix: str = "[nsqadmin] "
+    http_read_timeout: float = 30.0
+    http_idle_timeout: float = 60.0
+    graphite_url: str = ""
+    proxy_graphite: bool = False
+    statsd_counter_format: str = ""
+    statsd_gauge_format: str = ""
+    statsd_prefix: str = ""
+    statsd_interval: float = 0.0
+    http_client_tls_cert: str = ""
+    http_client_tls_key: str = ""
+    http_client_tls_root_ca_file: str = ""
+    http_client_tls_insecure_skip_verify: bool = False
+    dev_static_dir: str = ""
+
+    def validate(self):
+        """Raise OptionError (a ValueError) naming the flag for an unusable value; returns self."""
+        check_settings(self, SETTINGS)
+        if self.lookupd_http_addresses and self.nsqd_http_addresses:
+            raise OptionError("use --nsqd-http-address or --lookupd-http-address not both")
+        if not self.lookupd_http_addresses and not self.nsqd_http_addresses:
+            raise OptionError("--nsqd-http-address or --lookupd-http-address required")
+        return self
