@@ -15,7 +15,11 @@ TIMESTAMP_SHIFT = NODE_ID_BITS + SEQUENCE_BITS
 
 
 class GUIDFactory:
-    """Generates increasing IDs.  ``_lock`` guards the last timestamp/sequence/id."""
+    """Generates increasing IDs.  ``_lock`` guards the last timestamp/sequence/id.
+
+    ``_lock`` is a leaf: :meth:`Topic.publish` may call :meth:`new_ids` holding
+    ``Topic._lock``, and nothing is acquired while ``_lock`` is held.
+    """
 
     def __init__(self, node_id, clock=time.time_ns):
         self.node_id = node_id
