@@ -10,14 +10,11 @@ import argparse
 import os
 import socket
 import struct
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from nsqd_threaded.protocol import encode_mpub_body  # noqa: E402
+from nsqd_threaded.protocol import encode_mpub_body
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import run_workers  # noqa: E402
+from .common import run_workers
 
 
 def _recv_exact(sock, n):

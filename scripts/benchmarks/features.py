@@ -31,8 +31,7 @@ import time
 import urllib.request
 import zlib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from . import ROOT as REPO
 
 MODES = ("plain", "snappy", "deflate", "tls", "tls+snappy")
 

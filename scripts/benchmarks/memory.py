@@ -7,14 +7,11 @@ broker's RSS from /proc before and after.
 """
 
 import argparse
-import os
 import socket
 import struct
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from nsqd_threaded.protocol import encode_mpub_body  # noqa: E402
+from nsqd_threaded.protocol import encode_mpub_body
 
 
 def rss(pid):

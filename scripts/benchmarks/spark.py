@@ -17,10 +17,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from nsqd_threaded.client import Producer  # noqa: E402
-from nsqd_threaded.testing import BrokerProcess  # noqa: E402
+from nsqd_threaded.client import Producer
+from nsqd_threaded.testing import BrokerProcess
 
 
 def session(local_dir):

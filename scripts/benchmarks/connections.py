@@ -33,7 +33,6 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 IDLE_TOPIC = "bench_conn_idle"
 RT_TOPIC = "bench_conn_rt"

@@ -20,10 +20,8 @@ import struct
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from nsqd_threaded.codec import snappy  # noqa: E402
-from nsqd_threaded.codec.crc32c import crc32c as py_crc32c  # noqa: E402
+from nsqd_threaded.codec import snappy
+from nsqd_threaded.codec.crc32c import crc32c as py_crc32c
 
 SIZE = 1 << 20
 FLUSH = 16384  # nsqd's default output buffer size

@@ -21,8 +21,7 @@ import tempfile
 import textwrap
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from nsqd_threaded.testing import Broker, BrokerProcess  # noqa: E402
+from nsqd_threaded.testing import Broker, BrokerProcess
 
 GOAL_MS = 50.0
 

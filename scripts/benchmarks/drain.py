@@ -10,15 +10,11 @@ round trip meanwhile.  An in-process broker on 127.0.0.1 ephemeral ports.
 """
 
 import argparse
-import os
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from nsqd_threaded.client import Producer  # noqa: E402
-from nsqd_threaded.testing import Broker  # noqa: E402
+from nsqd_threaded.client import Producer
+from nsqd_threaded.testing import Broker
 
 
 def main():

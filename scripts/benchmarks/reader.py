@@ -9,11 +9,9 @@ import argparse
 import os
 import socket
 import struct
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import run_workers  # noqa: E402
+from .common import run_workers
 
 
 def _consumer(address, topic, channel, rdy, deadline, start_at, result):
