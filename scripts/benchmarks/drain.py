@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """PUB latency while a topic pump drains a backlog into a new channel.
 
-    scripts/bench_drain.py --backlog 200000
+    scripts/bench drain --backlog 200000
 
 A topic gets ``--backlog`` messages with no channel (memory queue, then disk),
 then a channel is created and the pump drains the backlog while one producer

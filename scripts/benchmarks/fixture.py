@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How long the test fixtures take to start and stop a broker.
 
 Three measurements, each printed as median / p90 / max in milliseconds:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Memory probe: RSS growth of a broker process per queued 200-byte message.
 
 Publishes N messages (MPUB, batches of 200) to a topic with no channel, with

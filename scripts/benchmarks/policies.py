@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Publish throughput per storage policy: memory only, disk with the default sync, and --durable.
 
 Each policy gets a fresh broker (started here) and the bench_writer load: MPUB batches of 200 and

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Consume load in the manner of NSQ's bench_reader: SUB, RDY n, FIN every message.
 
 Each connection runs in its own process, parses frames in bulk and sends the

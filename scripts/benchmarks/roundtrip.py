@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Round-trip latency: publish one message, receive it, FIN it, repeat; prints p50/p99/max."""
 
 import argparse

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Throughput of the nsq data source in a real Spark ``local[2]``, against bench_reader on the same broker.
 
     scripts/bench spark source [--go-tools DIR]   # 1M queued messages -> nsq source (default options) -> sink

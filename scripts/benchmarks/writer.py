@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Publish load in the manner of NSQ's bench_writer: MPUB batches over N connections.
 
 Each connection runs in its own process and sends pre-encoded MPUB commands,
