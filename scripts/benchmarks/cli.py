@@ -33,6 +33,7 @@ COMMANDS = {
     "floor": "the floor probe alone (single PUB and round trip)",
     "memory": "RSS per queued message",
     "policies": "publish throughput per storage policy",
+    "pyspy": "py-spy profiles of our broker and the floor probe under the single-PUB load",
     "reader": "consume load (bench_reader)",
     "roundtrip": "publish-to-delivery round trips",
     "snappy": "the snappy codec's speed",
