@@ -26,7 +26,7 @@ from . import tools as load_tools
 from .common import BrokerProc
 
 
-def profile(kind, argv0, flags, tools, seconds, out_path, pyspy):
+def profile(kind, argv0, flags, tools, seconds, out_path, pyspy, extra=()):
     """Run the PUB load on a fresh broker while py-spy samples it; its CPU per PUB (us)."""
     with BrokerProc(kind, argv0, flags, ROOT if kind == "ours" else None) as b:
         result = {}
@@ -40,7 +40,7 @@ def profile(kind, argv0, flags, tools, seconds, out_path, pyspy):
         cpu = b.cpu_seconds()
         t0 = time.monotonic()
         subprocess.run([pyspy, "record", "-r", "500", "-f", "raw", "-o", out_path, "-d", "%d" % seconds,
-                        "--pid", str(b.pid), "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        "--pid", str(b.pid), "--nonblocking", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        check=True, timeout=seconds + 60)
         cpu = b.cpu_seconds() - cpu
         elapsed = time.monotonic() - t0
@@ -80,6 +80,9 @@ def main():
     ap.add_argument("--go-tools", metavar="DIR", help="Go's pub_probe from DIR (else this project's writer)")
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--gil", action="store_true",
+                    help="only samples of the thread holding the GIL (the Python work; without it, a thread "
+                         "waiting to take the GIL back after a recv or send counts in that call)")
     ap.add_argument("--out", help="directory for the raw profiles (default: a temporary one, removed)")
     a = ap.parse_args()
     pyspy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
@@ -91,7 +94,7 @@ def main():
     try:
         for kind, flags in (("ours", ["--mem-queue-size=100000000"]), ("floor", [])):
             path = os.path.join(out, "%s.txt" % kind)
-            rate, cpu = profile(kind, a.python, flags, tools, a.seconds, path, pyspy)
+            rate, cpu = profile(kind, a.python, flags, tools, a.seconds, path, pyspy, ["--gil"] if a.gil else [])
             own, inclusive, total = shares(path)
             print("\n%s: %.0f PUB/s, %.1f us CPU per PUB, %d samples (%s)" % (kind, rate, cpu, total, path))
             print("%-70s %7s %7s" % ("function", "self", "incl."))
