@@ -44,7 +44,8 @@ def session(local_dir):
     from nsqd_threaded.spark import NsqDataSource
 
     spark = (SparkSession.builder.master("local[2]").appName("bench_spark")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
              .config("spark.local.dir", local_dir).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(NsqDataSource)
