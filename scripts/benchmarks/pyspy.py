@@ -38,15 +38,33 @@ def profile(kind, argv0, flags, tools, seconds, out_path, pyspy, extra=()):
         loader.start()
         time.sleep(1.0)  # let the load start (and the connections settle) before sampling
         cpu = b.cpu_seconds()
+        switches = context_switches(b.pid)
         t0 = time.monotonic()
         subprocess.run([pyspy, "record", "-r", "500", "-f", "raw", "-o", out_path, "-d", "%d" % seconds,
-                        "--pid", str(b.pid), "--nonblocking", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        "--pid", str(b.pid), *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        check=True, timeout=seconds + 60)
         cpu = b.cpu_seconds() - cpu
+        switches = context_switches(b.pid) - switches
         elapsed = time.monotonic() - t0
         loader.join()
     rate = result.get("rate") or 0.0
-    return rate, cpu / (rate * elapsed) * 1e6 if rate else float("nan")
+    if not rate:
+        return rate, float("nan"), float("nan")
+    return rate, cpu / (rate * elapsed) * 1e6, switches / (rate * elapsed)
+
+
+def context_switches(pid):
+    """Voluntary + involuntary context switches of every thread of a process so far."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+        except OSError:
+            continue  # the thread ended
+    return total
 
 
 def shares(path):
@@ -83,6 +101,8 @@ def main():
     ap.add_argument("--gil", action="store_true",
                     help="only samples of the thread holding the GIL (the Python work; without it, a thread "
                          "waiting to take the GIL back after a recv or send counts in that call)")
+    ap.add_argument("--nonblocking", action="store_true",
+                    help="sample without pausing the broker (faster, but some stacks come out torn)")
     ap.add_argument("--out", help="directory for the raw profiles (default: a temporary one, removed)")
     a = ap.parse_args()
     pyspy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
@@ -94,9 +114,12 @@ def main():
     try:
         for kind, flags in (("ours", ["--mem-queue-size=100000000"]), ("floor", [])):
             path = os.path.join(out, "%s.txt" % kind)
-            rate, cpu = profile(kind, a.python, flags, tools, a.seconds, path, pyspy, ["--gil"] if a.gil else [])
+            extra = (["--gil"] if a.gil else []) + (["--nonblocking"] if a.nonblocking else [])
+            rate, cpu, switches = profile(kind, a.python, flags, tools, a.seconds, path, pyspy, extra)
             own, inclusive, total = shares(path)
-            print("\n%s: %.0f PUB/s, %.1f us CPU per PUB, %d samples (%s)" % (kind, rate, cpu, total, path))
+            print("\n%s: %.0f PUB/s, %.1f us CPU per PUB, %.2f context switches per PUB, %d samples (%.1f us of"
+                  " samples per PUB at 500 Hz) (%s)" % (kind, rate, cpu, switches, total,
+                                                        total / 500.0 / a.seconds / rate * 1e6, path))
             print("%-70s %7s %7s" % ("function", "self", "incl."))
             for name, _ in inclusive.most_common(a.top):
                 print("%-70s %6.1f%% %6.1f%%" % (name[:70], 100.0 * own[name] / total, 100.0 * inclusive[name] / total))
