@@ -22,7 +22,7 @@ import threading
 import time
 
 from . import compare, features, memory, reader, roundtrip, writer
-from .common import BrokerProc, interpreter
+from .common import BrokerProc, Quiet, interpreter
 
 # scripts/bench NAME: the benchmarks with a command line of their own (module: what it measures).
 COMMANDS = {
@@ -71,9 +71,9 @@ def main(argv=None):
     ap.add_argument("--floor", action="store_true",
                     help="--compare: the floor probe (benchmarks/floor.py) as a column where it applies")
     ap.add_argument("--max-load", type=float, default=1.0,
-                    help="--compare: refuse to start above this 1-minute load average (1.0)")
+                    help="refuse to start above this 1-minute load average (1.0)")
     ap.add_argument("--allow-load", action="store_true",
-                    help="--compare: run on a busy machine anyway (rows measured busy are flagged LOADED)")
+                    help="run on a busy machine anyway (rows measured busy are flagged LOADED)")
     ap.add_argument("--no-features", action="store_true",
                     help="skip the consume runs with snappy, deflate and TLS (ratios to plain)")
     a = ap.parse_args(argv)
@@ -91,19 +91,27 @@ def main(argv=None):
     rtt_count = 2000 if a.quick else 10000
     mem_count = 200000 if a.quick else a.count
     rows = []
+    quiet = Quiet(max_load=a.max_load)
+    if not quiet.start_is_quiet() and not a.allow_load:
+        raise SystemExit("the machine is busy (1-minute load average %.2f > %.2f): figures would be noise; "
+                         "--allow-load to run anyway" % (quiet.start_load, a.max_load))
 
-    def row(name, value, unit, target, higher_better=True):
+    def row(name, value, unit, target, higher_better=True, cpu=None):
         ok = value >= target if higher_better else value <= target
-        rows.append((name, value, unit, target, "yes" if ok else "NO"))
+        rows.append((name, value, unit, target, "yes" if ok else "NO", "" if cpu is None else "%.2f" % cpu))
+
+    def rate_row(name, target, load, *args):
+        """A throughput load, with the broker's CPU per message (us) next to its rate."""
+        cpu = b.cpu_seconds()
+        rate = load(*args)[0]
+        cpu = b.cpu_seconds() - cpu
+        row(name, rate, "msg/s", target, cpu=cpu / (rate * a.runfor) * 1e6 if rate else None)
 
     b = BrokerProc("ours", a.python)
     try:
-        rate, mbps, _ = writer.run(b.address, "sub_bench", 200, 200, a.runfor)
-        row("MPUB 200x200B msg/s", rate, "msg/s", 150000)
-        rate, mbps, _ = reader.run(b.address, "sub_bench", "ch", 2500, a.runfor)
-        row("consume RDY 2500 msg/s", rate, "msg/s", 75000)
-        rate, mbps, _ = writer.run(b.address, "pub_bench", 200, 1, a.runfor, 2)
-        row("PUB x2 conns msg/s", rate, "msg/s", 20000)
+        rate_row("MPUB 200x200B msg/s", 150000, writer.run, b.address, "sub_bench", 200, 200, a.runfor)
+        rate_row("consume RDY 2500 msg/s", 75000, reader.run, b.address, "sub_bench", "ch", 2500, a.runfor)
+        rate_row("PUB x2 conns msg/s", 20000, writer.run, b.address, "pub_bench", 200, 1, a.runfor, 2)
         r = roundtrip.run(b.address, "rtt_idle", rtt_count)
         row("round trip p50 (idle)", r["p50_us"], "us", 1000, False)
         row("round trip p99 (idle)", r["p99_us"], "us", 1000, False)
@@ -126,9 +134,12 @@ def main(argv=None):
     print("broker: %s; %d cores; %s; load average %.2f" % (interpreter(a.python), os.cpu_count(),
                                                           os.uname()[2], os.getloadavg()[0]))
     print("(ratios against Go nsqd measured in the same run: scripts/bench --compare PATH_TO_GO_NSQD)")
-    print("%-34s %12s %-6s %10s %4s" % ("benchmark", "value", "unit", "target", "met"))
-    for name, value, unit, target, ok in rows:
-        print("%-34s %12.0f %-6s %10d %4s" % (name, value, unit, target, ok))
+    print("%-34s %12s %-6s %10s %4s %14s" % ("benchmark", "value", "unit", "target", "met", "CPU us/msg"))
+    for name, value, unit, target, ok, cpu in rows:
+        print("%-34s %12.0f %-6s %10d %4s %14s" % (name, value, unit, target, ok, cpu))
+    if not quiet.start_is_quiet():
+        print("LOADED: the run started with the load average at %.2f (above %.2f): not a result"
+              % (quiet.start_load, a.max_load))
     if not a.no_features:
         medians = features.run(rounds=1 if a.quick else 3, python=a.python)
         print("\n%-34s %12s %14s" % ("consume, RDY 2500, with", "msg/s", "ratio to plain"))

@@ -144,6 +144,7 @@ def _nothing(df, batch_id):
 
 
 def bench_source(spark, broker, args):
+    start_load = os.getloadavg()[0]
     name, ref = reference(broker, args)
     print("reference: %s %.0f msg/s" % (name, ref), flush=True)
     if not args.no_warmup:
@@ -157,8 +158,10 @@ def bench_source(spark, broker, args):
     rate = args.messages / elapsed
     print("source: %d messages in %.1fs = %.0f rows/s (%s; sink %s)"
           % (args.messages, elapsed, rate, options or "default options", args.sink))
-    print("reference: %s %.0f msg/s on the same broker; source / reference = %.2f; load average %.2f"
-          % (name, ref, rate / ref, os.getloadavg()[0]))
+    print("reference: %s %.0f msg/s on the same broker; source / reference = %.2f; load average %.2f at the"
+          " start, %.2f at the end" % (name, ref, rate / ref, start_load, os.getloadavg()[0]))
+    if start_load > 1.0:
+        print("LOADED: the run started with the load average above 1.0: indicative only")
 
 
 def bench_sink(spark, broker, args):
