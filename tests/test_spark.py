@@ -79,6 +79,33 @@ def test_default_options_carry_every_column_of_each_message(spark, tmp_path):
     assert len(clients) == 40
 
 
+def test_the_source_reconnects_when_nsqd_restarts(spark, tmp_path):
+    """Every connection ends with the restart; each reconnects and the query goes on: what nsqd
+    requeued (or kept in nsqd.dat) comes again, nothing is lost."""
+    first = [b"before %05d" % i for i in range(3000)]
+    second = [b"after %05d" % i for i in range(3000)]
+    with Broker() as broker:
+        _publish(broker.tcp_addr, "events", first)
+        reader = (spark.readStream.format("nsq").option("nsqd", broker.tcp_addr).option("topic", "events")
+                  .option("channel", "archive").option("maxInFlight", "10000"))
+        out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+        query = (reader.load().writeStream.format("parquet").option("path", out)
+                 .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start())
+        try:
+            wait_until(lambda: drained([broker], "events", "archive", len(first)), 180, "the first messages FINed")
+            broker.restart()
+            _publish(broker.tcp_addr, "events", second)
+            wait_until(lambda: channel_stats(broker, "events", "archive") is not None
+                       and channel_stats(broker, "events", "archive")["client_count"] == 4, 60,
+                       "the source's 4 connections back")
+            wait_until(lambda: drained([broker], "events", "archive", len(second)), 180, "the later messages FINed")
+            assert query.exception() is None
+        finally:
+            query.stop()
+    got = {bytes(r.body) for r in spark.read.parquet(out).collect()}
+    assert got == set(first) | set(second)
+
+
 def test_two_brokers_found_through_lookupd_feed_one_query(spark, tmp_path):
     with Cluster(2) as cluster:
         expected = []

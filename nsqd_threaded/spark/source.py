@@ -46,6 +46,7 @@ DEFAULT_MAX_RDY_COUNT = 2500
 _HEARTBEAT_MS = 30000  # asked for in IDENTIFY; two missed ones mean the connection is dead
 _CONNECT_TIMEOUT = 5.0
 _RETRY_SECONDS = 1.0  # before reconnecting a connection that ended
+_MAX_RETRY_SECONDS = 15.0  # the longest wait between attempts while a node stays down
 _READ_SIZE = 1 << 20  # each connection's receive buffer (grows for a larger frame)
 _FRAME_HEADER = struct.Struct(">ii")
 _MESSAGE_HEADER = struct.Struct(">qH")  # a record's timestamp (ns) and attempts; then the ID, the body
@@ -211,19 +212,26 @@ class NsqStreamReader(DataSourceStreamReader):
     def _feed(self, address, persistent):
         """One connection slot: subscribe, read until it ends, reconnect (nodes given as
         ``nsqd``) or leave it to the next lookup (nodes lookupd found)."""
+        delay = _RETRY_SECONDS
         try:
             while not self._stopping.is_set():
                 try:
-                    link, max_rdy = self._subscribe(address)
+                    link = self._subscribe(address)
                 except (OSError, ValueError, NSQError) as e:
-                    log.warning("nsq source: %s: %s", _fmt(address), e)
+                    wait = delay
+                    delay = min(delay * 2, _MAX_RETRY_SECONDS)  # a node that is down: back off
+                    if persistent:
+                        log.warning("nsq source: %s: %s (retrying in %gs)", _fmt(address), e, wait)
+                    else:
+                        log.warning("nsq source: %s: %s", _fmt(address), e)
                 else:
+                    wait = delay = _RETRY_SECONDS
                     try:
-                        self._read(link, max_rdy)
+                        self._read(link)
                     except (OSError, ValueError) as e:
                         if not self._stopping.is_set():
                             log.info("nsq source: %s: connection lost (%s); reconnecting", _fmt(address), e)
-                if not persistent or self._stopping.wait(_RETRY_SECONDS):
+                if not persistent or self._stopping.wait(wait):
                     break
         finally:
             if not persistent:
@@ -235,7 +243,7 @@ class NsqStreamReader(DataSourceStreamReader):
                         self._nodes.pop(address, None)
 
     def _subscribe(self, address):
-        """Magic, IDENTIFY, SUB, RDY: a live link and nsqd's max_rdy_count."""
+        """Magic, IDENTIFY, SUB, RDY (this connection's share, at most nsqd's max_rdy_count): a live link."""
         s = self.settings
         sock = socket.create_connection(address, _CONNECT_TIMEOUT)
         link = _Link(sock, _fmt(address))
@@ -268,9 +276,9 @@ class NsqStreamReader(DataSourceStreamReader):
             link.shutdown()
             sock.close()
             raise
-        return link, max_rdy
+        return link
 
-    def _read(self, link, max_rdy):
+    def _read(self, link):
         """The reader loop: every read's message records go to ``_queued`` as one run."""
         sock = link.sock
         buf = bytearray(_READ_SIZE)
