@@ -1,6 +1,6 @@
 """nsqd-threaded: NSQ's nsqd 1.3 broker in pure Python, threaded, wire-compatible."""
 
-from .broker.nsqd import NSQD
+from .server.nsqd import NSQD
 from .settings.options import VERSION, Options
 
 __version__ = VERSION

@@ -3,7 +3,7 @@
 Flags are Go nsqd's, spelled and defaulted the same, so a Go nsqd command
 line works unchanged: Go's ``-name=value`` and bare boolean ``-name`` forms
 are rewritten into click's before parsing (:func:`go_style_args`).  What
-nsqlookupd's command shares with this one is in :mod:`.settings.command`.  Flags of
+nsqlookupd's command shares with this one is in :mod:`nsqd_threaded.command`.  Flags of
 features that are not built yet are refused rather than ignored, unless they
 only restate what the broker does anyway (``--snappy=false``).  Every startup
 failure is one ``FATAL`` line naming what to fix, never a traceback.
@@ -11,15 +11,14 @@ failure is one ``FATAL`` line naming what to fix, never a traceback.
 
 import click  # noqa: F401 (testing.py catches the exceptions of this click)
 
-from .settings import command
+from . import command
 from .broker import interpreter
-from .broker.nsqd import NSQD
-from .settings.command import NotSupported  # noqa: F401 (importable from here)
+from .server.nsqd import NSQD
 from .settings.options import BY_FIELD, SETTINGS, Options, check_data_path
 
 
 def go_style_args(args):
-    """Go ``flag`` syntax -> click's, for nsqd's flags (:func:`~nsqd_threaded.settings.command.go_style_args`)."""
+    """Go ``flag`` syntax -> click's, for nsqd's flags (:func:`~nsqd_threaded.command.go_style_args`)."""
     return command.go_style_args(args, SETTINGS)
 
 
@@ -41,7 +40,7 @@ def parse(args):
 def resolve(params):
     """Click's parsed parameters -> ``(Options, warnings)``: flag > config file > default.
 
-    Raises NotSupported for an unbuilt feature, and exits 1 with nsqd's
+    Exits 2 for an unbuilt feature (NotSupportedError), and exits 1 with nsqd's
     FATAL line for an unusable config file or a value Options rejects.
     """
     return command.resolve(params, SETTINGS, Options, "nsqd", BY_FIELD["log_prefix"].default)

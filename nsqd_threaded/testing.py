@@ -18,7 +18,6 @@ a new temporary directory that :meth:`~Broker.stop` removes.
 Nothing here is module-global: any number of brokers of either kind can run at once.
 """
 
-import http.client
 import json
 import os
 import re
@@ -31,8 +30,9 @@ import threading
 import time
 import weakref
 
-from .gocompat import join_host_port, parse_duration
-from .broker.nsqd import NSQD
+from .internal.gocompat import join_host_port, parse_duration
+from .internal.httpclient import request
+from .server.nsqd import NSQD
 from .settings.options import BY_FIELD, DURATION, STR_LIST, Options
 
 __all__ = ["Broker", "BrokerProcess", "Cluster", "Lookupd", "LogBuffer", "resolve_options"]
@@ -578,13 +578,9 @@ def _http(address, method, path, body, timeout):
         raise RuntimeError("HTTP is disabled on this broker")
     if isinstance(body, str):
         body = body.encode()
-    conn = http.client.HTTPConnection(address[0], address[1], timeout=timeout)
-    try:
-        conn.request(method, path, body=body)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
+    status, _, data = request(method, address[0], address[1], path, body,
+                              connect_timeout=timeout, deadline=time.monotonic() + timeout)
+    return status, data
 
 
 def _stats(address, params):
@@ -622,7 +618,7 @@ class Lookupd(_Served):
         self._tcp_address = self._http_address = None
 
     def start(self):
-        from .logger import Logger
+        from .internal.logger import Logger
         from .lookupd import NSQLookupd
 
         overrides = dict(self._overrides)

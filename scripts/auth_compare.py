@@ -24,7 +24,8 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 from test_auth import AuthServer  # noqa: E402
 from wire import Conn, wait_for  # noqa: E402
 
-from nsqd_threaded import NSQD, Options, protocol  # noqa: E402
+from nsqd_threaded import NSQD, Options  # noqa: E402
+from nsqd_threaded.wire import protocol
 
 
 def free_port():

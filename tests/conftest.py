@@ -1,23 +1,12 @@
-import io
 import threading
 
 import pytest
 
 from nsqd_threaded import NSQD, Options
-from nsqd_threaded.logger import Logger
+from nsqd_threaded.internal.logger import Logger
 from nsqd_threaded.lookupd import NSQLookupd
 
-
-class LogCapture(io.StringIO):
-    """A thread-safe log sink for a broker under test."""
-
-    def __init__(self):
-        super().__init__()
-        self._lock = threading.Lock()
-
-    def write(self, s):
-        with self._lock:
-            return super().write(s)
+from support.logs import LogCapture
 
 
 @pytest.fixture

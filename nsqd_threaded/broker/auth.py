@@ -7,28 +7,19 @@ topics and channels it may subscribe to or publish on, for ``ttl`` seconds.
 When that time has passed, the next SUB/PUB/MPUB/DPUB asks again with the same
 secret.
 
-The pure part (request encoding, response parsing and validation, the
-permission check) is free of I/O; :func:`query_any` is the HTTP edge, run on
-the connection's own thread and bounded by the HTTP client timeouts.
+This module is the pure part (request encoding, response parsing and
+validation, the permission check), free of I/O; the HTTP exchange is
+:func:`nsqd_threaded.server.auth_query.query_any`, run on the connection's own
+thread and bounded by the HTTP client timeouts.
 """
 
-import http.client
-import io
-import random
 import re
-import socket
-import ssl
 import time
 import urllib.parse
 
-from ..gocompat import JSONObject, go_json, go_json_fold_key, go_json_loads, go_json_text, go_quote
+from ..internal.gocompat import JSONObject, go_json, go_json_fold_key, go_json_loads, go_json_text, go_quote
 
 PERMISSIONS = ("subscribe", "publish")
-ACCEPT = "application/vnd.nsq; version=1.0"
-
-# An answer larger than this is a failure (Go reads any size; a bound keeps a
-# runaway server from filling memory before the request timeout).
-MAX_RESPONSE_SIZE = 16 * 1024 * 1024
 
 # Permission decisions remembered per answer (a producer uses a few topics).
 _MEMO_LIMIT = 256
@@ -237,146 +228,3 @@ def https_endpoint(endpoint, body):
     if ":" in host:
         host = "[%s]" % host
     return urllib.parse.urlunsplit(("https", "%s:%d" % (host, port)) + tuple(parts[2:]))
-
-
-# -- the HTTP edge -------------------------------------------------------------------
-
-
-def query_any(opts, remote_ip, tls, secret, common_name="", log=None):
-    """Ask the auth servers, starting at a random one and wrapping around; the first answer wins.
-
-    Raises AuthError (the last failure) when none answers usably.
-    """
-    addresses = list(opts.auth_http_addresses)
-    if not addresses:
-        raise AuthError("no auth server")
-    params = auth_params(remote_ip, tls, secret, common_name)
-    start = random.randrange(len(addresses))
-    error = None
-    for i in range(len(addresses)):
-        address = addresses[(start + i) % len(addresses)]
-        try:
-            return query_one(opts, address, params)
-        except AuthError as e:
-            error = e
-        except Exception as e:  # any failure is the client's E_AUTH_FAILED, never the connection thread's end
-            error = AuthError(_error_text(e))
-        if log is not None:
-            log.warn("failed auth against %s %s", address, error)
-    raise error
-
-
-def query_one(opts, address, params):
-    """One auth server's answer as an AuthState (AuthError, or the OSError/HTTPException/ValueError of the exchange)."""
-    endpoint = auth_endpoint(address)
-    post = opts.auth_http_request_method == "post"
-    url = endpoint if post else get_url(endpoint, params)
-    body = post_body(params) if post else None
-    # Go's http.Client: the request timeout bounds the whole exchange (0 = none).
-    deadline = time.monotonic() + opts.http_client_request_timeout if opts.http_client_request_timeout else None
-    status, data = _request(opts, "POST" if post else "GET", url, body, deadline)
-    if status == 403 and not url.startswith("https"):
-        url = https_endpoint(url, data)
-        status, data = _request(opts, "POST" if post else "GET", url, body, deadline)
-    if status != 200:
-        raise AuthError("got response %d %s" % (status, go_quote(data[:256])))
-    return parse_auth_response(data)
-
-
-def _request(opts, method, url, body, deadline):
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise AuthError("unsupported protocol scheme %s" % go_quote(parts.scheme))
-    if not parts.hostname:
-        raise AuthError("no host in the address")  # (not the URL: its query holds the secret)
-    connect_timeout = opts.http_client_connect_timeout or None
-    if deadline is not None:
-        remaining = _remaining(deadline)
-        connect_timeout = remaining if connect_timeout is None else min(connect_timeout, remaining)
-    if parts.scheme == "https":
-        context = ssl.create_default_context(cafile=opts.tls_root_ca_file or None)
-        conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=connect_timeout, context=context)
-    else:
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=connect_timeout)
-    sock = None
-    try:
-        conn.connect()
-        sock = conn.sock
-        conn.sock = _DeadlineSocket(sock, deadline)
-        path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        headers = {"Accept": ACCEPT}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        conn.request(method, path, body=body, headers=headers)
-        resp = conn.getresponse()
-        chunks = []
-        size = 0
-        while True:
-            chunk = resp.read(65536)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > MAX_RESPONSE_SIZE:
-                raise AuthError("response larger than %d bytes" % MAX_RESPONSE_SIZE)
-            chunks.append(chunk)
-        return resp.status, b"".join(chunks)
-    finally:
-        conn.close()
-        if sock is not None:
-            sock.close()
-
-
-def _remaining(deadline):
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise socket.timeout("timed out")
-    return remaining
-
-
-class _DeadlineSocket:
-    """A connected socket whose every send and recv ends by one deadline (None: no deadline).
-
-    A per-operation socket timeout alone would let a server that trickles its
-    answer hold the connection thread far longer than the request timeout.
-    """
-
-    def __init__(self, sock, deadline):
-        self._sock = sock
-        self._deadline = deadline
-
-    def _arm(self):
-        if self._deadline is not None:
-            self._sock.settimeout(_remaining(self._deadline))
-        else:
-            self._sock.settimeout(None)
-
-    def sendall(self, data):
-        self._arm()
-        return self._sock.sendall(data)
-
-    def recv_into(self, buf):
-        self._arm()
-        return self._sock.recv_into(buf)
-
-    def makefile(self, mode="rb", buffering=None):
-        return io.BufferedReader(_DeadlineReader(self))
-
-    def close(self):
-        """http.client closes its connection while the response may still be read: _request closes the socket."""
-
-
-class _DeadlineReader(io.RawIOBase):
-    def __init__(self, sock):
-        self._sock = sock
-
-    def readable(self):
-        return True
-
-    def readinto(self, buf):
-        return self._sock.recv_into(buf)
-
-
-def _error_text(e):
-    if isinstance(e, socket.timeout):
-        return "i/o timeout"
-    return str(e) or type(e).__name__

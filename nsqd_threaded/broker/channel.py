@@ -23,14 +23,14 @@ from typing import Protocol
 from ..storage.backend import BackedQueue, BackendError
 from .e2e import E2ELatency
 from .pqueue import TimedIndex
-from ..gocompat import ns
+from ..internal.gocompat import ns
 
 
 class ChannelError(Exception):
     """A put/subscribe failure whose text nsqd sends to the client (``exiting``, ...)."""
 
 
-class Consumer(Protocol):
+class Subscriber(Protocol):
     """What a Channel needs from a subscriber (nsqd's ``Consumer`` interface).
 
     Set by the consumer, read by the channel: ``id`` (unique per broker, never
@@ -83,18 +83,18 @@ class Channel(BackedQueue):
         self.topic_name = topic_name
         self.name = name
         self.ephemeral = name.endswith("#ephemeral")
-        opts = nsqd.options
+        options = nsqd.options
         backend = nsqd.new_backend("%s:%s" % (topic_name, name), self.ephemeral)
-        super().__init__(nsqd, backend, opts.mem_queue_size)
+        super().__init__(nsqd, backend, options.mem_queue_size)
         self._in_flight = TimedIndex()
         self._deferred = TimedIndex()
-        self._clients = {}  # client id -> Consumer
+        self._clients = {}  # client id -> Subscriber
         # Consumers whose pump is ready and found nothing to take, in arrival
         # order (a dict: O(1) membership and removal with thousands of them).
         self._waiting = {}
         self._departed = set()  # ids of removed consumers that left messages in flight
-        self._max_consumers = opts.max_channel_consumers
-        self._max_msg_timeout_ns = ns(opts.max_msg_timeout)
+        self._max_consumers = options.max_channel_consumers
+        self._max_msg_timeout_ns = ns(options.max_msg_timeout)
         self.paused = False
         self.exiting = False
         self._delete_scheduled = False
@@ -102,7 +102,7 @@ class Channel(BackedQueue):
         self.requeue_count = 0
         self.timeout_count = 0
         self.global_msg_count = 0  # deliveries taken from the memory queue
-        self.e2e = E2ELatency(opts.e2e_processing_latency_percentiles, opts.e2e_processing_latency_window_time)
+        self.e2e = E2ELatency(options.e2e_processing_latency_percentiles, options.e2e_processing_latency_window_time)
 
     def __repr__(self):
         return "Channel(%s:%s)" % (self.topic_name, self.name)

@@ -1,32 +1,24 @@
-"""Client: one TCP connection's state, its output, and its message pump.
+"""Client: one TCP client's state, as the broker core sees it (Go's clientV2 without its socket).
 
-Each connection has two threads, as each nsqd connection has two goroutines:
-
-* the connection thread (owned by the TCP server) reads and executes
-  commands (:mod:`nsqd_threaded.server.protocol_v2`), and
-* the pump thread (owned by the connection thread, which joins it) sends
-  heartbeats and, once subscribed, takes batches of messages from the channel
-  and writes them out.
-
-Frames from both threads go through :meth:`Client.send`, serialized by
-``_write_lock``.  A pump batch is written with one ``sendall``.
+Its identity and IDENTIFY settings, RDY and in-flight counts, delivery and
+publish counters, the AUTH answer, and the flag that wakes its message pump.
+The connection itself (reads, writes, upgrades and the pump thread) is the
+server's: :class:`~nsqd_threaded.server.connection.ClientConnection` extends
+this class.
 """
 
-import socket
 import threading
 import time
 
-from .. import gocompat, protocol
+from ..internal import gocompat
 
 STATE_INIT = 0
 STATE_SUBSCRIBED = 3
 STATE_CLOSING = 4
 
-DELIVERY_BATCH = 512  # messages a pump takes from its channel per lock acquisition
-
 
 class Client:
-    """A connected client; as a subscriber, the :class:`~nsqd_threaded.broker.channel.Consumer` of its channel.
+    """A connected client; as a subscriber, the :class:`~nsqd_threaded.broker.channel.Subscriber` of its channel.
 
     Its state changes through verbs (:meth:`identify`, :meth:`subscribe`,
     :meth:`set_ready`, :meth:`start_close`, :meth:`count_published`) called by
@@ -36,16 +28,14 @@ class Client:
     * ``_lock`` guards ``_woken`` and ``_closing``; ``_wakeup`` (a Condition on
       it) signals the pump that something changed: RDY, in-flight count,
       messages available, heartbeat settings, or shutdown.
-    * ``_write_lock`` serializes writes to the socket.
     * ``in_flight_count``, ``blocked`` and the delivery counters are guarded by
       the subscribed channel's lock (every change happens in a Channel method).
     """
 
-    def __init__(self, client_id, sock, address, nsqd):
-        self.id = client_id
-        self._sock = sock
-        self._nsqd = nsqd
-        opts = nsqd.options
+    def __init__(self, id, address, options):
+        """``id``: the broker's number for this connection (Go's ID, never reused);
+        ``client_id`` is the IDENTIFY string (Go's ClientID), the remote IP until then."""
+        self.id = id
         self.remote_address = "%s:%s" % address[:2] if isinstance(address, tuple) else str(address)
         self.client_id = address[0] if isinstance(address, tuple) else ""
         self.hostname = self.client_id
@@ -58,10 +48,10 @@ class Client:
         self.topic_name = None
 
         # settings (IDENTIFY may change them)
-        self.heartbeat_interval = opts.client_timeout / 2
-        self.msg_timeout_ns = gocompat.ns(opts.msg_timeout)
+        self.heartbeat_interval = options.client_timeout / 2
+        self.msg_timeout_ns = gocompat.ns(options.msg_timeout)
         self.output_buffer_size = 16384
-        self.output_buffer_timeout = opts.output_buffer_timeout
+        self.output_buffer_timeout = options.output_buffer_timeout
         self.sample_rate = 0
         self.feature_negotiation = False
 
@@ -86,11 +76,8 @@ class Client:
         self._wakeup = threading.Condition(self._lock)  # signals: the pump should look again
         self._woken = False
         self._closing = False
-        self._write_lock = threading.Lock()  # serializes writes to the socket, and guards _encode
-        self._pump = None
 
-        # transport (IDENTIFY may upgrade it; see nsqd_threaded.server.transport)
-        self._encode = None  # output bytes -> socket bytes, None on a plain connection
+        # transport (IDENTIFY may upgrade it; see nsqd_threaded.wire.transport)
         self.transport = None
         self.tls = False
         self.tls_common_name = ""  # the client certificate's CN, for the auth server
@@ -149,142 +136,18 @@ class Client:
         state = self.auth_state
         return state is not None and len(state.authorizations) > 0
 
-    def upgrade(self, negotiate):
-        """IDENTIFY's upgrades: ``negotiate(sock, send, install)`` runs holding the write lock.
+    def wake(self):
+        with self._lock:
+            self._woken = True
+            self._wakeup.notify()
 
-        As nsqd's Upgrade* do, nothing else is written meanwhile (no
-        heartbeat in the middle of a TLS handshake, or between an upgrade
-        and its OK).  ``send(data)`` writes through the current layers;
-        ``install(transport)`` makes them ``transport``'s.  Errors propagate
-        with the layers as they were last installed.
-        """
-        with self._write_lock:
-            negotiate(self._sock, self._send_locked, self._install)
-
-    def _send_locked(self, data):
-        encode = self._encode
-        self._sock.sendall(encode(data) if encode is not None else data)
-
-    def _install(self, transport):
-        self._encode = transport.encoder()
+    def set_transport(self, transport):
+        """IDENTIFY upgraded the connection: TLS, deflate or snappy, as /stats shows them."""
         self.transport = transport
         self.tls = transport.tls is not None
         self.tls_common_name = transport.tls_common_name() if self.tls else ""
         self.deflate = transport.compression == "deflate"
         self.snappy = transport.compression == "snappy"
 
-    # -- output ------------------------------------------------------------
-
-    def send(self, data):
-        """Write bytes (one or more complete frames) now; False if the connection failed.
-
-        With compression or TLS the bytes are encoded here, once per send:
-        the encoders sit under the output batching, as nsqd's sit under its
-        buffered writer.
-        """
-        try:
-            with self._write_lock:
-                encode = self._encode
-                if encode is not None:
-                    data = encode(data)
-                self._sock.sendall(data)
-            return True
-        except OSError:
-            self.close_connection()
-            return False
-
-    def _send_messages(self, msgs):
-        """Encode and write a batch, in sendalls of at least output_buffer_size bytes."""
-        parts = []
-        pending = 0
-        limit = self.output_buffer_size
-        encode = protocol.message_frame_parts
-        for msg in msgs:
-            header, msg_id, body = encode(msg.timestamp, msg.attempts, msg.id, msg.body)
-            parts += (header, msg_id, body)
-            pending += 30 + len(body)
-            if pending >= limit:
-                if not self.send(b"".join(parts)):
-                    return False
-                parts = []
-                pending = 0
-        if parts:
-            return self.send(b"".join(parts))
-        return True
-
-    # -- pump --------------------------------------------------------------
-
-    def start_pump(self):
-        self._pump = threading.Thread(
-            target=self._pump_loop, name="nsqd-client-pump[%d %s]" % (self.id, self.remote_address), daemon=True
-        )
-        self._pump.start()
-
-    def wake(self):
-        with self._lock:
-            self._woken = True
-            self._wakeup.notify()
-
-    def _pump_loop(self):
-        next_heartbeat = time.monotonic() + self.heartbeat_interval
-        hb_interval = self.heartbeat_interval
-        while True:
-            with self._lock:
-                if not self._woken and not self._closing:
-                    timeout = next_heartbeat - time.monotonic() if hb_interval > 0 else None
-                    if timeout is None or timeout > 0:
-                        self._wakeup.wait(timeout)
-                self._woken = False
-                if self._closing:
-                    return
-            if self.heartbeat_interval != hb_interval:
-                # IDENTIFY changed the interval: restart the ticker.
-                hb_interval = self.heartbeat_interval
-                next_heartbeat = time.monotonic() + hb_interval
-            next_heartbeat = self._heartbeat_if_due(hb_interval, next_heartbeat)
-            if next_heartbeat is None:
-                return
-            channel = self.channel
-            if channel is not None and self.state == STATE_SUBSCRIBED:
-                while True:
-                    msgs = channel.take(self, DELIVERY_BATCH)
-                    if not msgs:
-                        break
-                    if not self._send_messages(msgs):
-                        return
-                    # A steady stream never lets the pump wait: keep the ticker going.
-                    next_heartbeat = self._heartbeat_if_due(hb_interval, next_heartbeat)
-                    if next_heartbeat is None:
-                        return
-
-    def _heartbeat_if_due(self, interval, next_heartbeat):
-        """Send a heartbeat if the ticker fired; returns the next tick, None if the write failed."""
-        if interval <= 0:
-            return next_heartbeat
-        now = time.monotonic()
-        if now < next_heartbeat:
-            return next_heartbeat
-        if not self.send(protocol.HEARTBEAT_FRAME):
-            return None
-        # A fixed ticker: missed ticks are skipped, not sent in a burst.
-        return next_heartbeat + interval * (1 + int((now - next_heartbeat) // interval))
-
-    # -- shutdown ----------------------------------------------------------
-
     def close_connection(self):
-        """Make the connection thread's next read fail so it cleans up (any thread)."""
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def stop_pump(self):
-        """Tell the pump to stop (it ends at its next wake-up); see :meth:`join_pump`."""
-        with self._lock:
-            self._closing = True
-            self._wakeup.notify()
-
-    def join_pump(self):
-        """Wait for the stopped pump to end (connection thread only)."""
-        if self._pump is not None and self._pump is not threading.current_thread():
-            self._pump.join()
+        """Ask the connection to end (the channel is closing); the server's connection does it."""

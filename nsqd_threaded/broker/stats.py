@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from ..gocompat import format_duration
+from ..internal.gocompat import format_duration
 
 
 # -- snapshot ----------------------------------------------------------------

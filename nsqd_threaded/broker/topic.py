@@ -7,6 +7,8 @@ has channels, is not paused, and its backlog is empty): no thread hand-off on
 the publish path, and order is kept.  Otherwise the messages wait in the
 topic's backlog (memory queue up to --mem-queue-size, then the backend), and
 the topic's pump thread drains the backlog once fan-out is possible again.
+The backlog's memory queue holds records, not Messages (see
+:mod:`nsqd_threaded.wire.message`); a channel's holds Messages.
 
 A backend that acknowledges deliveries (``--durable``) changes the policy:
 every publish is written there first and acknowledged once fsynced, and the
@@ -17,23 +19,20 @@ As Go's topic waits on its ``startChan``, the pump runs only from
 :meth:`Topic.start` on, which NSQD calls once its listeners are bound.
 """
 
-import struct
 import threading
 import time
 
 from ..storage.backend import BackedQueue, BackendError
+from ..wire.message import RECORD_HEADER, Message, from_records
+from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import Channel, ChannelError
 from .guid import GUIDFactory
-from .lookup import encode_register, encode_unregister
-from .message import Message
 
 PUMP_BATCH = 1024
 
 # A message waiting in the topic's memory backlog is one bytes object: the
 # diskqueue record (timestamp, attempts, ID, body) instead of a Message, its
 # ID and body (three objects; on PyPy about 190 bytes more per message).
-_RECORD_HEADER = struct.Struct(">qH16s")  # timestamp, attempts, ID
-_RECORD_HEADER_SIZE = _RECORD_HEADER.size
 
 
 class TopicError(Exception):
@@ -52,13 +51,13 @@ class Topic(BackedQueue):
     def __init__(self, name, nsqd, held=False):
         self.name = name
         self.ephemeral = name.endswith("#ephemeral")
-        opts = nsqd.options
-        super().__init__(nsqd, nsqd.new_backend(name, self.ephemeral), opts.mem_queue_size)
+        options = nsqd.options
+        super().__init__(nsqd, nsqd.new_backend(name, self.ephemeral), options.mem_queue_size)
         self._backlog_ready = threading.Condition(self._lock)  # signals: the pump can drain, or must exit
         # Publishers fan out themselves unless the backend must see every message first.
         self._inline_fan_out = not self._backend.acks_deliveries
         self._channels = {}
-        self._guid = GUIDFactory(opts.node_id)
+        self._guid = GUIDFactory(options.node_id)
         self.paused = False
         self.exiting = False
         self._started = False
@@ -165,7 +164,7 @@ class Topic(BackedQueue):
         message (DPUB) stays a Message: the record has no field for its delay."""
         room = self._room_locked()
         if room > 0:
-            pack = _RECORD_HEADER.pack
+            pack = RECORD_HEADER.pack
             head = msgs if room >= len(msgs) else msgs[:room]
             self._memory.extend(
                 [m if m.deferred_ns else pack(m.timestamp, m.attempts, m.id) + m.body for m in head]
@@ -180,15 +179,15 @@ class Topic(BackedQueue):
         the backend returns already is: no second pass over a disk backlog's messages)."""
         memory = self._memory
         if len(memory) >= n:
-            return _messages([memory.popleft() for _ in range(n)])
-        msgs = _messages(memory)
+            return from_records([memory.popleft() for _ in range(n)])
+        msgs = from_records(memory)
         memory.clear()
         if len(msgs) < n and self._backend.depth():
             msgs.extend(self._from_backend_locked(n - len(msgs)))
         return msgs
 
     def _queued_messages_locked(self):
-        return _messages(self._memory)
+        return from_records(self._memory)
 
     def _pump_loop(self):
         if self._backend.acks_deliveries:
@@ -344,15 +343,3 @@ class Topic(BackedQueue):
                 self._drop_locked()
             else:
                 self._flush_locked()
-
-
-def _messages(items):
-    """Messages from the memory backlog's records (and the Messages among them)."""
-    unpack = _RECORD_HEADER.unpack_from
-    out = []
-    for item in items:
-        if type(item) is bytes:
-            timestamp, attempts, msg_id = unpack(item)
-            item = Message(msg_id, item[_RECORD_HEADER_SIZE:], timestamp, attempts)
-        out.append(item)
-    return out

@@ -8,8 +8,9 @@ import struct
 import threading
 import time
 
-from .. import protocol, transport
-from ..gocompat import join_host_port, split_host_port
+from ..wire import protocol
+from ..wire import transport
+from ..internal.gocompat import join_host_port, split_host_port
 from ..settings.options import VERSION
 
 
@@ -47,7 +48,7 @@ def parse_address(address):
 
 def parse_addresses(addresses):
     """One address or a list of them -> a list of ``(host, port)``."""
-    if _one_address(addresses):
+    if is_one_address(addresses):
         return [parse_address(addresses)]
     result = [parse_address(a) for a in addresses]
     if not result:
@@ -55,28 +56,29 @@ def parse_addresses(addresses):
     return result
 
 
-def _one_address(addresses):
+def is_one_address(addresses):
     """True for one address (``"host:port"``, ``(host, port)`` or ``[host, port]``), not a list of them."""
     return isinstance(addresses, str) or (
         isinstance(addresses, (tuple, list)) and len(addresses) == 2 and isinstance(addresses[1], int)
     )
 
 
-def _as_list(addresses):
+def address_list(addresses):
     """None, one address, or a list of them -> a list."""
     if not addresses:
         return []
-    return [addresses] if _one_address(addresses) else list(addresses)
+    return [addresses] if is_one_address(addresses) else list(addresses)
 
 
-def _name(name, what):
+def encode_name(name, what):
+    """A topic or channel name as the bytes of a command line; ValueError when it would break the line."""
     raw = name.encode("utf-8") if isinstance(name, str) else bytes(name)
     if b" " in raw or b"\n" in raw or b"\r" in raw:
         raise ValueError("%s name %r cannot contain a space or a line break" % (what, name))
     return raw
 
 
-def _body(body):
+def encode_body(body):
     """A message body as bytes: bytes-like objects as they are, ``str`` as UTF-8.
 
     Anything else is a TypeError: ``bytes(5)`` would publish five NUL bytes.
@@ -88,14 +90,15 @@ def _body(body):
     raise TypeError("a message body must be bytes (or str, sent as UTF-8), not %s" % type(body).__name__)
 
 
-def _bodies(bodies):
+def encode_bodies(bodies):
     """MPUB's bodies: a list (any iterable) of bodies, not one body."""
     if isinstance(bodies, (bytes, bytearray, memoryview, str)):
         raise TypeError("mpub takes a list of message bodies, not one %s" % type(bodies).__name__)
-    return [_body(b) for b in bodies]
+    return [encode_body(b) for b in bodies]
 
 
-def _fmt(address):
+def format_address(address):
+    """``(host, port)`` -> ``"host:port"`` (``"[v6]:port"``), for messages and thread names."""
     return join_host_port(*address)
 
 
@@ -116,24 +119,24 @@ class Connection:
         self._idle_timeout = 2 * DEFAULT_HEARTBEAT_MS / 1000.0
         self._buf = bytearray()
         self._frames = collections.deque()
-        # TLS/compression layers once IDENTIFY negotiated them (see nsqd_threaded.transport)
+        # TLS/compression layers once IDENTIFY negotiated them (see nsqd_threaded.wire.transport)
         self._transport = None
         self._encode = None  # guarded by _write_lock
         self._decode = None  # the reading thread's
         try:
             self._sock = socket.create_connection(address, timeout)
         except socket.timeout:
-            raise TimeoutError("connect to nsqd at %s timed out after %gs" % (_fmt(address), timeout)) from None
+            raise TimeoutError("connect to nsqd at %s timed out after %gs" % (format_address(address), timeout)) from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def __repr__(self):
-        return "<Connection %s%s>" % (_fmt(self.address), " closed" if self.closed else "")
+        return "<Connection %s%s>" % (format_address(self.address), " closed" if self.closed else "")
 
     def send(self, data):
         try:
             with self._write_lock:
                 if self.closed:
-                    raise ConnectionClosed("connection to %s is closed" % _fmt(self.address))
+                    raise ConnectionClosed("connection to %s is closed" % format_address(self.address))
                 if self._encode is not None:
                     data = self._encode(data)
                 self._sock.sendall(data)
@@ -141,7 +144,7 @@ class Connection:
             if isinstance(e, ConnectionClosed):
                 raise
             self.shutdown()
-            raise ConnectionClosed("connection to %s failed: %s" % (_fmt(self.address), e)) from None
+            raise ConnectionClosed("connection to %s failed: %s" % (format_address(self.address), e)) from None
 
     def read_frame(self):
         """The next ``(frame_type, data)``; raises ConnectionClosed at EOF, OSError on errors."""
@@ -151,7 +154,7 @@ class Connection:
             try:
                 parsed, used = protocol.split_frames(self._buf)
             except ValueError:  # a frame size below 4
-                raise ConnectionClosed("malformed frame from %s" % _fmt(self.address)) from None
+                raise ConnectionClosed("malformed frame from %s" % format_address(self.address)) from None
             if used:
                 del self._buf[:used]
                 frames.extend(parsed)
@@ -165,12 +168,12 @@ class Connection:
             return
         chunk = self._sock.recv(262144)
         if not chunk:
-            raise ConnectionClosed("nsqd at %s closed the connection" % _fmt(self.address))
+            raise ConnectionClosed("nsqd at %s closed the connection" % format_address(self.address))
         if self._decode is not None:
             try:
                 chunk = self._decode(chunk)
             except transport.TransportError as e:
-                raise ConnectionClosed("corrupt stream from %s: %s" % (_fmt(self.address), e)) from None
+                raise ConnectionClosed("corrupt stream from %s: %s" % (format_address(self.address), e)) from None
         self._buf += chunk
 
     def _read_one_frame(self):
@@ -180,7 +183,7 @@ class Connection:
             if len(buf) >= 4:
                 size = struct.unpack(">l", bytes(buf[:4]))[0]
                 if size < 4:
-                    raise ConnectionClosed("malformed frame from %s" % _fmt(self.address))
+                    raise ConnectionClosed("malformed frame from %s" % format_address(self.address))
                 if len(buf) >= 4 + size:
                     frame_type = struct.unpack(">l", bytes(buf[4:8]))[0]
                     data = bytes(buf[8 : 4 + size])
@@ -193,11 +196,11 @@ class Connection:
         try:
             frame_type, data = self._read_one_frame()
         except socket.timeout:
-            raise TimeoutError("no answer from nsqd at %s within %gs" % (_fmt(self.address), self.timeout)) from None
+            raise TimeoutError("no answer from nsqd at %s within %gs" % (format_address(self.address), self.timeout)) from None
         if frame_type == protocol.FRAME_TYPE_ERROR:
             raise NSQError(data, self.address)
         if frame_type != protocol.FRAME_TYPE_RESPONSE:
-            raise ConnectionClosed("unexpected frame type %d from %s" % (frame_type, _fmt(self.address)))
+            raise ConnectionClosed("unexpected frame type %d from %s" % (frame_type, format_address(self.address)))
         return data
 
     def read_answer(self):
@@ -211,10 +214,10 @@ class Connection:
                 if frame_type == protocol.FRAME_TYPE_ERROR:
                     raise NSQError(data, self.address)
                 if frame_type != protocol.FRAME_TYPE_RESPONSE:
-                    raise ConnectionClosed("unexpected frame type %d from %s" % (frame_type, _fmt(self.address)))
+                    raise ConnectionClosed("unexpected frame type %d from %s" % (frame_type, format_address(self.address)))
                 return data
         except socket.timeout:
-            raise TimeoutError("no answer from nsqd at %s within %gs" % (_fmt(self.address), self.timeout)) from None
+            raise TimeoutError("no answer from nsqd at %s within %gs" % (format_address(self.address), self.timeout)) from None
 
     def identify(self, fields, tls_context=None):
         """Send the magic and IDENTIFY; keep the negotiated settings (the JSON answer).
@@ -259,7 +262,7 @@ class Connection:
             try:
                 transport.handshake(self._sock, layer, early, time.monotonic() + self.timeout)
             except (ssl.SSLError, TimeoutError) as e:
-                raise ConnectionClosed("TLS with nsqd at %s failed: %s" % (_fmt(self.address), e)) from None
+                raise ConnectionClosed("TLS with nsqd at %s failed: %s" % (format_address(self.address), e)) from None
             layers.add_tls(layer, threading.Lock())
             self._install(layers, layers.decrypt_layer())
             self._expect_ok()
@@ -283,13 +286,13 @@ class Connection:
         try:
             rest = new_decode(bytes(self._buf))
         except transport.TransportError as e:
-            raise ConnectionClosed("corrupt stream from %s: %s" % (_fmt(self.address), e)) from None
+            raise ConnectionClosed("corrupt stream from %s: %s" % (format_address(self.address), e)) from None
         self._buf = bytearray(rest)
 
     def _expect_ok(self):
         data = self._read_upgrade_answer()
         if data != b"OK":
-            raise ConnectionClosed("unexpected answer to an upgrade from %s: %r" % (_fmt(self.address), data[:64]))
+            raise ConnectionClosed("unexpected answer to an upgrade from %s: %r" % (format_address(self.address), data[:64]))
 
     @property
     def tls(self):
@@ -320,7 +323,8 @@ class Connection:
         self._sock.close()
 
 
-def _identify_fields(extra, features=None):
+def identify_fields(extra, features=None):
+    """The IDENTIFY body: this client's defaults, then the transport ``features``, then the caller's ``extra``."""
     fields = {
         "client_id": socket.gethostname().split(".")[0],
         "hostname": socket.gethostname(),

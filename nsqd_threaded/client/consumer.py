@@ -6,17 +6,17 @@ import threading
 import time
 import urllib.parse
 
-from .. import protocol
+from ..wire import protocol
 from .connection import (
     Connection,
     ConnectionClosed,
     HEARTBEAT,
     NSQError,
-    _as_list,
-    _fmt,
-    _identify_fields,
+    address_list,
+    format_address,
+    identify_fields,
     transport_options,
-    _name,
+    encode_name,
     parse_addresses,
 )
 from .lookupd import lookup_addresses, parse_lookupd_address
@@ -143,14 +143,14 @@ class Consumer:
         deflate_level=None,
         on_message=None
     ):
-        self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
+        self.lookupd_http_addresses = [parse_lookupd_address(a) for a in address_list(lookupd_http_addresses)]
         if addresses or not self.lookupd_http_addresses:
             self.addresses = parse_addresses(addresses)
         else:
             self.addresses = []
         self.topic = topic
         self.channel = channel
-        self._sub = b"SUB %s %s\n" % (_name(topic, "topic"), _name(channel, "channel"))
+        self._sub = b"SUB %s %s\n" % (encode_name(topic, "topic"), encode_name(channel, "channel"))
         if max_in_flight < 0:
             raise ValueError("max_in_flight must be >= 0")
         if concurrency < 1:
@@ -166,7 +166,7 @@ class Consumer:
         self.rdy_redistribute_interval = rdy_redistribute_interval
         self.low_rdy_idle_timeout = low_rdy_idle_timeout
         features, self._tls_context = transport_options(tls_v1, tls_options, snappy, deflate, deflate_level)
-        self._identify = _identify_fields(identify, features)
+        self._identify = identify_fields(identify, features)
         self.auth_secret = auth_secret
         self.on_message = on_message
         self._queue = queue.Queue()
@@ -184,7 +184,7 @@ class Consumer:
         self.heartbeats = 0  # heartbeats answered (for tests and curiosity)
 
     def __repr__(self):
-        where = [_fmt(a) for a in self.addresses] + ["lookupd " + _fmt(a) for a in self.lookupd_http_addresses]
+        where = [format_address(a) for a in self.addresses] + ["lookupd " + format_address(a) for a in self.lookupd_http_addresses]
         return "<Consumer %s/%s %s>" % (self.topic, self.channel, ",".join(where))
 
     # -- lifecycle -------------------------------------------------------------
@@ -254,7 +254,7 @@ class Consumer:
             thread = threading.Thread(
                 target=self._run,
                 args=(address, rdy, first, persistent),
-                name="nsq-consumer[%s %s/%s]" % (_fmt(address), self.topic, self.channel),
+                name="nsq-consumer[%s %s/%s]" % (format_address(address), self.topic, self.channel),
                 daemon=True,
             )
             self._readers = [t for t in self._readers if t.is_alive()]
@@ -504,18 +504,18 @@ class Consumer:
                     elif data == b"CLOSE_WAIT":
                         conn.close_wait.set()
                     else:
-                        log.warning("%s: unexpected response %r", _fmt(conn.address), data[:64])
+                        log.warning("%s: unexpected response %r", format_address(conn.address), data[:64])
                 elif frame_type == protocol.FRAME_TYPE_ERROR:
                     error = NSQError(data, conn.address)
                     self._report(error)
                     if error.fatal:
                         return True  # nsqd closes the connection
                 else:
-                    log.error("%s: unknown frame type %d; closing", _fmt(conn.address), frame_type)
+                    log.error("%s: unknown frame type %d; closing", format_address(conn.address), frame_type)
                     return True
         except (OSError, ValueError) as e:
             if not self._stop.is_set():
-                log.info("%s: connection lost (%s); reconnecting", _fmt(conn.address), e)
+                log.info("%s: connection lost (%s); reconnecting", format_address(conn.address), e)
             return False
         finally:
             with self._changed:
@@ -589,7 +589,7 @@ class Consumer:
                 if conn.rdy == rdy or conn not in self._subscribed:
                     continue
                 conn.rdy = rdy
-            log.debug("%s: RDY %d (%s)", _fmt(conn.address), rdy, "idle" if conn in idle else "busy")
+            log.debug("%s: RDY %d (%s)", format_address(conn.address), rdy, "idle" if conn in idle else "busy")
             conn.send(b"RDY %d\n" % rdy)
 
 

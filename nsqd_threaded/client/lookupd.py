@@ -2,12 +2,12 @@
 
 import http.client
 import json
-from .connection import _fmt, parse_address
+import time
 
+from ..internal.httpclient import NSQ_V1_ACCEPT, request
+from .connection import format_address, parse_address
 
-# -- lookupd ---------------------------------------------------------------------
-
-LOOKUPD_ACCEPT = "application/vnd.nsq; version=1.0"
+LOOKUPD_ACCEPT = NSQ_V1_ACCEPT
 
 
 def parse_lookupd_address(address):
@@ -20,19 +20,15 @@ def parse_lookupd_address(address):
 def query_lookupd(address, path, timeout):
     """``GET path`` on one nsqlookupd (the v1 API, unwrapped JSON): ``(status, doc)``; OSError if unreachable."""
     host, port = address
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("GET", path, headers={"Accept": LOOKUPD_ACCEPT})
-        resp = conn.getresponse()
-        body = resp.read()
+        status, _, body = request("GET", host, port, path, headers={"Accept": LOOKUPD_ACCEPT},
+                                  connect_timeout=timeout, deadline=time.monotonic() + timeout)
     except (OSError, http.client.HTTPException) as e:
-        raise ConnectionError("nsqlookupd at %s: %s" % (_fmt(address), e)) from None
-    finally:
-        conn.close()
+        raise ConnectionError("nsqlookupd at %s: %s" % (format_address(address), e)) from None
     try:
-        return resp.status, json.loads(body.decode("utf-8"))
+        return status, json.loads(body.decode("utf-8"))
     except ValueError:
-        raise ConnectionError("nsqlookupd at %s answered %d with no JSON" % (_fmt(address), resp.status)) from None
+        raise ConnectionError("nsqlookupd at %s answered %d with no JSON" % (format_address(address), status)) from None
 
 
 def producer_addresses(doc):
@@ -63,5 +59,5 @@ def lookup_addresses(lookupds, path, timeout):
             for address in producer_addresses(doc):
                 found.setdefault(address, None)
         elif status != 404:
-            errors.append(ConnectionError("nsqlookupd at %s answered %d %s" % (_fmt(lookupd), status, doc)))
+            errors.append(ConnectionError("nsqlookupd at %s answered %d %s" % (format_address(lookupd), status, doc)))
     return sorted(found), errors

@@ -6,19 +6,19 @@ import logging
 import threading
 import time
 
-from .. import protocol
+from ..wire import protocol
 from .connection import (
     Connection,
     ConnectionClosed,
     HEARTBEAT,
     NSQError,
-    _as_list,
-    _bodies,
-    _body,
-    _fmt,
-    _identify_fields,
+    address_list,
+    encode_bodies,
+    encode_body,
+    format_address,
+    identify_fields,
     transport_options,
-    _name,
+    encode_name,
     parse_addresses,
 )
 from .lookupd import lookup_addresses, parse_lookupd_address
@@ -73,7 +73,7 @@ class _Node:
             conn.handshake_done()
             conn.pending = collections.deque()
             thread = threading.Thread(
-                target=self._read_loop, args=(conn,), name="nsq-producer[%s]" % _fmt(self.address), daemon=True
+                target=self._read_loop, args=(conn,), name="nsq-producer[%s]" % format_address(self.address), daemon=True
             )
             self.threads = [t for t in self.threads if t.is_alive()]
             self.threads.append(thread)
@@ -121,7 +121,7 @@ class _Node:
                             if self.conn is conn:
                                 self.conn = None
                     if future is None:
-                        log.warning("%s: error without a request: %s", _fmt(conn.address), error)
+                        log.warning("%s: error without a request: %s", format_address(conn.address), error)
                     elif error.code in _RETRY_CODES and self.producer._single is None:
                         self.producer._retry(future, self, error)
                     else:
@@ -132,7 +132,7 @@ class _Node:
                     cause = "unexpected frame type %d %r" % (frame_type, data[:64])
                     if future is not None:
                         future.set_exception(ConnectionClosed(cause))
-                    log.error("%s: %s; closing", _fmt(conn.address), cause)
+                    log.error("%s: %s; closing", format_address(conn.address), cause)
                     return
         except (OSError, ValueError) as e:  # EOF (ConnectionClosed), reset, timeout, closed
             if cause is None:
@@ -146,7 +146,7 @@ class _Node:
             conn.close()
             retry = self.producer._single is None
             for future in pending:
-                error = ConnectionClosed("connection to %s ended before the answer (%s)" % (_fmt(conn.address), cause))
+                error = ConnectionClosed("connection to %s ended before the answer (%s)" % (format_address(conn.address), cause))
                 if retry:
                     self.producer._retry(future, self, error)
                 else:
@@ -223,7 +223,7 @@ class Producer:
         deflate_level=None
     ):
         direct = parse_addresses(addresses) if addresses else []
-        self.lookupd_http_addresses = [parse_lookupd_address(a) for a in _as_list(lookupd_http_addresses)]
+        self.lookupd_http_addresses = [parse_lookupd_address(a) for a in address_list(lookupd_http_addresses)]
         if not direct and not self.lookupd_http_addresses:
             raise ValueError("no nsqd address given (nor any lookupd_http_addresses)")
         self.addresses = direct
@@ -232,7 +232,7 @@ class Producer:
         self.reconnect_backoff = reconnect_backoff
         self.lookupd_poll_interval = lookupd_poll_interval
         features, self._tls_context = transport_options(tls_v1, tls_options, snappy, deflate, deflate_level)
-        self._identify = _identify_fields(identify, features)
+        self._identify = identify_fields(identify, features)
         self.auth_secret = auth_secret
         self._lock = threading.Lock()
         self._nodes = [_Node(self, a) for a in direct]
@@ -245,7 +245,7 @@ class Producer:
         self.heartbeats = 0  # heartbeats answered (for tests and curiosity)
 
     def __repr__(self):
-        where = [_fmt(a) for a in self.addresses] + ["lookupd " + _fmt(a) for a in self.lookupd_http_addresses]
+        where = [format_address(a) for a in self.addresses] + ["lookupd " + format_address(a) for a in self.lookupd_http_addresses]
         return "<Producer %s>" % ",".join(where)
 
     @property
@@ -354,7 +354,7 @@ class Producer:
     def _retry(self, future, node, error):
         """``node`` failed ``future``'s request (it was not published there): try the next node."""
         _failed(future, node, error)
-        log.info("%s: %s; trying another nsqd", _fmt(node.address), error)
+        log.info("%s: %s; trying another nsqd", format_address(node.address), error)
         self._dispatch(future)
 
     def _dispatch(self, future):
@@ -381,7 +381,7 @@ class Producer:
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
-            where = " at " + _fmt(self._single.address) if self._single is not None else ""
+            where = " at " + format_address(self._single.address) if self._single is not None else ""
             raise TimeoutError("no answer from nsqd%s within %gs" % (where, timeout)) from None
 
     # -- commands --------------------------------------------------------------
@@ -391,18 +391,18 @@ class Producer:
 
         ``body`` is bytes (any bytes-like object) or a str, sent as UTF-8; anything else is a TypeError.
         """
-        body = _body(body)
-        return self._request(b"PUB %s\n%s%s" % (_name(topic, "topic"), protocol.encode_size(len(body)), body))
+        body = encode_body(body)
+        return self._request(b"PUB %s\n%s%s" % (encode_name(topic, "topic"), protocol.encode_size(len(body)), body))
 
     def mpub_async(self, topic, bodies):
         """Send ``MPUB`` of a list of bodies (each as :meth:`pub_async` takes it); a Future of the answer."""
-        payload = protocol.encode_mpub_body(_bodies(bodies))
-        return self._request(b"MPUB %s\n%s%s" % (_name(topic, "topic"), protocol.encode_size(len(payload)), payload))
+        payload = protocol.encode_mpub_body(encode_bodies(bodies))
+        return self._request(b"MPUB %s\n%s%s" % (encode_name(topic, "topic"), protocol.encode_size(len(payload)), payload))
 
     def dpub_async(self, topic, delay_ms, body):
         """Send ``DPUB`` (deliver after ``delay_ms`` milliseconds); a Future of the answer."""
-        body = _body(body)
-        line = b"DPUB %s %d\n" % (_name(topic, "topic"), delay_ms)
+        body = encode_body(body)
+        line = b"DPUB %s %d\n" % (encode_name(topic, "topic"), delay_ms)
         return self._request(line + protocol.encode_size(len(body)) + body)
 
     def pub(self, topic, body, timeout=None):

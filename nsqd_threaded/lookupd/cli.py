@@ -2,12 +2,12 @@
 
 Flag names, defaults and config-file keys are Go nsqlookupd's
 (:mod:`.options`); the command is built as nsqd's is
-(:mod:`nsqd_threaded.settings.command`): Go's ``-name=value`` and bare
+(:mod:`nsqd_threaded.command`): Go's ``-name=value`` and bare
 boolean ``-name`` forms, flag > config file > default, unknown config keys
 warned about, and every startup failure one ``FATAL`` line.
 """
 
-from ..settings import command
+from .. import command
 from .nsqlookupd import NSQLookupd
 from .options import SETTINGS, LookupdOptions
 

@@ -7,7 +7,7 @@ Request framing, deadlines and error bodies are the broker's
 request bodies: the edge skips a small one and closes after a large one.
 """
 
-from ..protocol import is_valid_name
+from ..wire.protocol import is_valid_name
 from ..server import http_server
 from ..server.http_server import TEXT_TYPE, HTTPError, QueryError, Response, Router, ok_empty, ok_json, parse_query
 from .registration_db import Registration, filter_active
@@ -84,16 +84,16 @@ class LookupdHTTPAPI(Router):
         if not db.find_registrations("topic", topic, ""):
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         channels = [r.subkey for r in db.find_registrations("channel", topic, "*")]
-        opts = self.lookupd.options
+        options = self.lookupd.options
         producers = filter_active(
-            db.find_producers("topic", topic, ""), opts.inactive_producer_timeout, opts.tombstone_lifetime
+            db.find_producers("topic", topic, ""), options.inactive_producer_timeout, options.tombstone_lifetime
         )
         return ok_json({"channels": channels, "producers": [p.peer.to_json() for p in producers]})
 
     def nodes(self, request):
-        opts = self.lookupd.options
+        options = self.lookupd.options
         nodes = []
-        for peer, topics, tombstones in self.db.nodes(opts.inactive_producer_timeout, opts.tombstone_lifetime):
+        for peer, topics, tombstones in self.db.nodes(options.inactive_producer_timeout, options.tombstone_lifetime):
             node = peer.to_json()
             node["tombstones"] = tombstones
             node["topics"] = topics
@@ -151,13 +151,13 @@ class LookupdHTTPAPI(Router):
         return ok_empty()
 
 
-class HTTPServer(http_server.HTTPServer):
+class LookupdHTTPServer(http_server.HTTPServer):
     """nsqlookupd's HTTP listener: the shared edge serving this NSQLookupd's :class:`LookupdHTTPAPI`.
 
     Every request is logged at INFO, as nsqlookupd does.
     """
 
     def __init__(self, address, lookupd):
-        opts = lookupd.options
-        super().__init__(address, LookupdHTTPAPI(lookupd), lookupd.log, opts.http_read_timeout,
-                         opts.http_idle_timeout, "nsqlookupd-http", log_requests=True)
+        options = lookupd.options
+        super().__init__(address, LookupdHTTPAPI(lookupd), lookupd.log, options.http_read_timeout,
+                         options.http_idle_timeout, "nsqlookupd-http", log_requests=True)

@@ -21,13 +21,13 @@ import dataclasses
 import socket
 import threading
 
-from ..gocompat import join_host_port
-from ..logger import Logger
+from ..internal.gocompat import join_host_port
+from ..internal.logger import Logger
 from ..settings.options import VERSION
-from .http import HTTPServer
+from .http import LookupdHTTPServer
 from .options import LookupdOptions
 from .registration_db import RegistrationDB
-from .tcp import TCPServer
+from .tcp import LookupdTCPServer
 
 class NSQLookupd:
     """One lookup daemon.  :meth:`start` binds both listeners (or raises), :meth:`stop` undoes everything.
@@ -67,8 +67,8 @@ class NSQLookupd:
                 raise RuntimeError("NSQLookupd can be started once")
             self.log.info("nsqlookupd-threaded v%s", self.version)
             try:
-                self._tcp = self._listen(TCPServer, "tcp-address", self.options.tcp_address)
-                self._http = self._listen(HTTPServer, "http-address", self.options.http_address)
+                self._tcp = self._listen(LookupdTCPServer, "tcp-address", self.options.tcp_address)
+                self._http = self._listen(LookupdHTTPServer, "http-address", self.options.http_address)
             except BaseException:
                 if self._tcp is not None:
                     self._tcp.server_close()

@@ -8,12 +8,12 @@ for whatever reason, the peer is removed as producer from every registration.
 import socket
 import socketserver
 
-from ..gocompat import join_host_port
-from ..protocol import decode_size
+from ..internal.gocompat import join_host_port
+from ..wire.protocol import decode_size
 from ..server.base import Listener
-from . import wire
+from ..wire import protocol_v1
 from .registration_db import CLIENT, PeerInfo, Registration
-from .wire import V1Error
+from ..wire.protocol_v1 import V1Error
 
 
 class PeerConnection:
@@ -47,8 +47,8 @@ class PeerConnection:
             log.error("failed to read protocol version - EOF")
             return
         log.info("CLIENT(%s): desired protocol magic '%s'", self.id, magic.decode("utf-8", "replace"))
-        if magic != wire.MAGIC_V1:
-            self.sock.sendall(wire.BAD_PROTOCOL)
+        if magic != protocol_v1.MAGIC_V1:
+            self.sock.sendall(protocol_v1.BAD_PROTOCOL)
             log.error("client(%s) bad protocol magic '%s'", self.id, magic.decode("utf-8", "replace"))
             return
         try:
@@ -59,12 +59,12 @@ class PeerConnection:
 
     def _loop(self):
         while True:
-            line = self.rfile.readline(wire.MAX_LINE + 1)
+            line = self.rfile.readline(protocol_v1.MAX_LINE + 1)
             if not line.endswith(b"\n"):
-                if len(line) > wire.MAX_LINE:
-                    self.log.error("[%s] - command line longer than %d bytes", self.id, wire.MAX_LINE)
+                if len(line) > protocol_v1.MAX_LINE:
+                    self.log.error("[%s] - command line longer than %d bytes", self.id, protocol_v1.MAX_LINE)
                 return  # EOF (a partial last line is dropped, as nsqlookupd does)
-            params = wire.parse_line(line)
+            params = protocol_v1.parse_line(line)
             try:
                 response = self._exec(params)
             except V1Error as e:
@@ -88,7 +88,7 @@ class PeerConnection:
     def ping(self):
         if self.peer is not None:  # a PING may come before IDENTIFY
             self.peer.touch()
-        return wire.OK
+        return protocol_v1.OK
 
     def identify(self):
         if self.peer is not None:
@@ -97,11 +97,11 @@ class PeerConnection:
         if len(raw) < 4:
             raise V1Error("E_BAD_BODY", "IDENTIFY failed to read body size")
         size = decode_size(raw)
-        wire.check_identify_size(size)
+        protocol_v1.check_identify_size(size)
         body = self.rfile.read(size)
         if len(body) < size:
             raise V1Error("E_BAD_BODY", "IDENTIFY failed to read body")
-        peer = PeerInfo(self.id, wire.decode_peer_info(body))
+        peer = PeerInfo(self.id, protocol_v1.decode_peer_info(body))
         self.log.info(
             "CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s",
             self.id,
@@ -114,18 +114,18 @@ class PeerConnection:
         if self.db.add_producer(CLIENT, peer):
             self.log.info("DB: client(%s) REGISTER category:client key: subkey:", self.id)
         lookupd = self.lookupd
-        return wire.identify_response(
+        return protocol_v1.identify_response(
             lookupd.options.broadcast_address, lookupd.hostname, lookupd.tcp_address[1], lookupd.http_address[1], lookupd.version
         )
 
     def register(self, params):
         if self.peer is None:
             raise V1Error("E_INVALID", "client must IDENTIFY")
-        topic, channel = wire.topic_channel("REGISTER", params)
+        topic, channel = protocol_v1.topic_channel("REGISTER", params)
         if channel:
             self._add(Registration("channel", topic, channel))
         self._add(Registration("topic", topic, ""))
-        return wire.OK
+        return protocol_v1.OK
 
     def _add(self, reg):
         if self.db.add_producer(reg, self.peer):
@@ -134,18 +134,18 @@ class PeerConnection:
     def unregister(self, params):
         if self.peer is None:
             raise V1Error("E_INVALID", "client must IDENTIFY")
-        topic, channel = wire.topic_channel("UNREGISTER", params)
+        topic, channel = protocol_v1.topic_channel("UNREGISTER", params)
         db = self.db
         if channel:
             self._remove(Registration("channel", topic, channel))
-            return wire.OK
+            return protocol_v1.OK
         # A topic unregistration: nsqd unregisters the channels first, so any
         # channel still holding this peer is unexpected.
         for reg in db.find_registrations("channel", topic, "*"):
             if db.remove_producer(reg, self.id)[0]:
                 self.log.warn("client(%s) unexpected UNREGISTER category:%s key:%s subkey:%s", self.id, *reg)
         self._remove(Registration("topic", topic, ""))
-        return wire.OK
+        return protocol_v1.OK
 
     def _remove(self, reg):
         """Remove this peer from ``reg``; an ephemeral registration left without producers goes too."""
@@ -170,7 +170,7 @@ class _PeerHandler(socketserver.BaseRequestHandler):
         PeerConnection(self.server.lookupd, sock, self.client_address).serve()
 
 
-class TCPServer(Listener):
+class LookupdTCPServer(Listener):
     """Accepts nsqd peers for one NSQLookupd, each in a thread ``nsqlookupd-peer[ip:port]``.
 
     A peer that resets or is shut down by stop() is logged at debug.

@@ -9,7 +9,7 @@ import sys
 import threading
 import traceback
 
-from ..gocompat import split_host_port
+from ..internal.gocompat import split_host_port
 
 
 def split_address(address):

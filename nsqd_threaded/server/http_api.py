@@ -9,12 +9,13 @@ import json
 import re
 import socket
 
-from .. import gocompat, protocol
+from ..internal import gocompat
+from ..wire import protocol
 from ..broker import stats
 from ..broker.channel import ChannelError
 from .metrics import render_prometheus
 from ..settings.options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS, Options
-from ..protocol import ProtocolError
+from ..wire.protocol import ProtocolError
 from . import http_server
 from .http_server import (
     TEXT_TYPE,
@@ -39,7 +40,7 @@ class HTTPAPI(Router):
     def __init__(self, nsqd):
         self.nsqd = nsqd
         self.log = nsqd.log
-        self.opts = nsqd.options
+        self.options = nsqd.options
         # path -> {method: handler}
         self.routes = {
             "/ping": {"GET": self.ping},
@@ -145,25 +146,25 @@ class HTTPAPI(Router):
         return Response(500, health.encode(), [("Content-Type", TEXT_TYPE)])
 
     def info(self, request):
-        opts = self.opts
+        options = self.options
         doc = {
-            "version": opts.version,
-            "broadcast_address": opts.broadcast_address,
+            "version": options.version,
+            "broadcast_address": options.broadcast_address,
             "hostname": socket.gethostname(),
             "http_port": self.nsqd.http_address[1] if self.nsqd.http_address else 0,
             "tcp_port": self.nsqd.tcp_address[1],
             "start_time": int(self.nsqd.start_time),
-            "max_heartbeat_interval": gocompat.ns(opts.max_heartbeat_interval),
-            "max_output_buffer_size": opts.max_output_buffer_size,
-            "max_output_buffer_timeout": gocompat.ns(opts.max_output_buffer_timeout),
-            "max_deflate_level": opts.max_deflate_level,
-            "topology_zone": opts.topology_zone,
-            "topology_region": opts.topology_region,
+            "max_heartbeat_interval": gocompat.ns(options.max_heartbeat_interval),
+            "max_output_buffer_size": options.max_output_buffer_size,
+            "max_output_buffer_timeout": gocompat.ns(options.max_output_buffer_timeout),
+            "max_deflate_level": options.max_deflate_level,
+            "topology_zone": options.topology_zone,
+            "topology_region": options.topology_region,
         }
         return ok_json(doc)
 
     def pub(self, request):
-        max_size = self.opts.max_msg_size
+        max_size = self.options.max_msg_size
         body = request.read_body(max_size, "MSG_TOO_BIG")
         if not body:
             raise HTTPError(400, "MSG_EMPTY")
@@ -175,14 +176,14 @@ class HTTPAPI(Router):
             if not _GO_INT.fullmatch(q["defer"]):
                 raise HTTPError(400, "INVALID_DEFER")
             defer_ms = int(q["defer"], 10)
-            if not 0 <= defer_ms <= int(self.opts.max_req_timeout * 1000):
+            if not 0 <= defer_ms <= int(self.options.max_req_timeout * 1000):
                 raise HTTPError(400, "INVALID_DEFER")
             defer_ns = defer_ms * 1000000
         self._publish(topic, [body], defer_ns)
         return ok_text("OK")
 
     def mpub(self, request):
-        max_body = self.opts.max_body_size
+        max_body = self.options.max_body_size
         request.check_length(max_body, "BODY_TOO_BIG")  # before the query checks, as in nsqd
         name, q = self._topic_arg(request)
         topic = self._topic(name)
@@ -197,7 +198,7 @@ class HTTPAPI(Router):
             for line in body.split(b"\n"):
                 if not line:
                     continue
-                if len(line) > self.opts.max_msg_size:
+                if len(line) > self.options.max_msg_size:
                     raise HTTPError(413, "MSG_TOO_BIG")
                 bodies.append(line)
         if bodies:
@@ -209,9 +210,9 @@ class HTTPAPI(Router):
             if len(body) < 4:
                 raise ProtocolError("E_BAD_BODY", "MPUB failed to read message count")
             count = protocol.decode_size(body[:4])
-            protocol.check_mpub_count(count, self.opts.max_body_size)
+            protocol.check_mpub_count(count, self.options.max_body_size)
             bodies = []
-            pos = protocol.parse_mpub_messages(body, 4, len(body), 0, count, self.opts.max_msg_size, bodies)
+            pos = protocol.parse_mpub_messages(body, 4, len(body), 0, count, self.options.max_msg_size, bodies)
             if len(bodies) < count:
                 raise ProtocolError("E_BAD_MESSAGE", "MPUB failed to read message body")
             del pos
@@ -303,7 +304,7 @@ class HTTPAPI(Router):
 
     def config_put(self, request):
         name = request.path[len("/config/") :]
-        max_size = self.opts.max_msg_size
+        max_size = self.options.max_msg_size
         body = request.read_body(max_size, "INVALID_VALUE")
         if not body:
             raise HTTPError(413, "INVALID_VALUE")
@@ -326,11 +327,11 @@ class HTTPAPI(Router):
 
     def _config_value(self, name):
         """An option as /config shows it: durations in ns, the log level as its number."""
-        opts = self.opts
+        options = self.options
         key = {"id": "node_id"}.get(name, name)
         if name == "node_id" or key in INTERNAL_OPTIONS or key not in _OPTION_FIELDS:
             raise HTTPError(400, "INVALID_OPTION")
-        value = getattr(opts, key)
+        value = getattr(options, key)
         if key in DURATION_OPTIONS:
             return gocompat.ns(value)
         if key == "log_level":
@@ -367,14 +368,14 @@ class TLSRequiredAPI:
         return http_server.Response(403, body, [("Content-Type", http_server.JSON_TYPE), http_server.X_NSQ])
 
 
-class HTTPServer(http_server.HTTPServer):
+class NSQDHTTPServer(http_server.HTTPServer):
     """nsqd's HTTP listener (or, with ``ssl_context``, its HTTPS one): the shared edge serving this NSQD's :class:`HTTPAPI`."""
 
     def __init__(self, address, nsqd, ssl_context=None):
-        opts = nsqd.options
-        if ssl_context is None and opts.tls_required == 2:
+        options = nsqd.options
+        if ssl_context is None and options.tls_required == 2:
             api, name = TLSRequiredAPI(nsqd), "nsqd-http"
         else:
             api, name = HTTPAPI(nsqd), "nsqd-https" if ssl_context is not None else "nsqd-http"
-        super().__init__(address, api, nsqd.log, opts.http_read_timeout, opts.http_idle_timeout, name,
+        super().__init__(address, api, nsqd.log, options.http_read_timeout, options.http_idle_timeout, name,
                          ssl_context=ssl_context)

@@ -19,7 +19,7 @@ import time
 import traceback
 import urllib.parse
 
-from .. import gocompat
+from ..internal import gocompat
 from .base import Listener
 
 

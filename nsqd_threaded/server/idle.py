@@ -50,8 +50,7 @@ class IdleWatcher:
     :data:`TRIM_QUIET` seconds pass without a close, it calls glibc's
     ``malloc_trim(0)``.  The connection threads allocated their buffers in
     glibc's per-thread arenas, and free memory in the middle of an arena's
-    heap goes back to the kernel only when a trim walks it (5,000 connections
-    closed: 141 MB resident without the trim, 101 MB with it, 28 MB fresh; see
+    heap goes back to the kernel only when a trim walks it (the figures are in
     docs/performance.md).  The trim runs on this thread, without the GIL
     (ctypes releases it), once the disconnects are over.
     """
@@ -226,7 +225,12 @@ def widen_futex_hash(slots=FUTEX_HASH_SLOTS):
 
 
 def new_idle_watcher():
-    """An IdleWatcher where epoll exists, else None (and a futex hash wide enough for many threads)."""
+    """An IdleWatcher where epoll exists, else None (and a futex hash wide enough for many threads).
+
+    Widening the futex hash is process-wide, yet the daemon does it rather
+    than the command (see :mod:`nsqd_threaded.broker.interpreter`): a program
+    embedding a broker holds its connection threads as well.
+    """
     if not hasattr(select, "epoll"):
         return None
     widen_futex_hash()

@@ -5,268 +5,25 @@ its checks in nsqd's order so that the first failing check produces exactly
 nsqd's error.  Reading is done here, command by command, because nsqd's error
 order interleaves validation with reading (a PUB with a bad topic fails before
 its body is read).  Everything that can be computed without I/O lives in
-:mod:`nsqd_threaded.protocol`.
+:mod:`nsqd_threaded.wire.protocol`; the socket's reads and writes are
+:mod:`nsqd_threaded.server.connection`'s.
 """
 
 import socket
 import ssl
-import struct
-import sys
 import threading
 import time
 
-from .. import gocompat, protocol
 from ..broker import auth
 from ..broker.channel import ChannelError
 from ..broker.client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
-from ..gocompat import go_quote
-from .idle import IDLE_AFTER, TIMED_OUT, WOKEN
-from .. import transport
-from ..transport import TransportError
-from ..protocol import ProtocolError, text
 from ..broker.topic import TopicError
-
-
-class ConnectionEnded(Exception):
-    """EOF, a read error or timeout, or an over-long line: close without an error frame."""
-
-
-# The receive chunk: small while a connection is idle (thousands of consumers
-# each hold one), doubled while recvs come back full (a publisher streaming
-# commands), sized up to a large body's length while reading it, and shrunk
-# back once recvs come back small again.
-MIN_CHUNK = 4096
-MAX_CHUNK = 262144
-
-
-class Reader:
-    """A buffered reader over a socket with nsqd's 16 KiB line limit.
-
-    Used by the connection thread only.
-    """
-
-    def __init__(self, sock, idle_watcher=None):
-        self._sock = sock
-        self._buf = bytearray()
-        self._pos = 0
-        self._deadline = None
-        sock.settimeout(None)  # blocking: deadlines are the kernel's (see set_deadline)
-        self._timeout = None
-        # With a watcher, a recv also times out after IDLE_AFTER seconds and
-        # the thread parks there (see nsqd_threaded.server.idle).
-        self._idle = idle_watcher
-        self._holds_permit = False
-        if idle_watcher is not None:
-            self._set_timeout(None)
-        # recv_into one reused buffer: recv(n) would allocate n bytes per call.
-        self._chunk = bytearray(MIN_CHUNK)
-        self._last_recv = 0  # bytes the last recv returned
-        # Socket bytes -> command bytes once TLS or compression is negotiated
-        # (see nsqd_threaded.server.transport); None on a plain connection.
-        self._decode = None
-        self._layers = None  # the Transport behind _decode
-
-    def set_deadline(self, seconds):
-        """Start reading a command: its line and body must arrive within ``seconds``.
-
-        nsqd sets one read deadline before each command (2 x heartbeat
-        interval; none when heartbeats are off), so a client trickling bytes
-        cannot extend it.  The deadline is enforced by the kernel
-        (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket: no poll() before every
-        recv and send, unlike a Python socket timeout).  It is set only when it
-        changes, and lowered only for a command that has used half its time.
-        """
-        if seconds is None or seconds <= 0:
-            self._deadline = None
-            if self._timeout is not None:
-                self._set_timeout(None)
-            return
-        self._deadline = time.monotonic() + seconds
-        if self._timeout != seconds:
-            self._set_timeout(seconds)
-
-    def _set_timeout(self, seconds):
-        tv = _timeval(seconds)
-        recv_seconds = seconds
-        if self._idle is not None and (seconds is None or seconds > IDLE_AFTER):
-            recv_seconds = IDLE_AFTER
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(recv_seconds))
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)  # the pump's writes too
-        self._timeout = seconds
-
-    def _fill(self, missing=0):
-        """One recv; ``missing`` is how many more bytes the caller is known to need."""
-        if self._deadline is not None:
-            remaining = self._deadline - time.monotonic()
-            if remaining <= 0:
-                raise ConnectionEnded("i/o timeout")
-            if remaining < self._timeout * 0.5:
-                self._set_timeout(remaining)
-        layers = self._layers
-        if layers is not None and layers.pending():
-            # A large inflate stopped at its limit: its input is already here.
-            self._append_decoded(b"", lambda _: layers.drain())
-            return
-        chunk = self._chunk
-        size = len(chunk)
-        want = 2 * size if self._last_recv == size else missing
-        if want > size:
-            if size < MAX_CHUNK:  # a large body, or a stream: fewer, larger recvs
-                chunk = self._chunk = bytearray(min(MAX_CHUNK, want))
-        elif size > MIN_CHUNK and missing <= MIN_CHUNK and self._last_recv < size // 8:
-            chunk = self._chunk = bytearray(MIN_CHUNK)  # quiet again: give the memory back
-        try:
-            n = self._sock.recv_into(chunk)
-        except BlockingIOError:  # SO_RCVTIMEO: idle, or the deadline passed
-            n = self._recv_after_idle(chunk)
-        except (OSError, ValueError) as e:  # reset, closed
-            raise ConnectionEnded(str(e)) from None
-        if not n:
-            raise ConnectionEnded("EOF")
-        self._last_recv = n
-        if self._decode is not None:
-            self._append_decoded(memoryview(chunk)[:n])
-            return
-        if self._pos == len(self._buf):
-            # Drained: a fresh buffer rather than a resized one, so that one
-            # large body's allocation is not kept for the connection's life.
-            self._buf = bytearray(memoryview(chunk)[:n]) if n < len(chunk) else bytearray(chunk)
-            self._pos = 0
-            return
-        if self._pos > 65536:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += memoryview(chunk)[:n]
-
-    def _append_decoded(self, data, decode=None):
-        """Decode ``data`` into the buffer (maybe nothing yet: a partial record or frame)."""
-        try:
-            data = (decode or self._decode)(data)
-        except TransportError as e:
-            raise ConnectionEnded(str(e)) from None
-        if not data:
-            return
-        if self._pos > 65536 or self._pos == len(self._buf):
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
-
-    def set_decoder(self, decode, layer_decode=None, layers=None):
-        """Read through ``decode`` from now on.
-
-        ``layer_decode`` is the newly added layer alone: the bytes already
-        buffered (received before the upgrade, but after the IDENTIFY that
-        asked for it) are fed through it, so nothing a client sent early is
-        lost and nothing decodable is left undecoded.
-        """
-        self._decode = decode
-        self._layers = layers
-        if layer_decode is not None:
-            rest = bytes(self._buf[self._pos :])
-            self._buf = bytearray()
-            self._pos = 0
-            self._append_decoded(rest, layer_decode)
-
-    def take_buffered(self):
-        """Remove and return the unread bytes (the start of a TLS handshake)."""
-        rest = bytes(self._buf[self._pos :])
-        self._buf = bytearray()
-        self._pos = 0
-        return rest
-
-    def _recv_after_idle(self, chunk):
-        """Park with the idle watcher until readable, then recv (ConnectionEnded at the deadline)."""
-        idle = self._idle
-        while True:
-            remaining = None
-            if self._deadline is not None:
-                remaining = self._deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ConnectionEnded("i/o timeout")
-            woken = idle.park(self._sock.fileno(), remaining) if idle is not None else TIMED_OUT
-            if woken == TIMED_OUT:
-                raise ConnectionEnded("i/o timeout")
-            counted = woken == WOKEN
-            try:
-                n = self._sock.recv_into(chunk)
-            except BlockingIOError:
-                if counted:
-                    idle.resumed()
-                continue  # not readable after all (a spurious wake-up): park again
-            except (OSError, ValueError) as e:
-                self._holds_permit = counted
-                raise ConnectionEnded(str(e)) from None
-            if not n:
-                # The connection ends: the permit is kept through its teardown
-                # (see close), so a mass close is torn down a few at a time.
-                self._holds_permit = counted
-                return n
-            if counted:
-                idle.resumed()
-            return n
-
-    def close(self):
-        """The connection is torn down: return a permit kept since its last recv."""
-        if self._holds_permit:
-            self._holds_permit = False
-            self._idle.resumed()
-
-    def memory(self):
-        """Bytes held by this reader's buffers (for tests and diagnostics).
-
-        CPython's ``getsizeof`` includes a bytearray's spare capacity; PyPy has
-        no ``getsizeof``, and its length is the best estimate there.
-        """
-        try:
-            held = sys.getsizeof(self._buf)
-        except TypeError:  # PyPy
-            held = len(self._buf)
-        return len(self._chunk) + held
-
-    def readline(self):
-        """One line without its ``\\n``."""
-        buf = self._buf
-        while True:
-            i = buf.find(b"\n", self._pos, self._pos + protocol.MAX_LINE)
-            if i >= 0:
-                line = bytes(buf[self._pos : i])
-                self._pos = i + 1
-                return line
-            if len(buf) - self._pos >= protocol.MAX_LINE:
-                raise ConnectionEnded("line longer than %d bytes" % protocol.MAX_LINE)
-            self._fill()
-            buf = self._buf
-
-    def has_line(self):
-        """True if a complete line is already buffered (no I/O)."""
-        return self._buf.find(b"\n", self._pos, self._pos + protocol.MAX_LINE) >= 0
-
-    def read(self, n):
-        while len(self._buf) - self._pos < n:
-            self._fill(n - (len(self._buf) - self._pos))
-        data = bytes(self._buf[self._pos : self._pos + n])
-        self._pos += n
-        return data
-
-    def ensure(self, n):
-        """Buffer at least ``n`` unread bytes; returns (buffer, position)."""
-        while len(self._buf) - self._pos < n:
-            self._fill(n - (len(self._buf) - self._pos))
-        return self._buf, self._pos
-
-    def buffered(self):
-        return self._buf, self._pos, len(self._buf)
-
-    def advance(self, pos):
-        self._pos = pos
-
-
-def _timeval(seconds):
-    """A struct timeval for SO_RCVTIMEO/SO_SNDTIMEO (zero: no timeout)."""
-    if seconds is None:
-        return struct.pack("@ll", 0, 0)
-    sec, usec = divmod(max(1, int(seconds * 1e6)), 1000000)
-    return struct.pack("@ll", sec, usec)
+from ..internal import gocompat
+from ..internal.gocompat import go_quote
+from ..wire import protocol, transport
+from ..wire.protocol import ProtocolError, text
+from . import auth_query
+from .connection import ConnectionEnded, Reader
 
 
 class ProtocolV2:
@@ -274,13 +31,13 @@ class ProtocolV2:
 
     def __init__(self, nsqd, client, sock):
         self.nsqd = nsqd
-        self.opts = nsqd.options
+        self.options = nsqd.options
         self.client = client
         self.reader = Reader(sock, nsqd.idle_watcher)
         self._valid_topics = {}  # raw name -> str, for names already validated
         self.transport = None  # the TLS/compression layers, once IDENTIFY has negotiated one
         self._topics = {}  # name -> Topic
-        self._auth_enabled = bool(self.opts.auth_http_addresses)
+        self._auth_enabled = bool(self.options.auth_http_addresses)
 
     def io_loop(self):
         """Serve commands until the connection ends or a fatal error is sent."""
@@ -291,7 +48,7 @@ class ProtocolV2:
         # bound methods would be a reference cycle, and then every ended
         # connection (with its client, buffers and pump thread object) would
         # wait for a full garbage collection, which an idle broker may never
-        # run: 5,000 closed connections kept about 30 MB that way.
+        # run (docs/performance.md).
         commands = {
             b"FIN": self.FIN,
             b"RDY": self.RDY,
@@ -308,7 +65,7 @@ class ProtocolV2:
         }
         # --tls-required (true or tcp-https): until the connection has
         # upgraded, every command but IDENTIFY fails (fatally).
-        tls_gate = bool(self.opts.tls_required)
+        tls_gate = bool(self.options.tls_required)
         try:
             while True:
                 hb = client.heartbeat_interval
@@ -394,26 +151,26 @@ class ProtocolV2:
         if client.state != STATE_INIT:
             raise ProtocolError("E_INVALID", "cannot IDENTIFY in current state")
         size = self._read_size("E_BAD_BODY", "IDENTIFY failed to read body size")
-        protocol.check_body_size("IDENTIFY", size, self.opts.max_body_size)
+        protocol.check_body_size("IDENTIFY", size, self.options.max_body_size)
         body = self._read_body(size, "E_BAD_BODY", "IDENTIFY failed to read body")
         fields = protocol.decode_identify(body)
         client.set_identity(fields)
-        settings = protocol.negotiate_identify(fields, self.opts, gocompat.ms(self.opts.client_timeout))
+        settings = protocol.negotiate_identify(fields, self.options, gocompat.ms(self.options.client_timeout))
         client.identify(fields, settings)
         if not fields.get("feature_negotiation"):
             return protocol.OK_FRAME
-        opts = self.opts
+        options = self.options
         tls_v1 = self.nsqd.tls_context is not None and bool(fields.get("tls_v1")) and not client.tls
-        deflate = opts.deflate and bool(fields.get("deflate"))
-        level = protocol.deflate_level(deflate, fields.get("deflate_level", 0), opts.max_deflate_level)
-        snappy = opts.snappy and bool(fields.get("snappy"))
+        deflate = options.deflate and bool(fields.get("deflate"))
+        level = protocol.deflate_level(deflate, fields.get("deflate_level", 0), options.max_deflate_level)
+        snappy = options.snappy and bool(fields.get("snappy"))
         if deflate and snappy:
             raise ProtocolError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
         if client.transport is not None and client.transport.compression and (deflate or snappy):
             # A repeated IDENTIFY cannot stack a second compressor.
             deflate = snappy = False
         response = protocol.response_frame(protocol.identify_response(
-            settings, opts, tls_v1=tls_v1, deflate=deflate, snappy=snappy, deflate_level=level
+            settings, options, tls_v1=tls_v1, deflate=deflate, snappy=snappy, deflate_level=level
         ))
         if not (tls_v1 or deflate or snappy):
             return response
@@ -462,7 +219,7 @@ class ProtocolV2:
         if len(params) != 1:
             raise ProtocolError("E_INVALID", "AUTH invalid number of parameters")
         size = self._read_size("E_BAD_BODY", "AUTH failed to read body size")
-        protocol.check_body_size("AUTH", size, self.opts.max_body_size)
+        protocol.check_body_size("AUTH", size, self.options.max_body_size)
         secret = self._read_body(size, "E_BAD_BODY", "AUTH failed to read body")
         if client.has_authorizations():
             raise ProtocolError("E_INVALID", "AUTH already set")
@@ -479,8 +236,8 @@ class ProtocolV2:
         client = self.client
         remote_ip = client.remote_address.rpartition(":")[0].strip("[]")
         try:
-            client.auth_state = auth.query_any(
-                self.opts, remote_ip, client.tls, client.auth_secret, client.tls_common_name, self.nsqd.log
+            client.auth_state = auth_query.query_any(
+                self.options, remote_ip, client.tls, client.auth_secret, client.tls_common_name, self.nsqd.log
             )
         except auth.AuthError as e:
             self.nsqd.log.warn("PROTOCOL(V2): [%r] %s %s", client, what, e)
@@ -531,8 +288,8 @@ class ProtocolV2:
             if count is None:
                 raise ProtocolError("E_INVALID", "RDY could not parse count %s" % text(params[1]))
             count = protocol.int64(count)
-        if not 0 <= count <= self.opts.max_rdy_count:
-            raise ProtocolError("E_INVALID", "RDY count %d out of range 0-%d" % (count, self.opts.max_rdy_count))
+        if not 0 <= count <= self.options.max_rdy_count:
+            raise ProtocolError("E_INVALID", "RDY count %d out of range 0-%d" % (count, self.options.max_rdy_count))
         client.set_ready(count)
         return None
 
@@ -568,7 +325,7 @@ class ProtocolV2:
         if timeout_ms is None:
             raise ProtocolError("E_INVALID", "REQ could not parse timeout %s" % text(params[2]))
         delay_ns = protocol.int64(timeout_ms * 1000000)
-        max_ns = gocompat.ns(self.opts.max_req_timeout)
+        max_ns = gocompat.ns(self.options.max_req_timeout)
         if delay_ns < 0:
             delay_ns = 0
         elif delay_ns > max_ns:
@@ -601,7 +358,7 @@ class ProtocolV2:
             raise ProtocolError("E_INVALID", "PUB insufficient number of parameters")
         topic_name = self._topic_name(params[1], "PUB")
         size = self._read_size("E_BAD_MESSAGE", "PUB failed to read message body size")
-        protocol.check_message_size("PUB", size, self.opts.max_msg_size)
+        protocol.check_message_size("PUB", size, self.options.max_msg_size)
         body = self._read_body(size, "E_BAD_MESSAGE", "PUB failed to read message body")
         if self._auth_enabled:
             self._check_auth("PUB", topic_name)
@@ -619,13 +376,13 @@ class ProtocolV2:
         # the uint64.
         timeout_ms &= 0xFFFFFFFFFFFFFFFF
         defer_ns = protocol.int64(timeout_ms * 1000000)
-        max_ns = gocompat.ns(self.opts.max_req_timeout)
+        max_ns = gocompat.ns(self.options.max_req_timeout)
         if not 0 <= defer_ns <= max_ns:
             raise ProtocolError(
                 "E_INVALID", "DPUB timeout %d out of range 0-%d" % (timeout_ms, max_ns // 1000000)
             )
         size = self._read_size("E_BAD_MESSAGE", "DPUB failed to read message body size")
-        protocol.check_message_size("DPUB", size, self.opts.max_msg_size)
+        protocol.check_message_size("DPUB", size, self.options.max_msg_size)
         body = self._read_body(size, "E_BAD_MESSAGE", "DPUB failed to read message body")
         if self._auth_enabled:
             self._check_auth("DPUB", topic_name)
@@ -639,14 +396,14 @@ class ProtocolV2:
             self._check_auth("MPUB", topic_name)  # before the body, unlike PUB/DPUB (as nsqd)
         self._topic(topic_name)  # nsqd creates the topic before reading the body
         body_size = self._read_size("E_BAD_BODY", "MPUB failed to read body size")
-        protocol.check_mpub_body_size(body_size, self.opts.max_body_size)
+        protocol.check_mpub_body_size(body_size, self.options.max_body_size)
         count = self._read_size("E_BAD_BODY", "MPUB failed to read message count")
-        protocol.check_mpub_count(count, self.opts.max_body_size)
+        protocol.check_mpub_count(count, self.options.max_body_size)
         # nsqd trusts the inner sizes, not body_size: parse item by item over
         # whatever is buffered, reading more only when an item is incomplete.
         bodies = []
         reader = self.reader
-        max_msg_size = self.opts.max_msg_size
+        max_msg_size = self.options.max_msg_size
         while len(bodies) < count:
             buf, pos, end = reader.buffered()
             pos = protocol.parse_mpub_messages(buf, pos, end, len(bodies), count, max_msg_size, bodies)
@@ -687,7 +444,7 @@ def handle_connection(nsqd, sock, address):
         except OSError:
             pass
         return
-    client = nsqd.add_client(sock, address)
+    client = nsqd.connect(sock, address)
     proto = None
     try:
         client.start_pump()

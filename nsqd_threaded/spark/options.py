@@ -8,9 +8,9 @@ Spark hands options over case-insensitively and lower-cased (``maxBatchSize`` ->
 
 import socket
 
-from ..client.connection import _fmt, parse_address
+from ..client.connection import format_address, parse_address
 from ..client.lookupd import lookup_addresses, parse_lookupd_address
-from ..protocol import is_valid_name
+from ..wire.protocol import is_valid_name
 
 
 class NsqOptionError(ValueError):
@@ -87,7 +87,7 @@ def _nodes(options):
     return nsqd, lookupd
 
 
-def _name(options, name, valid, required=True):
+def encode_name(options, name, valid, required=True):
     value = _get(options, name)
     if value is None or value == "":
         if required:
@@ -102,8 +102,8 @@ def source_options(options):
     """The streaming source's settings as a dict (user-facing names); NsqOptionError if bad."""
     nsqd, lookupd = _nodes(options)
     result = {"nsqd": nsqd, "lookupd": lookupd}
-    result["topic"] = _name(options, "topic", _valid)
-    result["channel"] = _name(options, "channel", _valid)
+    result["topic"] = encode_name(options, "topic", _valid)
+    result["channel"] = encode_name(options, "channel", _valid)
     for name, default, minimum in SOURCE_INTEGERS:
         result[name] = _integer(options, name, default, minimum)
     if result["maxBatchSize"] is None:
@@ -123,7 +123,7 @@ def sink_options(options):
         raise NsqOptionError("nsq: set option topic or topicColumn, not both")
     if not topic and not column:
         raise NsqOptionError("nsq: option topic (or topicColumn) is required")
-    result["topic"] = _name(options, "topic", _valid, required=False)
+    result["topic"] = encode_name(options, "topic", _valid, required=False)
     result["topicColumn"] = column
     result["bodyColumn"] = _get(options, "bodyColumn") or None
     for name, default, minimum in SINK_INTEGERS:
@@ -149,12 +149,12 @@ def probe(settings, timeout=5.0):
         try:
             socket.create_connection(address, timeout).close()
         except OSError as e:
-            raise NsqOptionError("nsq: option nsqd: cannot reach %s (%s)" % (_fmt(address), _why(e))) from None
+            raise NsqOptionError("nsq: option nsqd: cannot reach %s (%s)" % (format_address(address), _why(e))) from None
     if settings["lookupd"]:
         _, errors = lookup_addresses(settings["lookupd"], "/nodes", timeout)
         if len(errors) == len(settings["lookupd"]):
             raise NsqOptionError("nsq: option lookupd: cannot reach %s (%s)"
-                                 % (",".join(_fmt(a) for a in settings["lookupd"]), _why(errors[0])))
+                                 % (",".join(format_address(a) for a in settings["lookupd"]), _why(errors[0])))
 
 
 def _why(error):

@@ -29,8 +29,8 @@ import urllib.parse
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from .. import protocol
-from ..client.connection import NSQError, _fmt
+from ..client.connection import NSQError, format_address
+from ..wire import protocol
 from ..client.lookupd import lookup_addresses
 
 log = logging.getLogger("nsqd_threaded.spark")
@@ -201,7 +201,7 @@ class NsqStreamReader(DataSourceStreamReader):
                 return
             self._nodes[address] = self._per_node
         for i in range(self._per_node):
-            self._start_thread(self._feed, "nsq-spark-feed %s #%d" % (_fmt(address), i), address, persistent)
+            self._start_thread(self._feed, "nsq-spark-feed %s #%d" % (format_address(address), i), address, persistent)
 
     def _rdy(self):
         """Each connection's RDY: its share of maxInFlight over every node's connections."""
@@ -221,16 +221,16 @@ class NsqStreamReader(DataSourceStreamReader):
                     wait = delay
                     delay = min(delay * 2, _MAX_RETRY_SECONDS)  # a node that is down: back off
                     if persistent:
-                        log.warning("nsq source: %s: %s (retrying in %gs)", _fmt(address), e, wait)
+                        log.warning("nsq source: %s: %s (retrying in %gs)", format_address(address), e, wait)
                     else:
-                        log.warning("nsq source: %s: %s", _fmt(address), e)
+                        log.warning("nsq source: %s: %s", format_address(address), e)
                 else:
                     wait = delay = _RETRY_SECONDS
                     try:
                         self._read(link)
                     except (OSError, ValueError) as e:
                         if not self._stopping.is_set():
-                            log.info("nsq source: %s: connection lost (%s); reconnecting", _fmt(address), e)
+                            log.info("nsq source: %s: connection lost (%s); reconnecting", format_address(address), e)
                 if not persistent or self._stopping.wait(wait):
                     break
         finally:
@@ -246,7 +246,7 @@ class NsqStreamReader(DataSourceStreamReader):
         """Magic, IDENTIFY, SUB, RDY (this connection's share, at most nsqd's max_rdy_count): a live link."""
         s = self.settings
         sock = socket.create_connection(address, _CONNECT_TIMEOUT)
-        link = _Link(sock, _fmt(address))
+        link = _Link(sock, format_address(address))
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             identify = json.dumps({"feature_negotiation": True, "msg_timeout": s["msgTimeoutMs"],
@@ -541,7 +541,7 @@ def _max_rdy_count(addresses):
             with socket.create_connection(address, _CONNECT_TIMEOUT) as sock:
                 body = json.dumps({"feature_negotiation": True, "user_agent": "nsqd_threaded.spark"}).encode()
                 sock.sendall(protocol.MAGIC_V2 + b"IDENTIFY\n" + protocol.encode_size(len(body)) + body)
-                answer = _handshake_answer(sock, bytearray(), _Link(sock, _fmt(address)))
+                answer = _handshake_answer(sock, bytearray(), _Link(sock, format_address(address)))
             value = json.loads(answer.decode("utf-8")).get("max_rdy_count") if answer != b"OK" else None
         except (OSError, ValueError, NSQError):
             continue

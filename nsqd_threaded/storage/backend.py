@@ -108,7 +108,7 @@ class BackedQueue:
     def __init__(self, nsqd, backend, mem_queue_size):
         self._nsqd = nsqd
         self._lock = threading.Lock()  # guards the memory queue, the backend and the subclass's state
-        self._memory = collections.deque()
+        self._memory = collections.deque()  # the memory queue: Messages (a Topic keeps records there)
         self._backend = backend
         self._mem_capacity = backend.memory_capacity(mem_queue_size)
 

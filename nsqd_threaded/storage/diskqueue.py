@@ -48,7 +48,7 @@ import time
 from .backend import Backend, BackendError
 from .deferred import SIDECAR_COMPACT_MIN, DeferredSidecar
 from .files import remove_quietly, replace_atomically, strerror, write_all
-from ..broker.message import Message
+from ..wire.message import Message
 
 _LEN = struct.Struct(">i")
 _HEADER = struct.Struct(">iqH")  # record length, timestamp, attempts

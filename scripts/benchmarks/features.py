@@ -147,7 +147,7 @@ def _read_frame(stream, buf):
 
 
 def consume(tcp_port, topic, n, mode, ca, result):
-    from nsqd_threaded.codec.snappy import FrameDecoder, FrameEncoder
+    from nsqd_threaded.wire.codec.snappy import FrameDecoder, FrameEncoder
 
     sock = socket.create_connection(("127.0.0.1", tcp_port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -19,8 +19,8 @@ import struct
 import sys
 import time
 
-from nsqd_threaded.codec import snappy
-from nsqd_threaded.codec.crc32c import crc32c as py_crc32c
+from nsqd_threaded.wire.codec import snappy
+from nsqd_threaded.wire.codec.crc32c import crc32c as py_crc32c
 
 SIZE = 1 << 20
 FLUSH = 16384  # nsqd's default output buffer size

@@ -1,0 +1,1 @@
+"""What every layer above may use: Go compatibility, the log format, a small HTTP client."""

@@ -1,0 +1,415 @@
+"""One TCP connection on the server side: reading commands, writing frames, upgrading, the pump.
+
+Each connection has two threads, as each nsqd connection has two goroutines:
+
+* the connection thread (owned by the TCP server) reads and executes
+  commands (:class:`~nsqd_threaded.server.protocol_v2.ProtocolV2` through a
+  :class:`Reader`), and
+* the pump thread (owned by the connection thread, which joins it) sends
+  heartbeats and, once subscribed, takes batches of messages from the channel
+  and writes them out.
+
+Frames from both threads go through :meth:`ClientConnection.send`, serialized
+by ``_write_lock``.  A pump batch is written with one ``sendall``.
+"""
+
+import socket
+import struct
+import sys
+import threading
+import time
+
+from ..broker.client_v2 import STATE_SUBSCRIBED, Client
+from ..wire import protocol
+from ..wire.transport import TransportError
+from .idle import IDLE_AFTER, TIMED_OUT, WOKEN
+
+DELIVERY_BATCH = 512  # messages a pump takes from its channel per lock acquisition
+
+
+class ConnectionEnded(Exception):
+    """EOF, a read error or timeout, or an over-long line: close without an error frame."""
+
+
+# The receive chunk: small while a connection is idle (thousands of consumers
+# each hold one), doubled while recvs come back full (a publisher streaming
+# commands), sized up to a large body's length while reading it, and shrunk
+# back once recvs come back small again.
+MIN_CHUNK = 4096
+MAX_CHUNK = 262144
+
+
+class Reader:
+    """A buffered reader over a socket with nsqd's 16 KiB line limit.
+
+    Used by the connection thread only.
+    """
+
+    def __init__(self, sock, idle_watcher=None):
+        self._sock = sock
+        self._buf = bytearray()
+        self._pos = 0
+        self._deadline = None
+        sock.settimeout(None)  # blocking: deadlines are the kernel's (see set_deadline)
+        self._timeout = None
+        # With a watcher, a recv also times out after IDLE_AFTER seconds and
+        # the thread parks there (see nsqd_threaded.server.idle).
+        self._idle = idle_watcher
+        self._holds_permit = False
+        if idle_watcher is not None:
+            self._set_timeout(None)
+        # recv_into one reused buffer: recv(n) would allocate n bytes per call.
+        self._chunk = bytearray(MIN_CHUNK)
+        self._last_recv = 0  # bytes the last recv returned
+        # Socket bytes -> command bytes once TLS or compression is negotiated
+        # (see nsqd_threaded.wire.transport); None on a plain connection.
+        self._decode = None
+        self._layers = None  # the Transport behind _decode
+
+    def set_deadline(self, seconds):
+        """Start reading a command: its line and body must arrive within ``seconds``.
+
+        nsqd sets one read deadline before each command (2 x heartbeat
+        interval; none when heartbeats are off), so a client trickling bytes
+        cannot extend it.  The deadline is enforced by the kernel
+        (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket: no poll() before every
+        recv and send, unlike a Python socket timeout).  It is set only when it
+        changes, and lowered only for a command that has used half its time.
+        """
+        if seconds is None or seconds <= 0:
+            self._deadline = None
+            if self._timeout is not None:
+                self._set_timeout(None)
+            return
+        self._deadline = time.monotonic() + seconds
+        if self._timeout != seconds:
+            self._set_timeout(seconds)
+
+    def _set_timeout(self, seconds):
+        tv = _timeval(seconds)
+        recv_seconds = seconds
+        if self._idle is not None and (seconds is None or seconds > IDLE_AFTER):
+            recv_seconds = IDLE_AFTER
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(recv_seconds))
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)  # the pump's writes too
+        self._timeout = seconds
+
+    def _fill(self, missing=0):
+        """One recv; ``missing`` is how many more bytes the caller is known to need."""
+        if self._deadline is not None:
+            remaining = self._deadline - time.monotonic()
+            if remaining <= 0:
+                raise ConnectionEnded("i/o timeout")
+            if remaining < self._timeout * 0.5:
+                self._set_timeout(remaining)
+        layers = self._layers
+        if layers is not None and layers.pending():
+            # A large inflate stopped at its limit: its input is already here.
+            self._append_decoded(b"", lambda _: layers.drain())
+            return
+        chunk = self._chunk
+        size = len(chunk)
+        want = 2 * size if self._last_recv == size else missing
+        if want > size:
+            if size < MAX_CHUNK:  # a large body, or a stream: fewer, larger recvs
+                chunk = self._chunk = bytearray(min(MAX_CHUNK, want))
+        elif size > MIN_CHUNK and missing <= MIN_CHUNK and self._last_recv < size // 8:
+            chunk = self._chunk = bytearray(MIN_CHUNK)  # quiet again: give the memory back
+        try:
+            n = self._sock.recv_into(chunk)
+        except BlockingIOError:  # SO_RCVTIMEO: idle, or the deadline passed
+            n = self._recv_after_idle(chunk)
+        except (OSError, ValueError) as e:  # reset, closed
+            raise ConnectionEnded(str(e)) from None
+        if not n:
+            raise ConnectionEnded("EOF")
+        self._last_recv = n
+        if self._decode is not None:
+            self._append_decoded(memoryview(chunk)[:n])
+            return
+        if self._pos == len(self._buf):
+            # Drained: a fresh buffer rather than a resized one, so that one
+            # large body's allocation is not kept for the connection's life.
+            self._buf = bytearray(memoryview(chunk)[:n]) if n < len(chunk) else bytearray(chunk)
+            self._pos = 0
+            return
+        if self._pos > 65536:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += memoryview(chunk)[:n]
+
+    def _append_decoded(self, data, decode=None):
+        """Decode ``data`` into the buffer (maybe nothing yet: a partial record or frame)."""
+        try:
+            data = (decode or self._decode)(data)
+        except TransportError as e:
+            raise ConnectionEnded(str(e)) from None
+        if not data:
+            return
+        if self._pos > 65536 or self._pos == len(self._buf):
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    def set_decoder(self, decode, layer_decode=None, layers=None):
+        """Read through ``decode`` from now on.
+
+        ``layer_decode`` is the newly added layer alone: the bytes already
+        buffered (received before the upgrade, but after the IDENTIFY that
+        asked for it) are fed through it, so nothing a client sent early is
+        lost and nothing decodable is left undecoded.
+        """
+        self._decode = decode
+        self._layers = layers
+        if layer_decode is not None:
+            rest = bytes(self._buf[self._pos :])
+            self._buf = bytearray()
+            self._pos = 0
+            self._append_decoded(rest, layer_decode)
+
+    def take_buffered(self):
+        """Remove and return the unread bytes (the start of a TLS handshake)."""
+        rest = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        return rest
+
+    def _recv_after_idle(self, chunk):
+        """Park with the idle watcher until readable, then recv (ConnectionEnded at the deadline)."""
+        idle = self._idle
+        while True:
+            remaining = None
+            if self._deadline is not None:
+                remaining = self._deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ConnectionEnded("i/o timeout")
+            woken = idle.park(self._sock.fileno(), remaining) if idle is not None else TIMED_OUT
+            if woken == TIMED_OUT:
+                raise ConnectionEnded("i/o timeout")
+            counted = woken == WOKEN
+            try:
+                n = self._sock.recv_into(chunk)
+            except BlockingIOError:
+                if counted:
+                    idle.resumed()
+                continue  # not readable after all (a spurious wake-up): park again
+            except (OSError, ValueError) as e:
+                self._holds_permit = counted
+                raise ConnectionEnded(str(e)) from None
+            if not n:
+                # The connection ends: the permit is kept through its teardown
+                # (see close), so a mass close is torn down a few at a time.
+                self._holds_permit = counted
+                return n
+            if counted:
+                idle.resumed()
+            return n
+
+    def close(self):
+        """The connection is torn down: return a permit kept since its last recv."""
+        if self._holds_permit:
+            self._holds_permit = False
+            self._idle.resumed()
+
+    def memory(self):
+        """Bytes held by this reader's buffers (for tests and diagnostics).
+
+        CPython's ``getsizeof`` includes a bytearray's spare capacity; PyPy has
+        no ``getsizeof``, and its length is the best estimate there.
+        """
+        try:
+            held = sys.getsizeof(self._buf)
+        except TypeError:  # PyPy
+            held = len(self._buf)
+        return len(self._chunk) + held
+
+    def readline(self):
+        """One line without its ``\\n``."""
+        buf = self._buf
+        while True:
+            i = buf.find(b"\n", self._pos, self._pos + protocol.MAX_LINE)
+            if i >= 0:
+                line = bytes(buf[self._pos : i])
+                self._pos = i + 1
+                return line
+            if len(buf) - self._pos >= protocol.MAX_LINE:
+                raise ConnectionEnded("line longer than %d bytes" % protocol.MAX_LINE)
+            self._fill()
+            buf = self._buf
+
+    def has_line(self):
+        """True if a complete line is already buffered (no I/O)."""
+        return self._buf.find(b"\n", self._pos, self._pos + protocol.MAX_LINE) >= 0
+
+    def read(self, n):
+        while len(self._buf) - self._pos < n:
+            self._fill(n - (len(self._buf) - self._pos))
+        data = bytes(self._buf[self._pos : self._pos + n])
+        self._pos += n
+        return data
+
+    def ensure(self, n):
+        """Buffer at least ``n`` unread bytes; returns (buffer, position)."""
+        while len(self._buf) - self._pos < n:
+            self._fill(n - (len(self._buf) - self._pos))
+        return self._buf, self._pos
+
+    def buffered(self):
+        return self._buf, self._pos, len(self._buf)
+
+    def advance(self, pos):
+        self._pos = pos
+
+
+def _timeval(seconds):
+    """A struct timeval for SO_RCVTIMEO/SO_SNDTIMEO (zero: no timeout)."""
+    if seconds is None:
+        return struct.pack("@ll", 0, 0)
+    sec, usec = divmod(max(1, int(seconds * 1e6)), 1000000)
+    return struct.pack("@ll", sec, usec)
+
+
+class ClientConnection(Client):
+    """A :class:`~nsqd_threaded.broker.client_v2.Client` with its socket: output, upgrades, the pump.
+
+    Locks (besides the Client's ``_lock``):
+    * ``_write_lock`` serializes writes to the socket, and guards ``_encode``.
+    """
+
+    def __init__(self, id, sock, address, nsqd):
+        super().__init__(id, address, nsqd.options)
+        self._sock = sock
+        self._write_lock = threading.Lock()  # serializes writes to the socket, and guards _encode
+        self._encode = None  # output bytes -> socket bytes, None on a plain connection
+        self._pump = None
+
+    def upgrade(self, negotiate):
+        """IDENTIFY's upgrades: ``negotiate(sock, send, install)`` runs holding the write lock.
+
+        As nsqd's Upgrade* do, nothing else is written meanwhile (no
+        heartbeat in the middle of a TLS handshake, or between an upgrade
+        and its OK).  ``send(data)`` writes through the current layers;
+        ``install(transport)`` makes them ``transport``'s.  Errors propagate
+        with the layers as they were last installed.
+        """
+        with self._write_lock:
+            negotiate(self._sock, self._send_locked, self._install)
+
+    def _send_locked(self, data):
+        encode = self._encode
+        self._sock.sendall(encode(data) if encode is not None else data)
+
+    def _install(self, transport):
+        self._encode = transport.encoder()
+        self.set_transport(transport)
+
+    # -- output ------------------------------------------------------------
+
+    def send(self, data):
+        """Write bytes (one or more complete frames) now; False if the connection failed.
+
+        With compression or TLS the bytes are encoded here, once per send:
+        the encoders sit under the output batching, as nsqd's sit under its
+        buffered writer.
+        """
+        try:
+            with self._write_lock:
+                encode = self._encode
+                if encode is not None:
+                    data = encode(data)
+                self._sock.sendall(data)
+            return True
+        except OSError:
+            self.close_connection()
+            return False
+
+    def _send_messages(self, msgs):
+        """Encode and write a batch, in sendalls of at least output_buffer_size bytes."""
+        parts = []
+        pending = 0
+        limit = self.output_buffer_size
+        encode = protocol.message_frame_parts
+        for msg in msgs:
+            header, msg_id, body = encode(msg.timestamp, msg.attempts, msg.id, msg.body)
+            parts += (header, msg_id, body)
+            pending += 30 + len(body)
+            if pending >= limit:
+                if not self.send(b"".join(parts)):
+                    return False
+                parts = []
+                pending = 0
+        if parts:
+            return self.send(b"".join(parts))
+        return True
+
+    # -- pump --------------------------------------------------------------
+
+    def start_pump(self):
+        self._pump = threading.Thread(
+            target=self._pump_loop, name="nsqd-client-pump[%d %s]" % (self.id, self.remote_address), daemon=True
+        )
+        self._pump.start()
+
+    def _pump_loop(self):
+        next_heartbeat = time.monotonic() + self.heartbeat_interval
+        hb_interval = self.heartbeat_interval
+        while True:
+            with self._lock:
+                if not self._woken and not self._closing:
+                    timeout = next_heartbeat - time.monotonic() if hb_interval > 0 else None
+                    if timeout is None or timeout > 0:
+                        self._wakeup.wait(timeout)
+                self._woken = False
+                if self._closing:
+                    return
+            if self.heartbeat_interval != hb_interval:
+                # IDENTIFY changed the interval: restart the ticker.
+                hb_interval = self.heartbeat_interval
+                next_heartbeat = time.monotonic() + hb_interval
+            next_heartbeat = self._heartbeat_if_due(hb_interval, next_heartbeat)
+            if next_heartbeat is None:
+                return
+            channel = self.channel
+            if channel is not None and self.state == STATE_SUBSCRIBED:
+                while True:
+                    msgs = channel.take(self, DELIVERY_BATCH)
+                    if not msgs:
+                        break
+                    if not self._send_messages(msgs):
+                        return
+                    # A steady stream never lets the pump wait: keep the ticker going.
+                    next_heartbeat = self._heartbeat_if_due(hb_interval, next_heartbeat)
+                    if next_heartbeat is None:
+                        return
+
+    def _heartbeat_if_due(self, interval, next_heartbeat):
+        """Send a heartbeat if the ticker fired; returns the next tick, None if the write failed."""
+        if interval <= 0:
+            return next_heartbeat
+        now = time.monotonic()
+        if now < next_heartbeat:
+            return next_heartbeat
+        if not self.send(protocol.HEARTBEAT_FRAME):
+            return None
+        # A fixed ticker: missed ticks are skipped, not sent in a burst.
+        return next_heartbeat + interval * (1 + int((now - next_heartbeat) // interval))
+
+    # -- shutdown ----------------------------------------------------------
+
+    def close_connection(self):
+        """Make the connection thread's next read fail so it cleans up (any thread)."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def stop_pump(self):
+        """Tell the pump to stop (it ends at its next wake-up); see :meth:`join_pump`."""
+        with self._lock:
+            self._closing = True
+            self._wakeup.notify()
+
+    def join_pump(self):
+        """Wait for the stopped pump to end (connection thread only)."""
+        if self._pump is not None and self._pump is not threading.current_thread():
+            self._pump.join()

@@ -1,0 +1,311 @@
+"""NSQD: the daemon, the broker core (:class:`~nsqd_threaded.broker.core.BrokerCore`) with its edges.
+
+It adds to the core what touches sockets: the TCP, HTTP and HTTPS listeners,
+the idle watcher, the TLS context, the lookupd peers and the statsd loop.
+Many NSQD instances can run in one process: nothing here is module-global.
+
+Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
+
+* ``nsqd-tcp-accept``      the TCP server's accept loop,
+* ``nsqd-conn[...]``       one per connection (joined by ``TCPServer.server_close``),
+  each owning its ``nsqd-client-pump[...]``,
+* ``nsqd-http-accept``     the HTTP server's accept loop,
+* ``nsqd-http[...]``       one per HTTP connection (joined by ``HTTPServer.server_close``),
+* ``nsqd-https-accept`` and ``nsqd-https[...]``: the same for HTTPS (with --tls-cert/--tls-key),
+* ``nsqd-topic-pump[...]`` one per topic (joined by ``Topic.close``); started by
+  ``Topic.start`` once the listeners are bound (topics from nsqd.dat) or at
+  creation (later topics),
+* ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages,
+* ``nsqd-idle-watch``      wakes parked idle connection threads (Linux).
+* ``nsqd-statsd``          pushes stats to ``--statsd-address`` (only when set; joined by
+  ``StatsdLoop.close``).
+* ``nsqd-lookup[host:port]`` one per ``--lookupd-tcp-address`` (joined by
+  ``LookupPeers.close`` or when ``PUT /config/nsqlookupd_tcp_addresses`` drops it),
+* ``nsqd-lookup-query[...]`` short-lived, one per lookupd asked for a new
+  topic's channels (joined by the creating thread).
+"""
+
+import gc
+import socket
+import threading
+
+from ..broker.core import BrokerCore
+from ..broker.topic import TopicError
+from ..wire.protocol import is_valid_name
+from ..wire.transport import server_context
+from .connection import ClientConnection
+from .http_api import NSQDHTTPServer
+from .idle import new_idle_watcher
+from .lookup import LookupPeers, query_topic_channels
+from .statsd import StatsdLoop, expand_prefix
+from .tcp import TCPServer
+
+
+class NSQD(BrokerCore):
+    """A broker.  Use :meth:`start` / :meth:`stop`, or ``with NSQD(options) as nsqd:``.
+
+    The core's ``_lock`` also guards ``_exiting`` here.  Each listener tracks
+    its own connections.
+    """
+
+    def __init__(self, options=None, log_stream=None):
+        super().__init__(options, log_stream)
+        # Serializes connection teardowns (pump stop, unsubscribe).  A thread
+        # waiting on a lock sleeps in the kernel, while a thread waiting for
+        # the GIL wakes every switch interval (5 ms) to ask for it: with
+        # thousands of connections closed at once, letting every thread run
+        # its teardown concurrently makes thousands of GIL waiters whose
+        # wake-ups starve the broker.  Serialized, the waiters are few and a
+        # mass close costs its work and no more.
+        self.teardown_lock = threading.Lock()
+        self.idle_watcher = None  # parks idle connection threads (see nsqd_threaded.server.idle)
+        self._started = False
+        self._tcp_server = None
+        self._http_server = None
+        self._https_server = None
+        # TLS for the IDENTIFY upgrade and HTTPS (None without --tls-cert/--tls-key)
+        self.tls_context = server_context(self.options)
+        self._threads = []  # the accept loops and the queue scanner, joined by stop()
+        self._stopped = threading.Event()
+        self._lookup = LookupPeers(self)  # the lookupd peer threads (started by start())
+        self._statsd = None  # the StatsdLoop when --statsd-address is set (started by start())
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self):
+        """Lock the data path, load nsqd.dat, bind the listeners, then start the
+        topics and serve.
+
+        On failure (e.g. an address in use) everything created is closed again:
+        the topics from nsqd.dat (never started), the listeners, the data-path lock.
+        """
+        self._lock_data_path()
+        try:
+            self.load_metadata()
+            self.persist_metadata()
+            self._listen()
+        except BaseException:
+            self._abort_start()
+            raise
+        with self._lock:
+            self._topics_started = True
+            topics = list(self._topics.values())
+        for topic in topics:
+            topic.start()  # as Go's topics wait on startChan until the broker is up
+        if self._http_server is not None:
+            self._spawn("nsqd-http-accept", self._http_server.serve_forever)
+        if self._https_server is not None:
+            self._spawn("nsqd-https-accept", self._https_server.serve_forever)
+        self.idle_watcher = new_idle_watcher()
+        if self.idle_watcher is not None:
+            self.idle_watcher.start()
+        self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
+        self._spawn("nsqd-queue-scan", self.queue_scan_loop)
+        self._lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
+        if self.options.statsd_address:
+            self._statsd = StatsdLoop(self, self.statsd_prefix())
+            self._statsd.start()
+        if hasattr(gc, "callbacks"):  # CPython only (PyPy has none)
+            gc.callbacks.append(self._on_gc)
+        self._started = True
+        return self
+
+    def _listen(self):
+        options = self.options
+        try:
+            self._tcp_server = TCPServer(options.tcp_address, self)
+        except OSError as e:
+            raise OSError(e.errno, "listen (%s) failed - %s" % (options.tcp_address, e)) from None
+        self.log.info("TCP: listening on %s:%d", *self.tcp_address)
+        if options.http_address:
+            try:
+                self._http_server = NSQDHTTPServer(options.http_address, self)
+            except OSError as e:
+                raise OSError(e.errno, "listen (%s) failed - %s" % (options.http_address, e)) from None
+            self.log.info("HTTP: listening on %s:%d", *self.http_address)
+        if self.tls_context is not None and options.https_address:
+            try:
+                self._https_server = NSQDHTTPServer(options.https_address, self, self.tls_context)
+            except OSError as e:
+                raise OSError(e.errno, "listen (%s) failed - %s" % (options.https_address, e)) from None
+            self.log.info("HTTPS: listening on %s:%d", *self.https_address)
+
+    def _abort_start(self):
+        """Undo a failed start(): close listeners and topics (joining their threads), unlock."""
+        for server in (self._http_server, self._https_server, self._tcp_server):
+            if server is not None:
+                server.server_close()
+        self._http_server = self._https_server = self._tcp_server = None
+        with self._lock:
+            topics = list(self._topics.values())
+            self._topics.clear()
+        for topic in topics:
+            try:
+                topic.close()
+            except Exception as e:  # keep closing the others; the start error is what is raised
+                self.log.error("%r: close after a failed start - %s", topic, e)
+        self._unlock_data_path()
+        with self._lock:
+            self._exiting = True  # a later stop() returns at once (and leaves nsqd.dat alone)
+        self._stopped.set()
+
+    def _spawn(self, name, target, *args):
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self):
+        """Graceful shutdown in nsqd's order; joins every thread it started.
+
+        Stop accepting, close every client connection, then close each topic
+        (its channels flush queued, in-flight and deferred messages to their
+        backends), then stop the background loops.
+        """
+        with self._lock:
+            if self._exiting:
+                already = True
+            else:
+                already = False
+                self._exiting = True
+        if already:
+            self._stopped.wait()
+            return
+        try:
+            if self._tcp_server is not None:
+                self._tcp_server.shutdown()  # stops its accept loop
+                self._tcp_server.close_connections()
+                self._tcp_server.server_close()  # joins its connection threads
+            if self.idle_watcher is not None:
+                self.idle_watcher.stop()  # no connection thread is left to park
+            for server in (self._http_server, self._https_server):
+                if server is not None:
+                    server.shutdown()
+                    server.close_connections()
+                    server.server_close()
+            self.persist_metadata()
+            with self._lock:
+                topics = list(self._topics.values())
+            for topic in topics:
+                topic.close()
+            self._lookup.close()  # no UNREGISTER: lookupd drops this producer when the socket closes
+            self._scan_stop.set()
+            if self._statsd is not None:
+                self._statsd.close()
+            for t in self._threads:
+                t.join()
+            self._threads = []
+            if self._on_gc in getattr(gc, "callbacks", ()):
+                gc.callbacks.remove(self._on_gc)
+            self._unlock_data_path()
+            self.log.info("NSQ: stopped")
+        finally:
+            self._stopped.set()
+
+    def __enter__(self):
+        if not self._started:
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def http_address(self):
+        """The bound HTTP ``(host, port)``, or None when HTTP is disabled."""
+        return self._http_server.server_address[:2] if self._http_server else None
+
+    @property
+    def https_address(self):
+        """The bound HTTPS ``(host, port)``, or None without TLS or with HTTPS disabled."""
+        return self._https_server.server_address[:2] if self._https_server else None
+
+    @property
+    def tcp_address(self):
+        """The bound ``(host, port)`` (the real port when 0 was asked for)."""
+        return self._tcp_server.server_address[:2]
+
+    def statsd_prefix(self):
+        """``--statsd-prefix`` expanded with this broker's host key (broadcast address and HTTP port)."""
+        options = self.options
+        http = self.http_address
+        http_port = options.broadcast_http_port or (http[1] if http else 0)
+        return expand_prefix(options.statsd_prefix, options.broadcast_address, http_port)
+
+    # -- connections --------------------------------------------------------
+
+    def connect(self, sock, address):
+        """A new TCP connection: its :class:`ClientConnection`, registered with the next client ID."""
+        return self.add_client(lambda id: ClientConnection(id, sock, address, self))
+
+
+    # -- runtime configuration (/config) ---------------------------------------
+
+    def set_lookupd_addresses(self, addresses):
+        """``PUT /config/nsqlookupd_tcp_addresses``: dropped peers are stopped and joined, new ones started."""
+        self.options.nsqlookupd_tcp_addresses = list(addresses)
+        if self._started:
+            self._lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
+
+    # -- cluster (nsqlookupd) ------------------------------------------------------
+
+    def lookupd_notify(self, cmd):
+        """Queue an encoded REGISTER/UNREGISTER for every lookupd peer (never blocks)."""
+        self._lookup.notify(cmd)
+
+    def lookupd_identity(self):
+        """The IDENTIFY body sent to each lookupd."""
+        options = self.options
+        http = self.http_address
+        return {
+            "broadcast_address": options.broadcast_address,
+            "hostname": socket.gethostname(),
+            "http_port": options.broadcast_http_port or (http[1] if http else 0),
+            "tcp_port": options.broadcast_tcp_port or self.tcp_address[1],
+            "topology_region": options.topology_region,
+            "topology_zone": options.topology_zone,
+            "version": options.version,
+        }
+
+    def lookupd_registrations(self):
+        """``[(topic, [channel, ...])]`` of every live topic and channel, registered on each (re)connect."""
+        result = []
+        for topic in self.topics():
+            if topic.exiting:
+                continue
+            result.append((topic.name, [c.name for c in topic.channels() if not c.exiting]))
+        return result
+
+    def lookupd_http_addresses(self):
+        """``host:port`` of the lookupds that completed an IDENTIFY (their HTTP APIs)."""
+        return self._lookup.http_addresses()
+
+    def _precreate_channels(self, topic):
+        """Create the channels the cluster knows for a new topic before it starts delivering.
+
+        As Go nsqd: blocks the creating request for the lookupd queries.
+        """
+        addresses = self._lookup.http_addresses()
+        if not addresses:
+            if self.options.nsqlookupd_tcp_addresses:
+                self.log.error("no available nsqlookupd to query for channels to pre-create for topic %s", topic.name)
+            return
+        options = self.options
+        channels, errors = query_topic_channels(
+            addresses, topic.name, options.http_client_connect_timeout, options.http_client_request_timeout
+        )
+        if errors:
+            what = "failed to query any nsqlookupd" if len(errors) == len(addresses) else "partial failure"
+            self.log.warn(
+                "failed to query nsqlookupd for channels to pre-create for topic %s - %s: %s",
+                topic.name, what, "; ".join(errors),
+            )
+        for name in channels:
+            if name.endswith("#ephemeral"):
+                continue  # an ephemeral channel exists only with its consumers
+            if not is_valid_name(name):
+                self.log.warn("skipping pre-creation of invalid channel %s for topic %s", name, topic.name)
+                continue
+            try:
+                topic.get_channel(name)
+            except TopicError:
+                return  # deleted meanwhile

@@ -1,0 +1,70 @@
+"""One message in its two forms: the Message object and the record.
+
+* A :class:`Message` is what channels queue, index while in flight and hand
+  to the client pumps: its fields can change (attempts, the in-flight ones).
+* A record is the same message as bytes: the 26-byte header (timestamp,
+  attempts, ID) then the body, exactly the payload of a message frame and a
+  diskqueue record.  A topic's memory backlog holds records (a DPUB's message
+  stays a Message there: the record has no field for its delay), because a
+  bytes object costs less than a Message while it waits; they become Messages
+  when the topic fans them out (:func:`from_records`).
+"""
+
+import struct
+import time
+
+from .protocol import decode_message, encode_message
+
+# A record's header: timestamp, attempts, ID (protocol.encode_message's layout).
+RECORD_HEADER = struct.Struct(">qH16s")
+RECORD_HEADER_SIZE = RECORD_HEADER.size
+
+
+class Message:
+    """One message.  ``__slots__`` keeps a queued 200-byte message small.
+
+    ``deferred_ns`` is the requested publish delay (DPUB).  The in-flight
+    fields (``client_id``, ``delivery_ns``, ``expiry_ns``) are only meaningful
+    while the message sits in a channel's in-flight index, and are guarded by
+    that channel's lock.
+    """
+
+    __slots__ = ("id", "body", "timestamp", "attempts", "deferred_ns", "client_id", "delivery_ns", "expiry_ns")
+
+    def __init__(self, msg_id, body, timestamp=None, attempts=0, deferred_ns=0):
+        self.id = msg_id
+        self.body = body
+        self.timestamp = time.time_ns() if timestamp is None else timestamp
+        self.attempts = attempts
+        self.deferred_ns = deferred_ns
+        self.client_id = 0
+        self.delivery_ns = 0
+        self.expiry_ns = 0
+
+    def copy(self):
+        """A copy for another channel: same ID, body, timestamp and deferral; attempts 0."""
+        return Message(self.id, self.body, self.timestamp, 0, self.deferred_ns)
+
+    def encode(self):
+        """The 26-byte header + body: wire payload and diskqueue record."""
+        return encode_message(self.timestamp, self.attempts, self.id, self.body)
+
+    @classmethod
+    def decode(cls, data):
+        timestamp, attempts, msg_id, body = decode_message(data)
+        return cls(msg_id, body, timestamp, attempts)
+
+    def __repr__(self):
+        return "Message(id=%r, attempts=%d, body=%d bytes)" % (self.id, self.attempts, len(self.body))
+
+
+def from_records(items):
+    """Messages from records (a Message among them is passed through as it is)."""
+    unpack = RECORD_HEADER.unpack_from
+    out = []
+    for item in items:
+        if type(item) is bytes:
+            timestamp, attempts, msg_id = unpack(item)
+            item = Message(msg_id, item[RECORD_HEADER_SIZE:], timestamp, attempts)
+        out.append(item)
+    return out

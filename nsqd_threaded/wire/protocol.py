@@ -1,0 +1,403 @@
+"""TCP protocol V2: parsing and encoding as pure functions.
+
+Nothing in this module touches a socket.  The connection handler
+(:mod:`nsqd_threaded.server.protocol_v2`) reads bytes and calls these functions; the
+tests call them directly with byte strings.
+
+Error texts and their fatal/non-fatal classification follow nsqd 1.3 exactly
+(see ``../shared/spec/tcp-protocol.md`` section 5).
+"""
+
+import re
+import struct
+
+from ..internal.gocompat import go_json, go_json_unmarshal, ms
+
+MAGIC_V2 = b"  V2"
+MAX_LINE = 16384  # nsqd reads command lines through a 16 KiB bufio.Reader
+
+FRAME_TYPE_RESPONSE = 0
+FRAME_TYPE_ERROR = 1
+FRAME_TYPE_MESSAGE = 2
+
+MSG_ID_LENGTH = 16
+MSG_HEADER_LENGTH = 26  # timestamp(8) + attempts(2) + id(16)
+
+_FRAME_HEADER = struct.Struct(">ii")
+_MSG_FRAME_HEADER = struct.Struct(">iiqH")  # size, type, timestamp, attempts
+_MSG_HEADER = struct.Struct(">qH")
+_INT32 = struct.Struct(">i")
+
+_NAME_RE = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?")
+
+# Only these three error codes leave the connection open.
+NON_FATAL_CODES = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
+
+
+class ProtocolError(Exception):
+    """An error answered with an error frame ``<code> <description>``.
+
+    ``fatal`` errors close the connection after the frame is written.
+    """
+
+    def __init__(self, code, description):
+        super().__init__(code, description)
+        self.code = code
+        self.description = description
+        self.fatal = code not in NON_FATAL_CODES
+
+    @property
+    def data(self):
+        return ("%s %s" % (self.code, self.description)).encode("utf-8", "surrogateescape")
+
+
+def frame(frame_type, data):
+    """Encode one frame: size(4) type(4) data."""
+    return _FRAME_HEADER.pack(len(data) + 4, frame_type) + data
+
+
+def response_frame(data):
+    return frame(FRAME_TYPE_RESPONSE, data)
+
+
+def error_frame(error):
+    return frame(FRAME_TYPE_ERROR, error.data)
+
+
+OK_FRAME = response_frame(b"OK")
+CLOSE_WAIT_FRAME = response_frame(b"CLOSE_WAIT")
+HEARTBEAT_FRAME = response_frame(b"_heartbeat_")
+BAD_PROTOCOL_FRAME = frame(FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL")
+
+
+def message_frame_parts(timestamp, attempts, msg_id, body):
+    """The three byte strings of a message frame (header, id, body).
+
+    Returned as parts so a batch of frames is joined once, without copying
+    each body into an intermediate frame.
+    """
+    header = _MSG_FRAME_HEADER.pack(
+        MSG_HEADER_LENGTH + 4 + len(body), FRAME_TYPE_MESSAGE, timestamp, attempts
+    )
+    return header, msg_id, body
+
+
+def encode_message(timestamp, attempts, msg_id, body):
+    """The message payload: the frame-type-2 data and the diskqueue record."""
+    return _MSG_HEADER.pack(timestamp, attempts) + msg_id + body
+
+
+def decode_message(data):
+    """Inverse of :func:`encode_message`: ``(timestamp, attempts, id, body)``."""
+    if len(data) < MSG_HEADER_LENGTH:
+        raise ValueError("invalid message buffer size (%d)" % len(data))
+    timestamp, attempts = _MSG_HEADER.unpack_from(data, 0)
+    return timestamp, attempts, bytes(data[10:26]), bytes(data[26:])
+
+
+def decode_frame(data):
+    """Split one complete frame into ``(frame_type, payload)`` (for clients/tests)."""
+    size, frame_type = _FRAME_HEADER.unpack_from(data, 0)
+    return frame_type, bytes(data[8 : 4 + size])
+
+
+def split_frames(buf):
+    """Split as many complete frames as ``buf`` holds.
+
+    Returns ``([(frame_type, payload), ...], consumed)``.
+    """
+    frames = []
+    pos = 0
+    n = len(buf)
+    unpack = _FRAME_HEADER.unpack_from
+    while n - pos >= 8:
+        size, frame_type = unpack(buf, pos)
+        if size < 4:
+            raise ValueError("invalid frame size %d" % size)
+        end = pos + 4 + size
+        if end > n:
+            break
+        frames.append((frame_type, bytes(buf[pos + 8 : end])))
+        pos = end
+    return frames, pos
+
+
+# -- command lines ---------------------------------------------------------
+
+
+def parse_line(line):
+    """Split a command line (without its ``\\n``) into params, as nsqd does.
+
+    One trailing ``\\r`` is dropped, then the line is split on every single
+    space: ``b"PUB  t"`` gives ``[b"PUB", b"", b"t"]``.
+    """
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    return line.split(b" ")
+
+
+def parse_uint(raw):
+    """Go's ``protocol.ByteToBase10``: digits only, empty is 0.
+
+    Returns None for anything else.  The result is wrapped like Go's int64
+    arithmetic would be only by the callers that care (REQ clamps).
+    """
+    n = 0
+    for b in raw:
+        if not 48 <= b <= 57:
+            return None
+        n = n * 10 + (b - 48)
+    return n
+
+
+def int64(n):
+    """Wrap an unbounded int to a signed 64-bit value, as Go's arithmetic does."""
+    n &= 0xFFFFFFFFFFFFFFFF
+    return n - (1 << 64) if n >= 1 << 63 else n
+
+
+def decode_size(raw4):
+    """A 4-byte big-endian *signed* length (nsqd reads sizes as int32)."""
+    return _INT32.unpack(raw4)[0]
+
+
+def encode_size(n):
+    return _INT32.pack(n)
+
+
+def is_valid_name(name):
+    """Topic/channel name rule: 1..64 bytes of ``[.a-zA-Z0-9_-]``, optional ``#ephemeral``."""
+    if isinstance(name, bytes):
+        try:
+            name = name.decode("ascii")
+        except UnicodeDecodeError:
+            return False
+    return 0 < len(name) <= 64 and _NAME_RE.fullmatch(name) is not None
+
+
+def text(raw):
+    """Bytes from the wire as text for an error description."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+# -- body sizes ------------------------------------------------------------
+
+
+def check_body_size(cmd, size, max_size, code="E_BAD_BODY"):
+    """IDENTIFY / AUTH body size checks, in nsqd's order (too big, then <= 0)."""
+    if size > max_size:
+        raise ProtocolError(code, "%s body too big %d > %d" % (cmd, size, max_size))
+    if size <= 0:
+        raise ProtocolError(code, "%s invalid body size %d" % (cmd, size))
+
+
+def check_message_size(cmd, size, max_msg_size):
+    """PUB / DPUB body size checks, in nsqd's order (<= 0, then too big)."""
+    if size <= 0:
+        raise ProtocolError("E_BAD_MESSAGE", "%s invalid message body size %d" % (cmd, size))
+    if size > max_msg_size:
+        raise ProtocolError("E_BAD_MESSAGE", "%s message too big %d > %d" % (cmd, size, max_msg_size))
+
+
+def check_mpub_body_size(size, max_body_size):
+    if size <= 0:
+        raise ProtocolError("E_BAD_BODY", "MPUB invalid body size %d" % size)
+    if size > max_body_size:
+        raise ProtocolError("E_BAD_BODY", "MPUB body too big %d > %d" % (size, max_body_size))
+
+
+def check_mpub_count(count, max_body_size):
+    if count <= 0 or count > (max_body_size - 4) // 5:
+        raise ProtocolError("E_BAD_BODY", "MPUB invalid message count %d" % count)
+
+
+def parse_mpub_messages(buf, pos, end, index, count, max_msg_size, out):
+    """Parse MPUB items from ``buf[pos:end]`` in one pass over a memoryview.
+
+    Appends each complete body (as ``bytes``) to ``out`` and returns the
+    position after the last complete item.  Stops early when the buffer ends
+    mid-item; the caller reads more and calls again with ``index=len(out)``.
+    Raises ProtocolError for a bad item size, exactly as nsqd words it.
+    """
+    mv = memoryview(buf)
+    unpack = _INT32.unpack_from
+    try:
+        while index < count and end - pos >= 4:
+            size = unpack(mv, pos)[0]
+            if size <= 0:
+                raise ProtocolError(
+                    "E_BAD_MESSAGE", "MPUB invalid message(%d) body size %d" % (index, size)
+                )
+            if size > max_msg_size:
+                raise ProtocolError(
+                    "E_BAD_MESSAGE", "MPUB message too big %d > %d" % (size, max_msg_size)
+                )
+            if end - pos - 4 < size:
+                break
+            out.append(bytes(mv[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+            index += 1
+    finally:
+        mv.release()
+    return pos
+
+
+def encode_mpub_body(bodies):
+    """Client side: the MPUB body for a list of message bodies."""
+    parts = [_INT32.pack(len(bodies))]
+    for b in bodies:
+        parts.append(_INT32.pack(len(b)))
+        parts.append(b)
+    return b"".join(parts)
+
+
+# -- IDENTIFY --------------------------------------------------------------
+
+# Field name -> kind.  Go's encoding/json matches keys case-insensitively.
+_IDENTIFY_FIELDS = {
+    "client_id": str,
+    "hostname": str,
+    "user_agent": str,
+    "topology_region": str,
+    "topology_zone": str,
+    "heartbeat_interval": int,
+    "output_buffer_size": int,
+    "output_buffer_timeout": int,
+    "sample_rate": "int32",
+    "msg_timeout": int,
+    "deflate_level": int,
+    "feature_negotiation": bool,
+    "tls_v1": bool,
+    "deflate": bool,
+    "snappy": bool,
+}
+
+
+def decode_identify(body):
+    """Decode an IDENTIFY JSON body the way Go's encoding/json would.
+
+    Returns a dict with only the known fields that were present and not null.
+    Raises ProtocolError(E_BAD_BODY, "IDENTIFY failed to decode JSON body").
+    Go semantics kept: keys match case-insensitively, a later duplicate key
+    overrides an earlier one but ``null`` changes nothing, a type error
+    anywhere fails the decode, NaN/Infinity are not JSON, a ``null`` document
+    is a no-op, and invalid UTF-8 in strings becomes U+FFFD.
+    """
+    try:
+        return go_json_unmarshal(body, _IDENTIFY_FIELDS)
+    except ValueError:
+        raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
+
+
+def negotiate_identify(fields, opts, client_timeout_ms=60000):
+    """Validate decoded IDENTIFY fields against the broker's bounds.
+
+    Returns the client's effective settings (a dict).  Validation order and
+    texts follow nsqd: heartbeat, output buffer timeout, output buffer size,
+    sample rate, msg timeout.  ``opts`` is an :class:`~nsqd_threaded.settings.options.Options`.
+    """
+
+    def invalid(what, v):
+        return ProtocolError("E_BAD_BODY", "IDENTIFY %s (%d) is invalid" % (what, v))
+
+    s = {}
+    hb = fields.get("heartbeat_interval", 0)
+    if hb == -1:
+        s["heartbeat_interval_ms"] = 0
+    elif hb == 0:
+        s["heartbeat_interval_ms"] = client_timeout_ms // 2
+    elif 1000 <= hb <= ms(opts.max_heartbeat_interval):
+        s["heartbeat_interval_ms"] = hb
+    else:
+        raise invalid("heartbeat interval", hb)
+
+    obt = fields.get("output_buffer_timeout", 0)
+    if obt == -1:
+        s["output_buffer_timeout_ms"] = 0
+    elif obt == 0:
+        s["output_buffer_timeout_ms"] = ms(opts.output_buffer_timeout)
+    elif ms(opts.min_output_buffer_timeout) <= obt <= ms(opts.max_output_buffer_timeout):
+        s["output_buffer_timeout_ms"] = obt
+    else:
+        raise invalid("output buffer timeout", obt)
+
+    obs = fields.get("output_buffer_size", 0)
+    if obs == -1:
+        s["output_buffer_size"] = 1
+        s["output_buffer_timeout_ms"] = 0
+    elif obs == 0:
+        s["output_buffer_size"] = 16384
+    elif 64 <= obs <= opts.max_output_buffer_size:
+        s["output_buffer_size"] = obs
+    else:
+        raise invalid("output buffer size", obs)
+
+    sr = fields.get("sample_rate", 0)
+    if not 0 <= sr <= 99:
+        raise invalid("sample rate", sr)
+    s["sample_rate"] = sr
+
+    mt = fields.get("msg_timeout", 0)
+    if mt == 0:
+        s["msg_timeout_ms"] = ms(opts.msg_timeout)
+    elif 1000 <= mt <= ms(opts.max_msg_timeout):
+        s["msg_timeout_ms"] = mt
+    else:
+        raise invalid("msg timeout", mt)
+    return s
+
+
+def deflate_level(negotiated, requested, max_level):
+    """IDENTIFY's deflate_level: 6, or the requested level when deflate was
+    negotiated and the request is > 0; then capped at --max-deflate-level
+    (the cap applies even when deflate is off)."""
+    level = 6
+    if negotiated and requested > 0:
+        level = requested
+    return min(level, max_level)
+
+
+def identify_response(settings, opts, tls_v1=False, deflate=False, snappy=False, deflate_level=6):
+    """The feature-negotiation JSON, keys in nsqd's order, encoded like Go's encoding/json.
+
+    ``deflate_level`` is the negotiated level (see :func:`deflate_level`).
+    """
+    level = min(deflate_level, opts.max_deflate_level)
+    doc = {
+        "max_rdy_count": opts.max_rdy_count,
+        "version": opts.version,
+        "max_msg_timeout": ms(opts.max_msg_timeout),
+        "msg_timeout": settings["msg_timeout_ms"],
+        "tls_v1": tls_v1,
+        "deflate": deflate,
+        "deflate_level": level,
+        "max_deflate_level": opts.max_deflate_level,
+        "snappy": snappy,
+        "sample_rate": settings["sample_rate"],
+        "auth_required": bool(opts.auth_http_addresses),
+        "output_buffer_size": settings["output_buffer_size"],
+        "output_buffer_timeout": settings["output_buffer_timeout_ms"],
+        "topology_region": opts.topology_region,
+        "topology_zone": opts.topology_zone,
+    }
+    return go_json(doc).encode("utf-8")
+
+
+# A run of plain "FIN <16-byte id>\n" lines: ids without a space or a newline,
+# not ending in "\r" (those would parse differently through parse_line).
+_FIN_RUN = re.compile(rb"(?:FIN [^ \n]{15}[^ \n\r]\n)+")
+_FIN_LINE = 21
+
+
+def fin_run(buf, pos):
+    """The message IDs of the plain FIN lines buffered at ``buf[pos:]``, and the position after them.
+
+    A consumer sends one FIN per message; parsing a whole run with one regex
+    match instead of line by line keeps its cost per message small.
+    """
+    m = _FIN_RUN.match(buf, pos)
+    if m is None:
+        return [], pos
+    end = m.end()
+    run = bytes(buf[pos:end])
+    return [run[i : i + 16] for i in range(4, len(run), _FIN_LINE)], end

@@ -1,0 +1,275 @@
+"""Channel against real clients (socketpairs) and disk queues: queueing, in flight, deferred, flush, stress."""
+
+import threading
+import time
+
+import pytest
+
+from nsqd_threaded.wire.message import Message
+
+from support.core import DrivenSubscriber, make_owner
+
+pytestmark = pytest.mark.timeout(60)
+
+SECOND = 10**9
+
+
+@pytest.fixture
+def owners(tmp_path):
+    made = []
+
+    def make(**options):
+        nsqd = make_owner(tmp_path / "data", **options)
+        made.append(nsqd)
+        return nsqd
+
+    yield make
+    for nsqd in made:
+        nsqd.stop()
+
+
+def msgs(n, start=0, defer_ns=0):
+    return [Message(b"%016x" % i, b"body-%d" % i, time.time_ns(), 0, defer_ns) for i in range(start, start + n)]
+
+
+def nums(batch):
+    return [int(m.id, 16) for m in batch]
+
+
+def channel_of(nsqd, topic="t", name="c"):
+    return nsqd.get_topic(topic).get_channel(name)
+
+
+def test_put_then_take_in_order_marks_in_flight(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    channel.put_messages(msgs(5))
+    consumer = DrivenSubscriber(nsqd, channel, ready=3)
+    got = consumer.take()
+    assert nums(got) == [0, 1, 2]  # the RDY budget
+    assert all(m.attempts == 1 and m.client_id == consumer.client.id for m in got)
+    assert consumer.take() == []  # not ready: in flight == RDY
+    assert channel.in_flight_count() == 3 and channel.depth() == 2
+    consumer.fin(got[:2])
+    assert nums(consumer.take()) == [3, 4]
+    snap = channel.snapshot()
+    assert snap["message_count"] == 5 and snap["global_msg_count"] == 5 and snap["in_flight_count"] == 3
+
+
+def test_a_pump_that_outlives_its_client_takes_nothing(owners):
+    """A client's pump may run a moment after the client left the channel: nothing goes in flight for it."""
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    consumer = DrivenSubscriber(nsqd, channel, ready=10)
+    channel.remove_client(consumer.client)
+    channel.put_messages(msgs(2))
+    assert consumer.take() == []
+    assert channel.in_flight_count() == 0 and channel.depth() == 2
+    other = DrivenSubscriber(nsqd, channel, ready=10)
+    assert nums(other.take()) == [0, 1]
+
+
+def test_memory_overflow_goes_to_the_disk_queue_in_order(owners):
+    nsqd = owners(mem_queue_size=4)
+    channel = channel_of(nsqd)
+    channel.put_messages(msgs(10))
+    snap = channel.snapshot()
+    assert (snap["depth"], snap["backend_depth"]) == (10, 6)
+    got = DrivenSubscriber(nsqd, channel).take_all(10)
+    assert nums(got) == list(range(10))
+    assert channel.snapshot()["global_msg_count"] == 4  # only the memory ones
+
+
+def test_in_flight_timeout_requeues_and_redelivers(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    channel.put_messages(msgs(3))
+    consumer = DrivenSubscriber(nsqd, channel)
+    first = consumer.take()
+    now = time.time_ns()
+    assert channel.process_in_flight(now) is False  # not yet expired (60 s msg timeout)
+    consumer.fin(first[1:2])
+    assert channel.process_in_flight(now + 3600 * SECOND) is True
+    assert channel.snapshot()["timeout_count"] == 2 and channel.in_flight_count() == 0
+    again = consumer.take()
+    assert nums(again) == [0, 2]
+    assert [m.attempts for m in again] == [2, 2]
+    assert channel.finish_many(consumer.client, [first[0].id]) == []  # the redelivered one is in flight
+
+
+def test_fin_of_unknown_or_foreign_ids_fails(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    channel.put_messages(msgs(2))
+    a, b = DrivenSubscriber(nsqd, channel, ready=1), DrivenSubscriber(nsqd, channel, ready=1)
+    ma, mb = a.take(), b.take()
+    failures = channel.finish_many(a.client, [mb[0].id, b"%016x" % 99, ma[0].id])
+    assert failures == [(mb[0].id, "client does not own message"), (b"%016x" % 99, "ID not in flight")]
+    assert channel.in_flight_count() == 1
+
+
+def test_requeue_zero_goes_to_the_tail_and_delayed_to_the_deferred_index(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    channel.put_messages(msgs(3))
+    consumer = DrivenSubscriber(nsqd, channel, ready=1)
+    m0 = consumer.take()[0]
+    assert channel.requeue(consumer.client, m0.id, 0) is None
+    assert nums(consumer.take()) == [1]
+    m1_id = b"%016x" % 1
+    assert channel.requeue(consumer.client, m1_id, 5 * SECOND) is None
+    assert channel.deferred_count() == 1
+    assert nums(consumer.take()) == [2]
+    consumer.fin([Message(b"%016x" % 2, b"", 0)])
+    assert nums(consumer.take()) == [0]  # REQ 0 went to the tail
+    assert channel.snapshot()["requeue_count"] == 2
+
+
+def test_deferred_messages_are_released_in_due_order(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    now = time.time_ns()
+    for i, delay in [(0, 30), (1, 10), (2, 20), (3, 10)]:
+        channel.put_messages([Message(b"%016x" % i, b"d", now, 0, delay * SECOND)])
+    channel.put_messages(msgs(1, start=9))  # immediate
+    consumer = DrivenSubscriber(nsqd, channel)
+    assert nums(consumer.take()) == [9]
+    assert channel.deferred_count() == 4
+    assert channel.process_deferred(now) is False
+    assert channel.process_deferred(now + 15 * SECOND) is True
+    assert nums(consumer.take()) == [1, 3]
+    assert channel.process_deferred(now + 3600 * SECOND) is True
+    assert nums(consumer.take()) == [2, 0]
+    assert channel.deferred_count() == 0
+
+
+def test_graceful_close_flushes_queued_in_flight_and_deferred_and_reload_finds_them(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    channel.put_messages(msgs(4))
+    channel.put_messages(msgs(2, start=10, defer_ns=3600 * SECOND))
+    consumer = DrivenSubscriber(nsqd, channel, ready=2)
+    in_flight = consumer.take()
+    assert nums(in_flight) == [0, 1]
+    nsqd.stop()
+
+    again = owners()
+    channel = channel_of(again)
+    assert channel.depth() == 6  # all on disk now
+    consumer = DrivenSubscriber(again, channel)
+    got = consumer.take()
+    # Queued first, then in flight (attempts kept), then the deferred ones go back to the deferred index.
+    assert nums(got) == [2, 3, 0, 1]
+    assert [m.attempts for m in got] == [1, 1, 2, 2]
+    assert channel.deferred_count() == 2 and channel.depth() == 0
+    assert channel.process_deferred(time.time_ns()) is False  # the delay survived the restart
+
+
+def test_delete_drops_everything(owners, tmp_path):
+    nsqd = owners(mem_queue_size=1)
+    topic = nsqd.get_topic("t")
+    channel = topic.get_channel("c")
+    channel.put_messages(msgs(3))
+    topic.delete_channel("c")
+    assert not [n for n in (tmp_path / "data").iterdir() if n.name.startswith("t:c.")]
+
+
+def test_empty_drops_queued_in_flight_and_deferred(owners):
+    nsqd = owners(mem_queue_size=1)
+    channel = channel_of(nsqd)
+    channel.put_messages(msgs(3))
+    channel.put_messages(msgs(1, start=5, defer_ns=SECOND))
+    consumer = DrivenSubscriber(nsqd, channel, ready=1)
+    consumer.take()
+    channel.empty()
+    snap = channel.snapshot()
+    assert (snap["depth"], snap["in_flight_count"], snap["deferred_count"]) == (0, 0, 0)
+    assert consumer.client.in_flight_count == 0
+
+
+def test_durable_channel_keeps_records_until_fin(owners):
+    nsqd = owners(durable=True)
+    channel = channel_of(nsqd)
+    channel.put_messages(msgs(6))
+    assert channel.snapshot()["backend_depth"] == 6  # durable: no memory queue for new messages
+    consumer = DrivenSubscriber(nsqd, channel)
+    got = consumer.take()
+    assert nums(got) == list(range(6))
+    consumer.fin(got[:2])
+    assert channel.requeue(consumer.client, got[2].id, 0) is None  # its record is still on disk
+    nsqd.stop()  # a graceful close rewrites the unfinished ones at the tail
+
+    again = owners(durable=True)
+    channel = channel_of(again)
+    got = DrivenSubscriber(again, channel).take()
+    assert sorted(nums(got)) == [2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(mem_queue_size=50), dict(mem_queue_size=0), dict(durable=True)],
+    ids=["overflow", "disk", "durable"],
+)
+def test_concurrent_put_take_fin_loses_and_duplicates_nothing(owners, options):
+    """Publishers (through the topic) and consumers that FIN most messages and
+    requeue some, on one channel at once: every message is finished exactly once."""
+    nsqd = owners(**options)
+    topic = nsqd.get_topic("stress")
+    channel = topic.get_channel("c")
+    topic.start()
+    publishers, per_publisher, batch = 3, 10000, 25
+    total = publishers * per_publisher
+    finished = []
+    finished_lock = threading.Lock()  # guards finished
+    errors = []
+    done = threading.Event()
+
+    def publish(p):
+        try:
+            for start in range(0, per_publisher, batch):
+                topic.publish([b"%d-%d" % (p, i) for i in range(start, start + batch)])
+        except Exception as e:  # reported by the test thread
+            errors.append(e)
+
+    def consume(ready):
+        consumer = DrivenSubscriber(nsqd, channel, ready=ready)
+        try:
+            deadline = time.monotonic() + 40
+            while not done.is_set():
+                if time.monotonic() > deadline:
+                    errors.append(AssertionError("consumer deadline"))
+                    return
+                got = consumer.take(ready)
+                if not got:
+                    time.sleep(0.001)
+                    continue
+                fin = []
+                for m in got:
+                    if m.attempts == 1 and m.body.endswith(b"7"):
+                        assert channel.requeue(consumer.client, m.id, 0) is None  # delivered again later
+                    else:
+                        fin.append(m)
+                consumer.fin(fin)
+                with finished_lock:
+                    finished.extend(m.body for m in fin)
+                    if len(finished) >= total:
+                        done.set()
+        except Exception as e:
+            errors.append(e)
+            done.set()
+        finally:
+            consumer.close()
+
+    threads = [threading.Thread(target=consume, args=(r,), name="test-consumer-%d" % r) for r in (1, 7, 64)]
+    threads += [threading.Thread(target=publish, args=(p,), name="test-publisher-%d" % p) for p in range(publishers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(50)
+        assert not t.is_alive(), "%s did not finish" % t.name
+    assert not errors, errors
+    assert len(finished) == total
+    assert set(finished) == {b"%d-%d" % (p, i) for p in range(publishers) for i in range(per_publisher)}
+    snap = channel.snapshot()
+    assert (snap["depth"], snap["in_flight_count"], snap["message_count"]) == (0, 0, total)
+    assert snap["requeue_count"] == total // 10

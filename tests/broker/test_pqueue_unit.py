@@ -1,0 +1,139 @@
+"""TimedIndex (in-flight and deferred index): add/remove/reschedule/pop-due/drain semantics."""
+
+import pytest
+
+from nsqd_threaded.broker.pqueue import TimedIndex
+from nsqd_threaded.wire.message import Message
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def msg(i):
+    return Message(b"%016x" % i, b"body-%d" % i, 0, 0)
+
+
+def first_deadline(index):
+    """The earliest deadline in the index (None when empty), read through its public values."""
+    deadlines = [m.expiry_ns for m in index.values()]
+    return min(deadlines) if deadlines else None
+
+
+def ids(msgs):
+    return [int(m.id, 16) for m in msgs]
+
+
+def test_add_indexes_by_id_and_sets_the_deadline():
+    index = TimedIndex()
+    m = msg(1)
+    assert index.add(m, 500) is True
+    assert len(index) == 1 and m.id in index and index.get(m.id) is m
+    assert m.expiry_ns == 500
+    assert first_deadline(index) == 500
+
+
+def test_add_of_an_id_already_indexed_keeps_the_first():
+    index = TimedIndex()
+    first, again = msg(1), msg(1)
+    assert index.add(first, 100)
+    assert index.add(again, 50) is False
+    assert index.get(first.id) is first and len(index) == 1
+    assert first_deadline(index) == 100
+    assert again.expiry_ns == 0  # untouched
+
+
+def test_add_many_skips_duplicates_and_returns_those_added():
+    index = TimedIndex()
+    index.add(msg(2), 10)
+    batch = [msg(1), msg(2), msg(3), msg(3)]
+    added = index.add_many(batch, 70)
+    assert added == [batch[0], batch[2]]
+    assert len(index) == 3
+    assert ids(index.pop_due(100)) == [2, 1, 3]
+
+
+def test_remove_returns_the_message_or_none():
+    index = TimedIndex()
+    a, b = msg(1), msg(2)
+    index.add(a, 10)
+    index.add(b, 20)
+    assert index.remove(a.id) is a
+    assert index.remove(a.id) is None
+    assert a.id not in index and len(index) == 1
+    assert first_deadline(index) == 20
+    assert index.pop_due(100) == [b]
+
+
+def test_pop_due_takes_deadlines_up_to_and_including_now_earliest_first():
+    index = TimedIndex()
+    for i, deadline in [(1, 30), (2, 10), (3, 20), (4, 40)]:
+        index.add(msg(i), deadline)
+    assert index.pop_due(9) == []
+    assert ids(index.pop_due(20)) == [2, 3]  # 20 itself is due
+    assert len(index) == 2 and first_deadline(index) == 30
+    assert ids(index.pop_due(10**18)) == [1, 4]
+    assert len(index) == 0 and first_deadline(index) is None
+    assert index.pop_due(10**18) == []
+
+
+def test_equal_deadlines_pop_in_id_order():
+    index = TimedIndex()
+    for i in (5, 3, 9, 1):
+        index.add(msg(i), 100)
+    assert ids(index.pop_due(100)) == [1, 3, 5, 9]
+
+
+def test_reschedule_moves_a_message():
+    index = TimedIndex()
+    a, b = msg(1), msg(2)
+    index.add(a, 10)
+    index.add(b, 20)
+    index.reschedule(a, 30)
+    assert a.expiry_ns == 30
+    assert first_deadline(index) == 20
+    assert index.pop_due(25) == [b]
+    assert index.pop_due(30) == [a]
+
+
+def test_reschedule_earlier():
+    index = TimedIndex()
+    a, b = msg(1), msg(2)
+    index.add(a, 50)
+    index.add(b, 20)
+    index.reschedule(a, 5)
+    assert ids(index.pop_due(60)) == [1, 2]
+
+
+def test_drain_returns_everything_and_empties():
+    index = TimedIndex()
+    batch = [msg(i) for i in range(5)]
+    for i, m in enumerate(batch):
+        index.add(m, 100 - i)
+    out = index.drain()
+    assert sorted(ids(out)) == [0, 1, 2, 3, 4]
+    assert len(index) == 0 and first_deadline(index) is None
+    assert index.pop_due(10**18) == [] and index.values() == []
+    assert index.add(batch[0], 1)  # usable again
+
+
+def test_values_is_a_snapshot():
+    index = TimedIndex()
+    index.add(msg(1), 1)
+    values = index.values()
+    index.remove(msg(1).id)
+    assert ids(values) == [1] and len(index) == 0
+
+
+def test_removed_and_rescheduled_messages_never_come_due_twice_across_rebuilds():
+    index = TimedIndex()
+    msgs = [msg(i) for i in range(5000)]
+    for k in range(0, 5000, 100):  # batches, most removed again (FIN), enough to force rebuilds
+        index.add_many(msgs[k : k + 100], 1000 + k)
+        for m in msgs[k : k + 90]:
+            assert index.remove(m.id) is m
+    kept = [m for k in range(0, 5000, 100) for m in msgs[k + 90 : k + 100]]
+    index.reschedule(kept[0], 10**9)  # moved later: its old entry is stale
+    assert len(index) == len(kept)
+    due = index.pop_due(10**6)
+    assert due == sorted(kept[1:], key=lambda m: (m.expiry_ns, m.id))
+    assert index.pop_due(10**9) == [kept[0]]
+    assert len(index) == 0 and index.pop_due(10**18) == []

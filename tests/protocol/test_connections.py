@@ -1,0 +1,292 @@
+"""Many connections: mass subscribe and close, idle parking, the receive buffer, the Client/Channel contract."""
+
+import gc
+import http.client
+import platform
+import socket
+import struct
+import threading
+import weakref
+
+import pytest
+
+from nsqd_threaded.broker.channel import Subscriber
+from nsqd_threaded.broker.client_v2 import STATE_CLOSING, STATE_SUBSCRIBED
+from nsqd_threaded.server.connection import MAX_CHUNK, MIN_CHUNK, ClientConnection, ConnectionEnded, Reader
+from nsqd_threaded.server.idle import (
+    FUTEX_HASH_SLOTS,
+    IDLE_AFTER,
+    TIMED_OUT,
+    WOKEN,
+    WOKEN_UNCOUNTED,
+    IdleWatcher,
+    widen_futex_hash,
+)
+from nsqd_threaded.wire import protocol
+
+from support.wire import Conn, wait_for
+
+
+def channel_of(nsqd, topic, channel):
+    t = nsqd.get_existing_topic(topic)
+    return t and t.get_existing_channel(channel)
+
+
+def ping(nsqd):
+    conn = http.client.HTTPConnection(*nsqd.http_address, timeout=30)
+    try:
+        conn.request("GET", "/ping")
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(120)
+def test_mass_close_of_subscribers_requeues_every_in_flight_message(nsqd):
+    n = 300
+    subs = [socket.create_connection(nsqd.tcp_address) for _ in range(n)]
+    for s in subs:
+        s.sendall(b"  V2SUB mass c\nRDY 1\n")
+    wait_for(lambda: channel_of(nsqd, "mass", "c") is not None
+             and len(channel_of(nsqd, "mass", "c").clients()) == n, what="all subscribed")
+    channel = channel_of(nsqd, "mass", "c")
+    with Conn(nsqd.tcp_address) as pub:
+        pub.mpub("mass", [b"%d" % i for i in range(n)])
+    # Every subscriber has its one message in flight (RDY 1): none is read.
+    wait_for(lambda: channel.in_flight_count() == n, what="all in flight")
+
+    barrier = threading.Barrier(4)
+
+    def close_all(part):
+        barrier.wait()
+        for s in part:
+            s.close()
+
+    closers = [threading.Thread(target=close_all, args=(subs[i::4],)) for i in range(4)]
+    for t in closers:
+        t.start()
+    for t in closers:
+        t.join()
+    assert ping(nsqd) == (200, b"OK")
+    wait_for(lambda: not channel.clients(), what="all clients removed")
+    assert ping(nsqd) == (200, b"OK")
+    wait_for(lambda: channel.in_flight_count() == 0, what="in-flight messages requeued")
+
+    # Nothing was lost: a new consumer gets all of them.
+    with Conn(nsqd.tcp_address) as sub:
+        sub.sub("mass", "c", rdy=n)
+        got = set()
+        for _ in range(n):
+            _, attempts, mid, body = sub.read_message()
+            assert attempts == 2
+            got.add(body)
+            sub.send(b"FIN " + mid + b"\n")
+        assert got == {b"%d" % i for i in range(n)}
+    assert ping(nsqd) == (200, b"OK")
+
+
+@pytest.mark.timeout(60)
+def test_idle_connection_is_parked_and_still_served(nsqd):
+    watcher = nsqd.idle_watcher
+    if watcher is None:
+        pytest.skip("no epoll here: connections are not parked")
+    with Conn(nsqd.tcp_address) as sub, Conn(nsqd.tcp_address) as pub:
+        sub.sub("park", "c", rdy=1)
+        wait_for(lambda: len(watcher._parked) >= 2, timeout=IDLE_AFTER * 20, what="parked")
+        pub.pub("park", b"after idling")  # the publisher was parked too
+        _, _, mid, body = sub.read_message()
+        assert body == b"after idling"
+        sub.send(b"FIN " + mid + b"\n")
+        wait_for(lambda: channel_of(nsqd, "park", "c").in_flight_count() == 0, what="FIN from a parked connection")
+
+
+@pytest.mark.timeout(60)
+def test_parked_connection_still_times_out(make_nsqd):
+    nsqd = make_nsqd(client_timeout=2.0)  # heartbeats every 1 s, read deadline 2 s
+    with Conn(nsqd.tcp_address) as conn:
+        conn.sub("deadline", "c")
+        # Heartbeats come and are never answered: past its read deadline
+        # (parked since IDLE_AFTER), the broker closes the connection.
+        conn.assert_closed(timeout=15)
+
+
+def test_idle_watcher_park_times_out_and_wakes():
+    watcher = IdleWatcher()
+    watcher.start()
+    a, b = socket.socketpair()
+    try:
+        assert watcher.park(a.fileno(), 0.05) == TIMED_OUT
+        threading.Timer(0.05, b.sendall, args=(b"x",)).start()
+        assert watcher.park(a.fileno(), 30) == WOKEN
+        assert a.recv(1) == b"x"
+        watcher.resumed()
+    finally:
+        watcher.stop()
+        a.close()
+        b.close()
+
+
+# -- the receive buffer -------------------------------------------------------
+
+
+class _Feeder:
+    """The far end of a socket pair, writing from its own thread."""
+
+    def __init__(self):
+        self.ours, self.theirs = socket.socketpair()
+
+    def send(self, data):
+        t = threading.Thread(target=self.theirs.sendall, args=(data,))
+        t.start()
+        return t
+
+    def close(self):
+        self.ours.close()
+        self.theirs.close()
+
+
+def test_reader_grows_for_a_large_body_and_shrinks_back():
+    feeder = _Feeder()
+    try:
+        reader = Reader(feeder.ours)
+        idle_memory = reader.memory()
+        assert idle_memory < 2 * MIN_CHUNK
+        body = bytes(range(256)) * 8192  # 2 MiB
+        t = feeder.send(b"PUB t\n" + struct.pack(">i", len(body)) + body)
+        assert reader.readline() == b"PUB t"
+        size = protocol.decode_size(reader.read(4))
+        assert reader.read(size) == body
+        t.join()
+        assert reader.memory() > MAX_CHUNK // 2  # it grew for the body
+        feeder.send(b"NOP\n").join()
+        assert reader.readline() == b"NOP"
+        feeder.send(b"NOP\n").join()
+        assert reader.readline() == b"NOP"
+        assert reader.memory() < 2 * MIN_CHUNK + 1024  # and gave it back
+    finally:
+        feeder.close()
+
+
+def test_reader_reports_eof():
+    feeder = _Feeder()
+    try:
+        reader = Reader(feeder.ours)
+        feeder.send(b"NO").join()
+        feeder.theirs.shutdown(socket.SHUT_WR)
+        with pytest.raises(ConnectionEnded):
+            reader.readline()
+    finally:
+        feeder.close()
+
+
+@pytest.mark.timeout(60)
+def test_large_pub_and_mpub_bodies(make_nsqd):
+    nsqd = make_nsqd(max_msg_size=4 * 1024 * 1024, max_body_size=8 * 1024 * 1024)
+    big = b"b" * (3 * 1024 * 1024)
+    with Conn(nsqd.tcp_address) as sub, Conn(nsqd.tcp_address) as pub:
+        sub.sub("big", "c", rdy=10)
+        pub.pub("big", big)
+        pub.mpub("big", [big[: 2 * 1024 * 1024], b"small", big[:1000000]])
+        pub.pub("big", b"after")
+        bodies = []
+        for _ in range(5):
+            _, _, mid, body = sub.read_message()
+            bodies.append(body)
+            sub.send(b"FIN " + mid + b"\n")
+        assert [len(b) for b in bodies] == [len(big), 2 * 1024 * 1024, 5, 1000000, 5]
+        assert bodies[0] == big and bodies[-1] == b"after"
+
+
+# -- the Client/Channel contract ----------------------------------------------
+
+
+def test_client_provides_what_a_channel_needs(nsqd):
+    a, b = socket.socketpair()
+    try:
+        client = ClientConnection(1, a, ("127.0.0.1", 4150), nsqd)
+        for name in Subscriber.__annotations__:
+            assert hasattr(client, name), name
+        assert callable(client.wake) and callable(client.close_connection)
+        client.subscribe("t", object())
+        assert client.state == STATE_SUBSCRIBED and client.topic_name == "t"
+        client.set_ready(8)
+        assert (client.ready_count, client.wake_at) == (8, 2)
+        client.start_close()
+        assert client.state == STATE_CLOSING and client.ready_count == 0
+        client.count_published("t", 3)
+        client.count_published("t", 2)
+        assert client.pub_counts == {"t": 5}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_idle_watcher_releases_without_a_permit_rather_than_never():
+    watcher = IdleWatcher(max_running=1)
+    watcher.start()
+    pairs = [socket.socketpair() for _ in range(2)]
+    try:
+        pairs[0][1].sendall(b"x")
+        assert watcher.park(pairs[0][0].fileno(), 30) == WOKEN  # and never returns its permit
+        pairs[1][1].sendall(b"y")
+        assert watcher.park(pairs[1][0].fileno(), 30) == WOKEN_UNCOUNTED
+    finally:
+        watcher.stop()
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+# -- after a mass close ---------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(
+    platform.python_implementation() != "CPython", reason="only CPython frees by reference counting"
+)
+def test_closed_connection_is_freed_without_a_garbage_collection(nsqd):
+    """No reference cycle keeps an ended connection (client, buffers, pump) for a full GC."""
+    gc.disable()
+    try:
+        with Conn(nsqd.tcp_address) as sub:
+            sub.identify(heartbeat_interval=1000)
+            sub.sub("freed", "c", rdy=1)
+            with Conn(nsqd.tcp_address) as pub:
+                pub.pub("freed", b"m")
+            sub.read_message()  # left in flight
+            (client,) = [c for c in nsqd.clients() if c.channel is not None]
+            ref = weakref.ref(client)
+            del client
+        wait_for(lambda: ref() is None, what="the client freed by reference counting alone")
+    finally:
+        gc.enable()
+
+
+def test_idle_watcher_trims_memory_once_many_connections_have_closed():
+    trims = []
+    trimmed = threading.Event()
+
+    def trim(pad):
+        trims.append(pad)
+        trimmed.set()
+
+    watcher = IdleWatcher(trim=trim, trim_after_closed=3, trim_quiet=0.05)
+    watcher.start()
+    try:
+        for _ in range(2):
+            for _ in range(3):
+                watcher.connection_closed()
+            assert trimmed.wait(30)
+            trimmed.clear()
+        assert trims == [0, 0]
+    finally:
+        watcher.stop()
+
+
+def test_futex_hash_is_widened_and_never_narrowed(nsqd):
+    slots = widen_futex_hash(16)  # the broker already asked for more
+    if slots is None:
+        pytest.skip("no per-process futex hash (Linux before 6.16, or not Linux)")
+    assert slots >= FUTEX_HASH_SLOTS
+    assert widen_futex_hash() >= FUTEX_HASH_SLOTS

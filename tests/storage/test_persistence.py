@@ -1,0 +1,136 @@
+"""Restart and durability through the broker: nsqd.dat, disk queues, graceful shutdown."""
+
+import json
+import os
+import time
+
+from nsqd_threaded import NSQD, Options
+
+from support.logs import LogCapture
+from support.wire import Conn, wait_for
+
+
+def start(data, **kw):
+    kw.setdefault("tcp_address", "127.0.0.1:0")
+    kw.setdefault("http_address", "")
+    kw.setdefault("node_id", 1)
+    return NSQD(Options(data_path=str(data), **kw), log_stream=LogCapture()).start()
+
+
+def test_graceful_restart_keeps_queued_in_flight_and_deferred_messages(tmp_path):
+    nsqd = start(tmp_path, mem_queue_size=5)
+    try:
+        with Conn(nsqd.tcp_address) as pub:
+            with Conn(nsqd.tcp_address) as sub:
+                sub.sub("keep", "c", rdy=2)
+                pub.mpub("keep", [b"m%d" % i for i in range(20)])
+                inflight = [sub.read_message() for _ in range(2)]
+                sub.cmd(b"REQ " + inflight[0][2] + b" 600000")  # deferred for 10 minutes
+                wait_for(lambda: nsqd.get_existing_topic("keep").get_existing_channel("c").deferred_count() == 1)
+                pub.cmd(b"DPUB keep 3600000", b"later")
+                assert pub.read_response() == b"OK"
+                # Stop while the second message is still in flight.
+                nsqd.stop()
+    finally:
+        nsqd.stop()
+    meta = json.loads((tmp_path / "nsqd.dat").read_bytes())
+    assert meta == {"topics": [{"name": "keep", "paused": False, "channels": [{"name": "c", "paused": False}]}],
+                    "version": "1.3.0"}
+    nsqd = start(tmp_path)
+    try:
+        channel = nsqd.get_existing_topic("keep").get_existing_channel("c")
+        # 18 never delivered + 1 in flight are immediate; the REQ'd one and the DPUB stay deferred.
+        # Deferred records sit in the disk queue until read; they then wait out their delay.
+        wait_for(lambda: channel.depth() + channel.deferred_count() == 21, what="messages restored")
+        with Conn(nsqd.tcp_address) as sub:
+            sub.sub("keep", "c", rdy=50)
+            got = [sub.read_message() for _ in range(19)]
+            sub.assert_silent(0.3)
+            assert channel.deferred_count() == 2
+        bodies = sorted(m[3] for m in got)
+        expected = sorted([b"m%d" % i for i in range(20)])
+        expected.remove(inflight[0][3])
+        assert bodies == expected
+        attempts = {m[3]: m[1] for m in got}
+        assert attempts[inflight[1][3]] == 2  # it was delivered once before the restart
+    finally:
+        nsqd.stop()
+
+
+def test_pause_survives_restart(tmp_path):
+    nsqd = start(tmp_path)
+    topic = nsqd.get_topic("pt")
+    topic.get_channel("pc").pause()
+    topic.pause()
+    nsqd.persist_metadata()
+    nsqd.stop()
+    nsqd = start(tmp_path)
+    try:
+        topic = nsqd.get_existing_topic("pt")
+        assert topic.paused and topic.get_existing_channel("pc").paused
+    finally:
+        nsqd.stop()
+
+
+def test_nsqd_dat_exact_bytes_and_ephemeral_excluded(tmp_path):
+    nsqd = start(tmp_path)
+    try:
+        assert (tmp_path / "nsqd.dat").read_bytes() == b'{"topics":null,"version":"1.3.0"}'
+        nsqd.get_topic("h1")
+        nsqd.get_topic("t2").get_channel("c")
+        nsqd.get_topic("t2").get_channel("x#ephemeral")
+        nsqd.get_topic("e#ephemeral").get_channel("c")
+        data = json.loads((tmp_path / "nsqd.dat").read_bytes())
+        by_name = {t["name"]: t for t in data["topics"]}
+        assert set(by_name) == {"h1", "t2"}
+        assert by_name["h1"]["channels"] is None
+        assert by_name["t2"]["channels"] == [{"name": "c", "paused": False}]
+        assert list(by_name["t2"]) == ["name", "paused", "channels"]
+    finally:
+        nsqd.stop()
+
+
+def test_topic_delete_removes_files_and_metadata(tmp_path):
+    nsqd = start(tmp_path, mem_queue_size=0)
+    try:
+        with Conn(nsqd.tcp_address) as pub:
+            pub.pub("gone", b"x")
+        nsqd.get_topic("gone").get_channel("c")
+        assert any(n.startswith("gone.diskqueue") for n in os.listdir(tmp_path))
+        nsqd.delete_topic("gone")
+        assert not any(n.startswith("gone") for n in os.listdir(tmp_path))
+        assert json.loads((tmp_path / "nsqd.dat").read_bytes())["topics"] is None
+    finally:
+        nsqd.stop()
+
+
+def test_data_path_is_locked(tmp_path):
+    nsqd = start(tmp_path)
+    try:
+        try:
+            start(tmp_path)
+        except RuntimeError as e:
+            assert "failed to lock data-path" in str(e)
+        else:
+            raise AssertionError("second broker started on a locked data path")
+    finally:
+        nsqd.stop()
+    start(tmp_path).stop()  # released
+
+
+def test_mem_queue_size_zero_goes_through_disk(tmp_path):
+    nsqd = start(tmp_path, mem_queue_size=0)
+    try:
+        with Conn(nsqd.tcp_address) as sub:
+            sub.sub("disk", "c")
+            with Conn(nsqd.tcp_address) as pub:
+                pub.mpub("disk", [b"a", b"b", b"c"])
+            channel = nsqd.get_existing_topic("disk").get_existing_channel("c")
+            assert channel.snapshot()["backend_depth"] == 3
+            sub.cmd(b"RDY 3")
+            assert [sub.read_message()[3] for _ in range(3)] == [b"a", b"b", b"c"]
+        started = time.monotonic()
+        wait_for(lambda: channel.depth() == 0, what="depth 0")
+        assert time.monotonic() - started < 5
+    finally:
+        nsqd.stop()

@@ -1,0 +1,63 @@
+"""Helpers for the unit tests of the concurrent core (Topic, Channel).
+
+The owner is a real NSQD with a temp data dir that is never started (no
+listeners; topics start only when a test says so), the consumers real
+Clients (the broker's state of a client, without a connection or a pump):
+the test thread calls ``Channel.take`` / ``finish_many`` itself.
+"""
+
+import time
+
+from nsqd_threaded import NSQD, Options
+from nsqd_threaded.broker.client_v2 import Client
+
+from support.logs import LogCapture
+
+
+def make_owner(path, **options):
+    """An unstarted NSQD on data dir ``path`` (created if needed); stop() it when done."""
+    path.mkdir(exist_ok=True)
+    options.setdefault("tcp_address", "127.0.0.1:0")
+    options.setdefault("http_address", "")
+    options.setdefault("node_id", 1)
+    return NSQD(Options(data_path=str(path), **options), log_stream=LogCapture())
+
+
+class DrivenSubscriber:
+    """A subscribed client driven by the test: take() and fin() instead of a pump."""
+
+    _next_id = iter(range(1000, 10**9))
+
+    def __init__(self, nsqd, channel, ready=10**6):
+        self.client = Client(next(DrivenSubscriber._next_id), ("127.0.0.1", 0), nsqd.options)
+        self.client.set_ready(ready)
+        self.channel = channel
+        channel.add_client(self.client)
+
+    def take(self, n=10**6):
+        return self.channel.take(self.client, n)
+
+    def fin(self, msgs):
+        assert self.channel.finish_many(self.client, [m.id for m in msgs]) == []
+
+    def take_all(self, expect, timeout=10.0):
+        """take() until ``expect`` messages arrived (polling with a deadline)."""
+        out = []
+        deadline = time.monotonic() + timeout
+        while len(out) < expect:
+            assert time.monotonic() < deadline, "got %d of %d messages" % (len(out), expect)
+            got = self.take(expect - len(out))
+            if not got:
+                time.sleep(0.005)
+            out.extend(got)
+        return out
+
+    def close(self):
+        self.channel.remove_client(self.client)
+
+
+def wait_until(predicate, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.005)

@@ -1,0 +1,264 @@
+"""Spark for the tests: one session-scoped SparkSession, helpers, and a child-process query.
+
+pyspark is imported lazily: the CI matrix collects these modules with ``-m "not spark"``
+where only the ``test`` extra is installed.  A missing Java or pyspark FAILS the spark
+tests with how to install it (never a silent skip).
+
+Run as a script (``python tests/support/spark.py NSQD TOPIC CHANNEL OUT CHECKPOINT``) it is
+the crash tests' child: a streaming query from nsq to Parquet that prints each finished
+batch (``batch <id> <rows>``) on stdout and stops cleanly when its stdin closes.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+JAVA_HELP = ("the spark tests need Java 17+ (`java` on PATH or JAVA_HOME): "
+             "apt-get install openjdk-17-jre-headless (Debian/Ubuntu), then run scripts/test again")
+PYSPARK_HELP = "the spark tests need the spark extra: pip install -e '.[test,spark]' (scripts/test does)"
+
+
+def spark_environment(env=None):
+    """``env`` (default os.environ) made ready for Spark: workers run this interpreter."""
+    env = os.environ if env is None else env
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return env
+
+
+def require_spark():
+    """Fail (not skip) with instructions when Java or pyspark is missing."""
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        pytest.fail(JAVA_HELP, pytrace=False)
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as e:
+        pytest.fail("%s (%s)" % (PYSPARK_HELP, e), pytrace=False)
+
+
+def new_session(local_dir, app="nsqd-threaded-tests"):
+    """A ``local[2]`` SparkSession with the nsq data source registered; its scratch files in ``local_dir``."""
+    spark_environment()
+    from pyspark.sql import SparkSession
+
+    from nsqd_threaded.spark import NsqDataSource
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.local.dir", local_dir)
+        .config("spark.driver.extraJavaOptions", "-Djava.io.tmpdir=%s" % local_dir)
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(NsqDataSource)
+    return spark
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """The tests' one SparkSession (Spark start-ups are slow: share it)."""
+    require_spark()
+    session = new_session(str(tmp_path_factory.mktemp("spark-local")))
+    yield session
+    session.stop()
+
+
+def wait_until(predicate, timeout, what, interval=0.2):
+    """Poll ``predicate`` until true; fail naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what() if callable(what) else what))
+        time.sleep(interval)  # polling with a deadline: Spark and nsqd are observed from outside
+
+
+def channel_stats(broker, topic, channel):
+    """The channel's /stats dict (None if it does not exist yet)."""
+    for t in broker.stats(topic=topic)["topics"] or ():
+        if t["topic_name"] == topic:
+            for c in t["channels"] or ():
+                if c["channel_name"] == channel:
+                    return c
+    return None
+
+
+def topic_count(broker, topic):
+    for t in broker.stats(topic=topic)["topics"] or ():
+        if t["topic_name"] == topic:
+            return t["message_count"]
+    return 0
+
+
+def finished(broker, topic, channel):
+    """Messages of the channel FINed so far, by any client past or present (what left for good)."""
+    c = channel_stats(broker, topic, channel)
+    if c is None:
+        return 0
+    return c["message_count"] - c["depth"] - c["in_flight_count"] - c["deferred_count"]
+
+
+def drained(brokers, topic, channel, total):
+    """Every message of the channel FINed on these brokers (``total`` in all), none left."""
+    done = 0
+    for broker in brokers:
+        c = channel_stats(broker, topic, channel)
+        if c is None or c["depth"] or c["in_flight_count"] or c["deferred_count"]:
+            return False
+        done += finished(broker, topic, channel)
+    return done >= total
+
+
+def total_rows(query):
+    return sum(p["numInputRows"] for p in query.recentProgress)
+
+
+def user_line(error):
+    """The line a user reads in a Spark error from the data source: ``nsq: ...``."""
+    for line in str(error).splitlines():
+        marker = "NsqOptionError: "
+        if marker in line:
+            return line.split(marker, 1)[1].strip()
+    raise AssertionError("no NsqOptionError in %r" % str(error)[:2000])
+
+
+# -- the crash tests' child ----------------------------------------------------------------
+
+
+class StreamChild:
+    """A streaming query nsq -> Parquet in a child process (its own process group, so that a
+    SIGKILL takes the JVM and its Python workers with it)."""
+
+    def __init__(self, nsqd, topic, channel, out, checkpoint, local_dir, **options):
+        env = spark_environment(dict(os.environ))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        env["TMPDIR"] = local_dir
+        args = [sys.executable, os.path.abspath(__file__), nsqd, topic, channel, out, checkpoint, local_dir]
+        args += ["%s=%s" % kv for kv in sorted(options.items())]
+        self.stderr_path = os.path.join(local_dir, "child-%d.err" % time.monotonic_ns())
+        with open(self.stderr_path, "w") as stderr:
+            self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=stderr, env=env, start_new_session=True,
+                                         universal_newlines=True)
+        self.batches = []  # (batch id, rows) the child reported
+        self._reader = threading.Thread(target=self._read, name="spark-child-stdout", daemon=True)
+        self._reader.start()
+
+    def stderr_tail(self, n=15):
+        """The last lines the child wrote on stderr (Spark's log, tracebacks), for failure messages."""
+        with open(self.stderr_path, errors="replace") as f:
+            lines = [line for line in f if not line.lstrip().startswith("at ")]
+        return "".join(lines[-n:])
+
+    def _read(self):
+        for line in self.proc.stdout:
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "batch":
+                self.batches.append((int(parts[1]), int(parts[2])))
+
+    def kill(self):
+        """SIGKILL the child and every process under it: its group (driver, JVM) and the Python
+        worker daemon, which Spark puts in a group of its own."""
+        victims = _descendants(self.proc.pid)
+        try:
+            os.killpg(self.proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        for pid in victims:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=30)
+        self._reader.join(timeout=30)
+        self._close_pipes()
+
+    def stop(self, timeout=60):
+        """Close stdin: the child stops its query and Spark and exits; killed if it does not."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            self.kill()
+        return self.proc.returncode
+
+    def _close_pipes(self):
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+def _descendants(pid):
+    """The pids of every process below ``pid`` (from /proc; empty where there is none)."""
+    children = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _child_main(argv):
+    nsqd, topic, channel, out, checkpoint, local_dir = argv[:6]
+    options = dict(a.split("=", 1) for a in argv[6:])
+    spark = new_session(local_dir, "nsq-crash-child")
+    reader = spark.readStream.format("nsq").option("nsqd", nsqd).option("topic", topic).option("channel", channel)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = (reader.load().writeStream.format("parquet").option("path", out)
+             .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start())
+    done = threading.Event()
+
+    def watch_stdin():
+        sys.stdin.read()
+        done.set()
+
+    threading.Thread(target=watch_stdin, name="stdin-watch", daemon=True).start()
+    seen = -1
+    while not done.wait(0.1):
+        if not query.isActive:
+            print("query ended: %s" % query.exception(), file=sys.stderr, flush=True)
+            spark.stop()
+            sys.exit(1)
+        for progress in query.recentProgress:
+            if progress["batchId"] > seen:
+                seen = progress["batchId"]
+                print("batch %d %d" % (seen, progress["numInputRows"]), flush=True)
+    query.stop()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1:])
