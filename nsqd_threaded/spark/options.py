@@ -17,11 +17,13 @@ class NsqOptionError(ValueError):
     """A bad or missing option of the ``nsq`` data source: the message names the option."""
 
 
-# (user-facing name, default, minimum) of the integer options.
+# (user-facing name, default, minimum) of the integer options.  A default of None is
+# worked out from the others (maxBatchSize) or from nsqd (connectionsPerNode): see
+# source_options and NsqStreamReader.
 SOURCE_INTEGERS = (
-    ("maxBatchSize", 1000, 1),
-    ("maxInFlight", 2500, 1),
-    ("connectionsPerNode", 1, 1),
+    ("maxBatchSize", None, 1),
+    ("maxInFlight", 100000, 1),
+    ("connectionsPerNode", None, 1),
     ("msgTimeoutMs", 60000, 1000),
     ("numPartitions", 2, 1),
     ("lookupdPollIntervalMs", 15000, 100),
@@ -104,6 +106,10 @@ def source_options(options):
     result["channel"] = encode_name(options, "channel", _valid)
     for name, default, minimum in SOURCE_INTEGERS:
         result[name] = _integer(options, name, default, minimum)
+    if result["maxBatchSize"] is None:
+        # Half the budget: the batch being planned and the one before it (un-FINed until
+        # Spark commits it) both fit, so no trigger finds the budget spent.
+        result["maxBatchSize"] = max(1, result["maxInFlight"] // 2)
     return result
 
 

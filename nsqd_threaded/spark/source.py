@@ -9,16 +9,29 @@ Spark calls once the batch's sink finished and its commit log entry is written.
 Spark keeps ONE reader object for the whole query in one driver-side Python process;
 another copy is pickled to executors, where only :meth:`read` runs.  So nothing
 connects in ``__init__`` and pickling drops sockets, threads and locks.
+
+The driver's work per message is kept to the least, since every message passes
+through that one Python process: each connection's reader thread ``recv_into``s a
+large buffer and keeps every message as its raw record (timestamp, attempts, ID,
+body: one ``bytes`` object), handing over the records of one read at a time;
+batches and partitions are lists of such runs; FIN/TOUCH/REQ are one write per run.
+The records are decoded into columns on the executors, in :meth:`read`.
 """
 
+import collections
 import datetime
+import json
 import logging
+import socket
+import struct
 import threading
+import urllib.parse
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from ..client import ConnectionClosed, Consumer
-from ..client.connection import format_address
+from ..client.connection import NSQError, format_address
+from ..wire import protocol
+from ..client.lookupd import lookup_addresses
 
 log = logging.getLogger("nsqd_threaded.spark")
 
@@ -28,32 +41,90 @@ _QUIET_ERRORS = frozenset({"E_FIN_FAILED", "E_TOUCH_FAILED", "E_REQ_FAILED"})
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
+# nsqd's --max-rdy-count unless it says otherwise (Go's default and ours).
+DEFAULT_MAX_RDY_COUNT = 2500
+_HEARTBEAT_MS = 30000  # asked for in IDENTIFY; two missed ones mean the connection is dead
+_CONNECT_TIMEOUT = 5.0
+_RETRY_SECONDS = 1.0  # before reconnecting a connection that ended
+_MAX_RETRY_SECONDS = 15.0  # the longest wait between attempts while a node stays down
+_READ_SIZE = 1 << 20  # each connection's receive buffer (grows for a larger frame)
+_FRAME_HEADER = struct.Struct(">ii")
+_MESSAGE_HEADER = struct.Struct(">qH")  # a record's timestamp (ns) and attempts; then the ID, the body
+_INT32_MAX = (1 << 31) - 1  # "to the end" for pyarrow's binary_slice
+
 
 class NsqPartition(InputPartition):
-    """A data-carrying partition: ``rows`` are (body, id, attempts, timestamp_ns) tuples."""
+    """A data-carrying partition: ``runs`` are ``(node, records)``, ``node`` the nsqd's
+    ``host:port`` and ``records`` raw message records (timestamp, attempts, ID, body)."""
 
-    def __init__(self, rows, node_names, topic, channel):
+    def __init__(self, runs, topic, channel):
         super().__init__(None)
-        self.rows = rows
-        self.node_names = node_names  # parallel to rows: the nsqd each came from
+        self.runs = runs
         self.topic = topic
         self.channel = channel
+
+
+class _Link:
+    """One subscribed connection to one nsqd: the messages it delivered are FINed,
+    TOUCHed or REQueued on it, nowhere else.
+
+    ``_write_lock`` guards writes to the socket (the reader thread's NOPs, Spark's
+    FINs, the touch thread's TOUCHes).
+    """
+
+    def __init__(self, sock, node):
+        self.sock = sock
+        self.node = node  # "host:port"
+        self.closed = False
+        self._write_lock = threading.Lock()
+
+    def send(self, data):
+        """Write ``data``; False if the connection ended (nsqd requeues what it held)."""
+        with self._write_lock:
+            if self.closed:
+                return False
+            try:
+                self.sock.sendall(data)
+                return True
+            except OSError:
+                self.closed = True
+        self.shutdown()
+        return False
+
+    def send_each(self, records, verb, suffix=b""):
+        """``verb ID suffix`` for each record, in one write."""
+        if not records:
+            return True
+        ids = [r[10:26] for r in records]
+        return self.send(verb + (suffix + b"\n" + verb).join(ids) + suffix + b"\n")
+
+    def shutdown(self):
+        """End the connection (any thread): its reader wakes up and closes the socket."""
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 class NsqStreamReader(DataSourceStreamReader):
     """One query's consumer of ``topic``/``channel``.
 
-    Driver side, lazily on first use: ``connectionsPerNode`` Consumers (each one
-    connection per node, with its share of ``maxInFlight``) put every message they
-    receive in ``_queued``; :meth:`latestOffset` drains up to ``maxBatchSize`` of them
-    into ``_batches`` under the next seq; :meth:`commit` FINs every batch up to the
-    committed seq on the connection that delivered it.  The ``nsq-spark-touch``
-    thread TOUCHes everything received and not FINed (queued or planned) every
-    ``msgTimeoutMs``/3, so a slow batch does not let nsqd redeliver it.
+    Driver side, lazily on first use: ``connectionsPerNode`` connections to each nsqd
+    (by default as many as it takes for nsqd's ``max_rdy_count`` per connection to add
+    up to ``maxInFlight``), each with its reader thread, which appends the records of
+    each read to ``_queued`` as one run ``(link, records)``; :meth:`latestOffset` moves
+    up to ``maxBatchSize`` of them into ``_batches`` under the next seq; :meth:`commit`
+    FINs every batch up to the committed seq on the connections that delivered them.
+    The ``nsq-spark-touch`` thread TOUCHes everything received and not FINed (queued or
+    planned) every ``msgTimeoutMs``/3, so a slow batch does not let nsqd redeliver it.
+    With lookupd, the ``nsq-spark-lookup`` thread asks it for the topic's nodes every
+    ``lookupdPollIntervalMs`` and connects to new ones.
 
-    ``_lock`` guards ``_queued`` and ``_batches`` (the reader threads, the touch thread and
-    Spark's calls meet there); the offsets (``_seq``, ``_tick``, ``_last_end``) belong to
-    Spark's calling thread alone.
+    ``_lock`` guards ``_queued``, ``_queued_count``, ``_batches``, ``_links`` and
+    ``_nodes`` (the reader threads, the touch and lookup threads and Spark's calls meet
+    there); the offsets (``_seq``, ``_tick``, ``_last_end``) belong to Spark's calling
+    thread alone.
     """
 
     def __init__(self, settings):
@@ -65,15 +136,20 @@ class NsqStreamReader(DataSourceStreamReader):
 
     def _init_runtime(self):
         self._lock = threading.Lock()
-        self._queued = []  # received, not yet in a batch
-        self._batches = {}  # end seq -> (start seq, [ReceivedMessage])
-        self._consumers = None
-        self._touch_thread = None
+        self._queued = collections.deque()  # runs received, not yet in a batch
+        self._queued_count = 0
+        self._batches = {}  # end seq -> (start seq, [(link, records)])
+        self._links = set()  # the live connections
+        self._nodes = {}  # address -> connections per node started for it
+        self._threads = []  # every thread this reader started (joined by stop)
+        self._started = False
+        self._per_node = None  # connections per node, once known
         self._stopping = threading.Event()
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        for name in ("_lock", "_queued", "_batches", "_consumers", "_touch_thread", "_stopping"):
+        for name in ("_lock", "_queued", "_queued_count", "_batches", "_links", "_nodes", "_threads", "_started",
+                     "_per_node", "_stopping"):
             state.pop(name, None)
         return state
 
@@ -81,60 +157,203 @@ class NsqStreamReader(DataSourceStreamReader):
         self.__dict__.update(state)
         self._init_runtime()
 
-    # -- the consumers (driver side) -----------------------------------------------
-
-    def _receive(self, msg):
-        """A Consumer's reader thread hands over each message (in place of its own queue)."""
-        with self._lock:
-            self._queued.append(msg)
-
-    def _on_error(self, error):
-        if getattr(error, "code", None) in _QUIET_ERRORS:
-            log.debug("nsq source: %s", error)
-        else:
-            log.warning("nsq source: %s", error)
+    # -- the connections (driver side) ---------------------------------------------
 
     def _ensure_started(self):
-        if self._consumers is not None:
+        if self._started:
             return
+        self._started = True
         s = self.settings
-        n = s["connectionsPerNode"]
-        share = max(1, s["maxInFlight"] // n)
-        consumers = []
+        addresses = list(s["nsqd"])
+        if s["lookupd"]:
+            addresses = self._lookup()
+        self._per_node = s["connectionsPerNode"] or _connections_needed(s["maxInFlight"], _max_rdy_count(addresses))
+        for address in addresses:
+            self._add_node(address, persistent=not s["lookupd"])
+        self._start_thread(self._touch_loop, "nsq-spark-touch")
+        if s["lookupd"]:
+            self._start_thread(self._lookup_loop, "nsq-spark-lookup")
+
+    def _start_thread(self, target, name, *args):
+        s = self.settings
+        thread = threading.Thread(target=target, args=args, daemon=True,
+                                  name="%s[%s/%s]" % (name, s["topic"], s["channel"]))
+        self._threads.append(thread)
+        thread.start()
+
+    def _lookup(self):
+        s = self.settings
+        path = "/lookup?topic=" + urllib.parse.quote(s["topic"], safe="")
+        found, errors = lookup_addresses(s["lookupd"], path, _CONNECT_TIMEOUT)
+        for error in errors:
+            log.warning("nsq source: lookupd: %s", error)
+        return found
+
+    def _lookup_loop(self):
+        """Connect to nodes lookupd starts listing; a node that left is dropped by its readers."""
+        while not self._stopping.wait(self.settings["lookupdPollIntervalMs"] / 1000.0):
+            for address in self._lookup():
+                self._add_node(address, persistent=False)
+
+    def _add_node(self, address, persistent):
+        with self._lock:
+            if address in self._nodes or self._stopping.is_set():
+                return
+            self._nodes[address] = self._per_node
+        for i in range(self._per_node):
+            self._start_thread(self._feed, "nsq-spark-feed %s #%d" % (format_address(address), i), address, persistent)
+
+    def _rdy(self):
+        """Each connection's RDY: its share of maxInFlight over every node's connections."""
+        with self._lock:
+            connections = sum(self._nodes.values()) or 1
+        return max(1, self.settings["maxInFlight"] // connections)
+
+    def _feed(self, address, persistent):
+        """One connection slot: subscribe, read until it ends, reconnect (nodes given as
+        ``nsqd``) or leave it to the next lookup (nodes lookupd found)."""
+        delay = _RETRY_SECONDS
         try:
-            for i in range(n):
-                consumer = Consumer(
-                    s["nsqd"] or None,
-                    s["topic"],
-                    s["channel"],
-                    max_in_flight=share,
-                    identify={"msg_timeout": s["msgTimeoutMs"], "user_agent": "nsqd_threaded.spark"},
-                    on_error=self._on_error,
-                    lookupd_http_addresses=s["lookupd"] or None,
-                    lookupd_poll_interval=s["lookupdPollIntervalMs"] / 1000.0,
-                    rdy_redistribute_interval=min(5.0, s["lookupdPollIntervalMs"] / 1000.0),
-                    on_message=self._receive,
-                )
-                consumers.append(consumer)
-                consumer.start()
+            while not self._stopping.is_set():
+                try:
+                    link = self._subscribe(address)
+                except (OSError, ValueError, NSQError) as e:
+                    wait = delay
+                    delay = min(delay * 2, _MAX_RETRY_SECONDS)  # a node that is down: back off
+                    if persistent:
+                        log.warning("nsq source: %s: %s (retrying in %gs)", format_address(address), e, wait)
+                    else:
+                        log.warning("nsq source: %s: %s", format_address(address), e)
+                else:
+                    wait = delay = _RETRY_SECONDS
+                    try:
+                        self._read(link)
+                    except (OSError, ValueError) as e:
+                        if not self._stopping.is_set():
+                            log.info("nsq source: %s: connection lost (%s); reconnecting", format_address(address), e)
+                if not persistent or self._stopping.wait(wait):
+                    break
+        finally:
+            if not persistent:
+                with self._lock:
+                    remaining = self._nodes.get(address, 0) - 1
+                    if remaining > 0:
+                        self._nodes[address] = remaining
+                    else:
+                        self._nodes.pop(address, None)
+
+    def _subscribe(self, address):
+        """Magic, IDENTIFY, SUB, RDY (this connection's share, at most nsqd's max_rdy_count): a live link."""
+        s = self.settings
+        sock = socket.create_connection(address, _CONNECT_TIMEOUT)
+        link = _Link(sock, format_address(address))
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            identify = json.dumps({"feature_negotiation": True, "msg_timeout": s["msgTimeoutMs"],
+                                   "heartbeat_interval": _HEARTBEAT_MS,
+                                   "user_agent": "nsqd_threaded.spark"}).encode()
+            sock.sendall(protocol.MAGIC_V2 + b"IDENTIFY\n" + protocol.encode_size(len(identify)) + identify)
+            pending = bytearray()
+            answer = _handshake_answer(sock, pending, link)
+            settings = json.loads(answer.decode("utf-8")) if answer != b"OK" else {}
+            if settings.get("auth_required"):
+                raise ValueError("nsqd requires AUTH, which the nsq source does not do")
+            sock.sendall(b"SUB %s %s\n" % (s["topic"].encode(), s["channel"].encode()))
+            answer = _handshake_answer(sock, pending, link)
+            if answer != b"OK":
+                raise ValueError("unexpected answer to SUB: %r" % answer[:64])
+            max_rdy = settings.get("max_rdy_count")
+            max_rdy = max_rdy if isinstance(max_rdy, int) and max_rdy > 0 else DEFAULT_MAX_RDY_COUNT
+            with self._lock:
+                if self._stopping.is_set():
+                    raise OSError("the query is stopping")
+                self._links.add(link)
+            sock.sendall(b"RDY %d\n" % min(self._rdy(), max_rdy))
+            sock.settimeout(2 * _HEARTBEAT_MS / 1000.0 + 5)
         except BaseException:
-            for consumer in consumers:
-                consumer.close()
+            with self._lock:
+                self._links.discard(link)
+            link.shutdown()
+            sock.close()
             raise
-        self._consumers = consumers
-        self._touch_thread = threading.Thread(target=self._touch_loop, name="nsq-spark-touch[%s/%s]"
-                                              % (s["topic"], s["channel"]), daemon=True)
-        self._touch_thread.start()
+        return link
+
+    def _read(self, link):
+        """The reader loop: every read's message records go to ``_queued`` as one run."""
+        sock = link.sock
+        buf = bytearray(_READ_SIZE)
+        view = memoryview(buf)
+        start = end = 0
+        unpack = _FRAME_HEADER.unpack_from
+        try:
+            while True:
+                if end == len(buf):
+                    if start:  # move the partial frame to the front
+                        buf[:end - start] = buf[start:end]
+                        end -= start
+                        start = 0
+                    else:  # one frame larger than the buffer
+                        view.release()
+                        buf.extend(bytes(len(buf)))
+                        view = memoryview(buf)
+                n = sock.recv_into(view[end:])
+                if not n:
+                    raise OSError("nsqd closed the connection")
+                end += n
+                records = []
+                pos = start
+                while end - pos >= 8:
+                    size, frame_type = unpack(buf, pos)
+                    stop = pos + 4 + size
+                    if size < 4:
+                        raise ValueError("malformed frame")
+                    if stop > end:
+                        break
+                    if frame_type == protocol.FRAME_TYPE_MESSAGE:
+                        records.append(bytes(view[pos + 8:stop]))
+                    else:
+                        self._control_frame(link, frame_type, bytes(view[pos + 8:stop]))
+                    pos = stop
+                start = pos
+                if start == end:
+                    start = end = 0
+                if records:
+                    with self._lock:
+                        self._queued.append((link, records))
+                        self._queued_count += len(records)
+        finally:
+            with self._lock:
+                self._links.discard(link)
+            link.shutdown()
+            link.sock.close()
+
+    def _control_frame(self, link, frame_type, data):
+        if frame_type == protocol.FRAME_TYPE_RESPONSE:
+            if data == b"_heartbeat_":
+                link.send(b"NOP\n")
+            elif data == b"CLOSE_WAIT":
+                raise OSError("nsqd closed the connection (CLOSE_WAIT)")
+        elif frame_type == protocol.FRAME_TYPE_ERROR:
+            error = NSQError(data, link.node)
+            if error.code in _QUIET_ERRORS:
+                log.debug("nsq source: %s: %s", link.node, error)
+            else:
+                log.warning("nsq source: %s: %s", link.node, error)
+            if error.fatal:
+                raise OSError("nsqd sent %s" % error.code)
+        else:
+            raise ValueError("unknown frame type %d" % frame_type)
 
     def _touch_loop(self):
-        """TOUCH every received, not FINed message each msgTimeout/3 (one write per connection)."""
+        """TOUCH every received, not FINed message each msgTimeout/3 (one write per run)."""
         interval = self.settings["msgTimeoutMs"] / 3000.0
         while not self._stopping.wait(interval):
             with self._lock:
                 held = list(self._queued)
-                for _, msgs in self._batches.values():
-                    held.extend(msgs)
-            _send_all(held, b"TOUCH %s\n")
+                for _, runs in self._batches.values():
+                    held.extend(runs)
+            for link, records in held:
+                link.send_each(records, b"TOUCH ")
 
     # -- the Spark API -----------------------------------------------------------------
 
@@ -142,7 +361,7 @@ class NsqStreamReader(DataSourceStreamReader):
         return {"seq": 0}
 
     def latestOffset(self, start=None, limit=None):
-        """Drain up to ``maxBatchSize`` received messages into a new batch; its end offset.
+        """Move up to ``maxBatchSize`` received messages into a new batch; its end offset.
 
         Spark 4.2+ passes ``start`` (after a restart: the checkpointed end), older ones
         nothing.  With nothing new but a planned batch still un-FINed, return an idle
@@ -157,15 +376,11 @@ class NsqStreamReader(DataSourceStreamReader):
         if isinstance(max_rows, int) and max_rows > 0:
             cap = min(cap, max_rows)
         with self._lock:
-            queued = self._queued
-            if len(queued) <= cap:
-                taken, self._queued = queued, []
-            else:
-                taken, self._queued = queued[:cap], queued[cap:]
-            taken = [m for m in taken if not m.connection.closed]  # nsqd took those back
-            if taken:
+            taken, count = _take(self._queued, cap)
+            self._queued_count -= count
+            if count:
                 first = self._seq + 1
-                self._seq += len(taken)
+                self._seq += count
                 self._batches[self._seq] = (first, taken)
                 self._tick = 0
                 end = {"seq": self._seq}
@@ -193,45 +408,55 @@ class NsqStreamReader(DataSourceStreamReader):
         """
         self._see(end)
         lo, hi = int(start.get("seq", 0)), int(end.get("seq", 0))
-        with self._lock:
-            msgs = []
-            for batch_end in sorted(k for k in self._batches if lo < k <= hi):
-                msgs.extend(self._batches[batch_end][1])
-        if not msgs:
-            return [NsqPartition([], [], self.settings["topic"], self.settings["channel"])]
-        k = min(self.settings["numPartitions"], len(msgs))
-        size = -(-len(msgs) // k)
         s = self.settings
-        names = {}  # connection -> its node's "host:port", formatted once per batch
+        with self._lock:
+            runs = []
+            for batch_end in sorted(k for k in self._batches if lo < k <= hi):
+                runs.extend(self._batches[batch_end][1])
+        total = sum(len(records) for _, records in runs)
+        if not total:
+            return [NsqPartition([], s["topic"], s["channel"])]
+        k = min(s["numPartitions"], total)
+        size = -(-total // k)
         result = []
-        for i in range(0, len(msgs), size):
-            chunk = msgs[i:i + size]
-            rows = [(m.body, m.id, m.attempts, m.timestamp) for m in chunk]
-            nodes = []
-            for m in chunk:
-                name = names.get(m.connection)
-                if name is None:
-                    name = names[m.connection] = format_address(m.connection.address)
-                nodes.append(name)
-            result.append(NsqPartition(rows, nodes, s["topic"], s["channel"]))
+        pending = collections.deque(runs)
+        while pending:
+            part, _ = _take(pending, size, drop_closed=False)
+            result.append(NsqPartition([(link.node, records) for link, records in part], s["topic"], s["channel"]))
         return result
 
     def read(self, partition):
-        """Executor side: the partition's rows as one Arrow record batch."""
-        import pyarrow as pa
+        """Executor side: the partition's records decoded into one Arrow record batch.
 
-        rows = partition.rows
-        if not rows:
+        The IDs and bodies are cut out of the records by Arrow (one copy of each record
+        into an Arrow buffer); only the 10-byte headers go through Python.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not partition.runs:
             return iter(())
-        n = len(rows)
-        bodies, ids, attempts, stamps = zip(*rows)
+        records, nodes = [], []
+        for node, run in partition.runs:
+            records.extend(run)
+            nodes.extend([node] * len(run))
+        stamps, attempts = [], []
+        for stamp, attempt in _MESSAGE_HEADER.iter_unpack(b"".join([r[:10] for r in records])):
+            stamps.append(stamp)
+            attempts.append(attempt)
+        if hasattr(pc, "binary_slice"):
+            raw = pa.array(records, pa.binary())
+            bodies, ids = pc.binary_slice(raw, 26, _INT32_MAX), pc.binary_slice(raw, 10, 26)
+        else:  # pyarrow before 13
+            bodies, ids = pa.array([r[26:] for r in records]), pa.array([r[10:26] for r in records])
+        n = len(records)
         batch = pa.RecordBatch.from_arrays(
             [
-                pa.array(bodies, pa.binary()),
-                pa.array([i.decode("ascii", "replace") for i in ids], pa.string()),
+                bodies,
+                ids.cast(pa.string()),
                 pa.array(attempts, pa.int32()),
-                pa.array([t // 1000 for t in stamps], pa.timestamp("us", tz="UTC")),
-                pa.array(partition.node_names, pa.string()),
+                pc.divide(pa.array(stamps, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
+                pa.array(nodes, pa.string()),
                 pa.array([partition.topic] * n, pa.string()),
                 pa.array([partition.channel] * n, pa.string()),
             ],
@@ -243,23 +468,92 @@ class NsqStreamReader(DataSourceStreamReader):
         """Spark committed every batch up to ``end``: FIN their messages on the delivering connections."""
         hi = int(end.get("seq", 0))
         with self._lock:
-            done = [k for k in self._batches if k <= hi]
-            msgs = []
-            for k in sorted(done):
-                msgs.extend(self._batches.pop(k)[1])
-        _send_all(msgs, b"FIN %s\n")
+            runs = []
+            for k in sorted(k for k in self._batches if k <= hi):
+                runs.extend(self._batches.pop(k)[1])
+        for link, records in runs:
+            link.send_each(records, b"FIN ")
 
     def stop(self):
         """The query ended: stop consuming.  REQ what was received and never planned."""
         self._stopping.set()
         with self._lock:
-            queued, self._queued = self._queued, []
-        _send_all(queued, b"REQ %s 0\n")
-        for consumer in self._consumers or ():
-            consumer.close()
-        if self._touch_thread is not None:
-            self._touch_thread.join()
-        self._consumers = None
+            queued, self._queued = self._queued, collections.deque()
+            self._queued_count = 0
+            links = list(self._links)
+        for link, records in queued:
+            link.send_each(records, b"REQ ", b" 0")
+        for link in links:
+            link.shutdown()
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+        self._started = False
+
+
+def _take(runs, cap, drop_closed=True):
+    """Pop up to ``cap`` records off the front of a deque of ``(link, records)`` runs,
+    splitting the last run if need be; with ``drop_closed``, runs of connections that
+    ended are dropped (nsqd took those messages back).  Returns ``(taken runs, count)``."""
+    taken = []
+    count = 0
+    while runs and count < cap:
+        link, records = runs[0]
+        if drop_closed and link.closed:
+            runs.popleft()
+            continue
+        room = cap - count
+        if len(records) <= room:
+            runs.popleft()
+            taken.append((link, records))
+            count += len(records)
+        else:
+            taken.append((link, records[:room]))
+            runs[0] = (link, records[room:])
+            count += room
+    return taken, count
+
+
+def _handshake_answer(sock, pending, link):
+    """The next response during the handshake (heartbeats answered); an error frame raises."""
+    while True:
+        while len(pending) < 8 or len(pending) < 4 + _FRAME_HEADER.unpack_from(pending)[0]:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise OSError("nsqd closed the connection during the handshake")
+            pending += chunk
+        size, frame_type = _FRAME_HEADER.unpack_from(pending)
+        data = bytes(pending[8:4 + size])
+        del pending[:4 + size]
+        if frame_type == protocol.FRAME_TYPE_ERROR:
+            raise NSQError(data, link.node)
+        if frame_type == protocol.FRAME_TYPE_RESPONSE and data == b"_heartbeat_":
+            sock.sendall(b"NOP\n")
+            continue
+        return data
+
+
+def _max_rdy_count(addresses):
+    """The ``max_rdy_count`` the first reachable nsqd announces in its IDENTIFY answer;
+    nsqd's default when none answers."""
+    for address in addresses:
+        try:
+            with socket.create_connection(address, _CONNECT_TIMEOUT) as sock:
+                body = json.dumps({"feature_negotiation": True, "user_agent": "nsqd_threaded.spark"}).encode()
+                sock.sendall(protocol.MAGIC_V2 + b"IDENTIFY\n" + protocol.encode_size(len(body)) + body)
+                answer = _handshake_answer(sock, bytearray(), _Link(sock, format_address(address)))
+            value = json.loads(answer.decode("utf-8")).get("max_rdy_count") if answer != b"OK" else None
+        except (OSError, ValueError, NSQError):
+            continue
+        if isinstance(value, int) and value > 0:
+            return value
+    return DEFAULT_MAX_RDY_COUNT
+
+
+def _connections_needed(max_in_flight, max_rdy_count):
+    """Connections per node so that together they may hold ``max_in_flight`` messages
+    (each connection's RDY is capped at nsqd's ``max_rdy_count``)."""
+    return max(1, -(-max_in_flight // max_rdy_count))
 
 
 def _arrow_schema():
@@ -274,17 +568,3 @@ def _arrow_schema():
         pa.field("topic", pa.string(), nullable=False),
         pa.field("channel", pa.string(), nullable=False),
     ])
-
-
-def _send_all(msgs, command):
-    """Write ``command % id`` for each message, one write per connection; closed ones skipped."""
-    by_conn = {}
-    for m in msgs:
-        by_conn.setdefault(m.connection, []).append(command % m.id)
-    for conn, lines in by_conn.items():
-        if conn.closed:
-            continue
-        try:
-            conn.send(b"".join(lines))
-        except ConnectionClosed:
-            pass  # nsqd requeues what that connection held

@@ -163,8 +163,8 @@ def resolves(name):
                 return i == len(parts) - 1 or _in_module(parts[i], parts[i + 1:])
         return False
     head, rest = parts[0], parts[1:]
-    if head == "support":  # the tests' shared helpers (tests/support/), named as the tests import them
-        return _in_test_support(rest)
+    if head in OUTSIDE_PACKAGE:  # tests' helpers and the benchmarks, named as they are imported
+        return _in_outside_package(OUTSIDE_PACKAGE[head], rest)
     if head in INDEX.modules and _in_module(head, rest):
         return True
     if head in INDEX.classes and _in_class(head, rest):
@@ -179,8 +179,12 @@ def resolves(name):
     return False
 
 
-def _in_test_support(rest):
-    path = os.path.join(ROOT, "tests", "support", rest[0] + ".py")
+# Packages of this repository outside nsqd_threaded, by the name they are imported under.
+OUTSIDE_PACKAGE = {"support": ("tests", "support"), "benchmarks": ("scripts", "benchmarks")}
+
+
+def _in_outside_package(folder, rest):
+    path = os.path.join(ROOT, *folder, rest[0] + ".py")
     if not os.path.exists(path):
         return False
     if len(rest) == 1:

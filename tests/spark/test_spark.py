@@ -1,5 +1,6 @@
 """The nsq data source in a real Spark (``local[2]``) against real brokers."""
 
+import datetime
 import json
 import threading
 
@@ -19,8 +20,9 @@ def _publish(address, topic, bodies, chunk=2000):
             producer.mpub(topic, bodies[i:i + chunk])
 
 
-def _stream_to_parquet(spark, tmp_path, brokers, topic, channel, total, **options):
-    """Run a query into Parquet until every message is FINed; the rows written."""
+def _stream_to_parquet(spark, tmp_path, brokers, topic, channel, total, while_running=None, **options):
+    """Run a query into Parquet until every message is FINed (then ``while_running()``, the
+    query still running); the rows written."""
     reader = spark.readStream.format("nsq").option("topic", topic).option("channel", channel)
     for key, value in options.items():
         reader = reader.option(key, str(value))
@@ -31,6 +33,8 @@ def _stream_to_parquet(spark, tmp_path, brokers, topic, channel, total, **option
         wait_until(lambda: drained(brokers, topic, channel, total), 180, "%d messages FINed" % total)
         assert query.exception() is None
         assert total_rows(query) >= total
+        if while_running is not None:
+            while_running()
     finally:
         query.stop()
     return spark.read.parquet(out).collect()
@@ -48,6 +52,59 @@ def test_stream_10k_messages_to_parquet_once_each(spark, tmp_path):
     assert {(r.nsqd, r.topic, r.channel) for r in rows} == {(broker.tcp_addr, "events", "archive")}
     assert {r.attempts for r in rows} == {1}
     assert stats["requeue_count"] == 0 and stats["timeout_count"] == 0
+
+
+def test_default_options_carry_every_column_of_each_message(spark, tmp_path):
+    """Default options: connections enough for maxInFlight (40 at nsqd's max_rdy_count of 2500),
+    batches of whatever arrived; the columns decoded from each raw record on the executors."""
+    bodies = [b"%05d " % i + b"x" * (i % 300) for i in range(20000)]  # sizes 6-305 bytes
+    with Broker() as broker:
+        before = datetime.datetime.now(datetime.timezone.utc)
+        _publish(broker.tcp_addr, "events", bodies)
+        after = datetime.datetime.now(datetime.timezone.utc)
+        clients = []
+
+        def count_clients():
+            clients.extend(c for t in broker.stats(topic="events")["topics"] for ch in t["channels"]
+                           for c in ch["clients"])
+
+        rows = _stream_to_parquet(spark, tmp_path, [broker], "events", "archive", len(bodies), count_clients,
+                                  nsqd=broker.tcp_addr)
+    assert sorted(bytes(r.body) for r in rows) == bodies
+    assert all(len(r.message_id) == 16 and int(r.message_id, 16) >= 0 for r in rows)
+    assert len({r.message_id for r in rows}) == len(bodies)
+    stamps = [r.timestamp.astimezone(datetime.timezone.utc) for r in rows]
+    slack = datetime.timedelta(seconds=1)
+    assert before - slack <= min(stamps) and max(stamps) <= after + slack
+    assert {r.attempts for r in rows} == {1}
+    assert len(clients) == 40
+
+
+def test_the_source_reconnects_when_nsqd_restarts(spark, tmp_path):
+    """Every connection ends with the restart; each reconnects and the query goes on: what nsqd
+    requeued (or kept in nsqd.dat) comes again, nothing is lost."""
+    first = [b"before %05d" % i for i in range(3000)]
+    second = [b"after %05d" % i for i in range(3000)]
+    with Broker() as broker:
+        _publish(broker.tcp_addr, "events", first)
+        reader = (spark.readStream.format("nsq").option("nsqd", broker.tcp_addr).option("topic", "events")
+                  .option("channel", "archive").option("maxInFlight", "10000"))
+        out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+        query = (reader.load().writeStream.format("parquet").option("path", out)
+                 .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start())
+        try:
+            wait_until(lambda: drained([broker], "events", "archive", len(first)), 180, "the first messages FINed")
+            broker.restart()
+            _publish(broker.tcp_addr, "events", second)
+            wait_until(lambda: channel_stats(broker, "events", "archive") is not None
+                       and channel_stats(broker, "events", "archive")["client_count"] == 4, 60,
+                       "the source's 4 connections back")
+            wait_until(lambda: drained([broker], "events", "archive", len(second)), 180, "the later messages FINed")
+            assert query.exception() is None
+        finally:
+            query.stop()
+    got = {bytes(r.body) for r in spark.read.parquet(out).collect()}
+    assert got == set(first) | set(second)
 
 
 def test_two_brokers_found_through_lookupd_feed_one_query(spark, tmp_path):
@@ -201,3 +258,14 @@ def test_a_batch_slower_than_msg_timeout_is_kept_alive_by_touch(spark, tmp_path)
         stats = channel_stats(broker, "slow", "c")
     assert stats["timeout_count"] == 0
     assert sorted(seen) == bodies
+
+
+def test_source_defaults_take_half_the_in_flight_budget_per_batch():
+    from nsqd_threaded.spark.options import source_options
+
+    base = {"nsqd": "127.0.0.1:4150", "topic": "t", "channel": "c"}
+    defaults = source_options(base)
+    assert defaults["maxInFlight"] == 100000 and defaults["maxBatchSize"] == 50000
+    assert defaults["connectionsPerNode"] is None  # worked out from nsqd's max_rdy_count when the query starts
+    assert source_options(dict(base, maxinflight="3000"))["maxBatchSize"] == 1500
+    assert source_options(dict(base, maxinflight="3000", maxbatchsize="10"))["maxBatchSize"] == 10

@@ -1,11 +1,8 @@
-#!/usr/bin/env python3
 """Round-trip latency: publish one message, receive it, FIN it, repeat; prints p50/p99/max."""
 
 import argparse
-import os
 import socket
 import struct
-import sys
 import time
 
 
@@ -71,5 +68,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     main()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How long the test fixtures take to start and stop a broker.
 
 Three measurements, each printed as median / p90 / max in milliseconds:
@@ -21,8 +20,7 @@ import tempfile
 import textwrap
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from nsqd_threaded.testing import Broker, BrokerProcess  # noqa: E402
+from nsqd_threaded.testing import Broker, BrokerProcess
 
 GOAL_MS = 50.0
 

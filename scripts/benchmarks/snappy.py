@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
 """Snappy codec throughput: MB/s of uncompressed data, pure Python vs the compiled backend.
 
-    scripts/bench_snappy.py            # CPython (the venv's)
-    pypy3 scripts/bench_snappy.py      # PyPy: pure Python only, unless cramjam is installed there
+    scripts/bench snappy               # CPython (the venv's)
+    PYTHONPATH=scripts pypy3 -m benchmarks.snappy   # PyPy: pure Python only, unless cramjam is installed there
 
 Inputs (each 1 MiB): ``frames`` is a stream of nsqd MESSAGE frames with
 200-byte JSON-ish bodies (what a consumer receives, the case nsqd compresses
-most), ``batch`` the frames scripts/bench_features.py consumes (one 200-byte
+most), ``batch`` the frames benchmarks/features.py consumes (one 200-byte
 body, half repeated bytes, half random), ``text`` repetitive log lines,
 ``random`` incompressible bytes.
 Rows: CRC-32C alone, raw block compress/decompress, and the framing format's
@@ -20,10 +19,8 @@ import struct
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from nsqd_threaded.wire.codec import snappy  # noqa: E402
-from nsqd_threaded.wire.codec.crc32c import crc32c as py_crc32c  # noqa: E402
+from nsqd_threaded.wire.codec import snappy
+from nsqd_threaded.wire.codec.crc32c import crc32c as py_crc32c
 
 SIZE = 1 << 20
 FLUSH = 16384  # nsqd's default output buffer size
@@ -43,7 +40,7 @@ def inputs():
     body = b"x" * 100 + rnd.randbytes(100) if hasattr(rnd, "randbytes") else b"x" * 100 + os.urandom(100)
     batch = bytearray()
     n = 0
-    while len(batch) < SIZE:  # what scripts/bench_features.py's consumer receives
+    while len(batch) < SIZE:  # what benchmarks/features.py's consumer receives
         msg = struct.pack(">qH", 1700000000000000000 + n * 977, 1) + b"%016x" % (0x5f3a000000000000 + n) + body
         batch += struct.pack(">ii", 4 + len(msg), 2) + msg
         n += 1

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Publish load in the manner of NSQ's bench_writer: MPUB batches over N connections.
 
 Each connection runs in its own process and sends pre-encoded MPUB commands,
@@ -10,14 +9,11 @@ import argparse
 import os
 import socket
 import struct
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from nsqd_threaded.wire.protocol import encode_mpub_body  # noqa: E402
+from nsqd_threaded.wire.protocol import encode_mpub_body
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import run_workers  # noqa: E402
+from .common import run_workers
 
 
 def _recv_exact(sock, n):

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Consume load in the manner of NSQ's bench_reader: SUB, RDY n, FIN every message.
 
 Each connection runs in its own process, parses frames in bulk and sends the
@@ -9,11 +8,9 @@ import argparse
 import os
 import socket
 import struct
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import run_workers  # noqa: E402
+from .common import run_workers
 
 
 def _consumer(address, topic, channel, rdy, deadline, start_at, result):

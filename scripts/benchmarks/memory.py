@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Memory probe: RSS growth of a broker process per queued 200-byte message.
 
 Publishes N messages (MPUB, batches of 200) to a topic with no channel, with
@@ -7,14 +6,11 @@ broker's RSS from /proc before and after.
 """
 
 import argparse
-import os
 import socket
 import struct
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from nsqd_threaded.wire.protocol import encode_mpub_body  # noqa: E402
+from nsqd_threaded.wire.protocol import encode_mpub_body
 
 
 def rss(pid):

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Many idle subscribed connections: memory per connection, mass close, /stats, PUB latency.
 
 Starts a broker (``python -m nsqd_threaded``) as a child process on ephemeral
@@ -16,7 +15,7 @@ published to, so the consumers stay idle.  Then it measures:
   broker has removed every client, and the max /ping latency meanwhile,
 * the broker's RSS after the close (memory returned?).
 
-Example: ``scripts/bench_connections.py --connections 5000``.
+Example: ``scripts/bench connections --connections 5000``.
 """
 
 import argparse
@@ -33,7 +32,6 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 IDLE_TOPIC = "bench_conn_idle"
 RT_TOPIC = "bench_conn_rt"

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """PUB latency while a topic pump drains a backlog into a new channel.
 
-    scripts/bench_drain.py --backlog 200000
+    scripts/bench drain --backlog 200000
 
 A topic gets ``--backlog`` messages with no channel (memory queue, then disk),
 then a channel is created and the pump drains the backlog while one producer
@@ -10,15 +9,11 @@ round trip meanwhile.  An in-process broker on 127.0.0.1 ephemeral ports.
 """
 
 import argparse
-import os
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from nsqd_threaded.client import Producer  # noqa: E402
-from nsqd_threaded.testing import Broker  # noqa: E402
+from nsqd_threaded.client import Producer
+from nsqd_threaded.testing import Broker
 
 
 def main():

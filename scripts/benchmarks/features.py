@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Consume throughput with snappy, deflate and TLS, each as a ratio to the plain run.
 
 One broker (``python -m nsqd_threaded``, TLS configured with certificates
@@ -11,7 +10,7 @@ snappy codec even when cramjam is installed (``--client-snappy-backend`` does
 the same for the consumer).  Modes are alternated within each round, so that a noisy machine
 weighs on all of them alike; the medians over ``--rounds`` are compared.
 
-    scripts/bench_features.py --rounds 5 --messages 50000 --size 200
+    scripts/bench features --rounds 5 --messages 50000 --size 200
 """
 
 import argparse
@@ -31,8 +30,7 @@ import time
 import urllib.request
 import zlib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from . import ROOT as REPO
 
 MODES = ("plain", "snappy", "deflate", "tls", "tls+snappy")
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Publish throughput per storage policy: memory only, disk with the default sync, and --durable.
 
 Each policy gets a fresh broker (started here) and the bench_writer load: MPUB batches of 200 and
@@ -6,14 +5,10 @@ single PUBs, over N connections (group commit needs concurrent publishers to sha
 """
 
 import argparse
-import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-import bench_writer  # noqa: E402
-from bench import Broker  # noqa: E402
+from . import writer
+from .common import BrokerProc
 
 POLICIES = [
     ("memory only", ["--mem-queue-size=10000000"]),
@@ -30,12 +25,9 @@ def main():
     a = ap.parse_args()
     print("%-26s %14s %14s" % ("policy", "MPUB 200 msg/s", "PUB msg/s"))
     for name, flags in POLICIES:
-        b = Broker(a.python, *flags)
-        try:
-            mpub, _, _ = bench_writer.run(b.address, "p_mpub", 200, 200, a.runfor, a.connections)
-            pub, _, _ = bench_writer.run(b.address, "p_pub", 200, 1, a.runfor, a.connections)
-        finally:
-            b.stop()
+        with BrokerProc("ours", a.python, flags) as b:
+            mpub, _, _ = writer.run(b.address, "p_mpub", 200, 200, a.runfor, a.connections)
+            pub, _, _ = writer.run(b.address, "p_pub", 200, 1, a.runfor, a.connections)
         print("%-26s %14.0f %14.0f" % (name, mpub, pub))
 
 

@@ -1,0 +1,212 @@
+"""The bottom layer of the benchmarks: broker processes and what /proc says about them.
+
+* :class:`BrokerProc`: a broker (Go's nsqd, ours from some tree, or the floor probe)
+  as a child process on an ephemeral 127.0.0.1 port in a fresh data directory;
+* :func:`cpu_seconds`: a process's user + system CPU time, from ``/proc/PID/stat``;
+* :func:`listening_address`: the port a process listens on, from ``/proc``;
+* :class:`Quiet`: is the machine quiet enough to measure (load average, and the CPU
+  other processes use while none of ours runs);
+* :func:`run_workers`: N load-generator processes started at one instant.
+"""
+
+import multiprocessing
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+
+from . import ROOT
+
+FLOOR_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor.py")
+
+
+class BrokerProc:
+    """One broker child process on an ephemeral port, in a fresh data dir.
+
+    ``kind`` is ``go`` (``argv0`` is the nsqd binary), ``floor`` (``argv0`` is a Python
+    interpreter running floor.py) or anything else: this project's broker under the
+    interpreter ``argv0``, imported from the tree ``root``.
+    """
+
+    def __init__(self, kind, argv0, flags=(), root=ROOT):
+        self.kind = kind
+        self.data = tempfile.mkdtemp(prefix="nsqd-bench-%s-" % kind)
+        env = dict(os.environ)
+        cwd = None
+        if kind == "go":
+            cmd = [argv0]
+        elif kind == "floor":
+            cmd = [argv0, FLOOR_SCRIPT, "serve"]
+            flags = ()  # the floor has no options: it keeps everything in memory
+        else:
+            cmd = [argv0, "-m", "nsqd_threaded"]
+            env["PYTHONPATH"] = root
+            # ``-m`` puts the working directory first on sys.path, ahead of PYTHONPATH,
+            # so a baseline tree's broker must start there to import that tree's package.
+            cwd = root
+        if kind != "floor":
+            cmd += ["--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=" + self.data, "--log-level=warn"]
+        self.proc = subprocess.Popen(cmd + list(flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     env=env, cwd=cwd)
+        self._stderr = threading.Thread(target=self.proc.stderr.read, name="bench-stderr-%s" % kind, daemon=True)
+        self._stderr.start()
+        deadline = time.monotonic() + 30
+        self.address = None
+        while self.address is None:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError("%s broker did not start" % kind)
+            self.address = listening_address(self.proc.pid)
+            if self.address is None:
+                time.sleep(0.02)  # polling /proc for the listener, bounded by the deadline
+        self.pid = self.proc.pid
+
+    def cpu_seconds(self):
+        return cpu_seconds(self.pid)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._stderr.join(10)
+        shutil.rmtree(self.data, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a process so far, from /proc (clock-tick resolution)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def listening_address(pid):
+    """The TCP port a process listens on, from /proc (no log parsing, any log level)."""
+    try:
+        inodes = set()
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            try:
+                link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            m = re.match(r"socket:\[(\d+)\]", link)
+            if m:
+                inodes.add(m.group(1))
+        with open("/proc/net/tcp") as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                if parts[3] == "0A" and parts[9] in inodes:
+                    return "127.0.0.1:%d" % int(parts[1].split(":")[1], 16)
+    except OSError:
+        return None
+    return None
+
+
+def interpreter(python):
+    """``CPython 3.11.7``-style name of an interpreter."""
+    return subprocess.run([python, "-c", "import platform;print(platform.python_implementation(), "
+                           "platform.python_version())"], capture_output=True, text=True).stdout.strip()
+
+
+# -- is the machine quiet? ----------------------------------------------------------
+
+
+def load_average():
+    """The 1-minute load average."""
+    return os.getloadavg()[0]
+
+
+def busy_cores(window=1.0):
+    """CPU the whole machine used over ``window`` seconds, in cores (from /proc/stat)."""
+
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields), idle
+
+    total0, idle0 = sample()
+    t0 = time.monotonic()
+    time.sleep(window)  # the sampling window itself
+    total1, idle1 = sample()
+    elapsed = time.monotonic() - t0
+    ticks = os.sysconf("SC_CLK_TCK")
+    return max(0.0, ((total1 - total0) - (idle1 - idle0)) / ticks / elapsed)
+
+
+class Quiet:
+    """The quiet-machine check made before every phase.
+
+    The 1-minute load average alone cannot tell: the harness's own previous phase
+    (two busy processes for several seconds) lifts it above 1 within a minute of
+    back-to-back phases, and it falls with a one-minute time constant.  So before each
+    phase, while no broker or load of ours runs, two readings are taken:
+
+    * ``load``: the 1-minute load average (recorded; it gates the run's start, when
+      nothing of ours has run yet);
+    * ``others``: the cores the rest of the machine keeps busy during one second
+      (``/proc/stat``): what other processes take from the measurement, now.
+
+    A phase measured with ``others`` above ``max_others`` (or started with the load
+    average above ``max_load`` before the first phase) is LOADED.
+    """
+
+    def __init__(self, max_load=1.0, max_others=0.25, window=1.0):
+        self.max_load = max_load
+        self.max_others = max_others
+        self.window = window
+        self.start_load = load_average()
+        self.readings = []  # (load, others) before each phase
+
+    def check(self):
+        """Read the machine now; True if it is quiet enough for the next phase."""
+        load, others = load_average(), busy_cores(self.window)
+        self.readings.append((load, others))
+        return others <= self.max_others and self.start_load <= self.max_load
+
+    def start_is_quiet(self):
+        return self.start_load <= self.max_load
+
+    def summary(self):
+        if not self.readings:
+            return "load average %.2f at the start" % self.start_load
+        return ("load average %.2f at the start, %.2f-%.2f before the phases; other processes' CPU before the "
+                "phases %.2f-%.2f cores" % (self.start_load, min(r[0] for r in self.readings),
+                                            max(r[0] for r in self.readings), min(r[1] for r in self.readings),
+                                            max(r[1] for r in self.readings)))
+
+
+# -- load-generator processes ----------------------------------------------------------
+
+
+def run_workers(target, args, runfor, connections=None):
+    """Run ``target(*args, deadline, start_at, result_queue)`` in N processes; returns their results.
+
+    Every worker starts its load at the same instant (``start_at``) and stops at ``deadline``.
+    """
+    connections = connections or os.cpu_count() or 1
+    result = multiprocessing.Queue()
+    start_at = time.time() + 0.5
+    deadline = start_at + runfor
+    procs = [
+        multiprocessing.Process(target=target, args=tuple(args) + (deadline, start_at, result))
+        for _ in range(connections)
+    ]
+    for p in procs:
+        p.start()
+    results = [result.get(timeout=runfor + 60) for _ in procs]
+    for p in procs:
+        p.join()
+    return results
