@@ -215,10 +215,12 @@ class Client:
     # -- pump --------------------------------------------------------------
 
     def start_pump(self):
-        self._pump = threading.Thread(
+        """Start the pump thread (RuntimeError when the host allows no more threads)."""
+        pump = threading.Thread(
             target=self._pump_loop, name="nsqd-client-pump[%d %s]" % (self.id, self.remote_address), daemon=True
         )
-        self._pump.start()
+        pump.start()
+        self._pump = pump  # only a started pump is joined
 
     def wake(self):
         with self._lock:

@@ -642,6 +642,16 @@ class HTTPServer(Listener):
         self.log_requests = log_requests
         super().__init__(address, _HTTPHandler, log)
 
+    def refusal(self):
+        """503 in nsqd's body style, for a connection the host has no thread for (HTTPS: just closed)."""
+        if self.ssl_context is not None:
+            return b""
+        response = HTTPError(503, "SERVICE_UNAVAILABLE").response()
+        lines = ["HTTP/1.1 503 %s" % _status_text(503)]
+        lines.extend("%s: %s" % kv for kv in response.headers)
+        lines += ["Content-Length: %d" % len(response.body), "Connection: close"]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + response.body
+
     def get_request(self):
         sock, address = super().get_request()
         if self.ssl_context is not None:

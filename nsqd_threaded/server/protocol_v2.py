@@ -670,8 +670,17 @@ class ProtocolV2:
         return self._publish("MPUB", topic_name, bodies)
 
 
-def handle_connection(nsqd, sock, address):
-    """Serve one accepted connection from its magic to its close (connection thread)."""
+def thread_refusal(reason="can't start new thread"):
+    """The error frame that refuses a connection the host has no thread for (see docs/deploy.md)."""
+    return protocol.error_frame(ProtocolError("E_INVALID", "cannot start a client thread - %s" % reason))
+
+
+def handle_connection(nsqd, sock, address, limits=None):
+    """Serve one accepted connection from its magic to its close (connection thread).
+
+    ``limits`` (the listener's LimitReporter) hears of a pump thread that
+    could not start; that client is refused with :func:`thread_refusal`.
+    """
     try:
         magic = b""
         while len(magic) < 4:
@@ -690,7 +699,14 @@ def handle_connection(nsqd, sock, address):
     client = nsqd.add_client(sock, address)
     proto = None
     try:
-        client.start_pump()
+        try:
+            client.start_pump()
+        except RuntimeError as e:  # "can't start new thread": the host's task limit
+            if limits is not None:
+                limits.hit("thread", "cannot start a client pump thread - %s" % e,
+                           "raise the task limit (ulimit -u, systemd TasksMax, pids cgroup)")
+            client.send(thread_refusal(str(e)))
+            return
         proto = ProtocolV2(nsqd, client, sock)
         proto.io_loop()
     finally:
