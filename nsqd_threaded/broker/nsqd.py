@@ -14,6 +14,8 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
   ``Topic.start`` once the listeners are bound (topics from nsqd.dat) or at
   creation (later topics),
 * ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages,
+* ``nsqd-metadata``        rewrites nsqd.dat after topics or channels come or go
+  (joined by :meth:`NSQD.stop`),
 * ``nsqd-idle-watch``      wakes parked idle connection threads (Linux).
 * ``nsqd-statsd``          pushes stats to ``--statsd-address`` (only when set; joined by
   ``StatsdLoop.close``).
@@ -28,7 +30,6 @@ import errno
 import gc
 import fcntl
 import os
-import random
 import socket
 import threading
 import time
@@ -40,6 +41,7 @@ from ..server.idle import new_idle_watcher
 from .channel import ChannelError
 from .client_v2 import Client
 from .lookup import LookupPeers, encode_register, encode_unregister, query_topic_channels
+from .scan import ScanSet
 from .statsd import StatsdLoop, expand_prefix
 from ..storage import metadata
 from ..logger import Logger
@@ -49,6 +51,9 @@ from ..server.http_api import HTTPServer
 from ..transport import server_context
 from ..server.tcp import TCPServer
 from .topic import Topic, TopicError
+
+
+METADATA_REST = 4  # the nsqd.dat writer rests this many times its last rewrite's duration
 
 
 class NSQD:
@@ -90,10 +95,20 @@ class NSQD:
         self._dir_fd = None
         self._stopped = threading.Event()
         self._metadata_lock = threading.Lock()  # serializes nsqd.dat writes
+        # The nsqd.dat writer: a topic or channel created or deleted bumps
+        # _metadata_requested, and one thread rewrites the file once for all
+        # the changes made while its previous rewrite ran.  _metadata_cond's
+        # lock guards the two counters and _metadata_writer (None while no
+        # writer runs: a change then rewrites the file itself).
+        self._metadata_cond = threading.Condition(threading.Lock())
+        self._metadata_requested = 0  # changes made so far
+        self._metadata_written = 0  # changes covered by a finished rewrite
+        self._metadata_writer = None
         self._loading = False  # while nsqd.dat is being loaded: no persisting
         self._gc_pauses = collections.deque(maxlen=256)
         self._gc_started = None
         self._lookup = LookupPeers(self)  # the lookupd peer threads (started by start())
+        self.scan_set = ScanSet()  # the topics and channels the queue scanner has work in
         self._statsd = None  # the StatsdLoop when --statsd-address is set (started by start())
 
     # -- factories used by topics and channels ------------------------------
@@ -180,6 +195,11 @@ class NSQD:
             self.idle_watcher.start()
         self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
         self._spawn("nsqd-queue-scan", self._queue_scan_loop)
+        with self._metadata_cond:
+            self._metadata_writer = threading.Thread(
+                target=self._metadata_loop, name="nsqd-metadata", daemon=True
+            )
+            self._metadata_writer.start()
         self._lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
         if self.options.statsd_address:
             self._statsd = StatsdLoop(self, self.statsd_prefix())
@@ -261,6 +281,7 @@ class NSQD:
                     server.shutdown()
                     server.close_connections()
                     server.server_close()
+            self._stop_metadata_writer()
             self.persist_metadata()
             with self._lock:
                 topics = list(self._topics.values())
@@ -359,6 +380,74 @@ class NSQD:
             data = metadata.encode(entries, self.options.version)
             metadata.write_atomic(os.path.join(self.data_path, metadata.FILE_NAME), data)
 
+    def metadata_changed(self):
+        """A topic or channel was created or deleted: nsqd.dat is rewritten soon.
+
+        As in Go nsqd, which rewrites the file from a goroutine once the
+        lookup loop has taken the change, the request that made the change is
+        answered without waiting for the rewrite.  Here one writer thread
+        rewrites the file once for every change made while its previous
+        rewrite ran, so a burst of N creations costs a few rewrites (each
+        O(topics + channels) and two fsyncs), not N.  Between two rewrites
+        the writer rests :data:`METADATA_REST` times as long as the last one
+        took, so a change reaches the file within about five rewrite times.  Pauses are persisted
+        before their request is answered, as in Go; stop() writes the file
+        last; before start() and after stop() the caller rewrites it itself.
+        :meth:`wait_metadata` waits for the rewrite of the changes made so far.
+        """
+        with self._metadata_cond:
+            if self._metadata_writer is not None:
+                self._metadata_requested += 1
+                self._metadata_cond.notify_all()
+                return
+        self.persist_metadata()
+
+    def wait_metadata(self, timeout=None):
+        """Block until nsqd.dat covers every change made so far; False on timeout."""
+        cond = self._metadata_cond
+        with cond:
+            mine = self._metadata_requested
+            return cond.wait_for(
+                lambda: self._metadata_written >= mine or self._metadata_writer is None, timeout
+            )
+
+    def _metadata_loop(self):
+        cond = self._metadata_cond
+        while True:
+            with cond:
+                while self._metadata_written == self._metadata_requested and self._metadata_writer is not None:
+                    cond.wait()
+                if self._metadata_written == self._metadata_requested:
+                    return  # stopping, nothing left to write
+                target = self._metadata_requested
+            started = time.monotonic()
+            try:
+                self.persist_metadata()
+            except OSError as e:
+                self.log.error("failed to persist metadata - %s", e)
+            took = time.monotonic() - started
+            with cond:
+                self._metadata_written = target
+                cond.notify_all()
+                # During a burst of changes, rest METADATA_REST times as long
+                # as the rewrite took: the writer's share of the broker stays
+                # small however many channels a rewrite lists.
+                rest_until = time.monotonic() + METADATA_REST * took
+                while self._metadata_writer is not None:
+                    remaining = rest_until - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    cond.wait(remaining)  # (woken by every change: rest on)
+
+    def _stop_metadata_writer(self):
+        """Let the writer finish the changes made so far, then join it (stop() writes the final state)."""
+        with self._metadata_cond:
+            writer = self._metadata_writer
+            self._metadata_writer = None
+            self._metadata_cond.notify_all()
+        if writer is not None:
+            writer.join()
+
     def _lock_data_path(self):
         path = self.options.data_path or os.getcwd()
         fd = os.open(path, os.O_RDONLY)
@@ -438,7 +527,7 @@ class NSQD:
             self._precreate_channels(topic)
             topic.start()
         if created and not topic.ephemeral:
-            self.persist_metadata()
+            self.metadata_changed()
         return topic
 
     def get_existing_topic(self, name):
@@ -460,7 +549,7 @@ class NSQD:
                 del self._topics[name]
         self.log.info("TOPIC(%s): deleted", name)
         if not topic.ephemeral:
-            self.persist_metadata()
+            self.metadata_changed()
         return True
 
     # -- runtime configuration (/config) ---------------------------------------
@@ -542,25 +631,22 @@ class NSQD:
     # -- queue scanner -----------------------------------------------------
 
     def _queue_scan_loop(self):
-        """Every interval, time out in-flight messages and release due deferred ones.
+        """Every interval, time out in-flight messages, release due deferred
+        ones and fsync disk queues past --sync-timeout.
 
         nsqd samples 20 random channels per tick and repeats at once while more
-        than a quarter of them were dirty.  One thread here scans every channel
-        each tick (cheap: a lock and a look at each index's head), so a due
-        message waits at most one interval whatever the channel count.
+        than a quarter of them were dirty.  Here the scanner visits every
+        channel (and topic) that has something in flight, deferred or unsynced
+        (the ScanSet), and only those: a due message waits at most one
+        interval whatever the channel count, and idle channels cost nothing.
         """
         interval = self.options.queue_scan_interval
+        scan_set = self.scan_set
         while not self._scan_stop.wait(interval):
-            channels = [c for t in self.topics() for c in t.channels()]
-            random.shuffle(channels)
+            queues = scan_set.snapshot()
+            if not queues:
+                continue
             now = time.time_ns()
-            for channel in channels:
-                channel.process_in_flight(now)
-                channel.process_deferred(now)
-            # The disk queues' --sync-timeout: fsync whatever changed since the last sync.
             mono = time.monotonic()
-            for topic in self.topics():
-                topic.sync_backend(mono)
-            for channel in channels:
-                channel.sync_backend(mono)
-
+            for queue in queues:
+                queue.scan(now, mono)
