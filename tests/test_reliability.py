@@ -396,3 +396,56 @@ def test_subscribe_and_disconnect_cost_does_not_grow_with_clients(make_nsqd):
     (sub_small, gone_small), (sub_large, gone_large) = costs[100], costs[400]
     assert sub_large < 3 * sub_small + 0.002, costs
     assert gone_large < 3 * gone_small + 0.002, costs
+
+
+# -- shutdown under a compressed flood -------------------------------------------
+
+
+def _deflate_nop_flood(address, stop):
+    """Connect with deflate and send NOPs that inflate to gigabytes until ``stop`` or the broker leaves."""
+    import json
+    import zlib
+
+    sock = socket.create_connection(address, timeout=10)
+    sock.sendall(protocol.MAGIC_V2)
+    body = json.dumps({"feature_negotiation": True, "deflate": True, "deflate_level": 6}).encode()
+    sock.sendall(b"IDENTIFY\n" + len(body).to_bytes(4, "big") + body)
+    got = b""
+    while len(got) < 4 or len(got) < 4 + int.from_bytes(got[:4], "big"):
+        got += sock.recv(65536)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = b"NOP\n" * (1 << 18)  # 1 MiB of commands
+    sent = 0
+    try:
+        while not stop.is_set() and sent < 64 << 30:
+            sock.sendall(compressor.compress(block) + compressor.flush(zlib.Z_SYNC_FLUSH))
+            sent += len(block)
+    except OSError:
+        pass  # the broker closed the connection
+    finally:
+        sock.close()
+    return sent
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_ends_a_connection_inflating_a_long_stream(child_broker):
+    broker = child_broker()
+    stop = threading.Event()
+    result = []
+    flood = threading.Thread(target=lambda: result.append(_deflate_nop_flood(broker.tcp, stop)), name="flood")
+    flood.start()
+    try:
+        # Well into the stream: what the broker has received inflates to far more than it can read in the bound.
+        wait_for(lambda: broker.cpu_seconds() > 1.0, timeout=30, what="the broker busy inflating")
+        started = time.monotonic()
+        broker.proc.send_signal(signal.SIGTERM)
+        broker.proc.wait(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        flood.join(timeout=30)
+    # Each 190 KB of this stream is some 200 MB of NOPs (about 30 s of reading): the
+    # broker must not read what it has received to the end before exiting.
+    assert took < 10, "exited %.1f s after SIGTERM" % took
+    assert broker.proc.returncode == 0
+    assert "Traceback" not in broker.log()

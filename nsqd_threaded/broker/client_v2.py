@@ -88,6 +88,7 @@ class Client:
         self._closing = False
         self._write_lock = threading.Lock()  # serializes writes to the socket, and guards _encode
         self._pump = None
+        self.disconnected = False  # close_connection was called: the reader stops at its next fill
 
         # transport (IDENTIFY may upgrade it; see nsqd_threaded.server.transport)
         self._encode = None  # output bytes -> socket bytes, None on a plain connection
@@ -275,6 +276,7 @@ class Client:
 
     def close_connection(self):
         """Make the connection thread's next read fail so it cleans up (any thread)."""
+        self.disconnected = True
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:

@@ -273,6 +273,8 @@ class NSQD:
             if self._tcp_server is not None:
                 self._tcp_server.shutdown()  # stops its accept loop
                 self._tcp_server.close_connections()
+                for client in self.clients():
+                    client.close_connection()  # also stops a reader still decoding what it has
                 self._tcp_server.server_close()  # joins its connection threads
             if self.idle_watcher is not None:
                 self.idle_watcher.stop()  # no connection thread is left to park

@@ -45,8 +45,12 @@ class Reader:
     Used by the connection thread only.
     """
 
-    def __init__(self, sock, idle_watcher=None):
+    def __init__(self, sock, idle_watcher=None, disconnected=None):
+        """``disconnected``: a callable, true once the connection is being closed
+        (checked before each recv and each decode: a stream that inflates to
+        gigabytes from what is already received must not outlive the broker)."""
         self._sock = sock
+        self._disconnected = disconnected
         self._buf = bytearray()
         self._pos = 0
         self._deadline = None
@@ -96,6 +100,8 @@ class Reader:
 
     def _fill(self, missing=0):
         """One recv; ``missing`` is how many more bytes the caller is known to need."""
+        if self._disconnected is not None and self._disconnected():
+            raise ConnectionEnded("closed by the broker")
         if self._deadline is not None:
             remaining = self._deadline - time.monotonic()
             if remaining <= 0:
@@ -276,7 +282,7 @@ class ProtocolV2:
         self.nsqd = nsqd
         self.opts = nsqd.options
         self.client = client
-        self.reader = Reader(sock, nsqd.idle_watcher)
+        self.reader = Reader(sock, nsqd.idle_watcher, lambda: client.disconnected)
         self._valid_topics = {}  # raw name -> str, for names already validated
         self.transport = None  # the TLS/compression layers, once IDENTIFY has negotiated one
         self._topics = {}  # name -> Topic
