@@ -58,7 +58,7 @@ class DeflateEncoder:
 
 # Output of one inflate call: a deflate stream expands up to ~1000 times, so
 # one 256 KiB recv could otherwise become hundreds of MB at once.
-DEFLATE_OUTPUT_LIMIT = 1 << 18
+DEFLATE_OUTPUT_LIMIT = 1 << 20
 
 
 class DeflateDecoder:

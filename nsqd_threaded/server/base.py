@@ -60,6 +60,7 @@ class LimitReporter:
     """
 
     def __init__(self, log, name):
+        """``log``: the daemon's Logger (None: count only)."""
         self._log = log
         self._name = name
         self._lock = threading.Lock()
@@ -76,6 +77,8 @@ class LimitReporter:
             if now - entry[1] < LIMIT_REPORT_INTERVAL:
                 return
             count, entry[0], entry[1] = entry[0], 0, now
+        if self._log is None:
+            return
         self._log.error("%s: %s (%d time%s since the last report) - %s",
                         self._name, what, count, "" if count == 1 else "s", advice)
 
@@ -85,7 +88,7 @@ class LimitReporter:
             return
         with self._lock:
             entry = self._kinds.pop(kind, None)
-        if entry is not None:
+        if entry is not None and self._log is not None:
             self._log.info("%s: %s again (%d failure%s not yet reported)",
                            self._name, what, entry[0], "" if entry[0] == 1 else "s")
 
@@ -108,7 +111,7 @@ class PromptShutdownMixIn:
         self._serving = threading.Event()
         self._served = threading.Event()
         self._stop_event = threading.Event()  # set by shutdown: ends an accept backoff early
-        self.limits = LimitReporter(self.log, self.log_name)
+        self.limits = LimitReporter(getattr(self, "log", None), getattr(self, "log_name", "SERVER"))
 
     def serve_forever(self, poll_interval=None):
         with self._run_lock:
