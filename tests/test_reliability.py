@@ -449,3 +449,57 @@ def test_sigterm_ends_a_connection_inflating_a_long_stream(child_broker):
     assert took < 10, "exited %.1f s after SIGTERM" % took
     assert broker.proc.returncode == 0
     assert "Traceback" not in broker.log()
+
+
+# -- HTTP keep-alive clients -------------------------------------------------------
+
+
+def _http_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("nsqd-http[")]
+
+
+def _keepalive_get(sock):
+    sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while not data.endswith(b"\r\n\r\nOK"):
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    assert data.startswith(b"HTTP/1.1 200 ") and b"Connection: close" not in data
+    return data
+
+
+@pytest.mark.timeout(120)
+def test_idle_keepalive_http_clients_hold_no_thread(make_nsqd):
+    nsqd = make_nsqd(http_idle_timeout=60)
+    socks = []
+    try:
+        for _ in range(300):
+            s = socket.create_connection(nsqd.http_address, timeout=10)
+            socks.append(s)
+            _keepalive_get(s)
+        # Idle between requests: parked, their threads gone.
+        wait_for(lambda: not _http_threads(), timeout=30, what="the HTTP threads gone")
+        assert nsqd.options.http_idle_timeout == 60
+        # Each is served again on the same connection, then parks again.
+        for s in socks[::3]:
+            _keepalive_get(s)
+        wait_for(lambda: not _http_threads(), timeout=30, what="the HTTP threads gone again")
+    finally:
+        for s in socks:
+            s.close()
+    wait_for(lambda: nsqd._http_server.connection_count() == 0, timeout=30, what="closed connections forgotten")
+
+
+@pytest.mark.timeout(60)
+def test_parked_keepalive_connection_expires_and_closes_at_stop(make_nsqd):
+    nsqd = make_nsqd(http_idle_timeout=0.5)
+    with socket.create_connection(nsqd.http_address, timeout=10) as s:
+        _keepalive_get(s)
+        assert s.recv(1) == b""  # closed by the broker after the idle timeout
+    other = make_nsqd(http_idle_timeout=60)
+    with socket.create_connection(other.http_address, timeout=10) as s:
+        _keepalive_get(s)
+        wait_for(lambda: not _http_threads(), timeout=30, what="parked")
+        other.stop()
+        assert s.recv(1) == b""  # stop closes parked connections

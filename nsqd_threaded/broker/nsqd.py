@@ -8,7 +8,10 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
 * ``nsqd-conn[...]``       one per connection (joined by ``TCPServer.server_close``),
   each owning its ``nsqd-client-pump[...]``,
 * ``nsqd-http-accept``     the HTTP server's accept loop,
-* ``nsqd-http[...]``       one per HTTP connection (joined by ``HTTPServer.server_close``),
+* ``nsqd-http[...]``       one per HTTP connection while it has a request to serve
+  (joined by ``HTTPServer.server_close``),
+* ``nsqd-http-idle``       holds idle keep-alive HTTP connections without a thread
+  (Linux; joined by ``HTTPServer.server_close``),
 * ``nsqd-https-accept`` and ``nsqd-https[...]``: the same for HTTPS (with --tls-cert/--tls-key),
 * ``nsqd-topic-pump[...]`` one per topic (joined by ``Topic.close``); started by
   ``Topic.start`` once the listeners are bound (topics from nsqd.dat) or at

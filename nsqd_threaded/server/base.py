@@ -149,6 +149,11 @@ class PromptShutdownMixIn:
                                 "raise the open files limit (ulimit -n, systemd LimitNOFILE)")
                 return False
             return True  # the client left before we took it (ECONNABORTED...)
+        self.dispatch_request(request, client_address)
+        return True
+
+    def dispatch_request(self, request, client_address):
+        """Give a connection its thread; without one (the host's task limit) refuse it cleanly."""
         try:
             self.process_request(request, client_address)
         except RuntimeError as e:  # Thread.start: "can't start new thread" (the host's task limit)
@@ -161,7 +166,6 @@ class PromptShutdownMixIn:
         except BaseException:
             self.shutdown_request(request)
             raise
-        return True
 
     def refuse_request(self, request, client_address):
         """Answer a connection that gets no thread with the protocol's error, then close it.
@@ -240,12 +244,15 @@ class ConnectionThreadsMixIn:
             raise
 
     def _connection_thread(self, request, client_address):
+        handed_off = False
         try:
-            self.finish_request(request, client_address)
+            # True: the connection lives on without this thread (a parked keep-alive connection).
+            handed_off = self.finish_request(request, client_address) is True
         except Exception:
             self.handle_error(request, client_address)
         finally:
-            self.shutdown_request(request)
+            if not handed_off:
+                self.shutdown_request(request)
             with self._conn_threads_lock:
                 self._conn_threads.discard(threading.current_thread())
 
