@@ -28,7 +28,7 @@ import threading
 import time
 
 IDLE_AFTER = 0.5  # seconds without a byte before a connection thread parks
-MAX_RUNNING = 4  # released parked threads that may be running at once
+MAX_RUNNING = 32  # released parked threads that may be running at once
 PERMIT_WAIT = 1.0  # seconds the watcher waits for a permit before releasing a thread without one
 TRIM_AFTER_CLOSED = 256  # connections closed since the last trim that make one worth it
 TRIM_QUIET = 1.0  # seconds without a close before the watcher trims

@@ -719,15 +719,14 @@ def handle_connection(nsqd, sock, address, limits=None):
         # One teardown at a time (see NSQD.teardown_lock): when thousands of
         # connections end together, their threads wait on this lock, outside
         # the contest for the GIL, instead of all contending at once.
+        # No system call under the lock: after one, the thread must win the
+        # GIL back, and under a busy broker that takes a switch interval
+        # (5 ms) while every other teardown waits on the lock.
         with nsqd.teardown_lock:
-            client.close_connection()
             client.stop_pump()
             nsqd.remove_client(client)
+        client.close_connection()  # ends a pump blocked in a send
         client.join_pump()  # outside the lock: the pump needs its turn at the GIL to end
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         if proto is not None:
             proto.reader.close()
         if nsqd.idle_watcher is not None:
