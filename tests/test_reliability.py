@@ -327,10 +327,10 @@ def test_idle_channels_cost_the_queue_scanner_nothing(make_nsqd):
     assert used <= 0.05, "the scanner used %.2f s of CPU in 2 s over 2,000 idle channels" % used
 
     # A message in flight in one of them still times out within an interval or so.
-    with Conn(nsqd.tcp_address) as c:
+    with Conn(nsqd.tcp_address) as c, Conn(nsqd.tcp_address) as producer:
         c.identify(msg_timeout=1000)
         c.sub("t7", "c42", rdy=1)
-        c.pub("t7", b"late")
+        assert producer.pub("t7", b"late") == b"OK"
         first = c.read_message()
         assert first[1] == 1 and len(nsqd.scan_set) >= 1
         again = c.read_message()  # redelivered after the 1 s timeout

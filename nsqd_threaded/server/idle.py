@@ -274,7 +274,7 @@ class ConnectionPark:
             self._parked[fd] = (sock, address, deadline)
             heapq.heappush(self._deadlines, (deadline, fd))
         try:
-            self._epoll.register(fd, select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT)
+            self._epoll.register(fd, select.EPOLLIN | select.EPOLLONESHOT)  # EOF is readable too
         except OSError:
             with self._lock:
                 self._parked.pop(fd, None)
