@@ -385,12 +385,15 @@ class NSQD:
             data = metadata.encode(entries, self.options.version)
             metadata.write_atomic(os.path.join(self.data_path, metadata.FILE_NAME), data)
 
-    def metadata_changed(self):
-        """A topic or channel was created or deleted: nsqd.dat is rewritten soon.
+    def metadata_changed(self, wait=False):
+        """A topic or channel was created or deleted: nsqd.dat is rewritten soon
+        (with ``wait``, before this returns).
 
         As in Go nsqd, which rewrites the file from a goroutine once the
-        lookup loop has taken the change, the request that made the change is
-        answered without waiting for the rewrite.  Here one writer thread
+        lookup loop has taken the change, a new channel's SUB is answered
+        without waiting for the rewrite.  A new topic and the HTTP API's
+        creations and deletions wait for it (they are rare, and then the
+        file lists what the answer says).  Here one writer thread
         rewrites the file once for every change made while its previous
         rewrite ran, so a burst of N creations costs a few rewrites (each
         O(topics + channels) and two fsyncs), not N.  Between two rewrites
@@ -400,10 +403,14 @@ class NSQD:
         last; before start() and after stop() the caller rewrites it itself.
         :meth:`wait_metadata` waits for the rewrite of the changes made so far.
         """
-        with self._metadata_cond:
+        cond = self._metadata_cond
+        with cond:
             if self._metadata_writer is not None:
                 self._metadata_requested += 1
-                self._metadata_cond.notify_all()
+                mine = self._metadata_requested
+                cond.notify_all()
+                if wait:
+                    cond.wait_for(lambda: self._metadata_written >= mine or self._metadata_writer is None)
                 return
         self.persist_metadata()
 
@@ -532,7 +539,7 @@ class NSQD:
             self._precreate_channels(topic)
             topic.start()
         if created and not topic.ephemeral:
-            self.metadata_changed()
+            self.metadata_changed(wait=True)
         return topic
 
     def get_existing_topic(self, name):
@@ -554,7 +561,7 @@ class NSQD:
                 del self._topics[name]
         self.log.info("TOPIC(%s): deleted", name)
         if not topic.ephemeral:
-            self.metadata_changed()
+            self.metadata_changed(wait=True)
         return True
 
     # -- runtime configuration (/config) ---------------------------------------

@@ -293,7 +293,7 @@ class Topic(BackedQueue):
             if delete_topic:
                 self._delete_scheduled = True
         if not (self.ephemeral or channel.ephemeral):
-            self._nsqd.metadata_changed()
+            self._nsqd.metadata_changed(wait=True)  # (HTTP only: an ephemeral channel is not listed)
         return delete_topic
 
     # -- administration ----------------------------------------------------
