@@ -275,7 +275,7 @@ class ConnectionPark:
             heapq.heappush(self._deadlines, (deadline, fd))
         try:
             self._epoll.register(fd, select.EPOLLIN | select.EPOLLONESHOT)  # EOF is readable too
-        except OSError:
+        except (OSError, ValueError):  # (ValueError: stop() closed the epoll meanwhile)
             with self._lock:
                 self._parked.pop(fd, None)
             return False
