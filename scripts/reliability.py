@@ -259,10 +259,17 @@ def row_sigterm_deflate(broker, scale):
 def row_idle_channels(broker, scale):
     """5,000 idle channels (50 topics x 100): CPU while idle."""
     topics, per = 50, max(1, int(100 * scale))
-    for t in range(topics):
+
+    def create(t):
         http_get(broker.http, "/topic/create?topic=t%d" % t, method="POST")
         for c in range(per):
-            http_get(broker.http, "/channel/create?topic=t%d&channel=c%d" % (t, c), method="POST")
+            http_get(broker.http, "/channel/create?topic=t%d&channel=c%d" % (t, c), method="POST", timeout=60)
+
+    creators = [threading.Thread(target=create, args=(t,), name="create-%d" % t) for t in range(topics)]
+    for c in creators:
+        c.start()
+    for c in creators:
+        c.join()
     time.sleep(2)
     before, started = broker.cpu(), time.monotonic()
     time.sleep(10)

@@ -106,6 +106,7 @@ class NSQD:
         self._metadata_cond = threading.Condition(threading.Lock())
         self._metadata_requested = 0  # changes made so far
         self._metadata_written = 0  # changes covered by a finished rewrite
+        self._metadata_waiters = 0  # requests waiting for a rewrite (the writer does not rest then)
         self._metadata_writer = None
         self._loading = False  # while nsqd.dat is being loaded: no persisting
         self._gc_pauses = collections.deque(maxlen=256)
@@ -398,7 +399,8 @@ class NSQD:
         rewrite ran, so a burst of N creations costs a few rewrites (each
         O(topics + channels) and two fsyncs), not N.  Between two rewrites
         the writer rests :data:`METADATA_REST` times as long as the last one
-        took, so a change reaches the file within about five rewrite times.  Pauses are persisted
+        took (unless a request waits), so a change reaches the file within
+        about five rewrite times.  Pauses are persisted
         before their request is answered, as in Go; stop() writes the file
         last; before start() and after stop() the caller rewrites it itself.
         :meth:`wait_metadata` waits for the rewrite of the changes made so far.
@@ -410,7 +412,11 @@ class NSQD:
                 mine = self._metadata_requested
                 cond.notify_all()
                 if wait:
-                    cond.wait_for(lambda: self._metadata_written >= mine or self._metadata_writer is None)
+                    self._metadata_waiters += 1
+                    try:
+                        cond.wait_for(lambda: self._metadata_written >= mine or self._metadata_writer is None)
+                    finally:
+                        self._metadata_waiters -= 1
                 return
         self.persist_metadata()
 
@@ -419,9 +425,14 @@ class NSQD:
         cond = self._metadata_cond
         with cond:
             mine = self._metadata_requested
-            return cond.wait_for(
-                lambda: self._metadata_written >= mine or self._metadata_writer is None, timeout
-            )
+            self._metadata_waiters += 1
+            cond.notify_all()  # a resting writer writes now
+            try:
+                return cond.wait_for(
+                    lambda: self._metadata_written >= mine or self._metadata_writer is None, timeout
+                )
+            finally:
+                self._metadata_waiters -= 1
 
     def _metadata_loop(self):
         cond = self._metadata_cond
@@ -445,7 +456,7 @@ class NSQD:
                 # as the rewrite took: the writer's share of the broker stays
                 # small however many channels a rewrite lists.
                 rest_until = time.monotonic() + METADATA_REST * took
-                while self._metadata_writer is not None:
+                while self._metadata_writer is not None and not self._metadata_waiters:
                     remaining = rest_until - time.monotonic()
                     if remaining <= 0:
                         break
