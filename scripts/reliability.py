@@ -270,7 +270,19 @@ def row_idle_channels(broker, scale):
         c.start()
     for c in creators:
         c.join()
-    time.sleep(2)
+    # Idle means settled: nsqd.dat unchanged for 3 s (Go persists it from a goroutine per change,
+    # and those run on after the creations are answered).
+    dat = os.path.join(broker.dir, "nsqd.dat")
+    last, since, deadline = None, time.monotonic(), time.monotonic() + 300
+    while time.monotonic() - since < 3 and time.monotonic() < deadline:
+        try:
+            st = os.stat(dat)
+            mark = (st.st_mtime_ns, st.st_ino, st.st_size)
+        except OSError:
+            mark = None
+        if mark != last:
+            last, since = mark, time.monotonic()
+        time.sleep(0.1)
     before, started = broker.cpu(), time.monotonic()
     time.sleep(10)
     used = (broker.cpu() - before) / (time.monotonic() - started)
