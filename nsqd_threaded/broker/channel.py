@@ -144,6 +144,7 @@ class Channel(BackedQueue):
                         # An ID already deferred is dropped, as nsqd drops it.
                         self._deferred.add(msg, now + msg.deferred_ns)
                         msg.deferred_ns = 0  # the index holds the due time from now on
+                        self.mark_scan_locked()
                     else:
                         immediate.append(msg)
                 if immediate:
@@ -238,6 +239,7 @@ class Channel(BackedQueue):
                         (kept if random.randrange(100) <= rate else dropped).append(m)
                     if dropped:
                         self._backend.ack([m.id for m in dropped])
+                        self.mark_scan_locked()
                     msgs = kept
                     if not msgs:
                         continue
@@ -251,6 +253,8 @@ class Channel(BackedQueue):
             # A duplicate ID already in flight is still sent (as nsqd does) but
             # counted once.
             added = self._in_flight.add_many(msgs, now + client.msg_timeout_ns)
+            if not self._scan_listed:
+                self.mark_scan_locked()  # timeouts to watch
             if len(added) < len(msgs):
                 self._backend.ack([m.id for m in msgs if m not in added])  # the duplicates
             client.in_flight_count += len(added)
@@ -272,6 +276,7 @@ class Channel(BackedQueue):
                 if msg.deferred_ns:
                     self._deferred.add(msg, now + msg.deferred_ns)
                     msg.deferred_ns = 0
+                    self.mark_scan_locked()
                 else:
                     ready.append(msg)
         return ready
@@ -317,7 +322,7 @@ class Channel(BackedQueue):
             if not done:
                 return failures
             client.finish_count += len(done)
-            self._backend.ack(done)
+            self._backend.ack(done)  # (the channel is listed: it had these in flight)
             wake = self._release_locked(client, len(done))
         if wake:
             client.wake()
@@ -340,6 +345,7 @@ class Channel(BackedQueue):
             wake = self._release_locked(client)
             if delay_ns > 0:
                 self._deferred.add(msg, time.time_ns() + delay_ns)
+                self.mark_scan_locked()
             else:
                 waiters = self._requeue_locked([msg])
         if wake:
@@ -393,6 +399,7 @@ class Channel(BackedQueue):
             self._waiting.pop(client, None)
             if client.in_flight_count:
                 self._departed.add(client.id)
+                self.mark_scan_locked()
             client.in_flight_count = 0
             delete = (
                 self.ephemeral and not self._clients and not self.exiting and not self._delete_scheduled
@@ -419,6 +426,17 @@ class Channel(BackedQueue):
             return list(self._clients.values())
 
     # -- queue scanner -----------------------------------------------------
+
+    def scan(self, now_ns, now):
+        """The queue scanner's visit: timeouts, due deferred messages, the backend's sync."""
+        self.process_in_flight(now_ns)
+        self.process_deferred(now_ns)
+        self.sync_backend(now)
+
+    def _scan_idle_locked(self):
+        return self.exiting or (
+            not self._in_flight and not self._deferred and not self._departed and super()._scan_idle_locked()
+        )
 
     def process_in_flight(self, now_ns):
         """Time out expired in-flight messages; True if any did (a "dirty" channel).
@@ -530,6 +548,7 @@ class Channel(BackedQueue):
                 client.blocked = False
             self._memory.clear()
             self._backend.empty()
+            self.mark_scan_locked()
         self._wake_all()
 
     def close(self, delete=False):

@@ -3,15 +3,16 @@
 This is the broker without its edges: no sockets and no threads of its own.
 :class:`~nsqd_threaded.server.nsqd.NSQD` (the daemon) extends it with the
 listeners, the connection threads, the lookupd and statsd loops, and runs
-:meth:`BrokerCore.queue_scan_loop` on its ``nsqd-queue-scan`` thread.  Many
-brokers can run in one process: nothing here is module-global.
+:meth:`BrokerCore.queue_scan_loop` on its ``nsqd-queue-scan`` thread and
+:meth:`BrokerCore.metadata_loop` (the nsqd.dat writer) on its
+``nsqd-metadata`` thread.  Many brokers can run in one process: nothing here
+is module-global.
 """
 
 import collections
 import errno
 import fcntl
 import os
-import random
 import threading
 import time
 
@@ -24,7 +25,10 @@ from ..storage.durable import DurableDiskQueue
 from ..wire.protocol import MSG_HEADER_LENGTH, is_valid_name
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import ChannelError
+from .scan import ScanSet
 from .topic import Topic, TopicError
+
+METADATA_REST = 4  # the nsqd.dat writer rests this many times its last rewrite's duration
 
 
 class BrokerCore:
@@ -49,9 +53,20 @@ class BrokerCore:
         self._scan_stop = threading.Event()  # set by the daemon's stop: the scan loop returns
         self._dir_fd = None
         self._metadata_lock = threading.Lock()  # serializes nsqd.dat writes
+        # The nsqd.dat writer: a topic or channel created or deleted bumps
+        # _metadata_requested, and one thread rewrites the file once for all
+        # the changes made while its previous rewrite ran.  _metadata_cond's
+        # lock guards the three counters and _metadata_writing (False while no
+        # writer runs: a change then rewrites the file itself).
+        self._metadata_cond = threading.Condition(threading.Lock())
+        self._metadata_requested = 0  # changes made so far
+        self._metadata_written = 0  # changes covered by a finished rewrite
+        self._metadata_waiters = 0  # requests waiting for a rewrite (the writer does not rest then)
+        self._metadata_writing = False  # a metadata_loop runs (see open_metadata_writer)
         self._loading = False  # while nsqd.dat is being loaded: no persisting
         self._gc_pauses = collections.deque(maxlen=256)
         self._gc_started = None
+        self.scan_set = ScanSet()  # the topics and channels the queue scanner has work in
 
     # -- factories used by topics and channels ------------------------------
 
@@ -155,6 +170,94 @@ class BrokerCore:
             data = metadata.encode(entries, self.options.version)
             metadata.write_atomic(os.path.join(self.data_path, metadata.FILE_NAME), data)
 
+    def metadata_changed(self, wait=False):
+        """A topic or channel was created or deleted: nsqd.dat is rewritten soon
+        (with ``wait``, before this returns).
+
+        As in Go nsqd, which rewrites the file from a goroutine once the
+        lookup loop has taken the change, a new channel's SUB is answered
+        without waiting for the rewrite.  A new topic and the HTTP API's
+        creations and deletions wait for it (they are rare, and then the
+        file lists what the answer says).  Here one writer thread
+        (:meth:`metadata_loop`) rewrites the file once for every change made
+        while its previous rewrite ran, so a burst of N creations costs a few
+        rewrites (each O(topics + channels) and two fsyncs), not N.  Between
+        two rewrites the writer rests :data:`METADATA_REST` times as long as
+        the last one took (unless a request waits), so a change reaches the
+        file within about five rewrite times.  Pauses are persisted before
+        their request is answered, as in Go; the daemon's stop() writes the
+        file last; while no writer runs (before start(), after stop(), a bare
+        core) the caller rewrites it itself.  :meth:`wait_metadata` waits for
+        the rewrite of the changes made so far.
+        """
+        cond = self._metadata_cond
+        with cond:
+            if self._metadata_writing:
+                self._metadata_requested += 1
+                mine = self._metadata_requested
+                cond.notify_all()
+                if wait:
+                    self._metadata_waiters += 1
+                    try:
+                        cond.wait_for(lambda: self._metadata_written >= mine or not self._metadata_writing)
+                    finally:
+                        self._metadata_waiters -= 1
+                return
+        self.persist_metadata()
+
+    def wait_metadata(self, timeout=None):
+        """Block until nsqd.dat covers every change made so far; False on timeout."""
+        cond = self._metadata_cond
+        with cond:
+            mine = self._metadata_requested
+            self._metadata_waiters += 1
+            cond.notify_all()  # a resting writer writes now
+            try:
+                return cond.wait_for(lambda: self._metadata_written >= mine or not self._metadata_writing, timeout)
+            finally:
+                self._metadata_waiters -= 1
+
+    def open_metadata_writer(self):
+        """From now on changes go to :meth:`metadata_loop`, which the caller then runs on a thread."""
+        with self._metadata_cond:
+            self._metadata_writing = True
+
+    def close_metadata_writer(self):
+        """Let :meth:`metadata_loop` finish the changes made so far and return (the caller joins
+        its thread, then writes the final state itself)."""
+        with self._metadata_cond:
+            self._metadata_writing = False
+            self._metadata_cond.notify_all()
+
+    def metadata_loop(self):
+        """The nsqd.dat writer (see :meth:`metadata_changed`), until :meth:`close_metadata_writer`."""
+        cond = self._metadata_cond
+        while True:
+            with cond:
+                while self._metadata_written == self._metadata_requested and self._metadata_writing:
+                    cond.wait()
+                if self._metadata_written == self._metadata_requested:
+                    return  # stopping, nothing left to write
+                target = self._metadata_requested
+            started = time.monotonic()
+            try:
+                self.persist_metadata()
+            except OSError as e:
+                self.log.error("failed to persist metadata - %s", e)
+            took = time.monotonic() - started
+            with cond:
+                self._metadata_written = target
+                cond.notify_all()
+                # During a burst of changes, rest METADATA_REST times as long
+                # as the rewrite took: the writer's share of the broker stays
+                # small however many channels a rewrite lists.
+                rest_until = time.monotonic() + METADATA_REST * took
+                while self._metadata_writing and not self._metadata_waiters:
+                    remaining = rest_until - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    cond.wait(remaining)  # (woken by every change: rest on)
+
     def _lock_data_path(self):
         path = self.options.data_path or os.getcwd()
         fd = os.open(path, os.O_RDONLY)
@@ -234,7 +337,7 @@ class BrokerCore:
         if start:
             self._start_topic(topic)
         if created and not topic.ephemeral:
-            self.persist_metadata()
+            self.metadata_changed(wait=True)
         return topic
 
     def get_existing_topic(self, name):
@@ -256,7 +359,7 @@ class BrokerCore:
                 del self._topics[name]
         self.log.info("TOPIC(%s): deleted", name)
         if not topic.ephemeral:
-            self.persist_metadata()
+            self.metadata_changed(wait=True)
         return True
 
     # -- runtime configuration (/config) ---------------------------------------
@@ -280,26 +383,23 @@ class BrokerCore:
     # -- queue scanner -----------------------------------------------------
 
     def queue_scan_loop(self):
-        """Every interval, time out in-flight messages and release due deferred ones.
+        """Every interval, time out in-flight messages, release due deferred
+        ones and fsync disk queues past --sync-timeout.
 
         nsqd samples 20 random channels per tick and repeats at once while more
-        than a quarter of them were dirty.  One thread here scans every channel
-        each tick (cheap: a lock and a look at each index's head), so a due
-        message waits at most one interval whatever the channel count.
+        than a quarter of them were dirty.  Here the scanner visits every
+        channel (and topic) that has something in flight, deferred or unsynced
+        (the ScanSet), and only those: a due message waits at most one
+        interval whatever the channel count, and idle channels cost nothing.
         """
         interval = self.options.queue_scan_interval
+        scan_set = self.scan_set
         while not self._scan_stop.wait(interval):
-            channels = [c for t in self.topics() for c in t.channels()]
-            random.shuffle(channels)
-            now = time.time_ns()
-            for channel in channels:
-                channel.process_in_flight(now)
-                channel.process_deferred(now)
-            # The disk queues' --sync-timeout: fsync whatever changed since the last sync.
             mono = time.monotonic()
             self._release_held_topics(mono)
-            for topic in self.topics():
-                topic.sync_backend(mono)
-            for channel in channels:
-                channel.sync_backend(mono)
-
+            queues = scan_set.snapshot()
+            if not queues:
+                continue
+            now = time.time_ns()
+            for queue in queues:
+                queue.scan(now, mono)

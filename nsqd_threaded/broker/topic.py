@@ -213,6 +213,7 @@ class Topic(BackedQueue):
         msgs = from_records(memory)
         memory.clear()
         if len(msgs) < n and self._backend.depth():
+            self.mark_scan_locked()  # a read moves the disk queue's metadata
             msgs.extend(self._from_backend_locked(n - len(msgs)))
         return msgs
 
@@ -288,7 +289,7 @@ class Topic(BackedQueue):
             self._nsqd.log.info("TOPIC(%s): new channel(%s)", self.name, name)
             self._nsqd.lookupd_notify(encode_register(self.name, name))  # queued under the lock: in order
         if not (self.ephemeral or channel.ephemeral):
-            self._nsqd.persist_metadata()
+            self._nsqd.metadata_changed()
         return channel
 
     def get_existing_channel(self, name):
@@ -321,7 +322,7 @@ class Topic(BackedQueue):
             if delete_topic:
                 self._delete_scheduled = True
         if not (self.ephemeral or channel.ephemeral):
-            self._nsqd.persist_metadata()
+            self._nsqd.metadata_changed(wait=True)  # (HTTP only: an ephemeral channel is not listed)
         return delete_topic
 
     # -- administration ----------------------------------------------------
@@ -368,6 +369,7 @@ class Topic(BackedQueue):
         with self._lock:
             self._memory.clear()
             self._backend.empty()
+            self.mark_scan_locked()
 
     def close(self, delete=False):
         """Stop the pump, then close (or delete) every channel and the backlog.

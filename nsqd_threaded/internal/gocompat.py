@@ -94,7 +94,33 @@ def go_float(f):
     return repr(f)
 
 
+# Fast path: a dict whose values are all strings, ints, booleans or None (a
+# /stats client, mostly) goes through the C encoder, and what it writes
+# differently from Go is then rewritten: \b and \f, HTML characters, U+2028/9
+# and lone surrogates (``\\`` is matched first, so an escaped backslash
+# followed by "b" or "f" is left alone).
+_FLAT_TYPES = frozenset((str, int, bool, type(None)))
+_FLAT_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
+_FLAT_FIX_RE = re.compile(r'\\\\|\\b|\\f|[<>&\u2028\u2029\ud800-\udfff]')
+_FLAT_FIXES = {"\\b": "\\u0008", "\\f": "\\u000c", "<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+               "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def _flat_fix(m):
+    text = m.group()
+    if text == "\\\\":
+        return text
+    fix = _FLAT_FIXES.get(text)
+    return fix if fix is not None else "\\ufffd"
+
+
 def _encode(obj, out):
+    if type(obj) is dict and all(type(v) in _FLAT_TYPES for v in obj.values()) and all(
+        type(k) is str for k in obj
+    ):
+        text = _FLAT_ENCODE(obj)
+        out.append(_FLAT_FIX_RE.sub(_flat_fix, text) if _FLAT_FIX_RE.search(text) else text)
+        return
     if isinstance(obj, str):
         out.append(go_json_string(obj))
     elif obj is None:

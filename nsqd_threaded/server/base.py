@@ -1,12 +1,14 @@
 """What the TCP and HTTP listeners share: address parsing, a prompt accept
 loop, the registry of open connections, and the error-logging policy."""
 
+import errno
 import os
 import selectors
 import socket
 import socketserver
 import sys
 import threading
+import time
 import traceback
 
 from ..internal.gocompat import split_host_port
@@ -39,6 +41,58 @@ def client_left(exc):
     return isinstance(exc, (ConnectionError, socket.timeout))
 
 
+# accept() errors that mean the host is out of a resource (files, buffers),
+# not that one client misbehaved: the listen queue stays readable, so
+# retrying at once would spin.
+RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+ACCEPT_BACKOFF_MIN = 0.005  # seconds before the first retry of a failed accept
+ACCEPT_BACKOFF_MAX = 0.1  # the backoff doubles up to this (a file freed is used within it)
+LIMIT_REPORT_INTERVAL = 1.0  # seconds between two log lines about the same host limit
+
+
+class LimitReporter:
+    """Logs a host limit being hit at most once per :data:`LIMIT_REPORT_INTERVAL`, with a count.
+
+    The first occurrence of a kind is logged at once; later ones within the
+    interval are counted and reported with the next line, and :meth:`cleared`
+    says once that the limit stopped biting.  ``_lock`` guards ``_kinds``
+    (kind -> [count not yet reported, time of the last line]).
+    """
+
+    def __init__(self, log, name):
+        """``log``: the daemon's Logger (None: count only)."""
+        self._log = log
+        self._name = name
+        self._lock = threading.Lock()
+        self._kinds = {}
+
+    def hit(self, kind, what, advice):
+        """One more failure of ``kind``: ``what`` happened, ``advice`` is the limit to raise."""
+        now = time.monotonic()
+        with self._lock:
+            entry = self._kinds.get(kind)
+            if entry is None:
+                entry = self._kinds[kind] = [0, now - LIMIT_REPORT_INTERVAL]
+            entry[0] += 1
+            if now - entry[1] < LIMIT_REPORT_INTERVAL:
+                return
+            count, entry[0], entry[1] = entry[0], 0, now
+        if self._log is None:
+            return
+        self._log.error("%s: %s (%d time%s since the last report) - %s",
+                        self._name, what, count, "" if count == 1 else "s", advice)
+
+    def cleared(self, kind, what):
+        """The operation of ``kind`` succeeded: say so once if it had been failing."""
+        if not self._kinds:
+            return
+        with self._lock:
+            entry = self._kinds.pop(kind, None)
+        if entry is not None and self._log is not None:
+            self._log.info("%s: %s again (%d failure%s not yet reported)",
+                           self._name, what, entry[0], "" if entry[0] == 1 else "s")
+
+
 class PromptShutdownMixIn:
     """``serve_forever`` that stops at once when :meth:`shutdown` is called.
 
@@ -56,12 +110,15 @@ class PromptShutdownMixIn:
         self._stopping = False
         self._serving = threading.Event()
         self._served = threading.Event()
+        self._stop_event = threading.Event()  # set by shutdown: ends an accept backoff early
+        self.limits = LimitReporter(getattr(self, "log", None), getattr(self, "log_name", "SERVER"))
 
     def serve_forever(self, poll_interval=None):
         with self._run_lock:
             if self._stopping:  # shut down before this thread got here: the socket may be closed already
                 return
             self._serving.set()
+        backoff = 0.0
         try:
             with selectors.DefaultSelector() as selector:
                 selector.register(self, selectors.EVENT_READ)
@@ -69,14 +126,77 @@ class PromptShutdownMixIn:
                 while not self._stopping:
                     for key, _ in selector.select():
                         if key.fileobj is self and not self._stopping:
-                            self._handle_request_noblock()
+                            if self._accept_one():
+                                if backoff:
+                                    backoff = 0.0
+                                    self.limits.cleared("accept", "accepting connections")
+                            else:
+                                # Out of files (or buffers): the listen queue stays
+                                # readable, so wait a little, longer each time, then
+                                # try again; the clients wait in the queue meanwhile.
+                                backoff = min(ACCEPT_BACKOFF_MAX, max(ACCEPT_BACKOFF_MIN, 2 * backoff))
+                                self._stop_event.wait(backoff)
         finally:
             self._served.set()
+
+    def _accept_one(self):
+        """Accept and dispatch one connection; False when accept failed for lack of a resource."""
+        try:
+            request, client_address = self.get_request()
+        except OSError as e:
+            if e.errno in RESOURCE_ERRORS:
+                self.limits.hit("accept", "accept failed - %s" % e,
+                                "raise the open files limit (ulimit -n, systemd LimitNOFILE)")
+                return False
+            return True  # the client left before we took it (ECONNABORTED...)
+        self.dispatch_request(request, client_address)
+        return True
+
+    def dispatch_request(self, request, client_address):
+        """Give a connection its thread; without one (the host's task limit) refuse it cleanly."""
+        try:
+            self.process_request(request, client_address)
+        except RuntimeError as e:  # Thread.start: "can't start new thread" (the host's task limit)
+            self.limits.hit("thread", "cannot start a connection thread - %s" % e,
+                            "raise the task limit (ulimit -u, systemd TasksMax, pids cgroup)")
+            self.refuse_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+            self.shutdown_request(request)
+        except BaseException:
+            self.shutdown_request(request)
+            raise
+
+    def refuse_request(self, request, client_address):
+        """Answer a connection that gets no thread with the protocol's error, then close it.
+
+        Runs on the accept thread: the answer is written without blocking
+        (a fresh socket's send buffer is empty) and whatever the client sent
+        already is read first, so that the close does not reset the answer away.
+        """
+        try:
+            request.setblocking(False)
+            answer = self.refusal()
+            if answer:
+                try:
+                    request.recv(65536)
+                except OSError:
+                    pass
+                request.send(answer)
+                request.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def refusal(self):
+        """The bytes that refuse a connection for lack of a thread (subclasses: the protocol's error)."""
+        return b""
 
     def shutdown(self):
         with self._run_lock:
             self._stopping = True
             serving = self._serving.is_set()
+        self._stop_event.set()
         os.write(self._wake_w, b"x")
         if serving:
             self._served.wait()
@@ -124,12 +244,15 @@ class ConnectionThreadsMixIn:
             raise
 
     def _connection_thread(self, request, client_address):
+        handed_off = False
         try:
-            self.finish_request(request, client_address)
+            # True: the connection lives on without this thread (a parked keep-alive connection).
+            handed_off = self.finish_request(request, client_address) is True
         except Exception:
             self.handle_error(request, client_address)
         finally:
-            self.shutdown_request(request)
+            if not handed_off:
+                self.shutdown_request(request)
             with self._conn_threads_lock:
                 self._conn_threads.discard(threading.current_thread())
 
@@ -205,7 +328,10 @@ class Listener(ConnectionRegistryMixIn, ConnectionThreadsMixIn, socketserver.TCP
     """
 
     allow_reuse_address = True
-    request_queue_size = 128  # socketserver's 5 drops the SYNs of a burst of clients (they retry after 1 s, 3 s...)
+    # socketserver's 5 (and even 128) drops the SYNs of a burst of clients:
+    # they retry after 1 s, 3 s, 7 s...  The kernel caps it at
+    # net.core.somaxconn, as Go's listen does.
+    request_queue_size = 4096
 
     def __init__(self, address, handler_class, log):
         host, port = split_address(address)

@@ -47,8 +47,12 @@ class Reader:
     Used by the connection thread only.
     """
 
-    def __init__(self, sock, idle_watcher=None):
+    def __init__(self, sock, idle_watcher=None, disconnected=None):
+        """``disconnected``: a callable, true once the connection is being closed
+        (checked before each recv and each decode: a stream that inflates to
+        gigabytes from what is already received must not outlive the broker)."""
         self._sock = sock
+        self._disconnected = disconnected
         self._buf = bytearray()
         self._pos = 0
         self._deadline = None
@@ -101,6 +105,8 @@ class Reader:
 
     def _fill(self, missing=0):
         """One recv; ``missing`` is how many more bytes the caller is known to need."""
+        if self._disconnected is not None and self._disconnected():
+            raise ConnectionEnded("closed by the broker")
         if self._deadline is not None:
             remaining = self._deadline - _monotonic()
             if remaining <= 0:
@@ -288,6 +294,7 @@ class ClientConnection(Client):
         self._write_lock = threading.Lock()  # serializes writes to the socket, and guards _encode
         self._encode = None  # output bytes -> socket bytes, None on a plain connection
         self._pump = None
+        self.disconnected = False  # close_connection was called: the reader stops at its next fill
 
     def upgrade(self, negotiate):
         """IDENTIFY's upgrades: ``negotiate(sock, send, install)`` runs holding the write lock.
@@ -354,10 +361,12 @@ class ClientConnection(Client):
     # -- pump --------------------------------------------------------------
 
     def start_pump(self):
-        self._pump = threading.Thread(
+        """Start the pump thread (RuntimeError when the host allows no more threads)."""
+        pump = threading.Thread(
             target=self._pump_loop, name="nsqd-client-pump[%d %s]" % (self.id, self.remote_address), daemon=True
         )
-        self._pump.start()
+        pump.start()
+        self._pump = pump  # only a started pump is joined
 
     def _pump_loop(self):
         next_heartbeat = time.monotonic() + self.heartbeat_interval
@@ -407,6 +416,7 @@ class ClientConnection(Client):
 
     def close_connection(self):
         """Make the connection thread's next read fail so it cleans up (any thread)."""
+        self.disconnected = True
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:

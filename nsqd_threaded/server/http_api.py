@@ -277,6 +277,7 @@ class HTTPAPI(Router):
             topic.get_channel(channel_name)
         except (TopicError, ChannelError):
             raise HTTPError(503, "EXITING") from None
+        self.nsqd.wait_metadata()  # answered once nsqd.dat lists it
         return ok_empty()
 
     def channel_delete(self, request):

@@ -21,6 +21,7 @@ import urllib.parse
 
 from ..internal import gocompat
 from .base import Listener
+from .idle import new_connection_park
 
 
 X_NSQ = ("X-NSQ-Content-Type", "nsq; version=1.0")
@@ -212,6 +213,7 @@ MAX_CHUNK_LINE = 4096  # a chunk-size line, or one trailer line
 MAX_TRAILER_LINES = 100
 DRAIN_LIMIT = 256 << 10  # Go's maxPostHandlerReadBytes: an unread body up to this is skipped, not a reason to close
 LINGER = 0.5  # Go's rstAvoidanceDelay: how long a closing connection still swallows what the client sends
+PARK_AFTER = 0.05  # seconds a kept-alive connection waits for its next request before giving up its thread
 
 
 class FramingError(Exception):
@@ -486,6 +488,31 @@ class _HTTPHandler(http.server.BaseHTTPRequestHandler):
         self._expect_continue = False
         self._linger = False  # a reply said "Connection: close": close gently
         self._kept_alive = False  # a request was answered on this connection
+        self.park = False  # handle() left the connection open for the server to park
+
+    def handle(self):
+        """Requests until the connection closes, or until it idles: then it is parked (no thread)."""
+        self.close_connection = True
+        self.handle_one_request()
+        while not self.close_connection:
+            if self.server.can_park() and self._idle():
+                self.park = True
+                return
+            if not self.close_connection:
+                self.handle_one_request()
+
+    def _idle(self):
+        """True when no next request starts within PARK_AFTER (nothing buffered either)."""
+        self._reader.deadline = time.monotonic() + PARK_AFTER
+        try:
+            if not self.rfile.peek(1):
+                self.close_connection = True  # the client closed
+            return False
+        except socket.timeout:
+            return True
+        except OSError:
+            self.close_connection = True
+            return False
 
     def finish(self):
         super().finish()
@@ -648,7 +675,20 @@ class HTTPServer(Listener):
         self.idle_timeout = idle_timeout
         self.thread_name = thread_name
         self.log_requests = log_requests
+        self._park = None
         super().__init__(address, _HTTPHandler, log)
+        if ssl_context is None:
+            self._park = new_connection_park(self._resume, self._expire, thread_name + "-idle")
+
+    def refusal(self):
+        """503 in nsqd's body style, for a connection the host has no thread for (HTTPS: just closed)."""
+        if self.ssl_context is not None:
+            return b""
+        response = HTTPError(503, "SERVICE_UNAVAILABLE").response()
+        lines = ["HTTP/1.1 503 %s" % _status_text(503)]
+        lines.extend("%s: %s" % kv for kv in response.headers)
+        lines += ["Content-Length: %d" % len(response.body), "Connection: close"]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + response.body
 
     def get_request(self):
         sock, address = super().get_request()
@@ -658,11 +698,37 @@ class HTTPServer(Listener):
         return sock, address
 
     def finish_request(self, request, client_address):
+        """Serve a connection; True when it was parked (it stays open without this thread)."""
         if self.ssl_context is not None:
             try:
                 request.settimeout(self.read_timeout)
                 request.do_handshake()
             except OSError as e:  # includes ssl.SSLError: a plain-HTTP client, an unknown CA...
                 self.log.debug("%s: TLS handshake with %s:%s failed - %s", self.log_name, *client_address[:2], e)
-                return
-        super().finish_request(request, client_address)
+                return False
+        handler = self.RequestHandlerClass(request, client_address, self)
+        if handler.park and self._park is not None:
+            return self._park.park(request, client_address, self.idle_timeout)
+        return False
+
+    def can_park(self):
+        """True if idle kept-alive connections give up their thread here (plain HTTP on Linux).
+
+        Not over TLS: the TLS layer may hold decrypted bytes that no poll sees.
+        """
+        return self._park is not None
+
+    def _resume(self, request, client_address):
+        """A parked connection is readable: a thread for it again (the park's thread)."""
+        self.dispatch_request(request, client_address)
+
+    def _expire(self, request, client_address):
+        """A parked connection idled for idle_timeout: close it, as Go's IdleTimeout does."""
+        self.shutdown_request(request)
+
+    def server_close(self):
+        park, self._park = self._park, None
+        if park is not None:
+            for request, _ in park.stop():
+                self.shutdown_request(request)
+        super().server_close()

@@ -10,12 +10,17 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
 * ``nsqd-conn[...]``       one per connection (joined by ``TCPServer.server_close``),
   each owning its ``nsqd-client-pump[...]``,
 * ``nsqd-http-accept``     the HTTP server's accept loop,
-* ``nsqd-http[...]``       one per HTTP connection (joined by ``HTTPServer.server_close``),
+* ``nsqd-http[...]``       one per HTTP connection while it has a request to serve
+  (joined by ``HTTPServer.server_close``),
+* ``nsqd-http-idle``       holds idle keep-alive HTTP connections without a thread
+  (Linux; joined by ``HTTPServer.server_close``),
 * ``nsqd-https-accept`` and ``nsqd-https[...]``: the same for HTTPS (with --tls-cert/--tls-key),
 * ``nsqd-topic-pump[...]`` one per topic (joined by ``Topic.close``); started by
   ``Topic.start`` once the listeners are bound (topics from nsqd.dat) or at
   creation (later topics),
 * ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages,
+* ``nsqd-metadata``        rewrites nsqd.dat after topics or channels come or go
+  (joined by :meth:`NSQD.stop`),
 * ``nsqd-idle-watch``      wakes parked idle connection threads (Linux).
 * ``nsqd-statsd``          pushes stats to ``--statsd-address`` (only when set; joined by
   ``StatsdLoop.close``).
@@ -77,6 +82,7 @@ class NSQD(BrokerCore):
         # connect until one answers.
         self._unqueried_topics = {}
         self._statsd = None  # the StatsdLoop when --statsd-address is set (started by start())
+        self._metadata_writer = None  # the nsqd-metadata thread (runs BrokerCore.metadata_loop)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -109,6 +115,9 @@ class NSQD(BrokerCore):
             self.idle_watcher.start()
         self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
         self._spawn("nsqd-queue-scan", self.queue_scan_loop)
+        self.open_metadata_writer()
+        self._metadata_writer = threading.Thread(target=self.metadata_loop, name="nsqd-metadata", daemon=True)
+        self._metadata_writer.start()
         self._lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
         if self.options.statsd_address:
             self._statsd = StatsdLoop(self, self.statsd_prefix())
@@ -182,6 +191,8 @@ class NSQD(BrokerCore):
             if self._tcp_server is not None:
                 self._tcp_server.shutdown()  # stops its accept loop
                 self._tcp_server.close_connections()
+                for client in self.clients():
+                    client.close_connection()  # also stops a reader still decoding what it has
                 self._tcp_server.server_close()  # joins its connection threads
             if self.idle_watcher is not None:
                 self.idle_watcher.stop()  # no connection thread is left to park
@@ -190,6 +201,7 @@ class NSQD(BrokerCore):
                     server.shutdown()
                     server.close_connections()
                     server.server_close()
+            self._stop_metadata_writer()
             self.persist_metadata()
             with self._lock:
                 topics = list(self._topics.values())
@@ -208,6 +220,13 @@ class NSQD(BrokerCore):
             self.log.info("NSQ: stopped")
         finally:
             self._stopped.set()
+
+    def _stop_metadata_writer(self):
+        """Let the writer finish the changes made so far, then join it (stop() writes the final state)."""
+        self.close_metadata_writer()
+        writer, self._metadata_writer = self._metadata_writer, None
+        if writer is not None:
+            writer.join()
 
     def __enter__(self):
         if not self._started:

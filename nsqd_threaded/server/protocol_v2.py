@@ -9,7 +9,6 @@ its body is read).  Everything that can be computed without I/O lives in
 :mod:`nsqd_threaded.server.connection`'s.
 """
 
-import socket
 import ssl
 import threading
 import time
@@ -33,7 +32,7 @@ class ProtocolV2:
         self.nsqd = nsqd
         self.options = nsqd.options
         self.client = client
-        self.reader = Reader(sock, nsqd.idle_watcher)
+        self.reader = Reader(sock, nsqd.idle_watcher, lambda: client.disconnected)
         self._valid_topics = {}  # raw name -> str, for names already validated
         self.transport = None  # the TLS/compression layers, once IDENTIFY has negotiated one
         self._topics = {}  # name -> Topic
@@ -442,8 +441,17 @@ class ProtocolV2:
         return self._publish("MPUB", topic_name, bodies)
 
 
-def handle_connection(nsqd, sock, address):
-    """Serve one accepted connection from its magic to its close (connection thread)."""
+def thread_refusal(reason="can't start new thread"):
+    """The error frame that refuses a connection the host has no thread for (see docs/deploy.md)."""
+    return protocol.error_frame(ProtocolError("E_INVALID", "cannot start a client thread - %s" % reason))
+
+
+def handle_connection(nsqd, sock, address, limits=None):
+    """Serve one accepted connection from its magic to its close (connection thread).
+
+    ``limits`` (the listener's LimitReporter) hears of a pump thread that
+    could not start; that client is refused with :func:`thread_refusal`.
+    """
     try:
         magic = b""
         while len(magic) < 4:
@@ -462,22 +470,28 @@ def handle_connection(nsqd, sock, address):
     client = nsqd.connect(sock, address)
     proto = None
     try:
-        client.start_pump()
+        try:
+            client.start_pump()
+        except RuntimeError as e:  # "can't start new thread": the host's task limit
+            if limits is not None:
+                limits.hit("thread", "cannot start a client pump thread - %s" % e,
+                           "raise the task limit (ulimit -u, systemd TasksMax, pids cgroup)")
+            client.send(thread_refusal(str(e)))
+            return
         proto = ProtocolV2(nsqd, client, sock)
         proto.io_loop()
     finally:
         # One teardown at a time (see NSQD.teardown_lock): when thousands of
         # connections end together, their threads wait on this lock, outside
         # the contest for the GIL, instead of all contending at once.
+        # No system call under the lock: after one, the thread must win the
+        # GIL back, and under a busy broker that takes a switch interval
+        # (5 ms) while every other teardown waits on the lock.
         with nsqd.teardown_lock:
-            client.close_connection()
             client.stop_pump()
             nsqd.remove_client(client)
+        client.close_connection()  # ends a pump blocked in a send
         client.join_pump()  # outside the lock: the pump needs its turn at the GIL to end
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         if proto is not None:
             proto.reader.close()
         if nsqd.idle_watcher is not None:

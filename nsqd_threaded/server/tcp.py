@@ -3,7 +3,7 @@
 import socket
 import socketserver
 
-from .protocol_v2 import handle_connection
+from .protocol_v2 import handle_connection, thread_refusal
 from .base import Listener
 
 
@@ -11,7 +11,7 @@ class _ConnectionHandler(socketserver.BaseRequestHandler):
     def handle(self):
         sock = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        handle_connection(self.server.nsqd, sock, self.client_address)
+        handle_connection(self.server.nsqd, sock, self.client_address, self.server.limits)
 
 
 class TCPServer(Listener):
@@ -30,3 +30,6 @@ class TCPServer(Listener):
     def __init__(self, address, nsqd):
         self.nsqd = nsqd
         super().__init__(address, _ConnectionHandler, nsqd.log)
+
+    def refusal(self):
+        return thread_refusal()

@@ -79,6 +79,10 @@ class Backend:
         """What the inside view (``/debug/state``) shows of this backend: a small dict of figures."""
         return {"kind": type(self).__name__, "depth": self.depth()}
 
+    def needs_sync(self):
+        """True while something written, read or acknowledged awaits the periodic flush."""
+        return False
+
 
 class DiscardBackend(Backend):
     """For ephemeral topics and channels: writes succeed and vanish."""
@@ -115,6 +119,7 @@ class BackedQueue:
         self._memory = collections.deque()  # the memory queue: Messages (a Topic keeps records there)
         self._backend = backend
         self._mem_capacity = backend.memory_capacity(mem_queue_size)
+        self._scan_listed = False  # in the broker's ScanSet (the queue scanner visits it)
 
     def depth(self):
         """Messages waiting: memory plus backend (not in flight, not deferred)."""
@@ -126,6 +131,30 @@ class BackedQueue:
         with self._lock:
             if not self.exiting:
                 self._backend.maybe_sync(now)
+            self._unlist_if_idle_locked()
+
+    def scan(self, now_ns, now):
+        """The queue scanner's visit (``now_ns``: time.time_ns(), ``now``: time.monotonic())."""
+        self.sync_backend(now)
+
+    def mark_scan_locked(self):
+        """Something for the scanner (in flight, deferred, a backend to sync): be in its set.
+
+        Called on every such change; only the first since the queue was
+        last idle touches the set.
+        """
+        if not self._scan_listed:
+            self._scan_listed = True
+            self._nsqd.scan_set.add(self)
+
+    def _scan_idle_locked(self):
+        """Nothing left for the scanner (subclasses add their indexes)."""
+        return self.exiting or not self._backend.needs_sync()
+
+    def _unlist_if_idle_locked(self):
+        if self._scan_listed and self._scan_idle_locked():
+            self._scan_listed = False
+            self._nsqd.scan_set.discard(self)
 
     def _room_locked(self):
         """How many more messages the memory queue takes."""
@@ -145,6 +174,7 @@ class BackedQueue:
 
     def _write_backend_locked(self, msgs):
         """The one way messages reach the backend: the write and its health record."""
+        self.mark_scan_locked()  # to be synced by the scanner
         self._nsqd.backend_put(self._backend, msgs)
 
     def _take_locked(self, n):
@@ -155,6 +185,7 @@ class BackedQueue:
         msgs = list(memory)
         memory.clear()
         if len(msgs) < n and self._backend.depth():
+            self.mark_scan_locked()  # a read moves the disk queue's metadata
             msgs.extend(self._from_backend_locked(n - len(msgs)))
         return msgs
 

@@ -464,6 +464,10 @@ class DiskQueue(Backend):
             "max_bytes_per_file": self.max_bytes_per_file,
         }
 
+    def needs_sync(self):
+        """True while writes or reads since the last sync await the periodic flush."""
+        return not self._exiting and (self._count > 0 or self._need_sync)
+
     def _sync_logged(self):
         ok = True
         try:

@@ -175,3 +175,14 @@ def test_parse_log_level_and_tls_required():
 def test_go_json_is_compact_ordered_and_go_formatted():
     doc = {"b": 1, "a": [0.5, 1e21, 0.0, None, True], "<k>": {"s": "\u2028&\udcff"}}
     assert go_json(doc) == '{"b":1,"a":[0.5,1e+21,0,null,true],"\\u003ck\\u003e":{"s":"\\u2028\\u0026\\ufffd"}}'
+
+
+def test_go_json_of_a_flat_object_escapes_as_go():
+    """Flat objects (a /stats client) take the C encoder; its output is rewritten to Go's escapes."""
+    doc = {"a<b>&": '\b\f\n\\b\\f\u2028\u2029\ud800\x01é"', "n": -3, "t": True, "z": None}
+    expected = (
+        '{"a\\u003cb\\u003e\\u0026":"\\u0008\\u000c\\n\\\\b\\\\f\\u2028\\u2029\\ufffd\\u0001é\\"",'
+        '"n":-3,"t":true,"z":null}'
+    )
+    assert go_json(doc) == expected
+    assert go_json({"x": [doc]}) == '{"x":[' + expected + "]}"

@@ -14,6 +14,8 @@ Names that are not ours are recognised by a rule, not listed one by one:
   sentence that begins with "Go" / "Go's", or at most three words after "Go" / "Go's"
   (``(*Topic).messagePump`` is not a dotted name to begin with);
 * file names (``nsqd.dat``, ``topic.go``, ``tour_wire.py``);
+* the kernel's settings: sysctl keys (``net.core.somaxconn``, ``kernel.pid_max``) and cgroup
+  files (``pids.max``);
 * the standard library's and the few third-party libraries' (checked for real when importable).
 """
 
@@ -53,6 +55,8 @@ OTHER_VARIABLES = {
     "mem": "the /stats JSON's memory section (mem.heap_objects, ...): JSON keys, not Python",
 }
 SORTED_CONTAINERS = {"SortedList"}
+# The kernel's names: sysctl keys and cgroup interface files (not code; nothing to resolve).
+KERNEL_SETTINGS = re.compile(r"(?:kernel|net|vm|fs)\.\w+(?:\.\w+)*|(?:pids|memory|cpu)\.\w+")
 
 
 # -- the package's names (ast) ------------------------------------------------------------
@@ -210,7 +214,7 @@ def not_ours_but_real(name):
     the head is not a library this rule knows."""
     parts = name.split(".")
     head = parts[0]
-    if head in OTHER_VARIABLES:
+    if head in OTHER_VARIABLES or KERNEL_SETTINGS.fullmatch(name):
         return True
     if head in LIBRARY_CLASSES:
         return hasattr(LIBRARY_CLASSES[head], parts[1])

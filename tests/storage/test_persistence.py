@@ -80,6 +80,7 @@ def test_nsqd_dat_exact_bytes_and_ephemeral_excluded(tmp_path):
         nsqd.get_topic("t2").get_channel("c")
         nsqd.get_topic("t2").get_channel("x#ephemeral")
         nsqd.get_topic("e#ephemeral").get_channel("c")
+        assert nsqd.wait_metadata(10)  # creations are persisted by the broker's writer thread
         data = json.loads((tmp_path / "nsqd.dat").read_bytes())
         by_name = {t["name"]: t for t in data["topics"]}
         assert set(by_name) == {"h1", "t2"}
@@ -98,6 +99,7 @@ def test_topic_delete_removes_files_and_metadata(tmp_path):
         nsqd.get_topic("gone").get_channel("c")
         assert any(n.startswith("gone.diskqueue") for n in os.listdir(tmp_path))
         nsqd.delete_topic("gone")
+        assert nsqd.wait_metadata(10)
         assert not any(n.startswith("gone") for n in os.listdir(tmp_path))
         assert json.loads((tmp_path / "nsqd.dat").read_bytes())["topics"] is None
     finally:
