@@ -430,7 +430,8 @@ def run_row(name, fn, limits, kind, go_path, scale):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--go", default="/work/shared/reference/go-nsq-1.3.0/nsqd", help="Go nsqd binary")
+    ap.add_argument("--go", default=os.path.join(os.path.dirname(REPO), "shared", "reference", "go-nsq-1.3.0", "nsqd"),
+                    help="Go nsqd binary (default: the reference tree beside this repository)")
     ap.add_argument("--rows", default="", help="comma-separated row names (default: all)")
     ap.add_argument("--quick", action="store_true", help="every row at a tenth of its size")
     ap.add_argument("--only", choices=["ours", "go"], help="one broker only")
