@@ -1,13 +1,17 @@
 """One TCP connection on the server side: reading commands, writing frames, upgrading, the pump.
 
-Each connection has two threads, as each nsqd connection has two goroutines:
+Each nsqd connection has two goroutines, IOLoop and messagePump.  Here:
 
 * the connection thread (owned by the TCP server) reads and executes
   commands (:class:`~nsqd_threaded.server.protocol_v2.ProtocolV2` through a
   :class:`Reader`), and
-* the pump thread (owned by the connection thread, which joins it) sends
-  heartbeats and, once subscribed, takes batches of messages from the channel
-  and writes them out.
+* the pump thread (owned by the connection thread, which joins it) takes
+  batches of messages from the channel and writes them out, and sends the
+  heartbeats.  It starts with the client's first ``RDY`` above zero: a
+  producer, or a consumer not yet ready, never has anything to pump, and a
+  thread costs a start-up hand-off, a stack and a turn at the GIL.  Until
+  then the connection thread sends the heartbeats itself, between reads
+  (:meth:`ClientConnection.tick_heartbeat`, called by the :class:`Reader`).
 
 Frames from both threads go through :meth:`ClientConnection.send`, serialized
 by ``_write_lock``.  A pump batch is written with one ``sendall``.
@@ -22,7 +26,7 @@ import time
 from ..broker.client_v2 import STATE_SUBSCRIBED, Client
 from ..wire import protocol
 from ..wire.transport import TransportError
-from .idle import IDLE_AFTER, TIMED_OUT, WOKEN
+from .idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED
 
 DELIVERY_BATCH = 512  # messages a pump takes from its channel per lock acquisition
 
@@ -47,12 +51,22 @@ class Reader:
     Used by the connection thread only.
     """
 
-    def __init__(self, sock, idle_watcher=None, disconnected=None):
+    def __init__(self, sock, idle_watcher=None, disconnected=None, ticker=None):
         """``disconnected``: a callable, true once the connection is being closed
         (checked before each recv and each decode: a stream that inflates to
-        gigabytes from what is already received must not outlive the broker)."""
+        gigabytes from what is already received must not outlive the broker).
+
+        ``ticker(now)``: called with ``time.monotonic()`` once the time it last
+        returned has come (and whenever the read deadline changes: IDENTIFY
+        may change the heartbeat interval); it sends a heartbeat if one is
+        due and returns when to call it next, or None for never (the pump
+        sends them now, or heartbeats are off).  Without a deadline (no
+        heartbeats) it is not called.
+        """
         self._sock = sock
         self._disconnected = disconnected
+        self._ticker = ticker
+        self._tick_at = 0.0 if ticker is not None else None  # when to call the ticker next
         self._buf = bytearray()
         self._pos = 0
         self._deadline = None
@@ -85,6 +99,8 @@ class Reader:
         if seconds == self._timeout and seconds is not None:  # the usual case: same as the last command's
             self._deadline = _monotonic() + seconds
             return
+        if self._ticker is not None:
+            self._tick_at = 0.0  # the heartbeat interval may have changed: ask the ticker again
         if seconds is None or seconds <= 0:
             self._deadline = None
             if self._timeout is not None:
@@ -97,7 +113,9 @@ class Reader:
     def _set_timeout(self, seconds):
         tv = _timeval(seconds)
         recv_seconds = seconds
-        if self._idle is not None and (seconds is None or seconds > IDLE_AFTER):
+        # Parking (or, without a watcher, a heartbeat) needs the recv to come
+        # back after IDLE_AFTER seconds of nothing.
+        if (self._idle is not None or self._ticker is not None) and (seconds is None or seconds > IDLE_AFTER):
             recv_seconds = IDLE_AFTER
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(recv_seconds))
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)  # the pump's writes too
@@ -108,11 +126,15 @@ class Reader:
         if self._disconnected is not None and self._disconnected():
             raise ConnectionEnded("closed by the broker")
         if self._deadline is not None:
-            remaining = self._deadline - _monotonic()
+            now = _monotonic()
+            remaining = self._deadline - now
             if remaining <= 0:
                 raise ConnectionEnded("i/o timeout")
             if remaining < self._timeout * 0.5:
                 self._set_timeout(remaining)
+            tick_at = self._tick_at
+            if tick_at is not None and now >= tick_at:
+                self._tick_at = self._ticker(now)
         layers = self._layers
         if layers is not None and layers.pending():
             # A large inflate stopped at its limit: its input is already here.
@@ -186,17 +208,35 @@ class Reader:
         return rest
 
     def _recv_after_idle(self, chunk):
-        """Park with the idle watcher until readable, then recv (ConnectionEnded at the deadline)."""
+        """The recv timed out: park with the idle watcher (without one: recv
+        again) until readable, sending heartbeats as they fall due; then recv
+        (ConnectionEnded at the deadline)."""
         idle = self._idle
         while True:
-            remaining = None
+            wait = None
+            tick_at = None
             if self._deadline is not None:
-                remaining = self._deadline - time.monotonic()
-                if remaining <= 0:
+                now = _monotonic()
+                wait = self._deadline - now
+                if wait <= 0:
                     raise ConnectionEnded("i/o timeout")
-            woken = idle.park(self._sock.fileno(), remaining) if idle is not None else TIMED_OUT
-            if woken == TIMED_OUT:
-                raise ConnectionEnded("i/o timeout")
+                tick_at = self._tick_at
+                if tick_at is not None and now >= tick_at:
+                    tick_at = self._tick_at = self._ticker(now)
+                if self._disconnected is not None and self._disconnected():
+                    raise ConnectionEnded("closed by the broker")  # the heartbeat's write failed
+                if tick_at is not None and tick_at - now < wait:
+                    wait = tick_at - now
+                else:
+                    tick_at = None
+            if idle is None:
+                woken = WOKEN_UNCOUNTED  # the blocking recv waits, for IDLE_AFTER seconds at most
+            else:
+                woken = idle.park(self._sock.fileno(), wait)
+                if woken == TIMED_OUT:
+                    if tick_at is not None and _monotonic() >= tick_at:
+                        continue  # a heartbeat is due, not the deadline
+                    raise ConnectionEnded("i/o timeout")  # (or the watcher is stopping)
             counted = woken == WOKEN
             try:
                 n = self._sock.recv_into(chunk)
@@ -293,7 +333,11 @@ class ClientConnection(Client):
         self._sock = sock
         self._write_lock = threading.Lock()  # serializes writes to the socket, and guards _encode
         self._encode = None  # output bytes -> socket bytes, None on a plain connection
-        self._pump = None
+        self._pump = None  # the pump thread, once the first RDY above zero has started it
+        # The heartbeat ticker: when the next is due, and the interval it was
+        # computed with.  The connection thread's until the pump starts, then the pump's.
+        self._heartbeat_at = None
+        self._heartbeat_every = None
         self.disconnected = False  # close_connection was called: the reader stops at its next fill
 
     def upgrade(self, negotiate):
@@ -358,19 +402,47 @@ class ClientConnection(Client):
             return self.send(b"".join(parts))
         return True
 
+    # -- heartbeats before the pump -------------------------------------------
+
+    def tick_heartbeat(self, now):
+        """The connection thread's heartbeat ticker while no pump runs (the Reader's ``ticker``).
+
+        Sends a heartbeat if one is due (a failed write closes the
+        connection); returns when the next is due, or None once the pump
+        sends them or heartbeats are off.
+        """
+        interval = self.heartbeat_interval
+        if self._pump is not None or interval <= 0:
+            return None
+        if interval != self._heartbeat_every:  # the first tick, or IDENTIFY changed it: restart the ticker
+            self._heartbeat_every = interval
+            self._heartbeat_at = now + interval
+        elif now >= self._heartbeat_at:
+            self.send(protocol.HEARTBEAT_FRAME)
+            self._heartbeat_at += interval * (1 + int((now - self._heartbeat_at) // interval))
+        return self._heartbeat_at
+
     # -- pump --------------------------------------------------------------
 
+    def set_ready(self, count):
+        """RDY: the first count above zero starts the pump (RuntimeError when the host allows no more threads)."""
+        super().set_ready(count)
+        if count > 0 and self._pump is None:
+            self.start_pump()
+
     def start_pump(self):
-        """Start the pump thread (RuntimeError when the host allows no more threads)."""
+        """Start the pump thread (connection thread only; RuntimeError when the host allows no more threads)."""
         pump = threading.Thread(
             target=self._pump_loop, name="nsqd-client-pump[%d %s]" % (self.id, self.remote_address), daemon=True
         )
         pump.start()
-        self._pump = pump  # only a started pump is joined
+        self._pump = pump  # only a started pump is joined; from now on it sends the heartbeats
 
     def _pump_loop(self):
-        next_heartbeat = time.monotonic() + self.heartbeat_interval
         hb_interval = self.heartbeat_interval
+        next_heartbeat = self._heartbeat_at  # the connection thread's ticker goes on here
+        if hb_interval != self._heartbeat_every or next_heartbeat is None:
+            next_heartbeat = time.monotonic() + hb_interval
         while True:
             with self._lock:
                 if not self._woken and not self._closing:

@@ -28,11 +28,13 @@ from .connection import ConnectionEnded, Reader
 class ProtocolV2:
     """Executes one client's commands.  Runs on the connection thread."""
 
-    def __init__(self, nsqd, client, sock):
+    def __init__(self, nsqd, client, sock, limits=None):
+        """``limits``: the listener's LimitReporter, told of a pump thread that could not start."""
         self.nsqd = nsqd
         self.options = nsqd.options
         self.client = client
-        self.reader = Reader(sock, nsqd.idle_watcher, lambda: client.disconnected)
+        self.limits = limits
+        self.reader = Reader(sock, nsqd.idle_watcher, lambda: client.disconnected, client.tick_heartbeat)
         self._valid_topics = {}  # raw name -> str, for names already validated
         self.transport = None  # the TLS/compression layers, once IDENTIFY has negotiated one
         self._topics = {}  # name -> Topic
@@ -292,7 +294,14 @@ class ProtocolV2:
             count = protocol.int64(count)
         if not 0 <= count <= self.options.max_rdy_count:
             raise ProtocolError("E_INVALID", "RDY count %d out of range 0-%d" % (count, self.options.max_rdy_count))
-        client.set_ready(count)
+        try:
+            client.set_ready(count)  # the first count above zero starts the pump
+        except RuntimeError as e:  # "can't start new thread": the host's task limit
+            if self.limits is not None:
+                self.limits.hit("thread", "cannot start a client pump thread - %s" % e,
+                                "raise the task limit (ulimit -u, systemd TasksMax, pids cgroup)")
+            client.send(thread_refusal(str(e)))
+            raise ConnectionEnded("no pump thread") from None
         return None
 
     def FIN(self, params):
@@ -450,7 +459,8 @@ def handle_connection(nsqd, sock, address, limits=None):
     """Serve one accepted connection from its magic to its close (connection thread).
 
     ``limits`` (the listener's LimitReporter) hears of a pump thread that
-    could not start; that client is refused with :func:`thread_refusal`.
+    could not start (at the client's first RDY above zero); that client is
+    refused with :func:`thread_refusal` and disconnected.
     """
     try:
         magic = b""
@@ -470,15 +480,7 @@ def handle_connection(nsqd, sock, address, limits=None):
     client = nsqd.connect(sock, address)
     proto = None
     try:
-        try:
-            client.start_pump()
-        except RuntimeError as e:  # "can't start new thread": the host's task limit
-            if limits is not None:
-                limits.hit("thread", "cannot start a client pump thread - %s" % e,
-                           "raise the task limit (ulimit -u, systemd TasksMax, pids cgroup)")
-            client.send(thread_refusal(str(e)))
-            return
-        proto = ProtocolV2(nsqd, client, sock)
+        proto = ProtocolV2(nsqd, client, sock, limits)
         proto.io_loop()
     finally:
         # One teardown at a time (see NSQD.teardown_lock): when thousands of

@@ -208,16 +208,21 @@ def test_client_provides_what_a_channel_needs(nsqd):
         for name in Subscriber.__annotations__:
             assert hasattr(client, name), name
         assert callable(client.wake) and callable(client.close_connection)
-        client.subscribe("t", object())
+        channel = nsqd.get_topic("t").get_channel("c")
+        client.subscribe("t", channel)
         assert client.state == STATE_SUBSCRIBED and client.topic_name == "t"
-        client.set_ready(8)
+        assert not [t for t in threading.enumerate() if t.name.startswith("nsqd-client-pump[1 ")]
+        client.set_ready(8)  # the first RDY above zero starts the pump
         assert (client.ready_count, client.wake_at) == (8, 2)
+        assert [t for t in threading.enumerate() if t.name == "nsqd-client-pump[1 127.0.0.1:4150]"]
         client.start_close()
         assert client.state == STATE_CLOSING and client.ready_count == 0
         client.count_published("t", 3)
         client.count_published("t", 2)
         assert client.pub_counts == {"t": 5}
     finally:
+        client.stop_pump()
+        client.join_pump()
         a.close()
         b.close()
 

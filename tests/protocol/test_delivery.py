@@ -270,3 +270,49 @@ def test_stop_joins_every_thread_and_closes_clients(make_nsqd):
         s.assert_closed()
     idle.assert_closed()
     assert set(threading.enumerate()) - before == set()
+
+
+def _pump_threads(nsqd):
+    return [t for t in threading.enumerate() if t.name.startswith("nsqd-client-pump[")]
+
+
+def test_the_pump_thread_starts_with_the_first_rdy_and_heartbeats_go_on(nsqd):
+    """Before its first RDY above zero a consumer has one thread (its connection thread sends the
+    heartbeats); RDY starts the pump, which takes the heartbeats over: never two per interval."""
+    with Conn(nsqd.tcp_address) as sub:
+        sub.identify(heartbeat_interval=1000)
+        sub.sub("lazy", "c")
+        sub.cmd(b"RDY 0")
+        assert sub.read_frame(skip_heartbeats=False) == (0, b"_heartbeat_")  # from the connection thread
+        sub.cmd(b"NOP")
+        assert _pump_threads(nsqd) == []
+        sub.cmd(b"RDY 1")
+        wait_for(lambda: len(_pump_threads(nsqd)) == 1, timeout=10, what="the pump thread")
+        with Conn(nsqd.tcp_address) as pub:
+            pub.pub("lazy", b"x")
+        assert sub.read_message()[3] == b"x"
+        started = time.monotonic()
+        beats = 0
+        while time.monotonic() - started < 3.5:
+            assert sub.read_frame(skip_heartbeats=False) == (0, b"_heartbeat_")
+            beats += 1
+            sub.cmd(b"NOP")
+        assert 2 <= beats <= 5, beats  # one a second (a doubled ticker would send 7 or more)
+
+
+def test_a_busy_producer_gets_heartbeats_without_a_pump_thread(nsqd):
+    """A producer publishing without pause still gets its heartbeats, as from nsqd's messagePump."""
+    with Conn(nsqd.tcp_address) as pub:
+        pub.identify(heartbeat_interval=1000)
+        started = time.monotonic()
+        beats = 0
+        while not beats and time.monotonic() - started < 20:
+            pub.cmd(b"PUB busy", b"m")
+            ft, data = pub.read_frame(skip_heartbeats=False)
+            if (ft, data) == (0, b"_heartbeat_"):
+                beats += 1
+                assert pub.read_response() == b"OK"
+            else:
+                assert (ft, data) == (0, b"OK")
+        assert beats == 1
+        assert _pump_threads(nsqd) == []
