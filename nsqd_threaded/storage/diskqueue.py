@@ -670,15 +670,13 @@ class DiskQueue(Backend):
     def _write_segments(self, start_file, start_pos, segments):
         created = []
         wrote_start = False
-        path = self.file_name(segments[0][0])
+        num = segments[0][0]
         op = "open"
         try:
-            for num, pos, parts in segments:
-                path = self.file_name(num)
+            for num, pos, parts in segments:  # (a path is built only for an error)
                 if num != start_file and self._must_roll():
-                    op, path = "sync", self.file_name(num - 1)
+                    op = "sync"
                     self._roll_write_file(num)
-                    path = self.file_name(num)
                 if self._wfd is None:
                     op = "open"
                     self._wfd = self._open_write_file(num, pos)
@@ -690,6 +688,7 @@ class DiskQueue(Backend):
                     wrote_start = True
                 write_all(self._wfd, b"".join(parts))
         except OSError as e:
+            path = self.file_name(num - 1 if op == "sync" else num)
             # Nothing of the batch counts: drop what reached the files.
             self._close_write_file()
             if wrote_start:

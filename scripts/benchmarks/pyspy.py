@@ -2,7 +2,8 @@
 
     scripts/bench pyspy --go-tools GO_DIR [--seconds 8] [--out DIR]
 
-Starts our broker (``--mem-queue-size=100000000``, as the pub-mem phase) and then the
+Starts our broker (``--mem-queue-size=100000000``, as the pub-mem phase; default flags,
+as the pub-disk phase, with ``--spilling``) and then the
 floor probe, drives each with the single-PUB load (Go's ``pub_probe --workers 2``,
 else this project's writer), and samples it with ``py-spy record -r 500 -f raw``
 (``pip install py-spy``) for ``--seconds`` after a second of load.  Prints each
@@ -104,6 +105,8 @@ def main():
     ap.add_argument("--nonblocking", action="store_true",
                     help="sample without pausing the broker (faster, but some stacks come out torn)")
     ap.add_argument("--out", help="directory for the raw profiles (default: a temporary one, removed)")
+    ap.add_argument("--spilling", action="store_true",
+                    help="our broker with default flags, as the pub-disk phase (the topic spills to its disk queue)")
     a = ap.parse_args()
     pyspy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
     if not os.access(pyspy, os.X_OK):
@@ -112,7 +115,8 @@ def main():
     out = a.out or tempfile.mkdtemp(prefix="bench-pyspy-")
     os.makedirs(out, exist_ok=True)
     try:
-        for kind, flags in (("ours", ["--mem-queue-size=100000000"]), ("floor", [])):
+        ours_flags = [] if a.spilling else ["--mem-queue-size=100000000"]
+        for kind, flags in (("ours", ours_flags), ("floor", [])):
             path = os.path.join(out, "%s.txt" % kind)
             extra = (["--gil"] if a.gil else []) + (["--nonblocking"] if a.nonblocking else [])
             rate, cpu, switches = profile(kind, a.python, flags, tools, a.seconds, path, pyspy, extra)
