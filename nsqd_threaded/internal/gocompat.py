@@ -97,23 +97,25 @@ def go_float(f):
     return repr(f)
 
 
-# The C encoder writes what Go writes except for a few string escapes and
-# floats.  Strings are fixed in one regex pass over its output, when a quick
-# look finds anything to fix: \b and \f, HTML characters, U+2028/9 and lone
-# surrogates (``\\`` is matched first, so an escaped backslash followed by
-# "b" or "f" is left alone).  Floats come out as ``repr``: a float token is a
-# fraction or exponent (found by its "." or "e+"/"e-") whose number starts
-# after ``:``, ``,`` or ``[`` and ends before ``,``, ``]`` or ``}``; those
-# that ``repr`` writes unlike Go are rewritten with :func:`go_float`.  A
-# string can hold such text too, so the rewrite is kept only when it found
-# exactly as many tokens as the document holds floats; otherwise the document
-# takes the slow path.
+# Fast path: the stdlib encoder (C on CPython; PyPy's own is faster than the
+# slow path too) writes the whole document in one call, and what it writes
+# differently from Go is then rewritten in its text.  Strings, in one regex
+# pass when a quick look finds anything to fix: \b and \f, HTML characters,
+# U+2028/9 and lone surrogates (``\\`` is matched first, so an escaped
+# backslash followed by "b" or "f" is left alone).  Floats, which come out as
+# ``repr``: each float token holds a match of _FRACTION_RE, or of
+# _EXPONENT_RE when written without a fraction, and those that ``repr``
+# writes unlike Go (whole numbers, exponents) are rewritten with
+# :func:`go_float`.  A string can hold such text too, so the rewrite is kept
+# only when it found exactly as many tokens as the document holds floats
+# (counted by a walk that also checks the types); otherwise, and for any
+# type the stdlib writes differently, the document takes the slow path.
 _STDLIB_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
 _STRING_FIX_RE = re.compile(r'\\\\|\\b|\\f|[<>&\u2028\u2029\ud800-\udfff]')
 _STRING_FIXES = {"\\b": "\\u0008", "\\f": "\\u000c", "<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
                  "\u2028": "\\u2028", "\u2029": "\\u2029"}
 _NON_ASCII_FIX_RE = re.compile("[\u2028\u2029\ud800-\udfff]")
-# Each starts with a literal, which re finds quickly.
+# Anchored on "." or "e" rather than on the number's start: re scans for a literal quickly.
 _FRACTION_RE = re.compile(r"\.[0-9]+(?:e[-+][0-9]+)?(?=[,\]}])")
 _EXPONENT_RE = re.compile(r"(?<=[0-9])e[-+][0-9]+(?=[,\]}])")
 _NUMBER_CHARS = frozenset("-0123456789")
