@@ -201,12 +201,13 @@ def _fix_float_token(text, start, end, done, out):
     return end
 
 
-def _float_count(doc):
+def _float_count_by_level(doc):
     """How many floats ``doc`` holds, or None when the stdlib encoder cannot write it as the slow path would.
 
-    A walk level by level whose per-node work is done by C iterators:
-    exact types only, str keys only, finite floats only, and no deeper than
+    Exact types only, str keys only, finite floats only, and no deeper than
     the recursion limit (a cycle, or a document the slow path cannot write).
+    A walk level by level whose per-node work is done by C iterators: on
+    CPython several times faster than :func:`_float_count_by_value`.
     """
     level = [doc]
     floats = 0
@@ -231,6 +232,43 @@ def _float_count(doc):
             return floats
         level = children
     return None
+
+
+class _Unfit(Exception):
+    """A value the stdlib encoder would write otherwise than the slow path."""
+
+
+def _float_count_by_value(doc):
+    """:func:`_float_count_by_level` as a plain recursive walk: on PyPy several times faster."""
+    try:
+        return _count_floats(doc)
+    except (_Unfit, RecursionError):
+        return None
+
+
+def _count_floats(obj):
+    t = type(obj)
+    if t is str or t is int or t is bool or obj is None:
+        return 0
+    if t is float:
+        if not math.isfinite(obj):
+            raise _Unfit
+        return 1
+    n = 0
+    if t is dict:
+        for k, v in obj.items():
+            if type(k) is not str:
+                raise _Unfit
+            n += _count_floats(v)
+    elif t is list or t is tuple:
+        for v in obj:
+            n += _count_floats(v)
+    else:
+        raise _Unfit
+    return n
+
+
+_float_count = _float_count_by_value if sys.implementation.name == "pypy" else _float_count_by_level
 
 
 def _fast_encode(doc):

@@ -239,6 +239,7 @@ def test_go_json_fast_path_equals_slow_path_over_generated_documents():
         doc = {_random_string(rng): _random_value(rng, 0) for _ in range(rng.randrange(6))}
         assert go_json(doc) == go_json_slow(doc), doc
         fast += gocompat._fast_encode(doc) is not None
+        assert gocompat._float_count_by_level(doc) == gocompat._float_count_by_value(doc)  # one per runtime
         listed = [_random_value(rng, 0) for _ in range(rng.randrange(4))]
         assert go_json(listed) == go_json_slow(listed), listed
     assert fast > 1000  # the rest hold float-like text in a string, or NaN
@@ -328,6 +329,8 @@ def test_go_json_of_a_cycle_raises_recursion_error_and_a_deep_document_fares_as_
     cycle["a"].append(cycle)
     with pytest.raises(RecursionError):
         go_json(cycle)
+    assert gocompat._float_count_by_level(cycle) is None
+    assert gocompat._float_count_by_value(cycle) is None
     deep = [1.0]
     for _ in range(sys.getrecursionlimit() + 10):
         deep = [deep]
