@@ -47,12 +47,14 @@ def client_stats(client, pub_topic=None):
             doc["auth_identity_url"] = auth_state.identity_url
     doc["topology_zone"] = client.topology_zone
     doc["topology_region"] = client.topology_region
-    counts = dict(client.pub_counts)
-    # nsqd's loop stops after the first entry: at most one topic is shown, and
-    # with a topic filter only that topic (nothing if it was not published to).
-    topic = next(iter(counts), None) if not pub_topic else pub_topic if pub_topic in counts else None
-    if topic is not None:
-        doc["pub_counts"] = [{"topic": topic, "count": counts[topic]}]
+    counts = client.pub_counts
+    if counts:  # a subscriber has none: no copy to make
+        counts = dict(counts)
+        # nsqd's loop stops after the first entry: at most one topic is shown, and
+        # with a topic filter only that topic (nothing if it was not published to).
+        topic = next(iter(counts)) if not pub_topic else pub_topic if pub_topic in counts else None
+        if topic is not None:
+            doc["pub_counts"] = [{"topic": topic, "count": counts[topic]}]
     transport = client.transport
     if client.tls and transport is not None:
         doc["tls"] = True
@@ -83,6 +85,7 @@ def _e2e(percentiles, quantiles):
 
 def channel_stats(channel, include_clients, quantiles, pub_topic=None):
     snap = channel.snapshot()
+    clients = snap["clients"]
     doc = {
         "channel_name": channel.name,
         "depth": snap["depth"],
@@ -93,15 +96,14 @@ def channel_stats(channel, include_clients, quantiles, pub_topic=None):
     }
     if snap["global_msg_count"]:
         doc["global_msg_count"] = snap["global_msg_count"]
-    doc.update(
-        {
-            "requeue_count": snap["requeue_count"],
-            "timeout_count": snap["timeout_count"],
-            "client_count": len(snap["clients"]),
-            "clients": [client_stats(c, pub_topic) for c in snap["clients"]] if include_clients else None,
-            "paused": snap["paused"],
-            "e2e_processing_latency": _e2e(channel.e2e.query(), quantiles),
-        }
+    doc["requeue_count"] = snap["requeue_count"]
+    doc["timeout_count"] = snap["timeout_count"]
+    doc["client_count"] = len(clients)
+    doc["clients"] = [client_stats(c, pub_topic) for c in clients] if include_clients else None
+    doc["paused"] = snap["paused"]
+    # Without quantiles the estimator holds no samples: nothing to query.
+    doc["e2e_processing_latency"] = (
+        _e2e(channel.e2e.query(), quantiles) if quantiles else {"count": 0, "percentiles": None}
     )
     return doc, channel.e2e
 

@@ -9,7 +9,10 @@ implementation.  Pure functions only: no I/O, no state.
 
 import decimal
 import json
+import math
 import re
+import sys
+from itertools import chain, compress
 
 # -- %q (strconv.Quote) ------------------------------------------------------
 
@@ -94,33 +97,197 @@ def go_float(f):
     return repr(f)
 
 
-# Fast path: a dict whose values are all strings, ints, booleans or None (a
-# /stats client, mostly) goes through the C encoder, and what it writes
-# differently from Go is then rewritten: \b and \f, HTML characters, U+2028/9
-# and lone surrogates (``\\`` is matched first, so an escaped backslash
-# followed by "b" or "f" is left alone).
-_FLAT_TYPES = frozenset((str, int, bool, type(None)))
-_FLAT_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
-_FLAT_FIX_RE = re.compile(r'\\\\|\\b|\\f|[<>&\u2028\u2029\ud800-\udfff]')
-_FLAT_FIXES = {"\\b": "\\u0008", "\\f": "\\u000c", "<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
-               "\u2028": "\\u2028", "\u2029": "\\u2029"}
+# Fast path: the stdlib encoder (C on CPython; PyPy's own is faster than the
+# slow path too) writes the whole document in one call, and what it writes
+# differently from Go is then rewritten in its text.  Strings, in one regex
+# pass when a quick look finds anything to fix: \b and \f, HTML characters,
+# U+2028/9 and lone surrogates (``\\`` is matched first, so an escaped
+# backslash followed by "b" or "f" is left alone).  Floats, which come out as
+# ``repr``: each float token holds a match of _FRACTION_RE, or of
+# _EXPONENT_RE when written without a fraction, and those that ``repr``
+# writes unlike Go (whole numbers, exponents) are rewritten with
+# :func:`go_float`.  A string can hold such text too, so the rewrite is kept
+# only when it found exactly as many tokens as the document holds floats
+# (counted by a walk that also checks the types); otherwise, and for any
+# type the stdlib writes differently, the document takes the slow path.
+_STDLIB_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
+_STRING_FIX_RE = re.compile(r'\\\\|\\b|\\f|[<>&\u2028\u2029\ud800-\udfff]')
+_STRING_FIXES = {"\\b": "\\u0008", "\\f": "\\u000c", "<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                 "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_NON_ASCII_FIX_RE = re.compile("[\u2028\u2029\ud800-\udfff]")
+# Anchored on "." or "e" rather than on the number's start: re scans for a literal quickly.
+_FRACTION_RE = re.compile(r"\.[0-9]+(?:e[-+][0-9]+)?(?=[,\]}])")
+_EXPONENT_RE = re.compile(r"(?<=[0-9])e[-+][0-9]+(?=[,\]}])")
+_NUMBER_CHARS = frozenset("-0123456789")
+_VALUE_STARTS = frozenset(":,[")
+# Exact types only: a subclass may print itself differently (the slow path
+# calls str() on ints and repr() on floats).
+_ATOM_TYPES = frozenset((str, int, bool, type(None)))
+_FAST_TYPES = _ATOM_TYPES | {dict, list, tuple, float}
+_STR_TYPES = frozenset((str,))
+_IS_DICT = frozenset((dict,)).__contains__
+_IS_SEQUENCE = frozenset((list, tuple)).__contains__
+_IS_FLOAT = frozenset((float,)).__contains__
 
 
-def _flat_fix(m):
+def _string_fix(m):
     text = m.group()
     if text == "\\\\":
         return text
-    fix = _FLAT_FIXES.get(text)
+    fix = _STRING_FIXES.get(text)
     return fix if fix is not None else "\\ufffd"
 
 
+def _needs_string_fix(text):
+    # One-character searches are much faster than two-character ones.
+    return (
+        ("\\" in text and ("\\b" in text or "\\f" in text))
+        or "<" in text
+        or ">" in text
+        or "&" in text
+        or (not text.isascii() and _NON_ASCII_FIX_RE.search(text) is not None)
+    )
+
+
+def _fix_floats(text, floats):
+    """``text`` with its ``floats`` float tokens in Go's form, or None when they cannot be told apart.
+
+    Every float token holds a match of :data:`_FRACTION_RE` or (written
+    without a fraction) of :data:`_EXPONENT_RE`, so when there are as many
+    matches as floats, every match is a float token.
+    """
+    out = []
+    done = found = 0
+    for m in _FRACTION_RE.finditer(text):
+        found += 1
+        start, end = m.span()
+        if end - start == 2 and text[end - 1] == "0":  # a whole number: repr's ".0" goes
+            if text[start - 2 : start] == "-0" and text[start - 3 : start - 2] in _VALUE_STARTS:
+                out.append(text[done : start - 2])
+                out.append("0")
+            else:
+                out.append(text[done:start])
+            done = end
+        elif "e" in m.group():
+            done = _fix_float_token(text, start, end, done, out)
+    if found and out:
+        out.append(text[done:])
+        text = "".join(out)
+    if "e-" in text or "e+" in text:
+        out = []
+        done = 0
+        for m in _EXPONENT_RE.finditer(text):
+            start, end = m.span()
+            while start and text[start - 1] in _NUMBER_CHARS:
+                start -= 1
+            if text[start - 1 : start] != ".":  # else the exponent of a fraction, counted above
+                found += 1
+                done = _fix_float_token(text, start, end, done, out)
+        if out:
+            out.append(text[done:])
+            text = "".join(out)
+    return text if found == floats else None
+
+
+def _fix_float_token(text, start, end, done, out):
+    """Append what precedes the token ending at ``end`` and the token in Go's form; the new ``done``."""
+    while start and text[start - 1] in _NUMBER_CHARS:
+        start -= 1
+    out.append(text[done:start])
+    try:
+        out.append(go_float(float(text[start:end])))
+    except ValueError:  # not a number: text in a string, which the count will tell
+        out.append(text[start:end])
+    return end
+
+
+def _float_count_by_level(doc):
+    """How many floats ``doc`` holds, or None when the stdlib encoder cannot write it as the slow path would.
+
+    Exact types only, str keys only, finite floats only, and no deeper than
+    the recursion limit (a cycle, or a document the slow path cannot write).
+    A walk level by level whose per-node work is done by C iterators: on
+    CPython several times faster than :func:`_float_count_by_value`.
+    """
+    level = [doc]
+    floats = 0
+    for _ in range(sys.getrecursionlimit()):
+        types = list(map(type, level))
+        kinds = set(types)
+        if not kinds <= _FAST_TYPES:
+            return None
+        if float in kinds:
+            if not all(map(math.isfinite, compress(level, map(_IS_FLOAT, types)))):
+                return None
+            floats += types.count(float)
+        children = []
+        if dict in kinds:
+            dicts = list(compress(level, map(_IS_DICT, types)))
+            if not _STR_TYPES.issuperset(map(type, chain.from_iterable(dicts))):
+                return None
+            children.extend(chain.from_iterable(map(dict.values, dicts)))
+        if list in kinds or tuple in kinds:
+            children.extend(chain.from_iterable(compress(level, map(_IS_SEQUENCE, types))))
+        if not children:
+            return floats
+        level = children
+    return None
+
+
+class _Unfit(Exception):
+    """A value the stdlib encoder would write otherwise than the slow path."""
+
+
+def _float_count_by_value(doc):
+    """:func:`_float_count_by_level` as a plain recursive walk: on PyPy several times faster."""
+    try:
+        return _count_floats(doc)
+    except (_Unfit, RecursionError):
+        return None
+
+
+def _count_floats(obj):
+    t = type(obj)
+    if t is str or t is int or t is bool or obj is None:
+        return 0
+    if t is float:
+        if not math.isfinite(obj):
+            raise _Unfit
+        return 1
+    n = 0
+    if t is dict:
+        for k, v in obj.items():
+            if type(k) is not str:
+                raise _Unfit
+            n += _count_floats(v)
+    elif t is list or t is tuple:
+        for v in obj:
+            n += _count_floats(v)
+    else:
+        raise _Unfit
+    return n
+
+
+_float_count = _float_count_by_value if sys.implementation.name == "pypy" else _float_count_by_level
+
+
+def _fast_encode(doc):
+    """``go_json(doc)`` through the stdlib encoder, or None when that cannot be done."""
+    floats = _float_count(doc)
+    if floats is None:
+        return None
+    try:
+        text = _STDLIB_ENCODE(doc)
+    except RecursionError:
+        return None
+    if floats:
+        text = _fix_floats(text, floats)
+        if text is None:
+            return None
+    return _STRING_FIX_RE.sub(_string_fix, text) if _needs_string_fix(text) else text
+
+
 def _encode(obj, out):
-    if type(obj) is dict and all(type(v) in _FLAT_TYPES for v in obj.values()) and all(
-        type(k) is str for k in obj
-    ):
-        text = _FLAT_ENCODE(obj)
-        out.append(_FLAT_FIX_RE.sub(_flat_fix, text) if _FLAT_FIX_RE.search(text) else text)
-        return
     if isinstance(obj, str):
         out.append(go_json_string(obj))
     elif obj is None:
@@ -153,11 +320,20 @@ def _encode(obj, out):
         out.append("]")
 
 
-def go_json(doc):
-    """``json.Marshal`` of ``doc``: compact, keys in the dict's order, Go's strings and floats."""
+def go_json_slow(doc):
+    """:func:`go_json` written value by value in Python, for what the json encoder cannot do."""
     out = []
     _encode(doc, out)
     return "".join(out)
+
+
+def go_json(doc):
+    """``json.Marshal`` of ``doc``: compact, keys in the dict's order, Go's strings and floats."""
+    if type(doc) is not float:
+        text = _fast_encode(doc)
+        if text is not None:
+            return text
+    return go_json_slow(doc)
 
 
 # -- encoding/json: reading -------------------------------------------------------

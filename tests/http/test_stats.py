@@ -3,6 +3,8 @@
 import re
 import time
 
+from nsqd_threaded.broker import stats
+from nsqd_threaded.internal import gocompat
 from support.http_api import HTTP, assert_text
 from support.stats import (  # noqa: F401 (fixtures among them)
     CONNECTED_RE,
@@ -261,3 +263,6 @@ def test_e2e_after_fins(make_nsqd):
         assert filtered["topics"][0]["e2e_processing_latency"]["count"] == 10
         assert filtered["topics"][0]["channels"][0]["e2e_processing_latency"]["count"] == 4
         assert_text_matches(get_text(h, topic="lat", include_mem="false"), doc)
+        # The document with its e2e floats takes go_json's fast path, and it writes what the slow one does.
+        snapshot = stats.collect(nsqd, include_mem=False)
+        assert gocompat._fast_encode(snapshot) == gocompat.go_json_slow(snapshot)

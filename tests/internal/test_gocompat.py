@@ -1,11 +1,18 @@
-"""Go's text formats: durations and strconv flag values (quoting and JSON are in test_protocol_unit)."""
+"""Go's text formats: durations, strconv flag values and go_json (quoting is in test_identify_unit)."""
+
+import json
+import random
+import sys
 
 import pytest
 
+from nsqd_threaded.internal import gocompat
 from nsqd_threaded.internal.gocompat import (
     format_duration,
     format_duration_ns,
+    go_float,
     go_json,
+    go_json_slow,
     parse_duration,
     parse_duration_ns,
     parse_go_bool,
@@ -186,3 +193,151 @@ def test_go_json_of_a_flat_object_escapes_as_go():
     )
     assert go_json(doc) == expected
     assert go_json({"x": [doc]}) == '{"x":[' + expected + "]}"
+
+
+# -- go_json: the stdlib encoder's fast path equals the value-by-value slow path ----------
+
+# Floats at every magnitude and on every boundary of repr's and Go's formats.
+FLOATS = [0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 5.0, 0.99, 0.1 + 0.2, 1e-7, -1e-7, 1e-6, 9.99e-7, 1.5e-6, 1e-5,
+          -2.5e-5, 9.999999999999999e-05, 1e-4, 0.00012, 123456.789, 2.0**52 + 0.5, 2.0**53, 9007199254740993.0,
+          1e15, 1e16, -1e16, 1.2345678901234567e17, 1e20, 9.99e20, 1e21, -1e21, 1.5e21, 1e22, 1.7976931348623157e308,
+          5e-324, 1e-300, 2.2250738585072014e-308]
+# Characters the two paths escape differently, JSON's own, and text that looks like a float token.
+PIECES = ["\b", "\f", "\n", "\r", "\t", "\\", "\\b", "\\\\f", '"', "<", ">", "&", "\u2028", "\u2029",
+          "\ud800", "\udfff", "\udc80", "\ud83d\ude00", "\x00", "\x1f", "\x7f", "é", "\u00e9", "\U0001f600",
+          "a", "b", "f", "u0008", ":", ",", "[", "]", "}", "{", ".", "-", "e-", "e+", "0", "1", "5", "9",
+          ":1.0,", "[-0.0]", ",1e-05}", ":1.5e+16]", ",2.5,", ":1e+21}", "[NaN]", "Infinity", "e-07"]
+
+
+def _random_string(rng):
+    return "".join(rng.choice(PIECES) for _ in range(rng.randrange(6)))
+
+
+def _random_value(rng, depth):
+    kind = rng.randrange(10 if depth < 5 else 7)
+    if kind == 0:
+        return _random_string(rng)
+    if kind == 1:
+        return rng.choice([0, -1, 7, 2**63 - 1, -(2**63), 10**30, rng.randrange(-10**6, 10**6)])
+    if kind == 2:
+        return rng.choice([True, False, None])
+    if kind in (3, 4):
+        return rng.choice(FLOATS) if rng.random() < 0.7 else rng.uniform(-1e6, 1e6) * 10.0 ** rng.randrange(-12, 24)
+    if kind in (5, 6):
+        return float(rng.randrange(-10**6, 10**6))
+    if kind == 7:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(5))]
+    if kind == 8:
+        return tuple(_random_value(rng, depth + 1) for _ in range(rng.randrange(3)))
+    return {_random_string(rng): _random_value(rng, depth + 1) for _ in range(rng.randrange(6))}
+
+
+def test_go_json_fast_path_equals_slow_path_over_generated_documents():
+    rng = random.Random(20261125)
+    fast = 0
+    for _ in range(3000):
+        doc = {_random_string(rng): _random_value(rng, 0) for _ in range(rng.randrange(6))}
+        assert go_json(doc) == go_json_slow(doc), doc
+        fast += gocompat._fast_encode(doc) is not None
+        assert gocompat._float_count_by_level(doc) == gocompat._float_count_by_value(doc)  # one per runtime
+        listed = [_random_value(rng, 0) for _ in range(rng.randrange(4))]
+        assert go_json(listed) == go_json_slow(listed), listed
+    assert fast > 1000  # the rest hold float-like text in a string, or NaN
+
+
+@pytest.mark.parametrize("f", FLOATS + [-f for f in FLOATS])
+def test_go_json_writes_floats_as_go_float(f):
+    assert go_json(f) == go_float(f)
+    assert go_json([f]) == "[" + go_float(f) + "]"
+    assert go_json({"v": f, "w": [f, {"x": f}]}) == '{"v":%s,"w":[%s,{"x":%s}]}' % ((go_float(f),) * 3)
+
+
+def test_go_float_forms():
+    assert [go_float(f) for f in (0.0, -0.0, 5.0, 1e-5, 1e-7, 1e16, 1e21, 0.99)] == [
+        "0", "0", "5", "0.00001", "1e-07", "10000000000000000", "1e+21", "0.99"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [":1.0,", "x:1.0]", "[-0.0]", ",1e-05}", "a,5e+16]", ",1.5e-07}", "1-2.5e-05]", ":-1.0}", ":7.0,"],
+)
+def test_go_json_strings_that_look_like_float_tokens(text):
+    """Text in a string that the float rewrite would match: the count tells, the slow path writes it."""
+    for doc in ({"s": text, "f": 1.0}, {"s": text, "f": 1e-05}, [text, 2.0, 1e16, [text]], {text: 0.5}):
+        assert gocompat._fast_encode(doc) is None
+        assert go_json(doc) == go_json_slow(doc)
+        assert json.loads(go_json(doc))  # still valid JSON
+    assert go_json({"s": text, "f": 2.0}) == '{"s":"%s","f":2}' % text
+
+
+def test_go_json_of_a_stats_like_document_takes_the_fast_path():
+    """Dotted strings (addresses, versions, host names) are not taken for floats."""
+    client = {"remote_address": "127.0.0.1:4150", "user_agent": "pynsq/0.9.1", "hostname": "h1.example", "ts": 17}
+    e2e = {"count": 3, "percentiles": [{"quantile": 0.99, "value": 1500.0}, {"quantile": 1.0, "value": -0.0}]}
+    doc = {"version": "1.3.0", "topics": [{"channels": [{"clients": [client], "e2e_processing_latency": e2e}]}]}
+    expected = (
+        '{"version":"1.3.0","topics":[{"channels":[{"clients":[{"remote_address":"127.0.0.1:4150",'
+        '"user_agent":"pynsq/0.9.1","hostname":"h1.example","ts":17}],"e2e_processing_latency":'
+        '{"count":3,"percentiles":[{"quantile":0.99,"value":1500},{"quantile":1,"value":0}]}}]}]}'
+    )
+    assert gocompat._fast_encode(doc) == expected
+    assert go_json_slow(doc) == expected
+
+
+def test_go_json_escapes_strings_as_go_in_nested_documents():
+    doc = {"a": [{"k\b": "\\b\b\f<>&\u2028\ud800é"}], "n": {"m": ["\x01", 1.0]}}
+    assert go_json(doc) == (
+        '{"a":[{"k\\u0008":"\\\\b\\u0008\\u000c\\u003c\\u003e\\u0026\\u2028\\ufffdé"}],'
+        '"n":{"m":["\\u0001",1]}}'
+    )
+
+
+class _Int(int):
+    def __str__(self):
+        return "seven"
+
+
+class _Float(float):
+    def __repr__(self):
+        return "2.5"
+
+
+class _Dict(dict):
+    pass
+
+
+def test_go_json_takes_the_slow_path_for_what_the_encoder_would_write_differently():
+    for make in (
+        lambda: {"i": _Int(7)},
+        lambda: {"f": [_Float(1.0)]},
+        lambda: [_Dict(a=1.0)],
+        lambda: {"s": {1.0}},
+        lambda: {"g": (x for x in [1.0, "<"])},
+        lambda: {"v": {"a": 1.0}.values()},
+        lambda: {"n": float("nan"), "i": [float("inf"), -float("inf")]},
+    ):
+        assert go_json(make()) == go_json_slow(make())
+    assert go_json({"g": (x for x in [1.0, "<"])}) == '{"g":[1,"\\u003c"]}'
+    with pytest.raises(TypeError):
+        go_json({"a": {1: "x"}})  # Go's maps here have string keys
+    with pytest.raises(TypeError):
+        go_json({"a": object()})
+
+
+def test_go_json_of_a_cycle_raises_recursion_error_and_a_deep_document_fares_as_on_the_slow_path():
+    cycle = {"a": []}
+    cycle["a"].append(cycle)
+    with pytest.raises(RecursionError):
+        go_json(cycle)
+    assert gocompat._float_count_by_level(cycle) is None
+    assert gocompat._float_count_by_value(cycle) is None
+    deep = [1.0]
+    for _ in range(sys.getrecursionlimit() + 10):
+        deep = [deep]
+    try:
+        expected = go_json_slow(deep)
+    except RecursionError:  # CPython; PyPy's limit counts differently
+        with pytest.raises(RecursionError):
+            go_json(deep)
+    else:
+        assert go_json(deep) == expected
