@@ -85,7 +85,7 @@ def go_json_string(value):
 
 
 def go_float(f):
-    """A float64 as Go's encoding/json writes it (``0``, ``0.99``, ``1e+21``)."""
+    """A float64 as Go's encoding/json writes it (``0``, ``0.99``, ``1e+21``, ``1e-7``)."""
     if f == 0:
         return "0"
     a = abs(f)
@@ -94,7 +94,10 @@ def go_float(f):
         if "." in text:
             text = text.rstrip("0").rstrip(".")
         return text
-    return repr(f)
+    text = repr(f)
+    if text[-4:-1] == "e-0":  # Go cleans up e-09 to e-9 (a negative two-digit exponent only)
+        text = text[:-2] + text[-1]
+    return text
 
 
 # Fast path: the stdlib encoder (C on CPython; PyPy's own is faster than the

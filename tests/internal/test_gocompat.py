@@ -253,8 +253,10 @@ def test_go_json_writes_floats_as_go_float(f):
 
 
 def test_go_float_forms():
-    assert [go_float(f) for f in (0.0, -0.0, 5.0, 1e-5, 1e-7, 1e16, 1e21, 0.99)] == [
-        "0", "0", "5", "0.00001", "1e-07", "10000000000000000", "1e+21", "0.99"]
+    """encoding/json's floatEncoder: 'f' format from 1e-6 to 1e21, else 'e' with a negative
+    two-digit exponent's leading zero cleaned up (e-09 -> e-9); positive exponents keep their sign."""
+    assert [go_float(f) for f in (0.0, -0.0, 5.0, 1e-5, 1e-7, -2.5e-9, 1e-10, 1e-100, 1e16, 1e21, 0.99)] == [
+        "0", "0", "5", "0.00001", "1e-7", "-2.5e-9", "1e-10", "1e-100", "10000000000000000", "1e+21", "0.99"]
 
 
 @pytest.mark.parametrize(
