@@ -5,8 +5,6 @@ import time
 
 import pytest
 
-from nsqd_threaded.broker.topic import TopicError
-
 from support.http_api import (  # noqa: F401 (fixtures among them)
     HTTP,
     assert_empty,
@@ -104,17 +102,22 @@ def test_deferred_http_pub_is_delivered_no_earlier_than_its_delay(nsqd, h):
         assert channel_doc(h, "later", "c")["deferred_count"] == 0
 
 
-def test_pub_and_mpub_answer_503_when_the_put_fails(nsqd, h, monkeypatch):
+def test_pub_and_mpub_answer_503_when_the_put_fails(make_nsqd):
+    """A disk that refuses the write (the topic's disk queue file is /dev/full: ENOSPC on every
+    write) fails the publish as nsqd fails it: 503 EXITING, nothing counted, the broker serving on."""
+    import os
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    nsqd = make_nsqd(mem_queue_size=0)
+    os.symlink("/dev/full", os.path.join(nsqd.options.data_path, "x503.diskqueue.000000.dat"))
+    h = HTTP(nsqd)
     assert_empty(h.post("/topic/create?topic=x503"))
-    topic = nsqd.get_existing_topic("x503")
-
-    def fail(bodies, defer_ns=0):
-        raise TopicError("exiting")
-
-    monkeypatch.setattr(topic, "publish", fail)
     assert_error(h.post("/pub?topic=x503", b"m"), 503, "EXITING")
     assert_error(h.post("/mpub?topic=x503", b"a\nb"), 503, "EXITING")
     assert_error(h.post("/mpub?topic=x503&binary=true", mpub_body([b"a"])), 503, "EXITING")
+    assert topic_doc(h, "x503")["message_count"] == 0
+    assert_text(h.post("/pub?topic=elsewhere", b"m"), b"OK")
 
 
 # -- /mpub text mode ---------------------------------------------------------------
