@@ -166,13 +166,18 @@ class Topic(BackedQueue):
         retries (channels that took it may then see it twice; none loses it).
         Returns the durable-mode sync tokens as ``[(channel, token)]``.
         """
-        first = True
+        channels = list(self._channels.values())
         tokens = []
         error = None
-        for channel in list(self._channels.values()):
-            # (Message.copy inlined: a call less per message and channel.)
-            batch = msgs if first else [Message(m.id, m.body, m.timestamp, 0, m.deferred_ns) for m in msgs]
-            first = False
+        if len(channels) > 1:
+            # The copies' fields, read once per batch instead of once per channel; each
+            # channel's copies are then one map over them (Message.copy, without a call
+            # and four attribute reads per message and channel).
+            columns = [[m.id for m in msgs], [m.body for m in msgs], [m.timestamp for m in msgs]]
+            if deferred:
+                columns += [itertools.repeat(0), [m.deferred_ns for m in msgs]]
+        for n, channel in enumerate(channels):
+            batch = list(map(Message, *columns)) if n else msgs
             try:
                 token = channel.put_messages(batch, strict, deferred)
             except ChannelError as e:
