@@ -173,15 +173,17 @@ class Topic(BackedQueue):
         channels = list(self._channels.values())
         tokens = []
         error = None
-        if len(channels) > 1:
-            # The copies' fields, read once per batch instead of once per channel; each
-            # channel's copies are then one map over them (Message.copy, without a call
-            # and four attribute reads per message and channel).
-            columns = [[m.id for m in msgs], [m.body for m in msgs], [m.timestamp for m in msgs]]
-            if deferred:
-                columns += [itertools.repeat(0), [m.deferred_ns for m in msgs]]
+        # The first channel's put clears its originals' deferral once it has indexed
+        # them: the others' copies take it from here.
+        delays = [m.deferred_ns for m in msgs] if deferred and len(channels) > 1 else None
         for n, channel in enumerate(channels):
-            batch = list(map(Message, *columns)) if n else msgs
+            # (Message.copy inlined, with no more arguments than it needs.)
+            if not n:
+                batch = msgs
+            elif delays is None:
+                batch = [Message(m.id, m.body, m.timestamp) for m in msgs]
+            else:
+                batch = [Message(m.id, m.body, m.timestamp, 0, d) for m, d in zip(msgs, delays)]
             try:
                 token = channel.put_messages(batch, strict, deferred)
             except ChannelError as e:
