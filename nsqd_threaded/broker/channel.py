@@ -300,33 +300,25 @@ class Channel(BackedQueue):
 
     def finish_many(self, client, msg_ids):
         """FIN a run of IDs under one lock acquisition; returns [(id, reason)] of failures."""
-        failures = []
         with self._lock:
-            remove = self._in_flight.remove
-            get = self._in_flight.get
-            cid = client.id
-            done = []
-            sample = self.e2e.add if self.e2e.enabled else None
-            now = time.time_ns()
-            for msg_id in msg_ids:
-                msg = get(msg_id)
-                if msg is None:
-                    failures.append((msg_id, "ID not in flight"))
-                elif msg.client_id != cid:
-                    failures.append((msg_id, "client does not own message"))
-                else:
-                    remove(msg_id)
-                    done.append(msg_id)
-                    if sample:
+            done, refused = self._in_flight.remove_owned(msg_ids, client.id)
+            if done:
+                if self.e2e.enabled:
+                    sample = self.e2e.add
+                    now = time.time_ns()
+                    for msg in done:
                         sample(now - msg.timestamp)
-            if not done:
-                return failures
-            client.finish_count += len(done)
-            self._backend.ack(done)  # (the channel is listed: it had these in flight)
-            wake = self._release_locked(client, len(done))
+                client.finish_count += len(done)
+                self._backend.ack([msg.id for msg in done])  # (the channel is listed: it had these in flight)
+                wake = self._release_locked(client, len(done))
+            else:
+                wake = False
         if wake:
             client.wake()
-        return failures
+        if not refused:
+            return refused
+        return [(msg_id, "ID not in flight" if msg is None else "client does not own message")
+                for msg_id, msg in refused]
 
     def requeue(self, client, msg_id, delay_ns):
         """REQ.  Returns an error reason or None."""

@@ -83,6 +83,26 @@ class TimedIndex:
         """Remove and return the message with this ID, or None (its entry goes stale)."""
         return self._by_id.pop(msg_id, None)
 
+    def remove_owned(self, msg_ids, owner):
+        """Remove the messages with these IDs whose ``client_id`` is ``owner`` (a run of FINs).
+
+        Returns ``(removed, refused)``: the removed messages, and ``(id, message)`` for
+        each other ID in order, the message being None when the ID is not here and
+        another client's otherwise (left in place).
+        """
+        by_id = self._by_id
+        get = by_id.get
+        removed = []
+        refused = []
+        for msg_id in msg_ids:
+            msg = get(msg_id)
+            if msg is not None and msg.client_id == owner:
+                del by_id[msg_id]
+                removed.append(msg)
+            else:
+                refused.append((msg_id, msg))
+        return removed, refused
+
     def reschedule(self, msg, deadline_ns):
         msg.expiry_ns = deadline_ns  # the old entry no longer matches: stale
         self._push(deadline_ns, [msg])

@@ -118,8 +118,12 @@ class Topic(BackedQueue):
                 self.message_count += len(bodies)
                 self.message_bytes += size
                 return
-        self.put_messages([Message(i, b, now, 0, defer_ns) for i, b in zip(new_ids(len(bodies)), bodies)],
-                          deferred=bool(defer_ns))
+        if defer_ns:
+            msgs = list(map(Message, new_ids(len(bodies)), bodies, itertools.repeat(now), itertools.repeat(0),
+                            itertools.repeat(defer_ns)))
+        else:  # (the fewer arguments, the cheaper each Message: the others' defaults are right)
+            msgs = list(map(Message, new_ids(len(bodies)), bodies, itertools.repeat(now)))
+        self.put_messages(msgs, deferred=bool(defer_ns))
 
     def put_messages(self, msgs, deferred=True):
         """Publish; raises TopicError.  Counted only once accepted.
@@ -166,13 +170,20 @@ class Topic(BackedQueue):
         retries (channels that took it may then see it twice; none loses it).
         Returns the durable-mode sync tokens as ``[(channel, token)]``.
         """
-        first = True
+        channels = list(self._channels.values())
         tokens = []
         error = None
-        for channel in list(self._channels.values()):
-            # (Message.copy inlined: a call less per message and channel.)
-            batch = msgs if first else [Message(m.id, m.body, m.timestamp, 0, m.deferred_ns) for m in msgs]
-            first = False
+        # The first channel's put clears its originals' deferral once it has indexed
+        # them: the others' copies take it from here.
+        delays = [m.deferred_ns for m in msgs] if deferred and len(channels) > 1 else None
+        for n, channel in enumerate(channels):
+            # (Message.copy inlined, with no more arguments than it needs.)
+            if not n:
+                batch = msgs
+            elif delays is None:
+                batch = [Message(m.id, m.body, m.timestamp) for m in msgs]
+            else:
+                batch = [Message(m.id, m.body, m.timestamp, 0, d) for m, d in zip(msgs, delays)]
             try:
                 token = channel.put_messages(batch, strict, deferred)
             except ChannelError as e:

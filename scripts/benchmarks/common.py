@@ -9,10 +9,13 @@
 * :func:`run_workers`: N load-generator processes started at one instant.
 """
 
+import http.client
+import json
 import multiprocessing
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -29,10 +32,14 @@ class BrokerProc:
     ``kind`` is ``go`` (``argv0`` is the nsqd binary), ``floor`` (``argv0`` is a Python
     interpreter running floor.py) or anything else: this project's broker under the
     interpreter ``argv0``, imported from the tree ``root``.
+
+    ``http``: the broker also listens for HTTP on 127.0.0.1 (``http_address``;
+    not the floor), for the phases that create, inspect or empty channels.
     """
 
-    def __init__(self, kind, argv0, flags=(), root=ROOT):
+    def __init__(self, kind, argv0, flags=(), root=ROOT, http=False):
         self.kind = kind
+        self.http_address = None
         self.data = tempfile.mkdtemp(prefix="nsqd-bench-%s-" % kind)
         env = dict(os.environ)
         cwd = None
@@ -48,7 +55,10 @@ class BrokerProc:
             # so a baseline tree's broker must start there to import that tree's package.
             cwd = root
         if kind != "floor":
-            cmd += ["--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=" + self.data, "--log-level=warn"]
+            if http:  # a port chosen here: /proc cannot tell which of two listeners is HTTP
+                self.http_address = "127.0.0.1:%d" % free_port()
+            cmd += ["--tcp-address=127.0.0.1:0", "--http-address=" + (self.http_address or ""),
+                    "--data-path=" + self.data, "--log-level=warn"]
         self.proc = subprocess.Popen(cmd + list(flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      env=env, cwd=cwd)
         self._stderr = threading.Thread(target=self.proc.stderr.read, name="bench-stderr-%s" % kind, daemon=True)
@@ -59,13 +69,39 @@ class BrokerProc:
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 self.stop()
                 raise RuntimeError("%s broker did not start" % kind)
-            self.address = listening_address(self.proc.pid)
+            self.address = listening_address(self.proc.pid, exclude=self.http_address)
+            if self.address is not None and self.http_address is not None and \
+                    listening_address(self.proc.pid, exclude=self.address) != self.http_address:
+                self.address = None  # the HTTP listener is not up yet
             if self.address is None:
                 time.sleep(0.02)  # polling /proc for the listener, bounded by the deadline
         self.pid = self.proc.pid
 
     def cpu_seconds(self):
         return cpu_seconds(self.pid)
+
+    def http(self, method, path):
+        """An HTTP request to the broker (``http=True``); returns the body, raises on a status >= 300."""
+        host, port = self.http_address.rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        try:
+            conn.request(method, path)
+            resp = conn.getresponse()
+            body = resp.read()
+        finally:
+            conn.close()
+        if resp.status >= 300:
+            raise RuntimeError("%s %s: %d %s" % (method, path, resp.status, body[:200]))
+        return body
+
+    def stats(self, topic):
+        """``/stats`` of one topic as a dict (Go's and ours; None if it does not exist)."""
+        doc = json.loads(self.http("GET", "/stats?format=json&include_clients=false&topic=" + topic))
+        doc = doc.get("data", doc)  # (an enveloped answer, as older nsqd sent)
+        for t in doc.get("topics") or ():
+            if t["topic_name"] == topic:
+                return t
+        return None
 
     def stop(self):
         if self.proc.poll() is None:
@@ -92,8 +128,16 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def listening_address(pid):
-    """The TCP port a process listens on, from /proc (no log parsing, any log level)."""
+def free_port():
+    """An ephemeral 127.0.0.1 port free now (for a listener whose port /proc cannot single out)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening_address(pid, exclude=None):
+    """The TCP port a process listens on, from /proc (no log parsing, any log level);
+    ``exclude``: an address to skip (a second listener)."""
     try:
         inodes = set()
         for fd in os.listdir("/proc/%d/fd" % pid):
@@ -108,7 +152,9 @@ def listening_address(pid):
             for line in f.readlines()[1:]:
                 parts = line.split()
                 if parts[3] == "0A" and parts[9] in inodes:
-                    return "127.0.0.1:%d" % int(parts[1].split(":")[1], 16)
+                    address = "127.0.0.1:%d" % int(parts[1].split(":")[1], 16)
+                    if address != exclude:
+                        return address
     except OSError:
         return None
     return None

@@ -23,6 +23,10 @@ mpub      bench_writer: MPUB of 200 x 200 B, one connection per core, into a
           topic without channels (default flags: past 10,000 it is on disk)
 consume   bench_reader, RDY 2500, FIN each: drains what mpub wrote, for 60 %
           of --runfor (so that neither broker runs dry)
+mpub-chan the mpub load into a topic with one channel (created first), with
+          ``--mem-queue-size=1000000``: every message stays in the channel's
+          memory queue (the load comes in segments, the channel emptied between
+          them, unmeasured: see :func:`mpub_into_channel`)
 pub-mem   single PUB, 2 connections, ``--mem-queue-size=100000000``
 pub-disk  single PUB, 2 connections, default flags, a topic without channels
           (past 10,000 messages every PUB is a disk write)
@@ -33,16 +37,66 @@ memory    RSS growth per queued 200 B message (``--mem-queue-size`` above it)
 ========  ==================================================================
 """
 
+import math
 import os
 import statistics
 import sys
+import time
 
 from . import ROOT, memory
 from . import tools as load_tools
 from .common import BrokerProc, Quiet, interpreter
 
-PHASES = ("mpub", "consume", "pub-mem", "pub-disk", "rtt", "fanout", "memory")
+PHASES = ("mpub", "consume", "mpub-chan", "pub-mem", "pub-disk", "rtt", "fanout", "memory")
 FLOOR_PHASES = ("pub-mem", "rtt")  # what the floor server can stand in for
+
+# mpub-chan: the memory queue of both brokers, and the share of it one segment of load may fill
+# at the rate the previous segment measured (the first segment assumes FIRST_RATE).
+MPUB_CHAN_MEM_QUEUE = 1000000
+MPUB_CHAN_FILL = 0.6
+MPUB_CHAN_FIRST_RATE = 1000000.0
+MPUB_CHAN_MIN_SEGMENT = 0.5  # seconds: shorter, and the tool's start-up weighs on the rate
+
+
+def mpub_into_channel(b, tools, topic, seconds, rate=None):
+    """MPUB into ``topic`` (created with one channel, ``ch``) for ``seconds``, all in memory.
+
+    A run of 5 s at 400,000 msg/s would be 2,000,000 messages: twice the memory queue,
+    and past it each message is a disk write, which is another phase.  So the load
+    comes in segments, each sized to fill at most ``MPUB_CHAN_FILL`` of the memory
+    queue at the last measured rate, and between them the channel is emptied
+    (``/channel/empty``), unmeasured; memory stays below 1,000,000 messages.  A
+    segment's CPU is read once the topic has handed everything to the channel (Go's
+    topic pump may lag behind the publisher).
+
+    Returns ``(messages, broker CPU seconds, messages spilled to disk, last rate)``.
+    """
+    b.http("POST", "/topic/create?topic=" + topic)
+    b.http("POST", "/channel/create?topic=%s&channel=ch" % topic)
+    done = sent = cpu = 0.0
+    spilled = 0
+    while seconds - done > 1e-6:
+        longest = max(MPUB_CHAN_MIN_SEGMENT, MPUB_CHAN_FILL * MPUB_CHAN_MEM_QUEUE / (rate or MPUB_CHAN_FIRST_RATE))
+        t = (seconds - done) / math.ceil((seconds - done) / longest - 1e-9)  # equal segments
+        cpu0 = b.cpu_seconds()
+        rate = tools.mpub(b.address, topic, t)
+        stats = _wait_topic_drained(b, topic)
+        cpu += b.cpu_seconds() - cpu0
+        sent += rate * t
+        done += t
+        spilled += stats["backend_depth"] + sum(c["backend_depth"] for c in stats["channels"])
+        b.http("POST", "/channel/empty?topic=%s&channel=ch" % topic)
+    return sent, cpu, spilled, rate
+
+
+def _wait_topic_drained(b, topic, timeout=60.0):
+    """The topic's /stats once its own queue is empty (everything is in the channel)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = b.stats(topic)
+        if stats["depth"] == 0 or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.01)  # polling /stats, bounded by the deadline
 
 
 def run_phase(phase, kind, argv0, root, tools, a):
@@ -58,7 +112,9 @@ def run_phase(phase, kind, argv0, root, tools, a):
         flags = ["--mem-queue-size=100000000"]
     elif phase == "memory":
         flags = ["--mem-queue-size=%d" % (a.count + 10000)]
-    b = BrokerProc(kind, argv0, flags, root)
+    elif phase == "mpub-chan":
+        flags = ["--mem-queue-size=%d" % MPUB_CHAN_MEM_QUEUE]
+    b = BrokerProc(kind, argv0, flags, root, http=phase == "mpub-chan")
     out = {}
 
     def timed(name, seconds, load, *args):
@@ -79,6 +135,17 @@ def run_phase(phase, kind, argv0, root, tools, a):
             timed("mpub", runfor, tools.mpub, b.address, "sub_bench", runfor)
             if "consume" in a.phases:
                 timed("consume", runfor * 0.6, tools.consume, b.address, "sub_bench", "ch", runfor * 0.6)
+            return out
+        if phase == "mpub-chan":
+            rate = None
+            if warmup:  # on another topic, deleted afterwards: its messages do not add up
+                rate = mpub_into_channel(b, tools, "warm", warmup)[3]
+                b.http("POST", "/topic/delete?topic=warm")
+            sent, cpu, spilled, _ = mpub_into_channel(b, tools, "mpub_chan", runfor, rate)
+            out["mpub-chan"] = sent / runfor
+            if sent:
+                out["mpub-chan-cpu"] = cpu / sent * 1e6
+            out["mpub-chan-spilled"] = spilled
             return out
         if phase in ("pub-mem", "pub-disk"):
             if warmup:
@@ -107,6 +174,8 @@ ROWS = [  # name, label, unit, higher is better; each rate is followed by the br
     ("mpub-cpu", "  CPU per message", "us", False),
     ("consume", "consume, RDY 2500, FIN each", "msg/s", True),
     ("consume-cpu", "  CPU per message", "us", False),
+    ("mpub-chan", "MPUB, batches of 200, one channel, in memory", "msg/s", True),
+    ("mpub-chan-cpu", "  CPU per message", "us", False),
     ("pub-mem", "single PUB, 2 conns, into memory", "msg/s", True),
     ("pub-mem-cpu", "  CPU per message", "us", False),
     ("pub-disk", "single PUB, 2 conns, spilling to disk", "msg/s", True),
@@ -205,6 +274,10 @@ def print_table(a, go_nsqd, tools, quiet, samples, loaded):
         print("| " + " | ".join(cells) + " |")
     print("(ratio: ours/Go for rates, Go/ours for latency, memory and CPU: above 1 means ours is better;"
           " ours/floor the same against the floor probe)")
+    spills = [x for kind in samples.values() for x in kind.get("mpub-chan-spilled", ())]
+    if any(spills):
+        print("mpub-chan: messages spilled to disk past the memory queue (%s): those rows are not of memory alone"
+              % ", ".join("%d" % x for x in spills))
     if loaded:
         print("LOADED: measured while other processes kept more than %.2f cores busy (or the run started with the"
               " load average above %.2f): not a result; re-measure on a quiet machine."

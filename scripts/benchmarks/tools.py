@@ -121,10 +121,10 @@ class OurTools:
     def fanout(self, address, runfor, topic="fan"):
         rates = [0.0] * FANOUT_CHANNELS
 
-        def reader(i):
+        def consume_channel(i):
             rates[i] = reader.run(address, topic, "ch%d" % i, 2500, runfor, 1)[0]
 
-        threads = [threading.Thread(target=reader, args=(i,), name="fanout-reader-%d" % i)
+        threads = [threading.Thread(target=consume_channel, args=(i,), name="fanout-reader-%d" % i)
                    for i in range(FANOUT_CHANNELS)]
         for t in threads:
             t.start()

@@ -55,6 +55,27 @@ def test_fan_out_every_channel_gets_every_message_in_order_as_copies(owners):
     assert topic.snapshot()[2:4] == (21, sum(len(x) for x in bodies(20)) + 4)
 
 
+def test_a_deferred_publish_is_deferred_in_every_channel_inline_or_from_the_backlog(owners):
+    # (The first channel's put clears its originals' deferral once indexed: the others'
+    # copies must not be made from them afterwards.)
+    nsqd = owners()
+    topic = nsqd.get_topic("later")
+    channels = [topic.get_channel(name) for name in "abc"]
+    topic.publish([b"x", b"y"], defer_ns=3600 * 10**9)
+    topic.publish([b"now"])
+    assert [(c.deferred_count(), c.depth()) for c in channels] == [(2, 1)] * 3
+
+    topic = nsqd.get_topic("later-backlog")
+    channels = [topic.get_channel(name) for name in "abc"]
+    topic.pause()
+    topic.publish([b"x", b"y"], defer_ns=3600 * 10**9)
+    topic.publish([b"now"])
+    topic.start()
+    topic.unpause()
+    wait_until(lambda: [(c.deferred_count(), c.depth()) for c in channels] == [(2, 1)] * 3,
+               what="the pump to fan out the backlog, deferral kept in every channel")
+
+
 def test_no_channel_keeps_a_backlog_that_the_pump_drains_once_one_exists(owners):
     nsqd = owners()
     topic = nsqd.get_topic("backlog")

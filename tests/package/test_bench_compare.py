@@ -94,3 +94,51 @@ def test_scripts_bench_dispatches_to_a_benchmark():
                          env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "floor" in out.stdout
+
+
+def test_mpub_into_a_channel_stays_in_memory_and_is_measured(bench_compare, tools):
+    a = argparse.Namespace(runfor=0.6, count=2000, rtt_count=50, phases=["mpub-chan"], warmup=0.3)
+    out = bench_compare.run_phase("mpub-chan", "ours", sys.executable, bench_compare.ROOT, tools.OurTools(), a)
+    assert out["mpub-chan"] > 0 and out["mpub-chan-cpu"] > 0
+    assert out["mpub-chan-spilled"] == 0
+
+
+def test_mpub_into_a_channel_comes_in_segments_that_fit_the_memory_queue(bench_compare, common, tools):
+    # At the rate the previous segment measured, each fills at most MPUB_CHAN_FILL of the memory
+    # queue; the channel holds one segment's messages at a time.
+    class Recording(tools.OurTools):
+        def __init__(self, broker):
+            self.broker = broker
+            self.segments = []  # (seconds, messages in the channel before the segment)
+
+        def mpub(self, address, topic, runfor):
+            stats = self.broker.stats(topic)
+            self.segments.append((runfor, stats["channels"][0]["depth"]))
+            assert super().mpub(address, topic, runfor) > 0
+            return 2 * bench_compare.MPUB_CHAN_MEM_QUEUE  # then as if the broker took 2,000,000 msg/s
+
+    flags = ["--mem-queue-size=%d" % bench_compare.MPUB_CHAN_MEM_QUEUE]
+    with common.BrokerProc("ours", sys.executable, flags, http=True) as broker:
+        load = Recording(broker)
+        sent, cpu, spilled, rate = bench_compare.mpub_into_channel(broker, load, "segments", 1.0)
+        assert [c["channel_name"] for c in broker.stats("segments")["channels"]] == ["ch"]
+    longest = bench_compare.MPUB_CHAN_FILL * bench_compare.MPUB_CHAN_MEM_QUEUE / rate
+    first = bench_compare.MPUB_CHAN_FILL * bench_compare.MPUB_CHAN_MEM_QUEUE / bench_compare.MPUB_CHAN_FIRST_RATE
+    assert load.segments[0][0] <= first + 1e-9
+    assert all(t <= max(longest, bench_compare.MPUB_CHAN_MIN_SEGMENT) + 1e-9 for t, _ in load.segments[1:])
+    assert sum(t for t, _ in load.segments) == pytest.approx(1.0)
+    assert len(load.segments) >= 2 and all(depth == 0 for _, depth in load.segments)  # emptied in between
+    assert sent == pytest.approx(2 * bench_compare.MPUB_CHAN_MEM_QUEUE * 1.0) and spilled == 0 and cpu >= 0
+
+
+def test_the_table_has_a_row_for_each_phase(bench_compare, capsys):
+    a = argparse.Namespace(python=sys.executable, rounds=1, runfor=1.0, warmup=0.0, baseline=None, floor=False)
+    samples = {"go": {"mpub-chan": [1000.0], "mpub-chan-cpu": [1.0], "mpub-chan-spilled": [0]},
+               "ours": {"mpub-chan": [800.0], "mpub-chan-cpu": [2.0], "mpub-chan-spilled": [5]}}
+    bench_compare.print_table(a, "nsqd", argparse.Namespace(name="tools"), argparse.Namespace(
+        summary=lambda: "quiet"), samples, set())
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| MPUB, batches of 200, one channel"))
+    assert "| 0.80 |" in row
+    assert "spilled to disk" in out
+    assert "mpub-chan" in bench_compare.PHASES
