@@ -14,6 +14,12 @@ import time
 
 from ..internal.gocompat import format_duration
 
+# Channels collected between two voluntary GIL releases: a /stats of thousands
+# of channels is CPU-bound for tens of milliseconds, and a thread waiting for the
+# GIL (a disconnect's teardown, a publish) would otherwise wait for the
+# interpreter's forced switch (5 ms) after each of its system calls.
+YIELD_EVERY = 10
+
 
 # -- snapshot ----------------------------------------------------------------
 
@@ -116,7 +122,11 @@ def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None)
         channels = [c for c in channels if c.name == channel_name]
         if not channels:
             return None
-    chans = [channel_stats(c, include_clients, quantiles, pub_topic)[0] for c in channels]
+    chans = []
+    for i, c in enumerate(channels, 1):
+        chans.append(channel_stats(c, include_clients, quantiles, pub_topic)[0])
+        if not i % YIELD_EVERY:
+            time.sleep(0)  # let threads waiting for the GIL run now, not at the next forced switch
     # nsqd merges every channel's estimator, whatever the channel filter.
     estimators = [c.e2e for c in all_channels]
     depth, backend_depth, message_count, message_bytes, paused = topic.snapshot()

@@ -500,6 +500,10 @@ class ClientConnection(Client):
             self._closing = True
             self._wakeup.notify()
 
+    def has_pump(self):
+        """True once the pump thread has started (the connection thread's question)."""
+        return self._pump is not None
+
     def join_pump(self):
         """Wait for the stopped pump to end (connection thread only)."""
         if self._pump is not None and self._pump is not threading.current_thread():

@@ -492,8 +492,9 @@ def handle_connection(nsqd, sock, address, limits=None):
         with nsqd.teardown_lock:
             client.stop_pump()
             nsqd.remove_client(client)
-        client.close_connection()  # ends a pump blocked in a send
-        client.join_pump()  # outside the lock: the pump needs its turn at the GIL to end
+        if client.has_pump():
+            client.close_connection()  # ends a pump blocked in a send
+            client.join_pump()  # outside the lock: the pump needs its turn at the GIL to end
         if proto is not None:
             proto.reader.close()
         if nsqd.idle_watcher is not None:
