@@ -173,17 +173,14 @@ class Topic(BackedQueue):
         channels = list(self._channels.values())
         tokens = []
         error = None
-        # The first channel's put clears its originals' deferral once it has indexed
-        # them: the others' copies take it from here.
-        delays = [m.deferred_ns for m in msgs] if deferred and len(channels) > 1 else None
-        for n, channel in enumerate(channels):
-            # (Message.copy inlined, with no more arguments than it needs.)
-            if not n:
-                batch = msgs
-            elif delays is None:
-                batch = [Message(m.id, m.body, m.timestamp) for m in msgs]
-            else:
-                batch = [Message(m.id, m.body, m.timestamp, 0, d) for m, d in zip(msgs, delays)]
+        # Every copy is made before the first put: a channel's put clears the
+        # deferral of the messages it indexes, and those are the originals.
+        # (Message.copy inlined, with no more arguments than it needs.)
+        if deferred:
+            copies = [[Message(m.id, m.body, m.timestamp, 0, m.deferred_ns) for m in msgs] for _ in channels[1:]]
+        else:
+            copies = [[Message(m.id, m.body, m.timestamp) for m in msgs] for _ in channels[1:]]
+        for channel, batch in zip(channels, [msgs] + copies):
             try:
                 token = channel.put_messages(batch, strict, deferred)
             except ChannelError as e:
