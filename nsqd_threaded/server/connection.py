@@ -417,9 +417,10 @@ class ClientConnection(Client):
         if interval != self._heartbeat_every:  # the first tick, or IDENTIFY changed it: restart the ticker
             self._heartbeat_every = interval
             self._heartbeat_at = now + interval
-        elif now >= self._heartbeat_at:
-            self.send(protocol.HEARTBEAT_FRAME)
-            self._heartbeat_at += interval * (1 + int((now - self._heartbeat_at) // interval))
+        else:
+            due = self._heartbeat_if_due(interval, self._heartbeat_at)  # the pump's ticker, the same rules
+            if due is not None:  # (None: the write failed and closed the connection; the Reader stops)
+                self._heartbeat_at = due
         return self._heartbeat_at
 
     # -- pump --------------------------------------------------------------
