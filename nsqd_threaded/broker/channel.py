@@ -24,6 +24,7 @@ from typing import Protocol
 from ..storage.backend import BackedQueue, BackendError
 from .e2e import E2ELatency
 from .pqueue import TimedIndex
+from ..wire.message import from_records
 from ..internal.gocompat import ns
 
 
@@ -140,7 +141,7 @@ class Channel(BackedQueue):
             else:
                 immediate = []
                 for msg in msgs:
-                    if msg.deferred_ns:
+                    if type(msg) is not bytes and msg.deferred_ns:
                         # An ID already deferred is dropped, as nsqd drops it.
                         self._deferred.add(msg, now + msg.deferred_ns)
                         msg.deferred_ns = 0  # the index holds the due time from now on
@@ -225,7 +226,7 @@ class Channel(BackedQueue):
             memory = self._memory
             while True:
                 queued = len(memory)
-                msgs = self._take_locked(budget)
+                msgs = from_records(self._take_locked(budget))
                 self.global_msg_count += queued - len(memory)  # deliveries from the memory queue
                 if not msgs:
                     self._waiting[client] = None

@@ -24,7 +24,7 @@ import threading
 import time
 
 from ..storage.backend import BackedQueue, BackendError
-from ..wire.message import RECORD_HEADER, Message, from_records
+from ..wire.message import RECORD_HEADER, Message
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import Channel, ChannelError
 from .guid import GUIDFactory
@@ -89,46 +89,36 @@ class Topic(BackedQueue):
         return self._guid.new_ids(n)
 
     def publish(self, bodies, defer_ns=0):
-        """New messages for these bodies (IDs, one shared timestamp), then put_messages.
+        """New messages for these bodies (IDs, one shared timestamp); raises TopicError.
 
-        When they would only land in the memory backlog (nothing fans out, no
-        delay, room for all), they go there as records at once: no Message is
-        built just to be packed.
+        They are built as records (a DPUB's as Messages: a record has no field
+        for the delay) and go where :meth:`put_messages` puts messages.
         """
         now = time.time_ns()  # one timestamp object for the batch: less memory per queued message
-        new_ids = self._guid.new_ids
-        with self._lock:
-            if (
-                not defer_ns
-                and self._inline_fan_out
-                and not self.exiting
-                and (self._held or not self._channels or self.paused or self._memory)
-                and self._mem_capacity - len(self._memory) >= len(bodies)
-            ):
-                pack = RECORD_HEADER.pack
-                if len(bodies) == 1:  # PUB
-                    body = bodies[0]
-                    self._memory.append(pack(now, 0, new_ids(1)[0]) + body)
-                    size = len(body)
-                else:
-                    self._memory.extend([pack(now, 0, i) + b for i, b in zip(new_ids(len(bodies)), bodies)])
-                    size = sum(map(len, bodies))
-                if self._channels and not self.paused:
-                    self._backlog_ready.notify()  # only when the pump can make progress
-                self.message_count += len(bodies)
-                self.message_bytes += size
-                return
+        ids = self._guid.new_ids(len(bodies))
         if defer_ns:
-            msgs = list(map(Message, new_ids(len(bodies)), bodies, itertools.repeat(now), itertools.repeat(0),
+            msgs = list(map(Message, ids, bodies, itertools.repeat(now), itertools.repeat(0),
                             itertools.repeat(defer_ns)))
-        else:  # (the fewer arguments, the cheaper each Message: the others' defaults are right)
-            msgs = list(map(Message, new_ids(len(bodies)), bodies, itertools.repeat(now)))
-        self.put_messages(msgs, deferred=bool(defer_ns))
+            self._put(msgs, sum(map(len, bodies)), True)
+            return
+        pack = RECORD_HEADER.pack
+        if len(bodies) == 1:  # PUB
+            body = bodies[0]
+            self._put([pack(now, 0, ids[0]) + body], len(body), False)
+        else:
+            self._put([pack(now, 0, i) + b for i, b in zip(ids, bodies)], sum(map(len, bodies)), False)
 
-    def put_messages(self, msgs, deferred=True):
-        """Publish; raises TopicError.  Counted only once accepted.
+    def put_messages(self, msgs):
+        """Publish Messages as they are (IDs, timestamps, delays kept); raises TopicError."""
+        pack = RECORD_HEADER.pack
+        entries = [m if m.deferred_ns else pack(m.timestamp, m.attempts, m.id) + m.body for m in msgs]
+        self._put(entries, sum([len(m.body) for m in msgs]), any(m.deferred_ns for m in msgs))
 
-        ``deferred=False``: the caller knows none is deferred (channels skip their scan).
+    def _put(self, entries, size, deferred):
+        """Queue or fan out entries (see the module's docstring); counted only once accepted.
+
+        ``deferred=False``: every entry is a record (channels skip their scan
+        for delays, and share the records instead of copying Messages).
 
         Durable mode: written to the topic's disk queue and acknowledged only
         after an fsync that concurrent publishers share (group commit).
@@ -146,24 +136,29 @@ class Topic(BackedQueue):
                     and not self._memory
                     and not self._backend.depth()
                 ):
-                    self._fan_out_locked(msgs, strict=True, deferred=deferred)
+                    self._fan_out_locked(entries, strict=True, deferred=deferred)
                 else:
-                    self._put_locked(msgs)
+                    self._put_locked(entries)
                     token = self._backend.sync_point()
                     if self._channels and not self.paused:
                         self._backlog_ready.notify()  # only when the pump can make progress
             except BackendError as e:
                 raise TopicError(str(e)) from None
-            self.message_count += len(msgs)
-            self.message_bytes += sum([len(m.body) for m in msgs])
+            self.message_count += len(entries)
+            self.message_bytes += size
         if token is not None:
             try:
                 self._backend.wait_synced(token)
             except BackendError as e:
                 raise TopicError(str(e)) from None
 
-    def _fan_out_locked(self, msgs, strict=False, deferred=True):
-        """Every channel gets every message: the first the originals, the others copies.
+    def _fan_out_locked(self, entries, strict=False, deferred=True):
+        """Every channel gets every message.
+
+        Records are immutable: every channel queues the same ones.  A Message
+        (``deferred``: there may be some) goes as it is to the first channel,
+        and as a copy to each of the others, every copy made before the first
+        put (a channel's put clears the deferral of the Messages it indexes).
 
         ``strict`` (the publisher is waiting): a channel whose backend fails
         makes the publish fail after every channel was tried, so the client
@@ -173,20 +168,21 @@ class Topic(BackedQueue):
         channels = list(self._channels.values())
         tokens = []
         error = None
-        # Every copy is made before the first put: a channel's put clears the
-        # deferral of the messages it indexes, and those are the originals.
-        # (Message.copy inlined, with no more arguments than it needs.)
-        if deferred:
-            copies = [[Message(m.id, m.body, m.timestamp, 0, m.deferred_ns) for m in msgs] for _ in channels[1:]]
+        if deferred and len(channels) > 1:
+            copies = [
+                [m if type(m) is bytes else Message(m.id, m.body, m.timestamp, 0, m.deferred_ns) for m in entries]
+                for _ in channels[1:]
+            ]
+            batches = [entries] + copies
         else:
-            copies = [[Message(m.id, m.body, m.timestamp) for m in msgs] for _ in channels[1:]]
-        for channel, batch in zip(channels, [msgs] + copies):
+            batches = itertools.repeat(entries)
+        for channel, batch in zip(channels, batches):
             try:
                 token = channel.put_messages(batch, strict, deferred)
             except ChannelError as e:
-                self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(msgs), channel, e)
+                self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(entries), channel, e)
             except BackendError as e:
-                self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(msgs), channel, e)
+                self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(entries), channel, e)
                 error = error or e
             else:
                 if token is not None:
@@ -195,38 +191,19 @@ class Topic(BackedQueue):
             raise error
         return tokens
 
-    # -- the memory backlog: records, not Messages -------------------------
-
-    def _put_locked(self, msgs):
-        """BackedQueue's, with the part that stays in memory as records.  A deferred
-        message (DPUB) stays a Message: the record has no field for its delay."""
-        room = self._room_locked()
-        if room > 0:
-            pack = RECORD_HEADER.pack
-            head = msgs if room >= len(msgs) else msgs[:room]
-            self._memory.extend(
-                [m if m.deferred_ns else pack(m.timestamp, m.attempts, m.id) + m.body for m in head]
-            )
-            if room >= len(msgs):
-                return
-            msgs = msgs[room:]
-        self._write_backend_locked(msgs)
+    # -- the backlog: entries are records, or Messages with a delay ---------
 
     def _take_locked(self, n):
-        """BackedQueue's, turning only the memory backlog's records into Messages (what
-        the backend returns already is: no second pass over a disk backlog's messages)."""
+        """BackedQueue's, asking the backend for records where it can give them."""
         memory = self._memory
         if len(memory) >= n:
-            return from_records([memory.popleft() for _ in range(n)])
-        msgs = from_records(memory)
+            return [memory.popleft() for _ in range(n)]
+        entries = list(memory)
         memory.clear()
-        if len(msgs) < n and self._backend.depth():
+        if len(entries) < n and self._backend.depth():
             self.mark_scan_locked()  # a read moves the disk queue's metadata
-            msgs.extend(self._from_backend_locked(n - len(msgs)))
-        return msgs
-
-    def _queued_messages_locked(self):
-        return from_records(self._memory)
+            entries.extend(self._backend.get(n - len(entries), records=True))
+        return entries
 
     def _pump_loop(self):
         if self._backend.acks_deliveries:
@@ -239,7 +216,8 @@ class Topic(BackedQueue):
             with self._lock:
                 if not self._wait_for_backlog_locked():
                     return
-                self._fan_out_locked(self._take_locked(PUMP_BATCH))
+                batch = self._take_locked(PUMP_BATCH)
+                self._fan_out_locked(batch, deferred=any(type(e) is not bytes for e in batch))
             time.sleep(0)  # let a publisher woken by the release take the lock first
 
     def _wait_for_backlog_locked(self):

@@ -20,6 +20,8 @@ and the health record of every backend write.
 import collections
 import threading
 
+from ..wire.message import from_records
+
 
 class BackendError(Exception):
     """A write failed (disk full, file too large, ...); the text goes to the client."""
@@ -39,11 +41,15 @@ class Backend:
         return mem_queue_size
 
     def put(self, msgs):
-        """Append messages (a list); raise BackendError if they cannot be stored."""
+        """Append messages (a list of Messages and records); raise BackendError if they cannot be stored."""
         raise NotImplementedError
 
-    def get(self, n):
-        """Remove and return up to ``n`` messages, oldest first."""
+    def get(self, n, records=False):
+        """Remove and return up to ``n`` messages, oldest first, as Messages.
+
+        ``records``: those with no delay to wait may come back as records
+        (bytes), if the backend has them at hand in that form.
+        """
         raise NotImplementedError
 
     def depth(self):
@@ -90,7 +96,7 @@ class DiscardBackend(Backend):
     def put(self, msgs):
         pass
 
-    def get(self, n):
+    def get(self, n, records=False):
         return []
 
     def depth(self):
@@ -109,14 +115,14 @@ class BackedQueue:
     held.  Every write to the backend goes through :meth:`_write_backend_locked`,
     which records the broker's health (nsqd's SetHealth after each write).
     Subclasses set ``exiting`` and may override :meth:`_room_locked`,
-    :meth:`_from_backend_locked` and (with ``_put_locked``/``_take_locked``, to keep
-    another form than Messages in the memory queue) :meth:`_queued_messages_locked`.
+    :meth:`_from_backend_locked` and :meth:`_take_locked`.  The memory queue
+    holds records and Messages alike (see :mod:`nsqd_threaded.wire.message`).
     """
 
     def __init__(self, nsqd, backend, mem_queue_size):
         self._nsqd = nsqd
         self._lock = threading.Lock()  # guards the memory queue, the backend and the subclass's state
-        self._memory = collections.deque()  # the memory queue: Messages (a Topic keeps records there)
+        self._memory = collections.deque()  # the memory queue: records and Messages
         self._backend = backend
         self._mem_capacity = backend.memory_capacity(mem_queue_size)
         self._scan_listed = False  # in the broker's ScanSet (the queue scanner visits it)
@@ -193,8 +199,8 @@ class BackedQueue:
         return self._backend.get(n)
 
     def _queued_messages_locked(self):
-        """The memory queue as a new list of Messages (a subclass may keep another form there)."""
-        return list(self._memory)
+        """The memory queue as a new list of Messages."""
+        return from_records(self._memory)
 
     def _flush_locked(self, extra=()):
         """Graceful close: the memory queue (then ``extra``) to the backend, then close it.

@@ -223,7 +223,9 @@ class DiskQueue(Backend):
         seg_start = pos
         deferred = None
         for msg in msgs:
-            payload = msg.encode()
+            # A record (bytes) is written as it is: it is already the payload.
+            record = type(msg) is bytes
+            payload = msg if record else msg.encode()
             n = len(payload)
             if n < lo or n > hi:
                 raise BackendError("invalid message write size (%d) minMsgSize=%d maxMsgSize=%d" % (n, lo, hi))
@@ -233,7 +235,7 @@ class DiskQueue(Backend):
                     parts = []
                 fnum += 1
                 pos = seg_start = 0
-            if msg.deferred_ns > 0:
+            if not record and msg.deferred_ns > 0:
                 if deferred is None:
                     deferred = []
                 deferred.append((fnum, pos, msg))
@@ -267,8 +269,14 @@ class DiskQueue(Backend):
         if self._need_sync or self._count >= self.sync_every:
             self._sync_logged()
 
-    def get(self, n):
-        """Take up to ``n`` records, oldest first, as Messages."""
+    def get(self, n, records=False):
+        """Take up to ``n`` records, oldest first, as Messages.
+
+        ``records``: a message with no delay still to wait is returned as its
+        record (bytes), one slice of the read buffer instead of a Message (see
+        :mod:`nsqd_threaded.wire.message`); a backend that remembers what it
+        hands out (durable) returns Messages regardless.
+        """
         out = []
         if self._exiting or n <= 0:
             return out
@@ -276,6 +284,7 @@ class DiskQueue(Backend):
         dmap = self._sidecar.entries
         dtake = self._deferred_entry_lookup(dmap)
         handed_out = self._handed_out  # None, or called with each record handed out
+        records = records and handed_out is None
         now = None
         while len(out) < n:
             rf, wf = self.read_file_num, self.write_file_num
@@ -322,7 +331,9 @@ class DiskQueue(Backend):
                 if end > avail:
                     need = 4 + size
                     break
-                if size >= MSG_HEADER_LENGTH:
+                if size >= MSG_HEADER_LENGTH and records and not dmap:
+                    out.append(buf[p + 4 : end])
+                elif size >= MSG_HEADER_LENGTH:
                     _, ts, attempts = unpack_header(buf, p)
                     msg = Message(buf[p + 14 : p + 30], buf[p + 30 : end], ts, attempts)
                     if dmap:

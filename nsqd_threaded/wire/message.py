@@ -1,13 +1,20 @@
-"""One message in its two forms: the Message object and the record.
+"""One message in its two forms: the record and the Message object.
 
-* A :class:`Message` is what channels queue, index while in flight and hand
-  to the client pumps: its fields can change (attempts, the in-flight ones).
-* A record is the same message as bytes: the 26-byte header (timestamp,
-  attempts, ID) then the body, exactly the payload of a message frame and a
-  diskqueue record.  A topic's memory backlog holds records (a DPUB's message
-  stays a Message there: the record has no field for its delay), because a
-  bytes object costs less than a Message while it waits; they become Messages
-  when the topic fans them out (:func:`from_records`).
+* A record is a message as bytes: the 26-byte header (timestamp, attempts,
+  ID) then the body, exactly the payload of a message frame and a diskqueue
+  record.  A message is a record from its publish until a client pump takes
+  it: in the topic's backlog, shared by every channel of the fan-out (bytes
+  are immutable: no copy per channel), in a channel's memory queue, and
+  written to and read from the disk queues as it is.  A bytes object costs
+  less memory than a Message, takes no time to copy, and is not tracked by
+  the cyclic garbage collector, which never has to traverse a million of
+  them queued.
+* A :class:`Message` is what a channel hands to a client and indexes while
+  in flight: its fields change (attempts, the in-flight ones).  A channel
+  makes one from a record when it delivers it (:func:`from_records`).  A
+  message with a delay (DPUB, or REQ with a timeout) is a Message from the
+  start, because the record has no field for the delay, and a requeued one
+  stays a Message: queues hold both forms.
 """
 
 import struct
