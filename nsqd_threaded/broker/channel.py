@@ -12,8 +12,26 @@ consumers).  A channel holds:
 
 Go nsqd's client pumps block in a ``select`` on the channel's Go channel.
 Here a pump calls :meth:`Channel.take`; when nothing is there the pump is
-recorded in ``_waiting`` and woken by the next put.  That is the only hand-off
-between threads on the delivery path, and it happens once per batch.
+recorded in ``_waiting``.  The next put hands its messages to a waiting pump
+in one of two ways:
+
+* **Direct delivery.**  A publisher's put of at most
+  :data:`DIRECT_DELIVERY_MAX` messages is delivered by the publisher's own
+  thread to a waiting consumer whose output it can reserve at once
+  (:meth:`Subscriber.hold_output`): the messages are taken for that
+  consumer under the channel lock and written, after the locks are
+  released, with one send that never blocks; what the socket does not take
+  then is left to the consumer's pump.  The consumer's pump stays asleep and
+  its consumer stays in ``_waiting``: a published message reaches its
+  consumer without a hand-off between threads, as Go's goroutines pass it
+  without one either.
+* **Waking the pump** (a larger put, the topic pump's fan-out, a requeue, a
+  timeout, or a consumer whose output is busy): the pump takes the messages
+  itself.  That hand-off happens once per batch.
+
+Order is kept either way: a consumer's output is reserved before its
+messages are taken and released only once they are written, so whoever
+takes the next ones writes them after.
 """
 
 import itertools
@@ -26,6 +44,11 @@ from .e2e import E2ELatency
 from .pqueue import TimedIndex
 from ..wire.message import from_records
 from ..internal.gocompat import ns
+
+
+# The largest put delivered by the publisher's thread (per consumer, too);
+# larger ones, MPUB batches, are taken by the consumers' pumps in parallel.
+DIRECT_DELIVERY_MAX = 64
 
 
 class ChannelError(Exception):
@@ -45,8 +68,11 @@ class Subscriber(Protocol):
     and the delivery counters ``message_count``, ``finish_count``,
     ``requeue_count``.
 
-    Called by the channel, never with its lock held: :meth:`wake` (look at the
-    channel again) and :meth:`close_connection` (the channel is closing).
+    Called by the channel with its lock held: :meth:`hold_output` (may the
+    publisher's thread write to this consumer now?).  Called without it:
+    :meth:`wake` (look at the channel again), :meth:`deliver_held` (write
+    what was taken under :meth:`hold_output`) and :meth:`close_connection`
+    (the channel is closing).
     """
 
     id: int
@@ -65,6 +91,12 @@ class Subscriber(Protocol):
 
     def close_connection(self):
         """End the consumer's connection; its cleanup then calls :meth:`Channel.remove_client`."""
+
+    def hold_output(self):
+        """Reserve the consumer's output for :meth:`deliver_held` if it is free now (never blocks); True if reserved."""
+
+    def deliver_held(self, msgs):
+        """Write ``msgs`` (taken while the output was held) without blocking, then release the output."""
 
 
 class Channel(BackedQueue):
@@ -111,7 +143,7 @@ class Channel(BackedQueue):
 
     # -- putting messages in --------------------------------------------
 
-    def put_messages(self, msgs, strict=False, deferred=True):
+    def put_messages(self, msgs, strict=False, deferred=True, deliveries=None):
         """Topic fan-out: queue immediate messages, index deferred ones.
 
         If the backend cannot take the overflow, ``strict`` (a publisher still
@@ -120,6 +152,11 @@ class Channel(BackedQueue):
         lost.  In durable mode every message is written to the disk queue and
         the returned token is what the caller waits on before acknowledging.
         ``deferred=False``: the caller knows none is deferred (no scan for them).
+
+        ``deliveries`` (a list; the publisher's thread): direct deliveries are
+        appended to it as ``(client, msgs)``, each client's output held; the
+        caller must call ``client.deliver_held(msgs)`` for every one once it
+        holds no lock, whatever happens.
         """
         now = time.time_ns()
         token = None
@@ -133,11 +170,15 @@ class Channel(BackedQueue):
                 self.message_count += len(msgs)
                 waiters = self._take_waiters_locked()
             elif not deferred:
-                immediate = msgs
                 if msgs:
                     self._put_immediate_locked(msgs, strict)
                 self.message_count += len(msgs)
-                waiters = self._take_waiters_locked() if msgs else ()
+                if not msgs or not self._waiting:
+                    waiters = ()
+                elif deliveries is not None and len(msgs) <= DIRECT_DELIVERY_MAX:
+                    waiters = self._deliver_to_waiting_locked(deliveries)
+                else:
+                    waiters = self._take_waiters_locked()
             else:
                 immediate = []
                 for msg in msgs:
@@ -151,7 +192,12 @@ class Channel(BackedQueue):
                 if immediate:
                     self._put_immediate_locked(immediate, strict)
                 self.message_count += len(msgs)
-                waiters = self._take_waiters_locked() if immediate else ()
+                if not immediate or not self._waiting:
+                    waiters = ()
+                elif deliveries is not None and len(immediate) <= DIRECT_DELIVERY_MAX:
+                    waiters = self._deliver_to_waiting_locked(deliveries)
+                else:
+                    waiters = self._take_waiters_locked()
         for client in waiters:
             client.wake()
         return token
@@ -188,6 +234,35 @@ class Channel(BackedQueue):
         self._waiting = {}
         return waiters
 
+    def _deliver_to_waiting_locked(self, deliveries):
+        """Direct delivery (see the module's docstring): take messages for each waiting
+        consumer whose output is free, in waiting order, while there are any.
+
+        Returns the consumers to wake instead.  A consumer served here stays
+        waiting if its pump has nothing more to do; one left unserved because
+        nothing remains stays waiting too.
+        """
+        if self.paused:
+            return self._take_waiters_locked()  # (they find the channel paused, as before)
+        waiting = self._waiting
+        to_wake = []
+        for client in list(waiting):
+            if not (self._memory or self._backend.depth()):
+                break
+            del waiting[client]
+            if not client.hold_output():
+                to_wake.append(client)
+                continue
+            # (An empty list, all sampled out, still goes: its delivery releases the output.)
+            deliveries.append((client, self._take_for_locked(client, DIRECT_DELIVERY_MAX) or []))
+            if client.blocked:
+                continue  # its FINs wake the pump
+            if self._memory or self._backend.depth():
+                to_wake.append(client)  # more than one direct delivery's worth: the pump takes the rest
+            else:
+                waiting[client] = None  # the pump has nothing to do: still waiting
+        return to_wake
+
     def _requeue_locked(self, msgs):
         """Back to the tail of the queue (REQ 0, timeout, deferred due); never loses one.
 
@@ -219,50 +294,63 @@ class Channel(BackedQueue):
         with self._lock:
             if self.paused or self.exiting or client.id not in self._clients:
                 return []  # (a pump can still run a moment after its client left: give it nothing)
-            budget = min(client.ready_count - client.in_flight_count, limit)
-            if budget <= 0:
-                client.blocked = True
+            msgs = self._take_for_locked(client, limit)
+            if msgs is None:
                 return []
-            memory = self._memory
-            while True:
-                queued = len(memory)
-                msgs = from_records(self._take_locked(budget))
-                self.global_msg_count += queued - len(memory)  # deliveries from the memory queue
-                if not msgs:
-                    self._waiting[client] = None
-                    return msgs
-                if client.sample_rate:
-                    # nsqd drops a message for this channel when rand[0,100) > rate.
-                    rate = client.sample_rate
-                    kept = []
-                    dropped = []
-                    for m in msgs:
-                        (kept if random.randrange(100) <= rate else dropped).append(m)
-                    if dropped:
-                        self._backend.ack([m.id for m in dropped])
-                        self.mark_scan_locked()
-                    msgs = kept
-                    if not msgs:
-                        continue
-                break
-            now = time.time_ns()
-            cid = client.id
-            for msg in msgs:
-                msg.attempts = (msg.attempts + 1) & 0xFFFF
-                msg.client_id = cid
-                msg.delivery_ns = now
-            # A duplicate ID already in flight is still sent (as nsqd does) but
-            # counted once.
-            added = self._in_flight.add_many(msgs, now + client.msg_timeout_ns)
-            if not self._scan_listed:
-                self.mark_scan_locked()  # timeouts to watch
-            if len(added) < len(msgs):
-                self._backend.ack([m.id for m in msgs if m not in added])  # the duplicates
-            client.in_flight_count += len(added)
-            client.message_count += len(msgs)
-            if client.in_flight_count >= client.ready_count:
-                client.blocked = True
+            if msgs:
+                if self._waiting:
+                    # Taking for itself: not waiting, so no publisher delivers to it meanwhile.
+                    self._waiting.pop(client, None)
+            else:
+                self._waiting[client] = None
             return msgs
+
+    def _take_for_locked(self, client, limit):
+        """Up to ``limit`` messages marked in flight to ``client``: [] when there are
+        none, None when the client has no free RDY slot (it is then ``blocked``)."""
+        budget = min(client.ready_count - client.in_flight_count, limit)
+        if budget <= 0:
+            client.blocked = True
+            return None
+        memory = self._memory
+        while True:
+            queued = len(memory)
+            msgs = from_records(self._take_locked(budget))
+            self.global_msg_count += queued - len(memory)  # deliveries from the memory queue
+            if not msgs:
+                return msgs
+            if client.sample_rate:
+                # nsqd drops a message for this channel when rand[0,100) > rate.
+                rate = client.sample_rate
+                kept = []
+                dropped = []
+                for m in msgs:
+                    (kept if random.randrange(100) <= rate else dropped).append(m)
+                if dropped:
+                    self._backend.ack([m.id for m in dropped])
+                    self.mark_scan_locked()
+                msgs = kept
+                if not msgs:
+                    continue
+            break
+        now = time.time_ns()
+        cid = client.id
+        for msg in msgs:
+            msg.attempts = (msg.attempts + 1) & 0xFFFF
+            msg.client_id = cid
+            msg.delivery_ns = now
+        # A duplicate ID already in flight is still sent (as nsqd does) but
+        # counted once.
+        added = self._in_flight.add_many(msgs, now + client.msg_timeout_ns)
+        if not self._scan_listed:
+            self.mark_scan_locked()  # timeouts to watch
+        if len(added) < len(msgs):
+            self._backend.ack([m.id for m in msgs if m not in added])  # the duplicates
+        client.in_flight_count += len(added)
+        client.message_count += len(msgs)
+        if client.in_flight_count >= client.ready_count:
+            client.blocked = True
+        return msgs
 
     def _from_backend_locked(self, n):
         """Up to ``n`` messages from the backend; those still deferred go to the deferred index."""

@@ -149,5 +149,13 @@ class Client:
         self.deflate = transport.compression == "deflate"
         self.snappy = transport.compression == "snappy"
 
+    def hold_output(self):
+        """Direct delivery (see :mod:`nsqd_threaded.broker.channel`): a client without a socket never takes it."""
+        return False
+
+    def deliver_held(self, msgs):
+        """Never called: :meth:`hold_output` never reserves (the server's connection writes)."""
+        raise NotImplementedError
+
     def close_connection(self):
         """Ask the connection to end (the channel is closing); the server's connection does it."""

@@ -124,35 +124,40 @@ class Topic(BackedQueue):
         after an fsync that concurrent publishers share (group commit).
         """
         token = None
-        with self._lock:
-            if self.exiting:
-                raise TopicError("exiting")
-            try:
-                if (
-                    self._inline_fan_out
-                    and not self._held
-                    and self._channels
-                    and not self.paused
-                    and not self._memory
-                    and not self._backend.depth()
-                ):
-                    self._fan_out_locked(entries, strict=True, deferred=deferred)
-                else:
-                    self._put_locked(entries)
-                    token = self._backend.sync_point()
-                    if self._channels and not self.paused:
-                        self._backlog_ready.notify()  # only when the pump can make progress
-            except BackendError as e:
-                raise TopicError(str(e)) from None
-            self.message_count += len(entries)
-            self.message_bytes += size
+        deliveries = []  # direct deliveries to consumers (see Channel), written once the locks are released
+        try:
+            with self._lock:
+                if self.exiting:
+                    raise TopicError("exiting")
+                try:
+                    if (
+                        self._inline_fan_out
+                        and not self._held
+                        and self._channels
+                        and not self.paused
+                        and not self._memory
+                        and not self._backend.depth()
+                    ):
+                        self._fan_out_locked(entries, strict=True, deferred=deferred, deliveries=deliveries)
+                    else:
+                        self._put_locked(entries)
+                        token = self._backend.sync_point()
+                        if self._channels and not self.paused:
+                            self._backlog_ready.notify()  # only when the pump can make progress
+                except BackendError as e:
+                    raise TopicError(str(e)) from None
+                self.message_count += len(entries)
+                self.message_bytes += size
+        finally:
+            for client, msgs in deliveries:  # (each holds its client's output: always released)
+                client.deliver_held(msgs)
         if token is not None:
             try:
                 self._backend.wait_synced(token)
             except BackendError as e:
                 raise TopicError(str(e)) from None
 
-    def _fan_out_locked(self, entries, strict=False, deferred=True):
+    def _fan_out_locked(self, entries, strict=False, deferred=True, deliveries=None):
         """Every channel gets every message.
 
         Records are immutable: every channel queues the same ones.  A Message
@@ -163,6 +168,8 @@ class Topic(BackedQueue):
         ``strict`` (the publisher is waiting): a channel whose backend fails
         makes the publish fail after every channel was tried, so the client
         retries (channels that took it may then see it twice; none loses it).
+        ``deliveries``: the publisher's list for direct deliveries (see
+        :meth:`Channel.put_messages`).
         Returns the durable-mode sync tokens as ``[(channel, token)]``.
         """
         channels = list(self._channels.values())
@@ -178,7 +185,7 @@ class Topic(BackedQueue):
             batches = itertools.repeat(entries)
         for channel, batch in zip(channels, batches):
             try:
-                token = channel.put_messages(batch, strict, deferred)
+                token = channel.put_messages(batch, strict, deferred, deliveries)
             except ChannelError as e:
                 self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(entries), channel, e)
             except BackendError as e:

@@ -15,6 +15,14 @@ Each nsqd connection has two goroutines, IOLoop and messagePump.  Here:
 
 Frames from both threads go through :meth:`ClientConnection.send`, serialized
 by ``_write_lock``.  A pump batch is written with one ``sendall``.
+
+A publisher's thread may write messages to a consumer too (direct delivery,
+see :mod:`nsqd_threaded.broker.channel`): :meth:`ClientConnection.hold_output`
+acquires ``_write_lock`` without waiting, and
+:meth:`ClientConnection.deliver_held` sends without blocking and releases
+it.  What the socket did not take is kept as ``_pending`` and written by
+the pump, which the delivery wakes: a slow consumer never holds up a
+publisher.  Every write sends ``_pending`` first, so the order holds.
 """
 
 import socket
@@ -29,6 +37,7 @@ from ..wire.transport import TransportError
 from .idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED
 
 DELIVERY_BATCH = 512  # messages a pump takes from its channel per lock acquisition
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)  # (without it, no direct delivery: every write may block)
 
 
 class ConnectionEnded(Exception):
@@ -325,14 +334,16 @@ class ClientConnection(Client):
     """A :class:`~nsqd_threaded.broker.client_v2.Client` with its socket: output, upgrades, the pump.
 
     Locks (besides the Client's ``_lock``):
-    * ``_write_lock`` serializes writes to the socket, and guards ``_encode``.
+    * ``_write_lock`` serializes writes to the socket, and guards ``_encode``
+      and ``_pending``.
     """
 
     def __init__(self, id, sock, address, nsqd):
         super().__init__(id, address, nsqd.options)
         self._sock = sock
-        self._write_lock = threading.Lock()  # serializes writes to the socket, and guards _encode
+        self._write_lock = threading.Lock()  # serializes writes to the socket, and guards _encode and _pending
         self._encode = None  # output bytes -> socket bytes, None on a plain connection
+        self._pending = None  # bytes a direct delivery could not write without blocking: the next write's first
         self._pump = None  # the pump thread, once the first RDY above zero has started it
         # The heartbeat ticker: when the next is due, and the interval it was
         # computed with.  The connection thread's until the pump starts, then the pump's.
@@ -371,6 +382,8 @@ class ClientConnection(Client):
         """
         try:
             with self._write_lock:
+                if self._pending is not None:
+                    self._send_pending_locked()
                 encode = self._encode
                 if encode is not None:
                     data = encode(data)
@@ -379,6 +392,64 @@ class ClientConnection(Client):
         except OSError:
             self.close_connection()
             return False
+
+    def _send_pending_locked(self):
+        pending = self._pending
+        self._pending = None
+        self._sock.sendall(pending)
+
+    # -- direct delivery: a publisher's thread writes --------------------------
+
+    def hold_output(self):
+        """Reserve the output for :meth:`deliver_held` if it is free now (the channel's lock is held).
+
+        Only a plain connection takes direct deliveries: a TLS or
+        compressed stream is written by the pump alone.
+        """
+        return self._encode is None and _DONTWAIT and self._write_lock.acquire(False)
+
+    def deliver_held(self, msgs):
+        """Write a batch taken while the output was held, without blocking; release the output.
+
+        The rest, if the socket buffer is full, is kept for the pump
+        (woken here), whose writes block as usual.
+        """
+        try:
+            if not msgs:
+                return
+            data = self._frames(msgs)
+            if self._pending is not None:
+                self._pending = bytes(self._pending) + data  # the pump has not written the last rest yet
+                rest = True
+            else:
+                try:
+                    sent = self._sock.send(data, _DONTWAIT)
+                except BlockingIOError:
+                    sent = 0
+                except OSError:
+                    self._write_lock.release()
+                    self.close_connection()  # (its messages in flight are requeued once it is gone)
+                    return
+                rest = sent < len(data)
+                if rest:
+                    self._pending = memoryview(data)[sent:]
+        except BaseException:
+            self._write_lock.release()
+            raise
+        self._write_lock.release()
+        if rest:
+            self.wake()
+
+    def _frames(self, msgs):
+        """The message frames of a batch, as one bytes object."""
+        header = protocol.message_frame_header
+        overhead = protocol.MESSAGE_FRAME_OVERHEAD
+        message = protocol.FRAME_TYPE_MESSAGE
+        parts = []
+        for msg in msgs:
+            body = msg.body
+            parts += (header(overhead + len(body), message, msg.timestamp, msg.attempts), msg.id, body)
+        return b"".join(parts)
 
     def _send_messages(self, msgs):
         """Encode and write a batch, in sendalls of at least output_buffer_size bytes."""
@@ -457,6 +528,8 @@ class ClientConnection(Client):
                 # IDENTIFY changed the interval: restart the ticker.
                 hb_interval = self.heartbeat_interval
                 next_heartbeat = time.monotonic() + hb_interval
+            if self._pending is not None and not self.send(b""):  # a direct delivery's rest
+                return
             next_heartbeat = self._heartbeat_if_due(hb_interval, next_heartbeat)
             if next_heartbeat is None:
                 return

@@ -55,6 +55,25 @@ def test_fan_out_every_channel_gets_every_message_in_order_as_copies(owners):
     assert topic.snapshot()[2:4] == (21, sum(len(x) for x in bodies(20)) + 4)
 
 
+def test_fan_out_queues_one_shared_record_per_message_inline_and_from_the_backlog(owners):
+    """A queued message is its record, the same bytes object in every channel; a Message only once taken."""
+    nsqd = owners()
+    nsqd.start()
+    topic = nsqd.get_topic("shared")
+    a, b = topic.get_channel("a"), topic.get_channel("b")
+    topic.publish([b"inline"])
+    topic.pause()
+    topic.publish([b"backlog"])
+    topic.unpause()
+    wait_until(lambda: a.depth() == 2 and b.depth() == 2, what="the backlog fanned out")
+    queued_a, queued_b = a.inside(10)["memory"], b.inside(10)["memory"]
+    assert all(type(r) is bytes for r in queued_a)
+    assert [r[26:] for r in queued_a] == [b"inline", b"backlog"]
+    assert all(x is y for x, y in zip(queued_a, queued_b))
+    got = DrivenSubscriber(nsqd, a).take_all(2)
+    assert [(m.body, m.attempts) for m in got] == [(b"inline", 1), (b"backlog", 1)]
+
+
 def test_a_deferred_publish_is_deferred_in_every_channel_inline_or_from_the_backlog(owners):
     # (The first channel's put clears its originals' deferral once indexed: the others'
     # copies must not be made from them afterwards.)

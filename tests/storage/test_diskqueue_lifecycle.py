@@ -10,6 +10,7 @@ import pytest
 
 from nsqd_threaded.storage import diskqueue as dq_mod
 from nsqd_threaded.storage.backend import BackendError
+from nsqd_threaded.wire.message import Message
 
 from support.diskqueue import REPO, TS, env, go_record, ids, mid, msg  # noqa: F401 (fixtures among them)
 
@@ -251,4 +252,21 @@ def test_deferred_sidecar_compaction(env, monkeypatch):
     got = q.get(10)
     assert ids(got) == [mid(i) for i in range(16, 20)]
     assert all(m.deferred_ns > 0 for m in got)
+    q.close()
+
+
+def test_records_in_and_out_byte_for_byte_and_a_delay_still_comes_back_as_a_message(env):
+    """put() takes records (bytes) as they are; get(records=True) hands records back
+    (slices of the file), except a message still deferred, which stays a Message."""
+    q = env.open()
+    q.put([msg(1).encode(), msg(2, deferred_ns=60 * 10**9), msg(3).encode()])
+    q.close()
+    assert env.read(env.data(0)) == (
+        go_record(mid(1), b"x" * 14, TS + 1) + go_record(mid(2), b"x" * 14, TS + 2) + go_record(mid(3), b"x" * 14, TS + 3)
+    )
+    q = env.open()
+    got = q.get(10, records=True)
+    assert [type(g) for g in got] == [bytes, Message, bytes]
+    assert got[0] == msg(1).encode() and got[2] == msg(3).encode()
+    assert got[1].id == mid(2) and got[1].deferred_ns > 59 * 10**9
     q.close()
