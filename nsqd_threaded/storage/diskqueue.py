@@ -331,7 +331,7 @@ class DiskQueue(Backend):
                 if end > avail:
                     need = 4 + size
                     break
-                if size >= MSG_HEADER_LENGTH and records and not dmap:
+                if size >= MSG_HEADER_LENGTH and records and (not dmap or (rf, base + p) not in dmap):
                     out.append(buf[p + 4 : end])
                 elif size >= MSG_HEADER_LENGTH:
                     _, ts, attempts = unpack_header(buf, p)

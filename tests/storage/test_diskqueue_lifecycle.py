@@ -258,13 +258,13 @@ def test_deferred_sidecar_compaction(env, monkeypatch):
 def test_records_in_and_out_byte_for_byte_and_a_delay_still_comes_back_as_a_message(env):
     """put() takes records (bytes) as they are; get(records=True) hands records back
     (slices of the file), except a message still deferred, which stays a Message."""
-    q = env.open()
+    q = env.open(max_bytes_per_file=1024)
     q.put([msg(1).encode(), msg(2, deferred_ns=60 * 10**9), msg(3).encode()])
     q.close()
     assert env.read(env.data(0)) == (
         go_record(mid(1), b"x" * 14, TS + 1) + go_record(mid(2), b"x" * 14, TS + 2) + go_record(mid(3), b"x" * 14, TS + 3)
     )
-    q = env.open()
+    q = env.open(max_bytes_per_file=1024)
     got = q.get(10, records=True)
     assert [type(g) for g in got] == [bytes, Message, bytes]
     assert got[0] == msg(1).encode() and got[2] == msg(3).encode()
