@@ -344,6 +344,7 @@ class ClientConnection(Client):
         self._write_lock = threading.Lock()  # serializes writes to the socket, and guards _encode and _pending
         self._encode = None  # output bytes -> socket bytes, None on a plain connection
         self._pending = None  # bytes a direct delivery could not write without blocking: the next write's first
+        self._connection_thread = threading.get_ident()  # (created by the connection thread)
         self._pump = None  # the pump thread, once the first RDY above zero has started it
         # The heartbeat ticker: when the next is due, and the interval it was
         # computed with.  The connection thread's until the pump starts, then the pump's.
@@ -404,9 +405,15 @@ class ClientConnection(Client):
         """Reserve the output for :meth:`deliver_held` if it is free now (the channel's lock is held).
 
         Only a plain connection takes direct deliveries: a TLS or
-        compressed stream is written by the pump alone.
+        compressed stream is written by the pump alone.  Nor does a consumer
+        publishing on its own connection: its ``OK`` comes first, as from nsqd.
         """
-        return self._encode is None and _DONTWAIT and self._write_lock.acquire(False)
+        return (
+            self._encode is None
+            and _DONTWAIT
+            and threading.get_ident() != self._connection_thread
+            and self._write_lock.acquire(False)
+        )
 
     def deliver_held(self, msgs):
         """Write a batch taken while the output was held, without blocking; release the output.
@@ -414,30 +421,29 @@ class ClientConnection(Client):
         The rest, if the socket buffer is full, is kept for the pump
         (woken here), whose writes block as usual.
         """
+        rest = failed = False
         try:
-            if not msgs:
-                return
-            data = self._frames(msgs)
-            if self._pending is not None:
-                self._pending = bytes(self._pending) + data  # the pump has not written the last rest yet
-                rest = True
-            else:
-                try:
-                    sent = self._sock.send(data, _DONTWAIT)
-                except BlockingIOError:
-                    sent = 0
-                except OSError:
-                    self._write_lock.release()
-                    self.close_connection()  # (its messages in flight are requeued once it is gone)
-                    return
-                rest = sent < len(data)
-                if rest:
-                    self._pending = memoryview(data)[sent:]
-        except BaseException:
+            if msgs:
+                data = self._frames(msgs)
+                if self._pending is not None:
+                    self._pending = bytes(self._pending) + data  # the pump has not written the last rest yet
+                    rest = True
+                else:
+                    try:
+                        sent = self._sock.send(data, _DONTWAIT)
+                    except BlockingIOError:
+                        sent = 0
+                    except OSError:
+                        sent = 0
+                        failed = True
+                    if not failed and sent < len(data):
+                        self._pending = memoryview(data)[sent:]
+                        rest = True
+        finally:
             self._write_lock.release()
-            raise
-        self._write_lock.release()
-        if rest:
+        if failed:
+            self.close_connection()  # (its messages in flight are requeued once it is gone)
+        elif rest:
             self.wake()
 
     def _frames(self, msgs):
