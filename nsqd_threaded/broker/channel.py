@@ -69,7 +69,8 @@ class Subscriber(Protocol):
     ``requeue_count``.
 
     Called by the channel with its lock held: :meth:`hold_output` (may the
-    publisher's thread write to this consumer now?).  Called without it:
+    publisher's thread write to this consumer now?) and :meth:`pump_idle`
+    (does its pump sleep with nothing in hand?).  Called without it:
     :meth:`wake` (look at the channel again), :meth:`deliver_held` (write
     what was taken under :meth:`hold_output`) and :meth:`close_connection`
     (the channel is closing).
@@ -91,6 +92,9 @@ class Subscriber(Protocol):
 
     def close_connection(self):
         """End the consumer's connection; its cleanup then calls :meth:`Channel.remove_client`."""
+
+    def pump_idle(self):
+        """True while the consumer's pump sleeps with nothing in hand and no wake-up pending."""
 
     def hold_output(self):
         """Reserve the consumer's output for :meth:`deliver_held` if it is free now (never blocks); True if reserved."""
@@ -371,10 +375,19 @@ class Channel(BackedQueue):
         return ready
 
     def _release_locked(self, client, n=1):
-        """A client's in-flight count drops; True if its pump should be woken."""
+        """A client's in-flight count drops; True if its pump should be woken.
+
+        A pump asleep with nothing in hand, of a consumer now ready again,
+        is not woken while the queue is empty: the consumer becomes a waiting
+        one as its pump would make it (the next put delivers to it directly,
+        or wakes it).  A FIN then costs no hand-off to the pump.
+        """
         client.in_flight_count -= n
         if client.blocked and client.ready_count - client.in_flight_count >= client.wake_at:
             client.blocked = False
+            if not (self._memory or self.paused or self._backend.depth()) and client.pump_idle():
+                self._waiting[client] = None
+                return False
             return True
         return False
 

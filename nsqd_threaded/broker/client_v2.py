@@ -25,7 +25,7 @@ class Client:
     the connection thread; the delivery counters are the channel's to change.
 
     Locks:
-    * ``_lock`` guards ``_woken`` and ``_closing``; ``_wakeup`` (a Condition on
+    * ``_lock`` guards ``_woken``, ``_closing`` and ``_pump_asleep``; ``_wakeup`` (a Condition on
       it) signals the pump that something changed: RDY, in-flight count,
       messages available, heartbeat settings, or shutdown.
     * ``in_flight_count``, ``blocked`` and the delivery counters are guarded by
@@ -72,10 +72,11 @@ class Client:
         self.auth_secret = None
         self.auth_state = None
 
-        self._lock = threading.Lock()  # guards _woken and _closing
+        self._lock = threading.Lock()  # guards _woken, _closing and _pump_asleep
         self._wakeup = threading.Condition(self._lock)  # signals: the pump should look again
         self._woken = False
         self._closing = False
+        self._pump_asleep = False  # the pump waits on _wakeup (set by the server's pump, around its wait)
 
         # transport (IDENTIFY may upgrade it; see nsqd_threaded.wire.transport)
         self.transport = None
@@ -135,6 +136,12 @@ class Client:
         """True once AUTH got an answer granting something (nsqd's HasAuthorizations)."""
         state = self.auth_state
         return state is not None and len(state.authorizations) > 0
+
+    def pump_idle(self):
+        """True while the pump sleeps with nothing in hand and no wake-up pending
+        (the channel's lock may be held: lock order Channel -> Client)."""
+        with self._lock:
+            return self._pump_asleep and not self._woken
 
     def wake(self):
         with self._lock:

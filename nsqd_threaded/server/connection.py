@@ -526,7 +526,9 @@ class ClientConnection(Client):
                 if not self._woken and not self._closing:
                     timeout = next_heartbeat - time.monotonic() if hb_interval > 0 else None
                     if timeout is None or timeout > 0:
+                        self._pump_asleep = True  # (between batches: nothing in hand)
                         self._wakeup.wait(timeout)
+                        self._pump_asleep = False
                 self._woken = False
                 if self._closing:
                     return
