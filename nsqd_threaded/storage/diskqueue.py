@@ -319,6 +319,24 @@ class DiskQueue(Backend):
             lo, hi = self.min_msg_size, self.max_msg_size
             error = None
             need = 4
+            if records and not dmap:
+                # The common case, records without a deferral: one slice each.
+                # Anything else (the end of the buffer, a bad or short record)
+                # stops it, and the general loop below takes that record.
+                unpack_len = _LEN.unpack_from
+                append = out.append
+                floor = max(lo, MSG_HEADER_LENGTH)
+                got = 0
+                wanted = n - len(out)
+                while got < wanted and p + 4 <= avail:
+                    size = unpack_len(buf, p)[0]
+                    end = p + 4 + size
+                    if size < floor or size > hi or end > avail:
+                        break
+                    append(buf[p + 4 : end])
+                    p = end
+                    got += 1
+                took += got
             while len(out) < n:
                 if p + 4 > avail:
                     need = 4

@@ -425,3 +425,23 @@ def test_fin_run_takes_the_plain_fin_lines_buffered_at_the_position():
 def test_fin_run_stops_at_a_line_that_is_not_a_plain_fin(line):
     good = b"FIN " + b"f" * 16 + b"\n"
     assert protocol.fin_run(bytearray(good + line + good), 0) == ([b"f" * 16], 21)
+
+
+def test_fin_run_agrees_with_the_line_by_line_rule_on_random_buffers():
+    """The column check (whole runs) and the regex (mixed runs) give what a line-by-line reading would."""
+    import random
+    import re
+
+    rule = re.compile(rb"FIN [^ \n]{15}[^ \n\r]\n")
+    rng = random.Random(7)
+    pieces = [b"FIN " + b"0123456789abcdef" + b"\n", b"FIN 0123456789abcde\r\n", b"FIN 0123 56789abcdef\n",
+              b"NOP\n", b"FIN 0123456789ab\ncdef\n", b"REQ 0123456789abcdef 0\n", b"FIN 0123456789abc\rdef\n"]
+    for _ in range(3000):
+        buf = bytearray(b"".join(rng.choice(pieces[:1] * 6 + pieces[1:]) for _ in range(rng.randrange(0, 12))))
+        buf += b"FIN 0123"[: rng.randrange(0, 9)]  # maybe a partial line
+        pos = rng.randrange(0, 3)
+        ids, end = [], pos
+        while rule.match(buf, end):
+            ids.append(bytes(buf[end + 4 : end + 20]))
+            end += 21
+        assert protocol.fin_run(buf, pos) == (ids, end), bytes(buf)
