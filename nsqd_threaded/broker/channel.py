@@ -515,6 +515,10 @@ class Channel(BackedQueue):
         orphans.sort(key=lambda m: m.delivery_ns)
         return self._requeue_locked(orphans)
 
+    def has_clients(self):
+        """Whether a consumer is subscribed (a hint: read without the lock)."""
+        return bool(self._clients)
+
     def clients(self):
         with self._lock:
             return list(self._clients.values())

@@ -91,34 +91,63 @@ class Topic(BackedQueue):
     def publish(self, bodies, defer_ns=0):
         """New messages for these bodies (IDs, one shared timestamp); raises TopicError.
 
-        They are built as records (a DPUB's as Messages: a record has no field
-        for the delay) and go where :meth:`put_messages` puts messages.
+        Their form depends on where they are likely to go.  While a channel
+        has a consumer they are taken soon after: they are built as Messages
+        (copied per channel by the fan-out), which is cheaper than a record
+        that a consumer's pump turns into a Message.  Otherwise they are
+        built as records, which wait in the queues for less (see
+        :mod:`nsqd_threaded.wire.message`).  A DPUB's are Messages (a record
+        has no field for the delay).
         """
         now = time.time_ns()  # one timestamp object for the batch: less memory per queued message
+        if len(bodies) == 1 and not defer_ns and not self._channels:
+            # A PUB into a topic without channels (checked again under the lock): into the backlog.
+            body = bodies[0]
+            with self._lock:
+                if not self._channels and not self.exiting and len(self._memory) < self._mem_capacity:
+                    self._memory.append(RECORD_HEADER.pack(now, 0, self._guid.new_ids(1)[0]) + body)
+                    self.message_count += 1
+                    self.message_bytes += len(body)
+                    return
         ids = self._guid.new_ids(len(bodies))
+        size = len(bodies[0]) if len(bodies) == 1 else sum(map(len, bodies))
         if defer_ns:
             msgs = list(map(Message, ids, bodies, itertools.repeat(now), itertools.repeat(0),
                             itertools.repeat(defer_ns)))
-            self._put(msgs, sum(map(len, bodies)), True)
-            return
-        pack = RECORD_HEADER.pack
-        if len(bodies) == 1:  # PUB
-            body = bodies[0]
-            self._put([pack(now, 0, ids[0]) + body], len(body), False)
+            self._put(msgs, size, deferred=True, shared=False)
+        elif self._consumed():
+            self._put(list(map(Message, ids, bodies, itertools.repeat(now))), size, deferred=False, shared=False)
         else:
-            self._put([pack(now, 0, i) + b for i, b in zip(ids, bodies)], sum(map(len, bodies)), False)
+            pack = RECORD_HEADER.pack
+            if len(bodies) == 1:  # PUB
+                records = [pack(now, 0, ids[0]) + bodies[0]]
+            else:
+                records = [pack(now, 0, i) + b for i, b in zip(ids, bodies)]
+            self._put(records, size, deferred=False, shared=True)
+
+    def _consumed(self):
+        """A hint, read without the lock: does a channel have a consumer?"""
+        if not self._channels:
+            return False
+        for channel in list(self._channels.values()):  # (a copy: channels come and go meanwhile)
+            if channel.has_clients():
+                return True
+        return False
 
     def put_messages(self, msgs):
         """Publish Messages as they are (IDs, timestamps, delays kept); raises TopicError."""
         pack = RECORD_HEADER.pack
         entries = [m if m.deferred_ns else pack(m.timestamp, m.attempts, m.id) + m.body for m in msgs]
-        self._put(entries, sum([len(m.body) for m in msgs]), any(m.deferred_ns for m in msgs))
+        deferred = any(m.deferred_ns for m in msgs)
+        self._put(entries, sum([len(m.body) for m in msgs]), deferred=deferred, shared=not deferred)
 
-    def _put(self, entries, size, deferred):
+    def _put(self, entries, size, deferred, shared):
         """Queue or fan out entries (see the module's docstring); counted only once accepted.
 
-        ``deferred=False``: every entry is a record (channels skip their scan
-        for delays, and share the records instead of copying Messages).
+        ``deferred=False``: none has a delay (channels skip their scan for
+        them).  ``shared``: every entry is a record, which every channel can
+        queue as it is; otherwise Messages are copied for all channels but one.
+        Messages without a delay wait in the backlog as records.
 
         Durable mode: written to the topic's disk queue and acknowledged only
         after an fsync that concurrent publishers share (group commit).
@@ -138,8 +167,15 @@ class Topic(BackedQueue):
                         and not self._memory
                         and not self._backend.depth()
                     ):
-                        self._fan_out_locked(entries, strict=True, deferred=deferred, deliveries=deliveries)
+                        self._fan_out_locked(entries, strict=True, deferred=deferred, deliveries=deliveries,
+                                             shared=shared)
                     else:
+                        if not shared:
+                            pack = RECORD_HEADER.pack
+                            entries = [
+                                m if type(m) is bytes or m.deferred_ns else pack(m.timestamp, m.attempts, m.id) + m.body
+                                for m in entries
+                            ]
                         self._put_locked(entries)
                         token = self._backend.sync_point()
                         if self._channels and not self.paused:
@@ -157,13 +193,13 @@ class Topic(BackedQueue):
             except BackendError as e:
                 raise TopicError(str(e)) from None
 
-    def _fan_out_locked(self, entries, strict=False, deferred=True, deliveries=None):
+    def _fan_out_locked(self, entries, strict=False, deferred=True, deliveries=None, shared=False):
         """Every channel gets every message.
 
-        Records are immutable: every channel queues the same ones.  A Message
-        (``deferred``: there may be some) goes as it is to the first channel,
-        and as a copy to each of the others, every copy made before the first
-        put (a channel's put clears the deferral of the Messages it indexes).
+        Records are immutable: every channel queues the same ones (``shared``:
+        all are records).  A Message goes as it is to the first channel, and
+        as a copy to each of the others, every copy made before the first put
+        (a channel's put clears the deferral of the Messages it indexes).
 
         ``strict`` (the publisher is waiting): a channel whose backend fails
         makes the publish fail after every channel was tried, so the client
@@ -175,14 +211,16 @@ class Topic(BackedQueue):
         channels = list(self._channels.values())
         tokens = []
         error = None
-        if deferred and len(channels) > 1:
+        if shared or len(channels) < 2:
+            batches = itertools.repeat(entries)
+        elif deferred:
             copies = [
                 [m if type(m) is bytes else Message(m.id, m.body, m.timestamp, 0, m.deferred_ns) for m in entries]
                 for _ in channels[1:]
             ]
             batches = [entries] + copies
-        else:
-            batches = itertools.repeat(entries)
+        else:  # Messages without delays: fewer arguments, each copy cheaper
+            batches = [entries] + [[Message(m.id, m.body, m.timestamp) for m in entries] for _ in channels[1:]]
         for channel, batch in zip(channels, batches):
             try:
                 token = channel.put_messages(batch, strict, deferred, deliveries)
@@ -224,7 +262,8 @@ class Topic(BackedQueue):
                 if not self._wait_for_backlog_locked():
                     return
                 batch = self._take_locked(PUMP_BATCH)
-                self._fan_out_locked(batch, deferred=any(type(e) is not bytes for e in batch))
+                shared = all([type(e) is bytes for e in batch])
+                self._fan_out_locked(batch, deferred=not shared, shared=shared)
             time.sleep(0)  # let a publisher woken by the release take the lock first
 
     def _wait_for_backlog_locked(self):

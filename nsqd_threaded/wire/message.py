@@ -2,19 +2,19 @@
 
 * A record is a message as bytes: the 26-byte header (timestamp, attempts,
   ID) then the body, exactly the payload of a message frame and a diskqueue
-  record.  A message is a record from its publish until a client pump takes
-  it: in the topic's backlog, shared by every channel of the fan-out (bytes
-  are immutable: no copy per channel), in a channel's memory queue, and
-  written to and read from the disk queues as it is.  A bytes object costs
-  less memory than a Message, takes no time to copy, and is not tracked by
-  the cyclic garbage collector, which never has to traverse a million of
-  them queued.
+  record.  A message that will wait is built as a record: in the topic's
+  backlog, shared by every channel of the fan-out (bytes are immutable: no
+  copy per channel), in a channel's memory queue, and written to and read
+  from the disk queues as it is.  A bytes object costs less memory than a
+  Message, takes no time to copy, and is not tracked by the cyclic garbage
+  collector, which never has to traverse a million of them queued.
 * A :class:`Message` is what a channel hands to a client and indexes while
   in flight: its fields change (attempts, the in-flight ones).  A channel
   makes one from a record when it delivers it (:func:`from_records`).  A
-  message with a delay (DPUB, or REQ with a timeout) is a Message from the
-  start, because the record has no field for the delay, and a requeued one
-  stays a Message: queues hold both forms.
+  message published while its topic has consumers is a Message from the
+  start (it is taken soon, and building it at once is cheaper than the
+  conversion), and so is one with a delay (DPUB, or REQ with a timeout),
+  because the record has no field for the delay: queues hold both forms.
 """
 
 import struct
