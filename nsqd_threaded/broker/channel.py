@@ -173,26 +173,8 @@ class Channel(BackedQueue):
                 token = self._backend.sync_point()
                 self.message_count += len(msgs)
                 waiters = self._take_waiters_locked()
-            elif not deferred:
-                if msgs:
-                    self._put_immediate_locked(msgs, strict)
-                self.message_count += len(msgs)
-                if not msgs or not self._waiting:
-                    waiters = ()
-                elif deliveries is not None and len(msgs) <= DIRECT_DELIVERY_MAX:
-                    waiters = self._deliver_to_waiting_locked(deliveries)
-                else:
-                    waiters = self._take_waiters_locked()
             else:
-                immediate = []
-                for msg in msgs:
-                    if type(msg) is not bytes and msg.deferred_ns:
-                        # An ID already deferred is dropped, as nsqd drops it.
-                        self._deferred.add(msg, now + msg.deferred_ns)
-                        msg.deferred_ns = 0  # the index holds the due time from now on
-                        self.mark_scan_locked()
-                    else:
-                        immediate.append(msg)
+                immediate = self._index_deferred_locked(msgs, now) if deferred else msgs
                 if immediate:
                     self._put_immediate_locked(immediate, strict)
                 self.message_count += len(msgs)
@@ -205,6 +187,19 @@ class Channel(BackedQueue):
         for client in waiters:
             client.wake()
         return token
+
+    def _index_deferred_locked(self, msgs, now):
+        """Put the messages with a delay in the deferred index; returns the others."""
+        immediate = []
+        for msg in msgs:
+            if type(msg) is not bytes and msg.deferred_ns:
+                # An ID already deferred is dropped, as nsqd drops it.
+                self._deferred.add(msg, now + msg.deferred_ns)
+                msg.deferred_ns = 0  # the index holds the due time from now on
+                self.mark_scan_locked()
+            else:
+                immediate.append(msg)
+        return immediate
 
     def _put_immediate_locked(self, msgs, strict):
         try:
