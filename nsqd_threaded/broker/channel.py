@@ -295,6 +295,9 @@ class Channel(BackedQueue):
                 return []  # (a pump can still run a moment after its client left: give it nothing)
             msgs = self._take_for_locked(client, limit)
             if msgs is None:
+                if self._waiting:
+                    # Not ready (RDY lowered): not waiting either; its FINs or RDY wake it.
+                    self._waiting.pop(client, None)
                 return []
             if msgs:
                 if self._waiting:

@@ -424,7 +424,7 @@ class ClientConnection(Client):
         rest = failed = False
         try:
             if msgs:
-                data = self._frames(msgs)
+                data = next(self._frame_chunks(msgs, sys.maxsize))  # (one chunk: no limit)
                 if self._pending is not None:
                     self._pending = bytes(self._pending) + data  # the pump has not written the last rest yet
                     rest = True
@@ -446,22 +446,18 @@ class ClientConnection(Client):
         elif rest:
             self.wake()
 
-    def _frames(self, msgs):
-        """The message frames of a batch, as one bytes object."""
-        header = protocol.message_frame_header
-        overhead = protocol.MESSAGE_FRAME_OVERHEAD
-        message = protocol.FRAME_TYPE_MESSAGE
-        parts = []
-        for msg in msgs:
-            body = msg.body
-            parts += (header(overhead + len(body), message, msg.timestamp, msg.attempts), msg.id, body)
-        return b"".join(parts)
-
     def _send_messages(self, msgs):
         """Encode and write a batch, in sendalls of at least output_buffer_size bytes."""
+        for data in self._frame_chunks(msgs, self.output_buffer_size):
+            if not self.send(data):
+                return False
+        return True
+
+    @staticmethod
+    def _frame_chunks(msgs, limit):
+        """The message frames of a batch, joined into chunks of at least ``limit`` bytes (the last may be less)."""
         parts = []
         pending = 0
-        limit = self.output_buffer_size
         header = protocol.message_frame_header  # (protocol.message_frame_parts, inlined)
         overhead = protocol.MESSAGE_FRAME_OVERHEAD
         message = protocol.FRAME_TYPE_MESSAGE
@@ -471,13 +467,11 @@ class ClientConnection(Client):
             parts += (header(size, message, msg.timestamp, msg.attempts), msg.id, body)
             pending += size
             if pending >= limit:
-                if not self.send(b"".join(parts)):
-                    return False
+                yield b"".join(parts)
                 parts = []
                 pending = 0
         if parts:
-            return self.send(b"".join(parts))
-        return True
+            yield b"".join(parts)
 
     # -- heartbeats before the pump -------------------------------------------
 
@@ -536,7 +530,8 @@ class ClientConnection(Client):
                 # IDENTIFY changed the interval: restart the ticker.
                 hb_interval = self.heartbeat_interval
                 next_heartbeat = time.monotonic() + hb_interval
-            if self._pending is not None and not self.send(b""):  # a direct delivery's rest
+            # A direct delivery's rest (read without the write lock: a hint; send() re-reads it under the lock).
+            if self._pending is not None and not self.send(b""):
                 return
             next_heartbeat = self._heartbeat_if_due(hb_interval, next_heartbeat)
             if next_heartbeat is None:
