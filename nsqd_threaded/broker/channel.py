@@ -60,7 +60,6 @@ class Subscriber(Protocol):
 
     Set by the consumer, read by the channel: ``id`` (unique per broker, never
     reused: in-flight messages record it as their owner), ``ready_count`` (RDY),
-    ``wake_at`` (free RDY slots that make a blocked pump worth waking),
     ``msg_timeout_ns`` and ``sample_rate`` (IDENTIFY).
 
     Changed only by the channel, under its lock: ``in_flight_count``,
@@ -78,7 +77,6 @@ class Subscriber(Protocol):
 
     id: int
     ready_count: int
-    wake_at: int
     msg_timeout_ns: int
     sample_rate: int
     in_flight_count: int
@@ -314,6 +312,7 @@ class Channel(BackedQueue):
         if budget <= 0:
             client.blocked = True
             return None
+        client.blocked = False  # (RDY may have been raised since it was set)
         memory = self._memory
         while True:
             queued = len(memory)
@@ -375,13 +374,21 @@ class Channel(BackedQueue):
     def _release_locked(self, client, n=1):
         """A client's in-flight count drops; True if its pump should be woken.
 
+        A blocked client is ready again as soon as one RDY slot is free
+        (nsqd's ``IsReadyForMessages``: in flight < RDY), and its pump is
+        woken at once if a message is queued: no threshold of free slots
+        holds a deliverable message back from a consumer that holds the
+        others (a batching writer FINs only when it has enough).  The
+        batching comes for free: FINs read together are released together,
+        and the pump takes every free slot's worth in one batch.
+
         A pump asleep with nothing in hand, of a consumer now ready again,
         is not woken while the queue is empty: the consumer becomes a waiting
         one as its pump would make it (the next put delivers to it directly,
         or wakes it).  A FIN then costs no hand-off to the pump.
         """
         client.in_flight_count -= n
-        if client.blocked and client.ready_count - client.in_flight_count >= client.wake_at:
+        if client.blocked and client.in_flight_count < client.ready_count:
             client.blocked = False
             if not (self._memory or self.paused or self._backend.depth()) and client.pump_idle():
                 self._waiting[client] = None

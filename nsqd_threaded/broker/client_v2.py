@@ -57,7 +57,6 @@ class Client:
 
         # flow control
         self.ready_count = 0
-        self.wake_at = 1  # pump is woken when this many RDY slots are free again
         self.in_flight_count = 0
         self.blocked = False
 
@@ -112,7 +111,6 @@ class Client:
     def set_ready(self, count):
         """RDY: how many messages may be in flight to this client."""
         self.ready_count = count
-        self.wake_at = max(1, count // 4)
         self.wake()
 
     def subscribe(self, topic_name, channel):
