@@ -38,6 +38,7 @@ COMMANDS = {
     "roundtrip": "publish-to-delivery round trips",
     "snappy": "the snappy codec's speed",
     "spark": "the Spark source and sink against a broker, with Go's bench_reader for reference",
+    "to_file": "Go's nsq_to_file draining a queued channel, from Go nsqd and from ours",
     "warmup": "how the round-trip p99 falls with a broker's warm-up (a JIT's)",
     "writer": "publish load (bench_writer)",
 }

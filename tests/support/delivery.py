@@ -388,7 +388,7 @@ class Session:
             if self.shortfall() == 0 and time.monotonic() >= start + extra:
                 break
             time.sleep(0.005)
-        self.latencies.append(time.monotonic() - start)
+        self.latencies.append(max(0.0, time.monotonic() - start - extra))  # (the wait for Go's timeout aside)
         # Then quiet: an over-RDY delivery, or one more message than can be held, would show now.
         quiet_until = time.monotonic() + QUIET
         while time.monotonic() < quiet_until:
