@@ -1,12 +1,14 @@
 """nsqd against a hostile page and a reader without rights: cross-origin requests refused, and the
 message bodies of ``GET /debug/state`` only for the operator's flag and, under AUTH, a granted secret."""
 
+import http.client
 import json
 
 import pytest
 
 from support.auth import AuthServer, grant
 from support.http_api import HTTP, assert_empty, assert_error
+from support.transport import certs  # noqa: F401 (fixture)
 from support.wire import wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -209,3 +211,21 @@ def test_the_flag_is_an_nsqd_flag_with_a_config_key(tmp_path):
     cfg = tmp_path / "nsqd.cfg"
     cfg.write_text("debug_state_bodies = true\n")
     assert resolve_options(["--config=%s" % cfg])["debug_state_bodies"] is True
+
+
+def test_over_https_the_origin_is_https(make_nsqd, certs):  # noqa: F811 (the fixture)
+    nsqd = make_nsqd(tls_cert=certs.server_cert, tls_key=certs.server_key, https_address="127.0.0.1:0")
+    port = nsqd.https_address[1]
+
+    def post(path, origin):
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=certs.client_context())
+        try:
+            conn.request("POST", path, headers={"Origin": origin})
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    assert post("/topic/create?topic=t", "http://127.0.0.1:%d" % port) == (
+        403, b'{"message":"CROSS_ORIGIN_FORBIDDEN"}')
+    assert post("/topic/create?topic=t", "https://127.0.0.1:%d" % port) == (200, b"")
