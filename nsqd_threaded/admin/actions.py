@@ -101,7 +101,7 @@ class Notifier:
                 return
             body = json.dumps(doc, separators=(",", ":")).encode()
             try:
-                self.client.request("POST", address, path, body)
+                self.client.request("POST", address, path, body, https=split.scheme == "https")
             except (cluster.UpstreamError, socket.error) as e:
                 self.log.error("failed to POST notification - %s", e)
 
@@ -112,14 +112,17 @@ class Actions:
     def __init__(self, admin):
         self.admin = admin
         self.ci = admin.cluster
-        self.options = admin.options
+
+    def is_admin(self, request):
+        """True when the request may act: no ``--admin-user`` given, or its ACL header names one."""
+        options = self.admin.options  # one reference: PUT /config replaces the object
+        if not options.admin_users:
+            return True
+        user = request.headers.get(options.acl_http_header) if request.headers is not None else None
+        return user in options.admin_users
 
     def authorize(self, request):
-        admins = self.options.admin_users
-        if not admins:
-            return
-        user = request.headers.get(self.options.acl_http_header) if request.headers is not None else None
-        if user not in admins:
+        if not self.is_admin(request):
             raise AdminError(403, "FORBIDDEN")
 
     def _notify(self, action, topic, channel, node, request):

@@ -109,14 +109,22 @@ class AdminAPI:
         doc = {"node": node, "topics": per_node, "total_messages": total_messages, "total_clients": total_clients}
         return Answer(doc, [g1])
 
-    def node_state(self, node):
-        """Our broker's ``/debug/state`` (the inside view), through nsqadmin."""
+    def node_state(self, node, bodies=False):
+        """Our broker's ``/debug/state`` (the inside view), through nsqadmin.
+
+        Message bodies are asked for only with ``bodies`` (the caller decides
+        who may see them); without it, any body the node sends anyway is
+        dropped before the document goes on.
+        """
         producer, _ = self.find_node(node)
         address = cluster.producer_address(producer)
         try:
-            return self.admin.client.get_json(address, "/debug/state")
+            doc = self.admin.client.get_json(address, "/debug/state?bodies=true" if bodies else "/debug/state")
         except cluster.UpstreamError as e:
             raise AdminError(502, "UPSTREAM_ERROR: %s" % e) from None
+        if not bodies:
+            without_bodies(doc)
+        return doc
 
     def counter(self):
         producers, g1 = self.ci.producers()
@@ -130,6 +138,23 @@ class AdminAPI:
                                                "channel_name": c["channel_name"], "message_count": 0})
                 entry["message_count"] += c["message_count"]
         return Answer({"stats": stats}, [g1, g2])
+
+
+def without_bodies(doc):
+    """Remove every ``body`` from a ``/debug/state`` document, whatever its shape; ``bodies`` become false.
+
+    Walked without recursion: the document comes from a node, which decides how deep it is.
+    """
+    todo = [doc]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            item.pop("body", None)
+            if "bodies" in item:
+                item["bodies"] = False
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
 
 
 # -- request bodies of the actions ---------------------------------------------------

@@ -2,7 +2,7 @@
 
 Built as nsqlookupd's is (:mod:`nsqd_threaded.command`): Go's
 ``-name=value`` and bare boolean forms, flag > config file > default, flags
-of features not built (graphite, the HTTP client's TLS) refused, every
+of features not built (graphite, ``--dev-static-dir``) refused, every
 startup failure one ``FATAL`` line.
 """
 

@@ -48,14 +48,21 @@ class Gathered:
 
 
 class HTTPClient:
-    """nsqadmin's client for lookupd and nsqd HTTP APIs: connect and request timeouts, JSON answers."""
+    """nsqadmin's client for lookupd and nsqd HTTP APIs: connect and request timeouts, JSON answers.
 
-    def __init__(self, connect_timeout, request_timeout, user_agent="nsqadmin-threaded"):
+    As Go's client does, a plain-HTTP request answered ``403`` with an
+    ``https_port`` (a broker run with ``--tls-required``) is sent again over
+    HTTPS to that port, with ``ssl_context`` (the ``--http-client-tls-*``
+    flags; the system's roots without one).
+    """
+
+    def __init__(self, connect_timeout, request_timeout, user_agent="nsqadmin-threaded", ssl_context=None):
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.user_agent = user_agent
+        self.ssl_context = ssl_context
 
-    def request(self, method, address, path, body=None):
+    def request(self, method, address, path, body=None, https=False):
         """``(status, body bytes)``; UpstreamError when the node cannot be reached in time.
 
         Connecting takes at most the connect timeout; the whole exchange ends by
@@ -66,14 +73,23 @@ class HTTPClient:
             port = int(port)
         except ValueError:
             raise UpstreamError(address, "invalid address") from None
+        status, data = self._exchange(method, address, host.strip("[]"), port, path, body, https)
+        if status == 403 and not https:
+            https_port = httpclient.https_port(data)
+            if https_port:
+                status, data = self._exchange(method, address, host.strip("[]"), https_port, path, body, True)
+        return status, data
+
+    def _exchange(self, method, address, host, port, path, body, https):
         deadline = time.monotonic() + self.connect_timeout + self.request_timeout
         headers = {"Accept": httpclient.NSQ_V1_ACCEPT, "User-Agent": self.user_agent}
         if body is not None:
             headers["Content-Type"] = "application/json"
+        context = (self.ssl_context or httpclient.client_ssl_context()) if https else None
         try:
-            status, _, data = httpclient.request(method, host.strip("[]"), port, path, body=body, headers=headers,
+            status, _, data = httpclient.request(method, host, port, path, body=body, headers=headers,
                                                  connect_timeout=self.connect_timeout, deadline=deadline,
-                                                 max_size=MAX_ANSWER)
+                                                 ssl_context=context, max_size=MAX_ANSWER)
             return status, data
         except socket.timeout:
             raise UpstreamError(address, "timed out") from None

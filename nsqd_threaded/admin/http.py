@@ -4,18 +4,35 @@ Go nsqadmin's routes: the pages (``/``, ``/topics``, ``/topics/:topic``,
 ``/topics/:topic/:channel``, ``/nodes``, ``/nodes/:node``, ``/lookup``,
 ``/counter``), ``/static/:asset``, ``/ping`` and the ``/api/...`` JSON API;
 plus ``/nodes/:node/inside`` and ``/api/nodes/:node/state`` (the inside view
-of one of our brokers).  Everything lives under ``--base-path``.  Request
-framing, deadlines and error bodies are the shared edge's
+of one of our brokers), and Go's ``/config/:opt`` (from
+``--allow-config-from-cidr`` only).  Everything lives under ``--base-path``.
+Request framing, deadlines and error bodies are the shared edge's
 (:class:`~nsqd_threaded.server.http_server.HTTPServer`).
+
+An action (a POST or DELETE under ``/api/``) is refused when a browser sends
+it from a page of another origin (``Origin``, or lacking it ``Referer``: 403
+``CROSS_ORIGIN_FORBIDDEN``) and when it carries a body that is not declared
+``application/json`` (415 ``CONTENT_TYPE_NOT_JSON``): an HTML form can send
+neither from another site, and a script needs a CORS preflight that
+nsqadmin never grants.
 """
 
 import functools
+import ipaddress
+import json
 
+from ..internal import gocompat
+from ..internal.logger import LOG_LEVELS
 from ..server import http_server
-from ..server.http_server import TEXT_TYPE, HTTPError, QueryError, Response, Router, ok_json, parse_query
+from ..server.http_server import TEXT_TYPE, HTTPError, QueryError, Response, Router, ok_json, ok_text, parse_query
+from ..settings.options import DURATION
 from . import pages, static
 from .actions import Actions
 from .api import AdminAPI, AdminError
+from .options import SETTINGS
+
+# config-file key -> Setting: what /config/:opt can name (Go: every option with a flag)
+CONFIG_KEYS = {s.key: s for s in SETTINGS if s.field and s.key}
 
 HTML_TYPE = "text/html; charset=utf-8"
 
@@ -45,7 +62,11 @@ ROUTES = (
     ("DELETE", "/api/nodes/:node", "api_tombstone"),
     ("DELETE", "/api/topics/:topic", "api_delete_topic"),
     ("DELETE", "/api/topics/:topic/:channel", "api_delete_channel"),
+    ("GET", "/config/:opt", "config_get"),
+    ("PUT", "/config/:opt", "config_put"),
 )
+
+CONFIG_BODY_LIMIT = 1 << 20  # Go nsqadmin reads a PUT /config body up to 1 MiB
 
 
 def _segments(path):
@@ -178,30 +199,104 @@ class AdminRouter(Router):
         return self._json(self.api.node(node))
 
     def api_node_state(self, request, node):
-        return ok_json(self.api.node_state(node))
+        bodies = self.admin.options.inside_view_bodies and self.actions.is_admin(request)
+        return ok_json(self.api.node_state(node, bodies=bodies))
 
     def api_counter(self, request):
         return self._json(self.api.counter())
 
-    # -- API actions
+    # -- API actions (each first refuses a cross-site request)
+
+    @staticmethod
+    def _same_site(request):
+        """403 for a browser's request from another origin; 415 for a body not declared as JSON."""
+        if http_server.is_cross_origin(request, referer=True):
+            raise AdminError(403, "CROSS_ORIGIN_FORBIDDEN")
+        if request.method == "POST" or request.content_length != 0:  # None: a chunked body
+            media_type = request.header("Content-Type").split(";")[0].strip().lower()
+            if media_type != "application/json":
+                raise AdminError(415, "CONTENT_TYPE_NOT_JSON")
 
     def api_create(self, request):
+        self._same_site(request)
         return ok_json(self.actions.create(request))
 
     def api_topic_action(self, request, topic):
+        self._same_site(request)
         return ok_json(self.actions.topic_channel_action(request, topic))
 
     def api_channel_action(self, request, topic, channel):
+        self._same_site(request)
         return ok_json(self.actions.topic_channel_action(request, topic, channel))
 
     def api_delete_topic(self, request, topic):
+        self._same_site(request)
         return ok_json(self.actions.delete_topic(request, topic))
 
     def api_delete_channel(self, request, topic, channel):
+        self._same_site(request)
         return ok_json(self.actions.delete_channel(request, topic, channel))
 
     def api_tombstone(self, request, node):
+        self._same_site(request)
         return ok_json(self.actions.tombstone(request, node))
+
+    # -- /config/:opt (Go nsqadmin's): read any setting, change two
+
+    def _config_allowed(self, request):
+        cidr = self.admin.options.allow_config_from_cidr
+        if not cidr:
+            return
+        try:
+            ip = ipaddress.ip_address((request.client_address or ("",))[0].partition("%")[0])
+        except ValueError:
+            raise AdminError(400, "INVALID_REMOTE_ADDR") from None
+        if getattr(ip, "ipv4_mapped", None) is not None:
+            ip = ip.ipv4_mapped  # Go's net.IP holds both forms as one
+        if ip not in ipaddress.ip_network(cidr, strict=False):
+            raise AdminError(403, "FORBIDDEN")
+
+    def config_get(self, request, opt):
+        self._config_allowed(request)
+        return self._config_value(opt)
+
+    def config_put(self, request, opt):
+        self._config_allowed(request)
+        body = request.read_body(CONFIG_BODY_LIMIT, "INVALID_VALUE")
+        if not body:
+            raise AdminError(413, "INVALID_VALUE")
+        if opt == "nsqlookupd_http_addresses":
+            try:
+                value = json.loads(body.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                raise AdminError(400, "INVALID_VALUE") from None
+            if value is None:
+                value = []  # Go's json.Unmarshal of null into a slice
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise AdminError(400, "INVALID_VALUE")
+            self.admin.change_options(lookupd_http_addresses=value)
+        elif opt == "log_level":
+            level = body.decode("utf-8", "replace").lower()
+            if level not in LOG_LEVELS:
+                raise AdminError(400, "INVALID_VALUE")
+            self.admin.change_options(log_level=level)
+        else:
+            raise AdminError(400, "INVALID_OPTION")
+        return self._config_value(opt)
+
+    def _config_value(self, opt):
+        """A setting as Go shows it: strings as text, durations in ns, the log level as its number."""
+        setting = CONFIG_KEYS.get(opt)
+        if setting is None:
+            raise AdminError(400, "INVALID_OPTION")
+        value = getattr(self.admin.options, setting.field)
+        if setting.field == "log_level":
+            return ok_json(LOG_LEVELS[value])
+        if setting.kind is DURATION:
+            return ok_json(gocompat.ns(value))
+        if isinstance(value, str):
+            return ok_text(value)
+        return ok_json(value)
 
 
 class HTTPServer(http_server.HTTPServer):

@@ -17,6 +17,7 @@ import socket
 import threading
 
 from ..internal.gocompat import join_host_port
+from ..internal.httpclient import client_ssl_context
 from ..internal.logger import Logger
 from ..settings.options import VERSION
 from .cluster import ClusterInfo, HTTPClient
@@ -29,7 +30,9 @@ class NSQAdmin:
     """One admin app.  :meth:`start` binds its listener (or raises), :meth:`stop` undoes everything.
 
     ``_state_lock`` guards the started/stopped state so that concurrent
-    start()/stop() calls run once each.
+    start()/stop() calls run once each.  ``options`` is replaced whole, never
+    changed in place, when ``PUT /config/<opt>`` changes a setting
+    (:meth:`change_options`); readers take one reference and keep it.
     """
 
     def __init__(self, options=None, logger=None, **overrides):
@@ -45,6 +48,7 @@ class NSQAdmin:
         self.notifier = None
         if options.notification_http_endpoint:
             self.notifier = Notifier(options.notification_http_endpoint, self.client, self.log)
+        self._config_lock = threading.Lock()  # serializes change_options (read, replace, apply)
         self._state_lock = threading.Lock()  # guards _http, _thread, _stopped
         self._http = None
         self._thread = None
@@ -55,6 +59,7 @@ class NSQAdmin:
             if self._http is not None or self._stopped:
                 raise RuntimeError("NSQAdmin can be started once")
             self.log.info("nsqadmin-threaded v%s", self.version)
+            self.client.ssl_context = self._ssl_context()
             try:
                 self._http = HTTPServer(self.options.http_address, self)
             except ValueError as e:
@@ -68,6 +73,34 @@ class NSQAdmin:
             self._thread = threading.Thread(target=self._http.serve_forever, name="nsqadmin-http")
             self._thread.start()
         return self
+
+    def _ssl_context(self):
+        """The HTTP client's TLS settings (``--http-client-tls-*``), or ValueError saying which file failed."""
+        opts = self.options
+        try:
+            context = client_ssl_context(opts.http_client_tls_root_ca_file,
+                                         insecure_skip_verify=opts.http_client_tls_insecure_skip_verify)
+        except OSError as e:  # ssl.SSLError included
+            raise ValueError("failed to read TLS root CA file %s - %s"
+                             % (opts.http_client_tls_root_ca_file, e)) from None
+        if opts.http_client_tls_cert:
+            try:
+                context.load_cert_chain(opts.http_client_tls_cert, opts.http_client_tls_key)
+            except OSError as e:
+                raise ValueError("failed to LoadX509KeyPair %s, %s - %s"
+                                 % (opts.http_client_tls_cert, opts.http_client_tls_key, e)) from None
+        return context
+
+    def change_options(self, **changes):
+        """Replace ``options`` with ``changes`` applied (``PUT /config``), and apply them; returns the new options."""
+        with self._config_lock:
+            options = dataclasses.replace(self.options, **changes)
+            self.options = options
+            if "lookupd_http_addresses" in changes:
+                self.cluster.lookupds = list(options.lookupd_http_addresses)
+            if "log_level" in changes:
+                self.log.set_level(options.log_level)
+            return options
 
     def stop(self):
         """Close the listener and every connection, join every thread.  Idempotent."""

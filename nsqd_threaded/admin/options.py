@@ -1,11 +1,13 @@
 """nsqadmin's settings: one table of :class:`~nsqd_threaded.settings.options.Setting` entries,
 and :class:`AdminOptions` built from it, as nsqlookupd's are.
 
-Flag names, defaults and config-file keys are Go nsqadmin 1.3's.  Graphite,
-statsd key formats, the HTTP client's TLS settings and the ``/config``
-endpoint are not built: those flags are refused unless they ask for nothing
-(``--graphite-url`` included; the UI draws its own short-term charts instead).
+Flag names, defaults and config-file keys are Go nsqadmin 1.3's, plus
+``--inside-view-bodies`` (ours).  Graphite and statsd key formats are not
+built: those flags are refused unless they ask for nothing (``--graphite-url``
+included; the UI draws its own short-term charts instead).
 """
+
+import ipaddress
 
 import dataclasses
 
@@ -32,6 +34,18 @@ def _positive(flag, value):
     return None
 
 
+def _cidr(flag, value):
+    if not value:
+        return None  # no restriction, as in Go
+    if "/" not in value:
+        return "failed to parse %s (%s) - invalid CIDR address" % (flag, value)
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError as e:
+        return "failed to parse %s (%s) - %s" % (flag, value, e)
+    return None
+
+
 def _base_path(flag, value):
     if not value.startswith("/"):
         return "must start with /"
@@ -54,8 +68,10 @@ SETTINGS = (
     Setting("acl-http-header", STR, "X-Forwarded-User", "HTTP header to check for authenticated admin users"),
     Setting("notification-http-endpoint", STR, "", "HTTP endpoint (fully qualified) to which POST "
             "notifications of admin actions will be sent"),
-    Setting("allow-config-from-cidr", STR, "", "A CIDR from which to allow HTTP requests to the /config "
-            "endpoint (not built)", U, go_default="127.0.0.1/8"),
+    Setting("allow-config-from-cidr", STR, "127.0.0.1/8", "A CIDR from which to allow HTTP requests to the "
+            "/config endpoint", check=_cidr),
+    Setting("inside-view-bodies", BOOL, False, "(not in Go nsqadmin) ask brokers for message bodies "
+            "(nsqd --debug-state-bodies) in the inside view, for admin users only (requires --admin-user)"),
     Setting("log-level", LOG_LEVEL, "info", "set log verbosity: debug, info, warn, error, or fatal",
             check=_NSQD["log_level"].check),
     Setting("log-prefix", STR, "[nsqadmin] ", "log message prefix"),
@@ -73,11 +89,11 @@ SETTINGS = (
             go_default="nsq.%s"),
     Setting("statsd-interval", DURATION, 0.0, "time interval nsqd is configured to push to statsd (only used "
             "with graphite)", U, go_default=60.0),
-    Setting("http-client-tls-cert", STR, "", "path to certificate file for the HTTP client", U),
-    Setting("http-client-tls-key", STR, "", "path to key file for the HTTP client", U),
-    Setting("http-client-tls-root-ca-file", STR, "", "path to CA file for the HTTP client", U),
+    Setting("http-client-tls-cert", STR, "", "path to certificate file for the HTTP client"),
+    Setting("http-client-tls-key", STR, "", "path to key file for the HTTP client"),
+    Setting("http-client-tls-root-ca-file", STR, "", "path to CA file for the HTTP client"),
     Setting("http-client-tls-insecure-skip-verify", BOOL, False, "configure the HTTP client to skip "
-            "verification of TLS certificates", U),
+            "verification of TLS certificates"),
     Setting("dev-static-dir", STR, "", "(development use only)", U),
     Setting("config", STR, "", "path to config file", META),
     Setting("verbose", BOOL, False, "[deprecated] has no effect, use --log-level", DEPRECATED),
@@ -100,7 +116,8 @@ class AdminOptions:
     admin_users: list = dataclasses.field(default_factory=list)
     acl_http_header: str = "X-Forwarded-User"
     notification_http_endpoint: str = ""
-    allow_config_from_cidr: str = ""
+    allow_config_from_cidr: str = "127.0.0.1/8"
+    inside_view_bodies: bool = False
     log_level: str = "info"
     log_prefix: str = "[nsqadmin] "
     http_read_timeout: float = 30.0
@@ -124,4 +141,10 @@ class AdminOptions:
             raise OptionError("use --nsqd-http-address or --lookupd-http-address not both")
         if not self.lookupd_http_addresses and not self.nsqd_http_addresses:
             raise OptionError("--nsqd-http-address or --lookupd-http-address required")
+        if self.http_client_tls_cert and not self.http_client_tls_key:
+            raise OptionError("--http-client-tls-key must be specified with --http-client-tls-cert")
+        if self.http_client_tls_key and not self.http_client_tls_cert:
+            raise OptionError("--http-client-tls-cert must be specified with --http-client-tls-key")
+        if self.inside_view_bodies and not self.admin_users:
+            raise OptionError("--inside-view-bodies requires --admin-user (bodies are for admins only)")
         return self

@@ -100,6 +100,15 @@ class AuthState:
                 self._memo[key] = allowed
         return allowed
 
+    def may_subscribe(self, topic):
+        """True if some authorization grants ``subscribe`` on ``topic`` for some channel.
+
+        Such a client can read whatever waits in the topic's own queue (a new
+        channel is handed it), so that is what this permission guards.
+        """
+        return any("subscribe" in a.permissions and a.channels and a._topic_re.search(topic) is not None
+                   for a in self.authorizations)
+
     def response(self):
         """AUTH's answer to the client (Go's json.Marshal, in its key order)."""
         doc = {

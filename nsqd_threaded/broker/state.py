@@ -6,6 +6,11 @@ last fsync), each channel's in-flight messages in deadline order and its
 deferred messages by due time (the first :data:`LIST_LIMIT` of each, with
 totals), and the process's threads with where each one is waiting.
 
+Message bodies are left out unless the caller passes ``bodies``, a
+predicate deciding per topic and per channel (the HTTP route builds it from
+``--debug-state-bodies`` and the auth server's answer); each topic and
+channel says in ``bodies`` whether its lists carry them.
+
 Read-only and off the hot path: each topic's and channel's lock is held just
 long enough to copy figures and bounded lists (``Topic.inside``,
 ``Channel.inside``); the document is built after the locks are released.
@@ -43,26 +48,30 @@ def _queued(item):
     return msg_id, attempts, item[RECORD_HEADER.size:]
 
 
-def _message_doc(msg_id, attempts, body, **extra):
-    doc = {"id": _hex_id(msg_id), "attempts": attempts, "body": _preview(body)}
+def _message_doc(msg_id, attempts, body, show_body, **extra):
+    doc = {"id": _hex_id(msg_id), "attempts": attempts}
+    if show_body:
+        doc["body"] = _preview(body)
     doc.update(extra)
     return doc
 
 
-def _channel_state(channel, now_ns, limit):
+def _channel_state(channel, topic_name, now_ns, limit, bodies):
     raw = channel.inside(limit)  # the channel's lock is held only in there
+    show = bodies is not None and bodies(topic_name, channel.name)
     doc = {"name": channel.name}
     for key in ("paused", "message_count", "requeue_count", "timeout_count", "memory_depth", "backend"):
         doc[key] = raw[key]
     doc["depth"] = raw["memory_depth"] + raw["backend"].get("depth", 0)
-    doc["memory"] = [_message_doc(*_queued(item)) for item in raw["memory"]]
+    doc["bodies"] = show
+    doc["memory"] = [_message_doc(*_queued(item), show) for item in raw["memory"]]
     doc["in_flight_count"] = raw["in_flight_count"]
     doc["in_flight"] = [
-        _message_doc(mid, attempts, body, client_id=client_id, deadline_in_ms=(expiry - now_ns) // 1000000)
+        _message_doc(mid, attempts, body, show, client_id=client_id, deadline_in_ms=(expiry - now_ns) // 1000000)
         for mid, attempts, body, client_id, expiry in raw["in_flight"]
     ]
     doc["deferred_count"] = raw["deferred_count"]
-    doc["deferred"] = [_message_doc(mid, attempts, body, due_in_ms=(due - now_ns) // 1000000)
+    doc["deferred"] = [_message_doc(mid, attempts, body, show, due_in_ms=(due - now_ns) // 1000000)
                        for mid, attempts, body, due in raw["deferred"]]
     doc["clients"] = [_client_state(c) for c in raw["clients"]]
     return doc
@@ -88,14 +97,17 @@ def _client_state(client):
     }
 
 
-def _topic_state(topic, now_ns, limit):
+def _topic_state(topic, now_ns, limit, bodies):
     raw = topic.inside(limit)  # the topic's lock is held only in there
+    show = bodies is not None and bodies(topic.name, "")
     doc = {"name": topic.name}
     for key in ("paused", "message_count", "message_bytes", "memory_depth", "backend"):
         doc[key] = raw[key]
     doc["depth"] = raw["memory_depth"] + raw["backend"].get("depth", 0)
-    doc["memory"] = [_message_doc(*_queued(item)) for item in raw["memory"]]
-    doc["channels"] = sorted((_channel_state(c, now_ns, limit) for c in raw["channels"]), key=lambda c: c["name"])
+    doc["bodies"] = show
+    doc["memory"] = [_message_doc(*_queued(item), show) for item in raw["memory"]]
+    doc["channels"] = sorted((_channel_state(c, topic.name, now_ns, limit, bodies) for c in raw["channels"]),
+                             key=lambda c: c["name"])
     return doc
 
 
@@ -126,8 +138,14 @@ def threads_state():
     return out
 
 
-def broker_state(nsqd, limit=LIST_LIMIT):
-    """The document of ``GET /debug/state`` for one NSQD."""
+def broker_state(nsqd, limit=LIST_LIMIT, bodies=None):
+    """The document of ``GET /debug/state`` for one NSQD.
+
+    Without ``bodies`` no message body is in it.  ``bodies(topic, channel)``
+    (``channel`` empty for the topic's own queue) says whether that queue's
+    messages show the first :data:`BODY_PREVIEW` bytes of their bodies; it is
+    called once per topic and per channel, without any lock held.
+    """
     now_ns = time.time_ns()
     topics = sorted(nsqd.topics(), key=lambda t: t.name)
     return {
@@ -137,6 +155,6 @@ def broker_state(nsqd, limit=LIST_LIMIT):
         "list_limit": limit,
         "mem_queue_size": nsqd.options.mem_queue_size,
         "msg_timeout_ms": int(nsqd.options.msg_timeout * 1000),
-        "topics": [_topic_state(t, now_ns, limit) for t in topics],
+        "topics": [_topic_state(t, now_ns, limit, bodies) for t in topics],
         "threads": threads_state(),
     }

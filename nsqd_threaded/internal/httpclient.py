@@ -10,11 +10,41 @@ longer than that, as a per-operation socket timeout alone would let it.
 
 import http.client
 import io
+import json
 import socket
+import ssl
 import time
 
 # The Accept header of nsqd's and nsqlookupd's V1 HTTP API (unwrapped JSON answers).
 NSQ_V1_ACCEPT = "application/vnd.nsq; version=1.0"
+
+
+def client_ssl_context(root_ca_file="", cert_file="", key_file="", insecure_skip_verify=False):
+    """A TLS client context as Go's ``tls.Config`` for these settings is (raises OSError/ssl.SSLError).
+
+    The server's certificate is checked against ``root_ca_file`` (the system's
+    roots without one), host name included, unless ``insecure_skip_verify``;
+    ``cert_file``/``key_file`` are the client's own certificate.
+    """
+    context = ssl.create_default_context(cafile=root_ca_file or None)
+    if insecure_skip_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file or None)
+    return context
+
+
+def https_port(body):
+    """The ``https_port`` of a broker's 403 ``TLS_REQUIRED`` answer, or 0 (any other 403)."""
+    try:
+        doc = json.loads(body.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return 0
+    port = doc.get("https_port") if isinstance(doc, dict) else None
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        return 0
+    return port
 
 
 class ResponseTooLarge(ValueError):

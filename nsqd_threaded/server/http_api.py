@@ -13,7 +13,9 @@ from ..internal import gocompat
 from ..wire import protocol
 from ..broker import stats
 from ..broker.state import broker_state
+from ..broker.auth import AuthError
 from ..broker.channel import ChannelError
+from . import auth_query
 from .metrics import render_prometheus
 from ..settings.options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS, Options
 from ..wire.protocol import ProtocolError
@@ -31,6 +33,10 @@ from .http_server import (
     parse_query,
 )
 from ..broker.topic import TopicError
+
+# The header of a /debug/state request that carries an auth secret (a header, not
+# the query: URLs end up in logs and browser histories).
+AUTH_SECRET_HEADER = "X-NSQ-Auth-Secret"
 
 # -- the API -----------------------------------------------------------------
 
@@ -241,8 +247,39 @@ class HTTPAPI(Router):
         return Response(200, body, [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")])
 
     def debug_state(self, request):
-        """The inside of this broker (not in Go nsqd): topics, channels, in-flight, threads."""
-        return ok_json(None, json.dumps(broker_state(self.nsqd), separators=(",", ":")))
+        """The inside of this broker (not in Go nsqd): topics, channels, in-flight, threads.
+
+        Message bodies only with ``?bodies=true`` on a broker run with
+        ``--debug-state-bodies``, and with ``--auth-http-address`` only where
+        the ``X-NSQ-Auth-Secret`` header's secret is granted ``subscribe``.
+        """
+        q = self._query(request)
+        bodies = None
+        if parse_bool(q.get("bodies"), False) and self.options.debug_state_bodies:
+            bodies = self._body_grant(request)
+        doc = broker_state(self.nsqd, bodies=bodies)
+        return ok_json(None, json.dumps(doc, separators=(",", ":")))
+
+    def _body_grant(self, request):
+        """Who may read bodies here: ``grant(topic, channel)``, or None for nobody.
+
+        Without auth servers, the operator's flag is the whole decision.  With
+        them, the request's secret is asked about once (as a TCP AUTH would
+        be): a channel's messages need ``subscribe`` on that topic and channel,
+        the topic's own queue ``subscribe`` on the topic for some channel.
+        """
+        if not self.options.auth_http_addresses:
+            return lambda topic, channel: True
+        secret = request.header(AUTH_SECRET_HEADER)
+        if not secret:
+            return None
+        try:
+            state = auth_query.query_any(self.options, request.client_address[0], request.tls, secret,
+                                         log=self.log)
+        except AuthError as e:
+            self.log.warn("HTTP: /debug/state bodies refused to %s - %s", request.client_address[0], e)
+            return None
+        return lambda topic, channel: state.is_allowed(topic, channel) if channel else state.may_subscribe(topic)
 
     def topic_create(self, request):
         name, _ = self._topic_arg(request)

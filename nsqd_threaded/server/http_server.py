@@ -111,6 +111,77 @@ def parse_bool(value, default):
 
 
 
+# -- cross-site requests ------------------------------------------------------------
+#
+# A page on another origin can make the operator's browser send a form POST
+# (or, with a preflight we never grant, anything else) to a daemon it can
+# reach.  Browsers say where such a request comes from in ``Origin``; a
+# state-changing request whose Origin is not the daemon's own is refused.
+# Requests without Origin (curl, client libraries, nsqadmin's server-side
+# calls) are not browsers' cross-site requests and pass as before.
+
+STATE_CHANGING = frozenset(("POST", "PUT", "DELETE", "PATCH"))
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin_of(url):
+    """``(scheme, host, port)`` of an origin or a URL (a Referer), lower-cased; None when it has none.
+
+    ``null`` (a sandboxed or local page's opaque origin) has none, and so is
+    never anybody's same origin.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    return scheme, parts.hostname.lower(), port if port is not None else _DEFAULT_PORTS[scheme]
+
+
+def _first(value):
+    return value.split(",")[0].strip()
+
+
+def own_origins(request):
+    """The origins a request to us may legitimately come from.
+
+    Ours as the browser reached us (this listener's scheme, the ``Host``
+    header), and, behind a reverse proxy, the one it names in
+    ``X-Forwarded-Proto``/``X-Scheme`` and ``X-Forwarded-Host``: a cross-site
+    form cannot set those headers (a script needs a preflight for them).
+    """
+    scheme = "https" if request.tls else "http"
+    host = request.header("Host")
+    proxy_scheme = _first(request.header("X-Forwarded-Proto") or request.header("X-Scheme")) or scheme
+    proxy_host = _first(request.header("X-Forwarded-Host")) or host
+    out = set()
+    for s, h in ((scheme, host), (proxy_scheme, host), (proxy_scheme, proxy_host)):
+        if h:
+            origin = origin_of("%s://%s" % (s.lower(), h))
+            if origin is not None:
+                out.add(origin)
+    return out
+
+
+def is_cross_origin(request, referer=False):
+    """True when a browser says this request comes from a page of another origin.
+
+    ``Origin`` decides; with ``referer``, a request without Origin is judged
+    by its ``Referer`` instead.  A request naming neither is not a browser's
+    cross-site request.
+    """
+    source = request.header("Origin")
+    if not source and referer:
+        source = request.header("Referer")
+    if not source:
+        return False
+    origin = origin_of(source)
+    return origin is None or origin not in own_origins(request)
+
+
 # -- the router (julienschmidt/httprouter as nsqd and nsqlookupd configure it) --
 
 
@@ -119,7 +190,9 @@ class Router:
 
     Subclasses set ``routes``, ``_lower_paths`` (lower-cased path -> path)
     and ``log`` (the daemon's Logger), and override :meth:`_methods` and
-    :meth:`_canonical` for routes with parameters.
+    :meth:`_canonical` for routes with parameters.  A state-changing request
+    that a browser sends from another origin is refused, 403
+    ``CROSS_ORIGIN_FORBIDDEN``, before its handler runs (:func:`is_cross_origin`).
     """
 
     def _methods(self, path):
@@ -142,6 +215,11 @@ class Router:
         handler = methods.get(request.method)
         if handler is None:
             return HTTPError(405, "METHOD_NOT_ALLOWED", [("Allow", allow)]).response()
+        if request.method in STATE_CHANGING and is_cross_origin(request):
+            self.log.warn("HTTP: refused %s %s from %s: Origin %s is another site's",
+                          request.method, path, request.client_address[0] if request.client_address else "?",
+                          request.header("Origin")[:100])
+            return HTTPError(403, "CROSS_ORIGIN_FORBIDDEN").response()
         try:
             return handler(request)
         except HTTPError as e:
@@ -377,17 +455,22 @@ class RequestBody:
 
 
 class _Request:
-    """What a handler sees of a request: method, decoded path, raw query, headers, peer, and its body."""
+    """What a handler sees of a request: method, decoded path, raw query, headers, peer, TLS, and its body."""
 
-    __slots__ = ("method", "path", "query", "_body", "headers", "client_address")
+    __slots__ = ("method", "path", "query", "_body", "headers", "client_address", "tls")
 
-    def __init__(self, method, path, query, body, headers=None, client_address=None):
+    def __init__(self, method, path, query, body, headers=None, client_address=None, tls=False):
         self.method = method
         self.path = path
         self.query = query
         self._body = body
         self.headers = headers  # an email.message.Message (case-insensitive get), or None
         self.client_address = client_address  # (host, port) of the peer
+        self.tls = tls  # it came over an HTTPS listener
+
+    def header(self, name):
+        """A request header's value, or "" (absent, or a request built without headers)."""
+        return (self.headers.get(name) if self.headers is not None else None) or ""
 
     @property
     def content_length(self):
@@ -606,7 +689,7 @@ class _HTTPHandler(http.server.BaseHTTPRequestHandler):
         )
         # httprouter routes on the decoded path (req.URL.Path).
         request = _Request(self.command, urllib.parse.unquote(path), query, body, self.headers,
-                           self.client_address[:2])
+                           self.client_address[:2], self.server.ssl_context is not None)
         response = self.server.api.dispatch(request)
         if response.status >= 400:  # what was refused, and why, for --log-level=debug
             self.server.log.debug(

@@ -370,6 +370,9 @@ SETTINGS = (
             "for a request's headers and body, and for the first request of a new connection", check=_positive),
     Setting("http-idle-timeout", DURATION, 60.0, "(not in Go nsqd) how long an idle HTTP keep-alive "
             "connection is kept open", check=_positive),
+    Setting("debug-state-bodies", BOOL, False, "(not in Go nsqd) let GET /debug/state?bodies=true show the "
+            "first bytes of queued, in-flight and deferred messages (with --auth-http-address, only to a "
+            "request whose X-NSQ-Auth-Secret the auth server grants subscribe on the topic)"),
     Setting("topology-region", STR, "", "region of this nsqd (experiment)", U),
     Setting("topology-zone", STR, "", "availability zone of this nsqd (experiment)", U),
     Setting("enable-experiment", STR_LIST, (), "enable experimental feature (may be given multiple "
@@ -552,6 +555,7 @@ class Options:
     http_client_request_timeout: float = 5.0
     http_read_timeout: float = 30.0
     http_idle_timeout: float = 60.0
+    debug_state_bodies: bool = False
     topology_region: str = ""
     topology_zone: str = ""
     enable_experiment: list = dataclasses.field(default_factory=list)

@@ -202,7 +202,8 @@ def test_actions_reach_every_broker(cluster, admin):
     assert all(b.stats(topic="orders")["topics"][0]["paused"] for b in cluster)
 
     assert call(url, "POST", {"action": "bogus"}) == (400, {"message": "INVALID_ACTION"})
-    assert call(url, "POST", b"not json")[0] == 400
+    assert call(url, "POST", b"not json", {"Content-Type": "application/json"})[0] == 400
+    assert call(url, "POST", b'{"action": "pause"}')[0] == 415  # not declared as JSON: a form could send it
 
     assert call(admin.http_url + "/api/topics", "POST", {"topic": "made", "channel": "here"})[0] == 200
     assert "made" in cluster.lookupd.get("/topics")["topics"]
@@ -220,7 +221,8 @@ def test_actions_reach_every_broker(cluster, admin):
     mine = [p for p in producers if p["http_port"] == cluster[2].http_address[1]][0]
     assert "orders" not in [t["topic_name"] for t in cluster[2].stats()["topics"]]
     assert mine["tombstones"][mine["topics"].index("orders")] if "orders" in mine["topics"] else True
-    assert call(admin.http_url + "/api/nodes/" + node, "DELETE", b"{") == (400, {"message": "INVALID_BODY"})
+    assert call(admin.http_url + "/api/nodes/" + node, "DELETE", b"{", {"Content-Type": "application/json"}) == (
+        400, {"message": "INVALID_BODY"})
 
     assert call(admin.http_url + "/api/topics/orders", "DELETE")[0] == 200
     assert all("orders" not in [t["topic_name"] for t in b.stats()["topics"]] for b in cluster)
@@ -398,9 +400,9 @@ def test_no_lookupd_answering_is_502(admin_factory):
 
 
 def test_debug_state_follows_a_message(tmp_path):
-    with Broker(msg_timeout=1.0) as nsqd:
+    with Broker(msg_timeout=1.0, debug_state_bodies=True) as nsqd:
         def state():
-            status, body = nsqd.http("GET", "/debug/state")
+            status, body = nsqd.http("GET", "/debug/state?bodies=true")
             assert status == 200
             return json.loads(body)
 
@@ -453,11 +455,11 @@ def test_debug_state_follows_a_message(tmp_path):
 
 
 def test_debug_state_lists_are_bounded():
-    with Broker() as nsqd:
+    with Broker(debug_state_bodies=True) as nsqd:
         with Conn(nsqd.tcp_address) as consumer:
             consumer.sub("many", "c", rdy=0)
             consumer.mpub("many", [b"m%d" % i for i in range(250)])
-            status, body = nsqd.http("GET", "/debug/state")
+            status, body = nsqd.http("GET", "/debug/state?bodies=true")
             c = json.loads(body)["topics"][0]["channels"][0]
             assert c["memory_depth"] == 250 and len(c["memory"]) == 100
             assert c["memory"][0]["body"] == "m0"

@@ -190,7 +190,7 @@ def test_api_matches_go_nsqadmin_on_one_cluster():
                 assert call(url + "/api/topics/orders/audit", "POST", {"action": "bogus"}) == (
                     400, {"message": "INVALID_ACTION"})
                 assert call(url + "/api/topics", "POST", {"topic": "bad!"}) == (400, {"message": "INVALID_TOPIC"})
-                assert call(url + "/api/nodes/" + node, "DELETE", b"{") == (400, {"message": "INVALID_BODY"})
+                assert call(url + "/api/nodes/" + node, "DELETE", b"{", {"Content-Type": "application/json"}) == (400, {"message": "INVALID_BODY"})
             assert call(go.url + "/api/topics/orders/audit", "POST", {"action": "pause"}) == (200, {"message": ""})
             assert call(ours.http_url + "/api/topics/orders/audit")[1]["paused"] is True
             assert call(ours.http_url + "/api/topics/orders/audit", "POST", {"action": "unpause"}) == (

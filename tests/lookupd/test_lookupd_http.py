@@ -198,3 +198,23 @@ def test_deadline_options():
     assert (lookupd.options.http_read_timeout, lookupd.options.http_idle_timeout) == (1.5, 2.5)
     with pytest.raises(ValueError, match="--http-read-timeout"):
         NSQLookupd.local(http_read_timeout=0)
+
+
+# -- cross-origin requests --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("origin", ["http://evil.example", "http://127.0.0.1:1", "null"])
+def test_a_change_from_another_origin_is_refused(lookupd, origin):
+    assert request(lookupd, "POST", "/topic/create?topic=kept")[0] == 200
+    for path in ("/topic/delete?topic=kept", "/topic/create?topic=planted", "/channel/create?topic=kept&channel=c",
+                 "/topic/tombstone?topic=kept&node=x:1"):
+        status, headers, body = request(lookupd, "POST", path, headers={"Origin": origin})
+        assert (status, body) == (403, b'{"message":"CROSS_ORIGIN_FORBIDDEN"}')
+        assert headers["content-type"] == "application/json; charset=utf-8"
+    assert topics(lookupd) == ["kept"] and get_json(lookupd, "/channels?topic=kept")["channels"] == []
+    assert request(lookupd, "GET", "/topics", headers={"Origin": origin})[0] == 200  # reads stay open
+    # without Origin (curl, nsqadmin's server-side calls) or from its own origin: as before
+    own = "http://127.0.0.1:%d" % lookupd.http_address[1]
+    assert request(lookupd, "POST", "/topic/create?topic=mine", headers={"Origin": own})[0] == 200
+    assert request(lookupd, "POST", "/topic/delete?topic=kept")[0] == 200
+    assert topics(lookupd) == ["mine"]

@@ -19,9 +19,13 @@ def start_admin(**options):
 
 
 def call(url, method="GET", body=None, headers=None, timeout=20.0):
-    """``(status, parsed JSON or text)`` of one request."""
-    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    """``(status, parsed JSON or text)`` of one request (a dict or list body is sent as JSON, and says so)."""
+    headers = dict(headers or {})
+    data = body
+    if isinstance(body, (dict, list)):
+        data = json.dumps(body).encode()
+        headers.setdefault("Content-Type", "application/json")
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             status, raw, ctype = resp.status, resp.read(), resp.headers.get("Content-Type", "")
