@@ -18,6 +18,9 @@ from .actions import Actions
 from .api import AdminAPI, AdminError
 
 HTML_TYPE = "text/html; charset=utf-8"
+# On every page: the CSP (no inline script, style or handler; see admin.pages) and no content sniffing.
+PAGE_HEADERS = (("Content-Type", HTML_TYPE), ("Content-Security-Policy", pages.CONTENT_SECURITY_POLICY),
+                ("X-Content-Type-Options", "nosniff"))
 
 # (method, pattern, handler name): ":x" segments are parameters.
 ROUTES = (
@@ -61,6 +64,7 @@ class AdminRouter(Router):
         self.api = AdminAPI(admin)
         self.actions = Actions(admin)
         self.pages = pages.Pages(admin)
+        self.assets = static.load_assets()  # {name: (content type, bytes)}, read once from the package
         self.base = admin.options.base_path.rstrip("/")
         self._table = {}  # segment count -> [(pattern segments, method, handler name)]
         for method, pattern, name in ROUTES:
@@ -114,7 +118,7 @@ class AdminRouter(Router):
 
     @staticmethod
     def _html(text, status=200):
-        return Response(status, text.encode("utf-8"), [("Content-Type", HTML_TYPE)])
+        return Response(status, text.encode("utf-8"), PAGE_HEADERS)
 
     def _page(self, render, *args):
         try:
@@ -143,7 +147,7 @@ class AdminRouter(Router):
         return self._page(self.pages.node, node)
 
     def page_inside(self, request, node):
-        return self._page(self.pages.inside, node)
+        return self._page(self.pages.inside, node, self._query(request).get("topic", ""))
 
     def page_counter(self, request):
         return self._page(self.pages.counter)
@@ -152,12 +156,12 @@ class AdminRouter(Router):
         return self._page(self.pages.lookup)
 
     def static_asset(self, request, asset):
-        found = static.ASSETS.get(asset)
+        found = self.assets.get(asset)
         if found is None:
             raise AdminError(404, "NOT_FOUND")
         content_type, body = found
-        return Response(200, body.encode("utf-8"), [("Content-Type", content_type),
-                                                    ("Cache-Control", "max-age=60")])
+        return Response(200, body, [("Content-Type", content_type), ("Cache-Control", "max-age=60"),
+                                    ("X-Content-Type-Options", "nosniff")])
 
     # -- API reads
 
@@ -178,7 +182,7 @@ class AdminRouter(Router):
         return self._json(self.api.node(node))
 
     def api_node_state(self, request, node):
-        return ok_json(self.api.node_state(node))
+        return ok_json(self.api.node_state(node, self._query(request).get("topic", "")))
 
     def api_counter(self, request):
         return self._json(self.api.counter())
