@@ -72,10 +72,13 @@ def _is(value, kind):
 
 
 def field(doc, key, kind, where, default=None):
-    """``doc[key]`` when it is of ``kind`` (a missing key is ``default``, as Go leaves a zero value); else Malformed."""
+    """``doc[key]`` when it is of ``kind`` (missing or null: ``default``, Go's zero value); else Malformed.
+
+    Without a default the field is required.
+    """
     if not isinstance(doc, dict):
         raise Malformed("%s is not an object" % where)
-    if key not in doc and default is not None:
+    if doc.get(key) is None and default is not None:  # missing or null: Go leaves the zero value
         return default
     value = doc.get(key)
     if not _is(value, kind):
