@@ -10,7 +10,7 @@ escaped; attribute names are the code's own and must look like one, and two
 kinds are refused outright: event handlers (``on...``) and ``style`` (the
 Content-Security-Policy forbids both, and nothing here needs them).  A
 ``href``, ``src`` or ``action`` must be a path on nsqadmin itself (it starts
-with ``/``), so no value can become a ``javascript:`` URL.
+with one ``/``), so no value can become a ``javascript:`` URL or another server.
 
 ``Markup`` is not a ``str``: formatting it into a string (``"%s" % m``)
 raises, so markup cannot be assembled by hand around this module.
@@ -82,7 +82,8 @@ def _attribute(name, value):
         value = str(value)
     if not isinstance(value, str):
         raise TypeError("attribute %s: %s is not a value" % (name, type(value).__name__))
-    if name in _URL_ATTRIBUTES and not value.startswith("/"):
+    # a path, not "//host" or "/\\host" (browsers read both as another server)
+    if name in _URL_ATTRIBUTES and (not value.startswith("/") or value[1:2] in ("/", "\\")):
         raise ValueError("attribute %s must be a path on this server, not %r" % (name, value))
     return ' %s="%s"' % (name, html.escape(value, quote=True))
 

@@ -110,7 +110,8 @@
         var message = t(obj(doc).message);
         if (typeof message === "string" && message) flash(message, false);
         var next = btn.getAttribute("data-next");
-        if (next && next.charAt(0) === "/") { window.location.href = next; } else { window.location.reload(); }
+        // data-next is a path here, never "//host"
+        if (next && /^\/(?![\/\\])/.test(next)) { window.location.href = next; } else { window.location.reload(); }
       }, function (err) { btn.disabled = false; flash(err.message, false); });
   });
 
