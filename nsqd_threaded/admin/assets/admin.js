@@ -76,6 +76,8 @@
 
   // -- actions
 
+  function message(doc) { var m = obj(doc).message; return typeof m === "string" ? m : ""; }
+
   function flash(text, ok) {
     var box = document.getElementById("flash");
     if (!box) return;
@@ -93,7 +95,7 @@
       return resp.text().then(function (text) {
         var doc = {};
         try { doc = text ? JSON.parse(text) : {}; } catch (e) { doc = { message: text }; }
-        if (!resp.ok) { throw new Error(resp.status + " " + (t(obj(doc).message) || resp.statusText)); }
+        if (!resp.ok) { throw new Error(resp.status + " " + (message(doc) || resp.statusText)); }
         return doc;
       });
     });
@@ -107,8 +109,7 @@
     btn.disabled = true;
     request(btn.getAttribute("data-method"), btn.getAttribute("data-url"), btn.getAttribute("data-body"))
       .then(function (doc) {
-        var message = t(obj(doc).message);
-        if (typeof message === "string" && message) flash(message, false);
+        if (message(doc)) flash(message(doc), false);
         var next = btn.getAttribute("data-next");
         // data-next is a path here, never "//host"
         if (next && /^\/(?![\/\\])/.test(next)) { window.location.href = next; } else { window.location.reload(); }
