@@ -34,6 +34,11 @@ class Answer:
         self.errors = sorted({str(e) for g in gathered for e in g.errors.values()})
 
 
+class TopicNotFound(AdminError):
+    """Every lookupd said it does not know the topic: Go's ``502 UPSTREAM_ERROR`` on the API (its
+    contract), a "not found" page in the UI (:mod:`.pages` catches this)."""
+
+
 def _upstream(what, gathered):
     """502 when every node asked failed (Go: "failed to query any ...")."""
     if gathered.errors and not gathered.results:
@@ -69,7 +74,12 @@ class AdminAPI:
 
     def _topic_producers(self, topic):
         producers, g = self.ci.topic_producers(topic)
-        _upstream(self._source, g)
+        try:
+            _upstream(self._source, g)
+        except AdminError as e:
+            if all(err.status == 404 for err in g.errors.values()):
+                raise TopicNotFound(e.status, e.message) from None
+            raise
         return producers, g
 
     def topic(self, topic):
@@ -99,22 +109,26 @@ class AdminAPI:
                 return p, g
         raise AdminError(404, "NODE_NOT_FOUND")
 
-    def node(self, node):
+    def node(self, node, partial=False):
+        """One node's topics; when it does not answer, 502 as in Go, or (``partial``, for the page) an
+        empty document whose warning names it."""
         producer, g1 = self.find_node(node)
         per_node, g2 = self.ci.nsqd_stats([producer])
-        if g2.errors:
+        if g2.errors and not partial:
             raise AdminError(502, "UPSTREAM_ERROR: %s" % g2.errors[cluster.producer_address(producer)])
         total_clients = sum(c["client_count"] for t in per_node for c in t["channels"])
         total_messages = sum(t["message_count"] for t in per_node)
         doc = {"node": node, "topics": per_node, "total_messages": total_messages, "total_clients": total_clients}
-        return Answer(doc, [g1])
+        return Answer(doc, [g1, g2] if partial else [g1])
 
-    def node_state(self, node, bodies=False):
-        """Our broker's ``/debug/state`` (the inside view), through nsqadmin.
+    def node_state(self, node, bodies=False, topic=""):
+        """Our broker's ``/debug/state`` (the inside view), through nsqadmin; ``topic`` keeps that topic only.
 
         Message bodies are asked for only with ``bodies`` (the caller decides
         who may see them); without it, any body the node sends anyway is
-        dropped before the document goes on.
+        dropped before the document goes on.  Otherwise the document is passed
+        on as the broker sent it: the inside view's script checks every
+        field's type as it draws it.
         """
         producer, _ = self.find_node(node)
         address = cluster.producer_address(producer)
@@ -124,6 +138,8 @@ class AdminAPI:
             raise AdminError(502, "UPSTREAM_ERROR: %s" % e) from None
         if not bodies:
             without_bodies(doc)
+        if topic and isinstance(doc, dict) and isinstance(doc.get("topics"), list):
+            doc["topics"] = [t for t in doc["topics"] if isinstance(t, dict) and t.get("name") == topic]
         return doc
 
     def counter(self):

@@ -7,6 +7,14 @@ the ``--http-client-connect-timeout`` to connect and the
 question: their errors are collected (:class:`Gathered`), and the API and the
 pages report them next to the partial answer, as Go nsqadmin does.
 
+Every document a node or a lookupd sends is checked where it arrives, in
+the thread that asked (:func:`read_topic`, :func:`read_producer`...): a
+field of the wrong type (a string where Go has a number, a number where it
+has a name) makes that node's answer malformed (:class:`Malformed`), which
+fails that node only, as Go's ``json.Unmarshal`` error does.  So what the
+aggregation and the pages see has the types they expect, and a node that
+lies is named in the partial-failure warning instead of breaking the totals.
+
 The aggregated documents (:func:`topic_stats`, :func:`channel_stats`) have Go
 nsqadmin's field names: ``node`` is a broker's HTTP address
 (``broadcast_address:http_port``), ``*`` for a total over nodes.
@@ -14,7 +22,9 @@ nsqadmin's field names: ``node`` is a broker's HTTP address
 
 import http.client
 import json
+import math
 import queue
+import re
 import socket
 import threading
 import time
@@ -26,13 +36,71 @@ MAX_QUERY_THREADS = 16  # requests in flight at once, per question
 MAX_ANSWER = 256 << 20  # bytes of one node's answer (a /stats with every client of a big broker fits)
 
 
-class UpstreamError(Exception):
-    """One node's request failed (connect, timeout, bad status or body)."""
+# A host nsqadmin connects to: a name or an address, never markup or a path (a registration can say anything).
+_HOST = re.compile(r"[A-Za-z0-9._:%-]+\Z|\[[A-Za-z0-9._:%-]+\]\Z")
 
-    def __init__(self, address, text):
+
+class UpstreamError(Exception):
+    """One node's request failed (connect, timeout, bad status or body); ``status`` is the HTTP status, if any."""
+
+    def __init__(self, address, text, status=None):
         super().__init__("%s: %s" % (address, text))
         self.address = address
         self.text = text
+        self.status = status
+
+
+class Malformed(ValueError):
+    """A node's document with a value of the wrong type; the text says where (never the value itself)."""
+
+
+# -- reading a node's documents: the types Go's structs have ------------------------
+
+INT, NUMBER, STR, BOOL, LIST = "an integer", "a number", "a string", "a boolean", "a list"
+
+
+def _is(value, kind):
+    if kind is INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is NUMBER:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind is STR:
+        return isinstance(value, str)
+    if kind is BOOL:
+        return isinstance(value, bool)
+    return isinstance(value, list)
+
+
+def field(doc, key, kind, where, default=None):
+    """``doc[key]`` when it is of ``kind`` (missing or null: ``default``, Go's zero value); else Malformed.
+
+    Without a default the field is required.
+    """
+    if not isinstance(doc, dict):
+        raise Malformed("%s is not an object" % where)
+    if doc.get(key) is None and default is not None:  # missing or null: Go leaves the zero value
+        return default
+    value = doc.get(key)
+    if not _is(value, kind):
+        raise Malformed("%s.%s is not %s" % (where, key, kind))
+    return value
+
+
+def items(doc, key, where):
+    """``doc[key]`` as a list (missing or null: empty), with each item's place for messages."""
+    if isinstance(doc, dict) and doc.get(key) is None:
+        return []
+    return [(value, "%s.%s[%d]" % (where, key, i)) for i, value in enumerate(field(doc, key, LIST, where))]
+
+
+def strings(doc, key, where):
+    """``doc[key]`` as a list of strings (names), or Malformed."""
+    out = []
+    for value, place in items(doc, key, where):
+        if not isinstance(value, str):
+            raise Malformed("%s is not a string" % place)
+        out.append(value)
+    return out
 
 
 class Gathered:
@@ -73,6 +141,8 @@ class HTTPClient:
             port = int(port)
         except ValueError:
             raise UpstreamError(address, "invalid address") from None
+        if not _HOST.match(host):
+            raise UpstreamError(address, "invalid address")
         status, data = self._exchange(method, address, host.strip("[]"), port, path, body, https)
         if status == 403 and not https:
             https_port = httpclient.https_port(data)
@@ -99,7 +169,8 @@ class HTTPClient:
     def get_json(self, address, path):
         status, body = self.request("GET", address, path)
         if status != 200:
-            raise UpstreamError(address, "got response %d %s" % (status, body[:200].decode("utf-8", "replace")))
+            raise UpstreamError(address, "got response %d %s" % (status, body[:200].decode("utf-8", "replace")),
+                                status)
         try:
             return json.loads(body.decode("utf-8"))
         except ValueError:
@@ -132,16 +203,18 @@ def gather(addresses, ask, name):
                 address = work.get_nowait()
             except queue.Empty:
                 return
-            label = address if isinstance(address, str) else " ".join(address)
-            threading.current_thread().name = "%s[%s]" % (name, label)
+            threading.current_thread().name = "%s[%s]" % (name, _label(address))
             try:
                 result = ask(address)
             except UpstreamError as e:
                 with lock:
                     out.errors[address] = e
+            except Malformed as e:  # a node that sends the wrong types fails alone, as in Go
+                with lock:
+                    out.errors[address] = UpstreamError(_label(address), "malformed answer: %s" % e)
             except Exception as e:  # a malformed answer: that node failed, the others stand
                 with lock:
-                    out.errors[address] = UpstreamError(address, "%s: %s" % (type(e).__name__, e))
+                    out.errors[address] = UpstreamError(_label(address), "%s: %s" % (type(e).__name__, e))
             else:
                 with lock:
                     out.results[address] = result
@@ -152,6 +225,11 @@ def gather(addresses, ask, name):
     for t in threads:
         t.join()
     return out
+
+
+def _label(address):
+    """An address, or a (lookupd, topic) pair, as text."""
+    return address if isinstance(address, str) else " ".join(address)
 
 
 def quote(value):
@@ -175,6 +253,33 @@ def _version_key(version):
     return parts
 
 
+def read_producer(p, where):
+    """A producer of a lookupd's ``/nodes`` or ``/lookup``, checked against Go's PeerInfo types."""
+    tombstones = []
+    for value, place in items(p, "tombstones", where):
+        if not isinstance(value, bool):
+            raise Malformed("%s is not a boolean" % place)
+        tombstones.append(value)
+    return {
+        "remote_address": field(p, "remote_address", STR, where, ""),
+        "hostname": field(p, "hostname", STR, where, ""),
+        "broadcast_address": field(p, "broadcast_address", STR, where),
+        "tcp_port": field(p, "tcp_port", INT, where),
+        "http_port": field(p, "http_port", INT, where),
+        "version": field(p, "version", STR, where, ""),
+        "topics": strings(p, "topics", where),
+        "tombstones": tombstones,
+    }
+
+
+def _new_producer(p):
+    return {
+        "remote_addresses": [], "remote_address": p["remote_address"], "hostname": p["hostname"],
+        "broadcast_address": p["broadcast_address"], "tcp_port": p["tcp_port"], "http_port": p["http_port"],
+        "version": p["version"], "topics": [], "out_of_date": False,
+    }
+
+
 class ClusterInfo:
     """The questions nsqadmin asks, over ``lookupds`` or (without any) ``nsqds`` (HTTP addresses)."""
 
@@ -186,63 +291,58 @@ class ClusterInfo:
     # -- lookupd questions
 
     def lookupd_topics(self):
-        g = gather(self.lookupds, lambda a: self.client.get_json(a, "/topics")["topics"], "nsqadmin-lookupd")
-        topics = sorted({t for ts in g.results.values() for t in ts or ()})
+        g = gather(self.lookupds, lambda a: strings(self.client.get_json(a, "/topics"), "topics", "topics"),
+                   "nsqadmin-lookupd")
+        topics = sorted({t for ts in g.results.values() for t in ts})
         return topics, g
 
-    def lookupd_topic_channels(self, topic):
-        def ask(a):
-            return self.client.get_json(a, "/channels?topic=" + quote(topic))["channels"]
+    def _channels(self, lookupd, topic):
+        return strings(self.client.get_json(lookupd, "/channels?topic=" + quote(topic)), "channels", "channels")
 
-        g = gather(self.lookupds, ask, "nsqadmin-lookupd")
-        return sorted({c for cs in g.results.values() for c in cs or ()}), g
+    def lookupd_topic_channels(self, topic):
+        g = gather(self.lookupds, lambda a: self._channels(a, topic), "nsqadmin-lookupd")
+        return sorted({c for cs in g.results.values() for c in cs}), g
+
+    def lookupd_channels_of(self, topics_by_lookupd):
+        """Each lookupd's channels of each of its topics: gathered over ``(lookupd, topic)`` pairs."""
+        pairs = [(lookupd, topic) for lookupd, topics in topics_by_lookupd.items() for topic in topics]
+        return gather(pairs, lambda pair: sorted(self._channels(*pair)), "nsqadmin-lookupd")
+
+    def _lookupd_producers(self, lookupd, path):
+        doc = self.client.get_json(lookupd, path)
+        return [read_producer(p, place) for p, place in items(doc, "producers", path.split("?")[0].strip("/"))]
 
     def lookupd_producers(self):
         """Every producer the lookupds list in ``/nodes``, merged by HTTP address (Go's Producer docs)."""
-        g = gather(self.lookupds, lambda a: self.client.get_json(a, "/nodes")["producers"], "nsqadmin-lookupd")
+        g = gather(self.lookupds, lambda a: self._lookupd_producers(a, "/nodes"), "nsqadmin-lookupd")
         merged = {}
         for lookupd in self.lookupds:
             for p in g.results.get(lookupd) or ():
                 key = http_address(p)
                 node = merged.get(key)
                 if node is None:
-                    node = merged[key] = {
-                        "remote_addresses": [],
-                        "remote_address": p.get("remote_address", ""),
-                        "hostname": p.get("hostname", ""),
-                        "broadcast_address": p["broadcast_address"],
-                        "tcp_port": p["tcp_port"],
-                        "http_port": p["http_port"],
-                        "version": p.get("version", ""),
-                        "topics": [],
-                        "out_of_date": False,
-                    }
-                node["remote_addresses"].append("%s/%s" % (lookupd, p.get("remote_address", "")))
+                    node = merged[key] = _new_producer(p)
+                node["remote_addresses"].append("%s/%s" % (lookupd, p["remote_address"]))
                 known = {t["topic"]: t for t in node["topics"]}
-                for topic, tombstoned in zip(p.get("topics") or (), p.get("tombstones") or ()):
+                for topic, tombstoned in zip(p["topics"], p["tombstones"]):
                     if topic in known:
                         known[topic]["tombstoned"] = known[topic]["tombstoned"] or tombstoned
                     else:
-                        known[topic] = {"topic": topic, "tombstoned": bool(tombstoned)}
+                        known[topic] = {"topic": topic, "tombstoned": tombstoned}
                 node["topics"] = sorted(known.values(), key=lambda t: t["topic"])
         producers = list(merged.values())
         _mark_out_of_date(producers)
         return producers, g
 
     def lookupd_topic_producers(self, topic):
-        def ask(a):  # a 404 (TOPIC_NOT_FOUND) is that lookupd's failure, as in Go
-            return self.client.get_json(a, "/lookup?topic=" + quote(topic))["producers"]
-
-        g = gather(self.lookupds, ask, "nsqadmin-lookupd")
+        # a 404 (TOPIC_NOT_FOUND) is that lookupd's failure, as in Go
+        g = gather(self.lookupds, lambda a: self._lookupd_producers(a, "/lookup?topic=" + quote(topic)),
+                   "nsqadmin-lookupd")
         merged = {}
         for lookupd in self.lookupds:
             for p in g.results.get(lookupd) or ():
-                merged.setdefault(http_address(p), {
-                    "remote_addresses": [], "remote_address": p.get("remote_address", ""),
-                    "hostname": p.get("hostname", ""), "broadcast_address": p["broadcast_address"],
-                    "tcp_port": p["tcp_port"], "http_port": p["http_port"], "version": p.get("version", ""),
-                    "topics": [], "out_of_date": False,
-                })["remote_addresses"].append("%s/%s" % (lookupd, p.get("remote_address", "")))
+                node = merged.setdefault(http_address(p), _new_producer(p))
+                node["remote_addresses"].append("%s/%s" % (lookupd, p["remote_address"]))
         return list(merged.values()), g
 
     # -- nsqd questions
@@ -253,27 +353,22 @@ class ClusterInfo:
         def ask(a):
             info = self.client.get_json(a, "/info")
             stats = self.client.get_json(a, "/stats?format=json&include_clients=false")
-            return info, stats
-
-        g = gather(self.nsqds, ask, "nsqadmin-nsqd")
-        producers = []
-        for address in self.nsqds:
-            if address not in g.results:
-                continue
-            info, stats = g.results[address]
-            producers.append({
+            topics = [field(t, "topic_name", STR, place) for t, place in items(stats, "topics", "stats")]
+            return {
                 "remote_addresses": [],
                 "remote_address": "",
-                "hostname": info.get("hostname", ""),
-                "broadcast_address": info.get("broadcast_address", ""),
-                "tcp_port": info.get("tcp_port", 0),
-                "http_port": info.get("http_port", 0),
-                "version": info.get("version", ""),
-                "topics": sorted(({"topic": t["topic_name"], "tombstoned": False} for t in stats.get("topics") or ()),
-                                 key=lambda t: t["topic"]),
+                "hostname": field(info, "hostname", STR, "info", ""),
+                "broadcast_address": field(info, "broadcast_address", STR, "info", ""),
+                "tcp_port": field(info, "tcp_port", INT, "info", 0),
+                "http_port": field(info, "http_port", INT, "info", 0),
+                "version": field(info, "version", STR, "info", ""),
+                "topics": sorted(({"topic": t, "tombstoned": False} for t in topics), key=lambda t: t["topic"]),
                 "out_of_date": False,
-                "address": address,  # how we reached it (the broadcast address may not be routable)
-            })
+                "address": a,  # how we reached it (the broadcast address may not be routable)
+            }
+
+        g = gather(self.nsqds, ask, "nsqadmin-nsqd")
+        producers = [g.results[a] for a in self.nsqds if a in g.results]
         _mark_out_of_date(producers)
         return producers, g
 
@@ -293,20 +388,24 @@ class ClusterInfo:
         return [p for p in producers if any(t["topic"] == topic for t in p["topics"])], g
 
     def nsqd_stats(self, producers, topic=""):
-        """``(topic_stats per node, gathered)``: each node's ``/stats`` as Go nsqadmin's TopicStats docs."""
+        """``(topic_stats per node, gathered)``: each node's ``/stats`` as Go nsqadmin's TopicStats docs.
+
+        Each node's answer is checked in the thread that asked for it: one
+        with a value of the wrong type anywhere fails that node (Malformed).
+        """
         path = "/stats?format=json"
         if topic:
             path += "&topic=" + quote(topic)
         by_address = {producer_address(p): p for p in producers}
-        g = gather(by_address, lambda a: self.client.get_json(a, path), "nsqadmin-nsqd")
-        per_node = []
-        for address, doc in g.results.items():
-            p = by_address[address]
-            node = http_address(p)
-            for t in doc.get("topics") or ():
-                if topic and t["topic_name"] != topic:
-                    continue
-                per_node.append(node_topic_stats(node, p.get("hostname", ""), t))
+
+        def ask(a):
+            p = by_address[a]
+            doc = self.client.get_json(a, path)
+            return [node_topic_stats(http_address(p), p["hostname"], t, place)
+                    for t, place in items(doc, "topics", "stats")]
+
+        g = gather(by_address, ask, "nsqadmin-nsqd")
+        per_node = [t for ts in g.results.values() for t in ts if not topic or t["topic_name"] == topic]
         per_node.sort(key=lambda t: (t["topic_name"], t["hostname"], t["node"]))
         return per_node, g
 
@@ -338,18 +437,20 @@ def public_producer(p):
     return {k: v for k, v in p.items() if k != "address"}
 
 
-# -- stats aggregation ------------------------------------------------------------
+# -- a node's stats, checked, as Go nsqadmin's documents ---------------------------------
 
 
-def _e2e(e2e, topic="", channel="", host=""):
-    """A node's e2e_processing_latency as Go nsqadmin's aggregate document."""
-    count = (e2e or {}).get("count", 0)
+def _e2e(e2e, where, topic="", channel="", host=""):
+    """A node's e2e_processing_latency (checked) as Go nsqadmin's aggregate document."""
+    if e2e is None:
+        e2e = {}
+    count = field(e2e, "count", INT, where, 0)
     percentiles = None
-    for p in (e2e or {}).get("percentiles") or ():
+    for p, place in items(e2e, "percentiles", where):
         percentiles = percentiles or []
-        v = p.get("value", 0)
-        percentiles.append({"average": v, "count": count, "max": v, "min": v, "quantile": p.get("quantile", 0),
-                            "value": v})
+        v = field(p, "value", NUMBER, place, 0)
+        percentiles.append({"average": v, "count": count, "max": v, "min": v,
+                            "quantile": field(p, "quantile", NUMBER, place, 0), "value": v})
     return {"count": count, "percentiles": percentiles, "topic": topic, "channel": channel, "host": host}
 
 
@@ -373,62 +474,53 @@ def _e2e_add(total, e2e):
         total["percentiles"].sort(key=lambda p: -p["quantile"])
 
 
-def client_stats(node, c):
-    """A client of a node's channel, with Go nsqadmin's ClientStats fields."""
-    return {
-        "node": node,
-        "remote_address": c.get("remote_address", ""),
-        "version": c.get("version", ""),
-        "client_id": c.get("client_id", ""),
-        "hostname": c.get("hostname", ""),
-        "user_agent": c.get("user_agent", ""),
-        "connect_ts": c.get("connect_ts", 0),
-        "connected": 0,
-        "in_flight_count": c.get("in_flight_count", 0),
-        "ready_count": c.get("ready_count", 0),
-        "finish_count": c.get("finish_count", 0),
-        "requeue_count": c.get("requeue_count", 0),
-        "message_count": c.get("message_count", 0),
-        "sample_rate": c.get("sample_rate", 0),
-        "deflate": c.get("deflate", False),
-        "snappy": c.get("snappy", False),
-        "authed": c.get("authed", False),
-        "auth_identity": c.get("auth_identity", ""),
-        "auth_identity_url": c.get("auth_identity_url", ""),
-        "tls": c.get("tls", False),
-        "tls_cipher_suite": c.get("tls_cipher_suite", ""),
-        "tls_version": c.get("tls_version", ""),
-        "tls_negotiated_protocol": c.get("tls_negotiated_protocol", ""),
-        "tls_negotiated_protocol_is_mutual": c.get("tls_negotiated_protocol_is_mutual", False),
-    }
+_CLIENT_FIELDS = (
+    ("remote_address", STR, ""), ("version", STR, ""), ("client_id", STR, ""), ("hostname", STR, ""),
+    ("user_agent", STR, ""), ("connect_ts", INT, 0), ("in_flight_count", INT, 0), ("ready_count", INT, 0),
+    ("finish_count", INT, 0), ("requeue_count", INT, 0), ("message_count", INT, 0), ("sample_rate", INT, 0),
+    ("deflate", BOOL, False), ("snappy", BOOL, False), ("authed", BOOL, False), ("auth_identity", STR, ""),
+    ("auth_identity_url", STR, ""), ("tls", BOOL, False), ("tls_cipher_suite", STR, ""), ("tls_version", STR, ""),
+    ("tls_negotiated_protocol", STR, ""), ("tls_negotiated_protocol_is_mutual", BOOL, False),
+)
 
 
-def node_channel_stats(node, hostname, topic, c):
-    depth, backend = c.get("depth", 0), c.get("backend_depth", 0)
+def client_stats(node, c, where="client"):
+    """A client of a node's channel (checked), with Go nsqadmin's ClientStats fields."""
+    doc = {"node": node, "connected": 0}
+    for key, kind, default in _CLIENT_FIELDS:
+        doc[key] = field(c, key, kind, where, default)
+    return doc
+
+
+def node_channel_stats(node, hostname, topic, c, where="channel"):
+    """One channel of a node's ``/stats`` (checked)."""
+    depth, backend = field(c, "depth", INT, where, 0), field(c, "backend_depth", INT, where, 0)
+    clients = [client_stats(node, cl, place) for cl, place in items(c, "clients", where)]
     return {
         "node": node,
         "hostname": hostname,
         "topic_name": topic,
-        "channel_name": c["channel_name"],
+        "channel_name": field(c, "channel_name", STR, where),
         "depth": depth,
         "memory_depth": depth - backend,
         "backend_depth": backend,
-        "in_flight_count": c.get("in_flight_count", 0),
-        "deferred_count": c.get("deferred_count", 0),
-        "requeue_count": c.get("requeue_count", 0),
-        "timeout_count": c.get("timeout_count", 0),
-        "message_count": c.get("message_count", 0),
-        "client_count": c.get("client_count", len(c.get("clients") or ())),
+        "in_flight_count": field(c, "in_flight_count", INT, where, 0),
+        "deferred_count": field(c, "deferred_count", INT, where, 0),
+        "requeue_count": field(c, "requeue_count", INT, where, 0),
+        "timeout_count": field(c, "timeout_count", INT, where, 0),
+        "message_count": field(c, "message_count", INT, where, 0),
+        "client_count": field(c, "client_count", INT, where, len(clients)),
         "nodes": None,
-        "clients": [client_stats(node, cl) for cl in c.get("clients") or ()],
-        "paused": c.get("paused", False),
-        "e2e_processing_latency": _e2e(c.get("e2e_processing_latency")),
+        "clients": clients,
+        "paused": field(c, "paused", BOOL, where, False),
+        "e2e_processing_latency": _e2e(c.get("e2e_processing_latency"), where + ".e2e_processing_latency"),
     }
 
 
-def node_topic_stats(node, hostname, t):
-    depth, backend = t.get("depth", 0), t.get("backend_depth", 0)
-    name = t["topic_name"]
+def node_topic_stats(node, hostname, t, where="topic"):
+    """One topic of a node's ``/stats`` (checked: Malformed names the first field of the wrong type)."""
+    depth, backend = field(t, "depth", INT, where, 0), field(t, "backend_depth", INT, where, 0)
+    name = field(t, "topic_name", STR, where)
     return {
         "node": node,
         "hostname": hostname,
@@ -436,12 +528,12 @@ def node_topic_stats(node, hostname, t):
         "depth": depth,
         "memory_depth": depth - backend,
         "backend_depth": backend,
-        "message_count": t.get("message_count", 0),
+        "message_count": field(t, "message_count", INT, where, 0),
         "nodes": None,
-        "channels": sorted((node_channel_stats(node, hostname, name, c) for c in t.get("channels") or ()),
-                           key=lambda c: c["channel_name"]),
-        "paused": t.get("paused", False),
-        "e2e_processing_latency": _e2e(t.get("e2e_processing_latency")),
+        "channels": sorted((node_channel_stats(node, hostname, name, c, place)
+                            for c, place in items(t, "channels", where)), key=lambda c: c["channel_name"]),
+        "paused": field(t, "paused", BOOL, where, False),
+        "e2e_processing_latency": _e2e(t.get("e2e_processing_latency"), where + ".e2e_processing_latency"),
     }
 
 

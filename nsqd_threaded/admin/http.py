@@ -35,6 +35,9 @@ from .options import SETTINGS
 CONFIG_KEYS = {s.key: s for s in SETTINGS if s.field and s.key}
 
 HTML_TYPE = "text/html; charset=utf-8"
+# On every page: the CSP (no inline script, style or handler; see admin.pages) and no content sniffing.
+PAGE_HEADERS = (("Content-Type", HTML_TYPE), ("Content-Security-Policy", pages.CONTENT_SECURITY_POLICY),
+                ("X-Content-Type-Options", "nosniff"))
 
 # (method, pattern, handler name): ":x" segments are parameters.
 ROUTES = (
@@ -82,6 +85,7 @@ class AdminRouter(Router):
         self.api = AdminAPI(admin)
         self.actions = Actions(admin)
         self.pages = pages.Pages(admin)
+        self.assets = static.load_assets()  # {name: (content type, bytes)}, read once from the package
         self.base = admin.options.base_path.rstrip("/")
         self._table = {}  # segment count -> [(pattern segments, method, handler name)]
         for method, pattern, name in ROUTES:
@@ -135,7 +139,7 @@ class AdminRouter(Router):
 
     @staticmethod
     def _html(text, status=200):
-        return Response(status, text.encode("utf-8"), [("Content-Type", HTML_TYPE)])
+        return Response(status, text.encode("utf-8"), PAGE_HEADERS)
 
     def _page(self, render, *args):
         try:
@@ -164,7 +168,7 @@ class AdminRouter(Router):
         return self._page(self.pages.node, node)
 
     def page_inside(self, request, node):
-        return self._page(self.pages.inside, node)
+        return self._page(self.pages.inside, node, self._query(request).get("topic", ""))
 
     def page_counter(self, request):
         return self._page(self.pages.counter)
@@ -173,12 +177,12 @@ class AdminRouter(Router):
         return self._page(self.pages.lookup)
 
     def static_asset(self, request, asset):
-        found = static.ASSETS.get(asset)
+        found = self.assets.get(asset)
         if found is None:
             raise AdminError(404, "NOT_FOUND")
         content_type, body = found
-        return Response(200, body.encode("utf-8"), [("Content-Type", content_type),
-                                                    ("Cache-Control", "max-age=60")])
+        return Response(200, body, [("Content-Type", content_type), ("Cache-Control", "max-age=60"),
+                                    ("X-Content-Type-Options", "nosniff")])
 
     # -- API reads
 
@@ -200,7 +204,7 @@ class AdminRouter(Router):
 
     def api_node_state(self, request, node):
         bodies = self.admin.options.inside_view_bodies and self.actions.is_admin(request)
-        return ok_json(self.api.node_state(node, bodies=bodies))
+        return ok_json(self.api.node_state(node, bodies=bodies, topic=self._query(request).get("topic", "")))
 
     def api_counter(self, request):
         return self._json(self.api.counter())

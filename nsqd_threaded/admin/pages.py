@@ -1,23 +1,43 @@
 """nsqadmin's pages: server-rendered HTML from the same documents the JSON API answers.
 
-Each page is complete without JavaScript (tables of the figures when it was
-rendered); the script (:mod:`.static`) adds what needs it: the action
-buttons, the charts of the last minutes (polling the page's API route), the
-live counter, and the inside view of one broker.  Nodes that did not answer
-are listed at the top of the page, never a reason for it to fail.
+Each page's figures are complete without JavaScript (tables of the figures
+when it was rendered); the script (``assets/admin.js``, served by
+:mod:`.static`) adds what needs it: the action buttons and the create form,
+the charts of the last minutes (polling the page's API route), the live
+counter, the tables refreshed in place, and the inside view of one broker,
+which is drawn by the script only.  Nodes that did not answer (or answered
+with a malformed document) are listed at the top of the page, never a
+reason for it to fail.
+
+Every page is built with :mod:`.markup`, which escapes every value it is
+given: nothing a node, a lookupd or a client sent is ever markup.  Settings
+the script needs (the API route, the poll interval) are ``data-`` attributes
+of ``<body>``; a page has no inline script, style or event handler, so the
+Content-Security-Policy (:data:`CONTENT_SECURITY_POLICY`) can forbid them all.
 """
 
-import html
+import json
+import time
 import urllib.parse
 
 from . import cluster
-from .api import AdminError
+from .api import AdminError, TopicNotFound
+from .markup import document, el, frag, script_file
 
 NAV = (("topics", "Topics"), ("nodes", "Nodes"), ("counter", "Counter"), ("lookup", "Lookup"))
+POLL_MS = 2000  # the tables and charts follow the cluster at this interval
+INSIDE_POLL_MS = 1000  # the inside view follows its broker at this one
 
+# Every HTML answer carries it: scripts, styles and images from nsqadmin itself only, no inline script,
+# style attribute or event handler, no frames, forms posting to nsqadmin only.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 
-def esc(value):
-    return html.escape(str(value), quote=True)
+CHANNEL_HEADERS = ("Depth", "Memory + Disk", "In-Flight", "Deferred", "Requeued", "Timed Out", "Messages",
+                   "Clients", "E2E latency", "")
+INVALID = "invalid"
 
 
 def seg(value):
@@ -26,13 +46,19 @@ def seg(value):
 
 
 def num(n):
-    return "{:,}".format(n) if isinstance(n, int) else esc(n)
+    """A figure: an integer, or ``invalid`` for anything else (the boundary checks types; this is the backstop)."""
+    if isinstance(n, int) and not isinstance(n, bool):
+        return n
+    return el("span", {"class": "invalid"}, INVALID)
+
+
+def port(n):
+    """A port number, as digits (no thousands separator), or ``invalid``."""
+    return str(n) if isinstance(n, int) and not isinstance(n, bool) else num(n)
 
 
 def _percentiles(e2e):
     ps = (e2e or {}).get("percentiles") or ()
-    if not ps:
-        return ""
     return " ".join("p%g: %s" % (p["quantile"] * 100, _duration_ns(p["average"])) for p in ps)
 
 
@@ -44,12 +70,27 @@ def _duration_ns(ns):
     return "%dns" % ns
 
 
-def _yes(flag):
-    return "yes" if flag else ""
+def _paused(doc):
+    return "paused" if doc["paused"] else ""
+
+
+def _badge(label):
+    return el("span", {"class": "badge"}, label)
+
+
+def _memory_disk(doc):
+    return frag(num(doc["memory_depth"]), " + ", num(doc["backend_depth"]))
+
+
+def channel_cells(c):
+    """The figures of one channel (a node's, or the total), in :data:`CHANNEL_HEADERS` order."""
+    return (num(c["depth"]), _memory_disk(c), num(c["in_flight_count"]), num(c["deferred_count"]),
+            num(c["requeue_count"]), num(c["timeout_count"]), num(c["message_count"]), num(c["client_count"]),
+            _percentiles(c["e2e_processing_latency"]), _paused(c))
 
 
 class Pages:
-    """The HTML of one NSQAdmin's pages."""
+    """The HTML of one NSQAdmin's pages (each method answers a page's text)."""
 
     def __init__(self, admin):
         self.admin = admin
@@ -63,67 +104,70 @@ class Pages:
             self.api = AdminAPI(self.admin)
         return self.api
 
-    def url(self, *parts):
-        return self.base + "/" + "/".join(seg(p) for p in parts)
+    def url(self, *parts, query=None):
+        """A path on nsqadmin (under the base path): each part one segment, then the query, encoded."""
+        path = self.base + "/" + "/".join(seg(p) for p in parts)
+        return path + "?" + urllib.parse.urlencode(query) if query else path
+
+    def link(self, label, *parts, cls=None, query=None):
+        return el("a", {"href": self.url(*parts, query=query), "class": cls}, label)
 
     # -- layout
 
     def layout(self, title, section, body, answer=None, data=None):
-        nav = "".join(
-            '<a class="%s" href="%s">%s</a>' % ("active" if key == section else "", self.url(key), label)
-            for key, label in NAV
-        )
+        """The whole page around ``body`` (Markup); ``data`` becomes ``data-`` attributes for the script."""
         opts = self.admin.options
         sources = opts.lookupd_http_addresses or opts.nsqd_http_addresses
         source_kind = "nsqlookupd" if opts.lookupd_http_addresses else "nsqd"
-        warning = ""
+        warning = None
         if answer is not None and answer.failed:
-            items = "".join("<li>%s</li>" % esc(e) for e in answer.errors)
-            warning = ('<div class="warning" id="failed-nodes"><strong>Not answering (%d):</strong> %s'
-                       '<ul>%s</ul></div>' % (len(answer.failed), esc(", ".join(answer.failed)), items))
-        warning = '<div id="warnings">%s</div>' % warning
-        attrs = "".join(' data-%s="%s"' % (k, esc(v)) for k, v in (data or {}).items())
-        return (
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            "<title>%(title)s - nsqadmin</title>"
-            "<link rel=\"icon\" href=\"%(base)s/static/favicon.svg\">"
-            "<link rel=\"stylesheet\" href=\"%(base)s/static/admin.css\"></head>"
-            "<body data-base=\"%(base)s\"%(attrs)s><header><a class=\"brand\" href=\"%(base)s/\">nsqadmin</a>"
-            "<nav>%(nav)s</nav><span class=\"sources\">%(kind)s: %(sources)s</span></header>"
-            "<main><div id=\"flash\" role=\"status\"></div>%(warning)s%(body)s</main>"
-            "<footer>nsqadmin-threaded v%(version)s</footer>"
-            "<script src=\"%(base)s/static/admin.js\"></script></body></html>\n"
-        ) % {
-            "title": esc(title), "base": esc(self.base), "attrs": attrs, "nav": nav, "kind": source_kind,
-            "sources": esc(", ".join(sources)), "warning": warning, "body": body,
-            "version": esc(self.admin.version),
-        }
+            warning = el("div", {"class": "warning", "id": "failed-nodes"},
+                         el("strong", None, "Not answering (%d):" % len(answer.failed)), " ",
+                         ", ".join(answer.failed),
+                         el("ul", None, [el("li", None, e) for e in answer.errors]))
+        attrs = {"data-base": self.base, "data-poll-ms": POLL_MS, "data-inside-poll-ms": INSIDE_POLL_MS}
+        attrs.update(("data-" + k, v) for k, v in (data or {}).items())
+        head = el("head", None,
+                  el("meta", {"charset": "utf-8"}),
+                  el("meta", {"name": "viewport", "content": "width=device-width, initial-scale=1"}),
+                  el("title", None, "%s - nsqadmin" % title),
+                  el("link", {"rel": "icon", "href": self.base + "/static/favicon.svg"}),
+                  el("link", {"rel": "stylesheet", "href": self.base + "/static/admin.css"}))
+        nav = [el("a", {"class": "active" if key == section else None, "href": self.url(key)}, label)
+               for key, label in NAV]
+        page = el("body", attrs,
+                  el("header", None,
+                     el("a", {"class": "brand", "href": self.base + "/"}, "nsqadmin"),
+                     el("nav", None, nav),
+                     el("span", {"class": "sources"}, "%s: %s" % (source_kind, ", ".join(sources)))),
+                  el("main", None, el("div", {"id": "flash", "role": "status"}),
+                     el("div", {"id": "warnings"}, warning), body),
+                  el("footer", None, "nsqadmin-threaded v%s" % self.admin.version),
+                  script_file(self.base + "/static/admin.js"))
+        return document("en", head, page).render()
 
     def error_page(self, status, message):
-        body = '<h1>Error %d</h1><p class="error">%s</p>' % (status, esc(message))
-        return self.layout("Error", "", body)
+        title = "Not found" if status == 404 else "Error %d" % status
+        return self.layout(title, "", frag(el("h1", None, title), el("p", {"class": "error"}, message)))
 
     def button(self, label, method, url, body=None, confirm=None, next_url=None, cls=""):
-        attrs = {"data-method": method, "data-url": url}
-        if body is not None:
-            import json
-
-            attrs["data-body"] = json.dumps(body)
-        if confirm:
-            attrs["data-confirm"] = confirm
-        if next_url:
-            attrs["data-next"] = next_url
-        return '<button type="button" class="action %s"%s>%s</button>' % (
-            cls, "".join(' %s="%s"' % (k, esc(v)) for k, v in attrs.items()), esc(label))
+        """An action button: the script sends ``body`` (JSON) with ``method`` to ``url`` (an API route)."""
+        return el("button", {
+            "type": "button", "class": "action " + cls, "data-method": method, "data-url": url,
+            "data-body": json.dumps(body) if body is not None else None, "data-confirm": confirm,
+            "data-next": next_url}, label)
 
     @staticmethod
     def table(headers, rows, cls="stats"):
-        head = "".join("<th>%s</th>" % h for h in headers)
-        body = "".join("<tr>%s</tr>" % "".join("<td>%s</td>" % c for c in row) for row in rows)
+        """A table of ``rows`` (tuples of cells: text, integers or Markup)."""
+        body = [el("tr", None, [el("td", None, cell) for cell in row]) for row in rows]
         if not rows:
-            body = '<tr><td colspan="%d" class="none">none</td></tr>' % len(headers)
-        return '<table class="%s"><thead><tr>%s</tr></thead><tbody>%s</tbody></table>' % (cls, head, body)
+            body = el("tr", None, el("td", {"colspan": len(headers), "class": "none"}, "none"))
+        return el("table", {"class": cls}, el("thead", None, el("tr", None, [el("th", None, h) for h in headers])),
+                  el("tbody", None, body))
+
+    def _title(self, *parts, paused=False):
+        return el("h1", None, parts, [" ", _badge("paused")] if paused else None)
 
     # -- topics
 
@@ -141,102 +185,102 @@ class Pages:
         for name in answer.doc["topics"]:
             total = cluster.topic_stats(name, by_topic.get(name, []))
             rows.append((
-                '<a href="%s">%s</a>' % (self.url("topics", name), esc(name)),
-                num(total["depth"]), num(sum(c["in_flight_count"] for c in total["channels"])),
-                num(total["message_count"]), num(len(total["channels"])), num(len(total["nodes"])),
-                "paused" if total["paused"] else "",
+                self.link(name, "topics", name), num(total["depth"]),
+                num(sum(c["in_flight_count"] for c in total["channels"])), num(total["message_count"]),
+                num(len(total["channels"])), num(len(total["nodes"])), _paused(total),
             ))
-        body = ('<h1>Topics</h1><div id="tables">' + self.table(
-            ("Topic", "Depth", "In-Flight", "Messages", "Channels", "Nodes", ""), rows, "stats topics") + "</div>")
+        body = frag(el("h1", None, "Topics"), el("div", {"id": "tables"}, self.table(
+            ("Topic", "Depth", "In-Flight", "Messages", "Channels", "Nodes", ""), rows, "stats topics")))
         return self.layout("Topics", "topics", body, answer)
 
     def _topic_row(self, t, label):
-        return (label, num(t["depth"]), num(t["memory_depth"]) + " + " + num(t["backend_depth"]),
-                num(t["message_count"]), num(sum(c["client_count"] for c in t["channels"])),
-                esc(_percentiles(t["e2e_processing_latency"])), "paused" if t["paused"] else "")
+        return (label, num(t["depth"]), _memory_disk(t), num(t["message_count"]),
+                num(sum(c["client_count"] for c in t["channels"])), _percentiles(t["e2e_processing_latency"]),
+                _paused(t))
+
+    def _topic_answer(self, topic):
+        """The topic's answer for a page: a topic nobody knows is a 404 page (the API says 502, as Go)."""
+        try:
+            answer = self._api().topic(topic)
+        except TopicNotFound:
+            answer = None
+        if answer is None or (not answer.doc["nodes"] and not answer.failed
+                              and not self.admin.options.lookupd_http_addresses):
+            raise AdminError(404, "No node has a topic named %s." % topic)
+        return answer
 
     def topic(self, topic):
-        answer = self._api().topic(topic)
+        answer = self._topic_answer(topic)
         t = answer.doc
         api_url = self.url("api", "topics", topic)
-        actions = " ".join((
+        actions = (
             self.button("Unpause" if t["paused"] else "Pause", "POST", api_url,
-                        {"action": "unpause" if t["paused"] else "pause"}, cls="pause"),
+                        {"action": "unpause" if t["paused"] else "pause"}, cls="pause"), " ",
             self.button("Empty Queue", "POST", api_url, {"action": "empty"},
-                        confirm="Empty the topic queue of %s on every node?" % topic, cls="empty"),
+                        confirm="Empty the topic queue of %s on every node?" % topic, cls="empty"), " ",
             self.button("Delete Topic", "DELETE", api_url, confirm="Delete topic %s?" % topic,
                         next_url=self.url("topics"), cls="delete"),
-        ))
-        node_rows = [self._topic_row(n, '<a href="%s">%s</a> %s' % (
-            self.url("nodes", n["node"]), esc(n["node"]),
+        )
+        tombstones = bool(self.admin.options.lookupd_http_addresses)
+        node_rows = [self._topic_row(n, frag(
+            self.link(n["node"], "nodes", n["node"]), " ",
+            self.link("inside", "nodes", n["node"], "inside", cls="inside-link", query={"topic": topic}), " ",
             self.button("Tombstone", "DELETE", self.url("api", "nodes", n["node"]), {"topic": topic},
                         confirm="Tombstone topic %s on %s?" % (topic, n["node"]), cls="small tombstone")
-            if self.admin.options.lookupd_http_addresses else "")) for n in t["nodes"]]
-        node_rows.append(self._topic_row(t, "<strong>Total</strong>"))
-        channel_rows = []
-        for c in t["channels"]:
-            channel_rows.append((
-                '<a href="%s">%s</a>' % (self.url("topics", topic, c["channel_name"]), esc(c["channel_name"])),
-                num(c["depth"]), num(c["memory_depth"]) + " + " + num(c["backend_depth"]),
-                num(c["in_flight_count"]), num(c["deferred_count"]), num(c["requeue_count"]),
-                num(c["timeout_count"]), num(c["message_count"]), num(c["client_count"]),
-                esc(_percentiles(c["e2e_processing_latency"])), "paused" if c["paused"] else "",
-            ))
-        body = (
-            '<h1>Topic <span class="name">%s</span>%s</h1><div class="actions">%s</div>'
-            '<div class="charts" id="charts"></div>'
-            '<div id="tables"><h2>Nodes</h2>%s<h2>Channels</h2>%s</div>'
-        ) % (esc(topic), ' <span class="badge">paused</span>' if t["paused"] else "", actions,
-             self.table(("Node", "Depth", "Memory + Disk", "Messages", "Clients", "E2E latency", ""), node_rows),
-             self.table(("Channel", "Depth", "Memory + Disk", "In-Flight", "Deferred", "Requeued", "Timed Out",
-                         "Messages", "Clients", "E2E latency", ""), channel_rows, "stats channels"))
+            if tombstones else None)) for n in t["nodes"]]
+        node_rows.append(self._topic_row(t, el("strong", None, "Total")))
+        channel_rows = [(self.link(c["channel_name"], "topics", topic, c["channel_name"]),) + channel_cells(c)
+                        for c in t["channels"]]
+        body = frag(
+            self._title("Topic ", el("span", {"class": "name"}, topic), paused=t["paused"]),
+            el("div", {"class": "actions"}, actions),
+            el("div", {"class": "charts", "id": "charts"}),
+            el("div", {"id": "tables"},
+               el("h2", None, "Nodes"),
+               self.table(("Node", "Depth", "Memory + Disk", "Messages", "Clients", "E2E latency", ""), node_rows),
+               el("h2", None, "Channels"),
+               self.table(("Channel",) + CHANNEL_HEADERS, channel_rows, "stats channels")))
         return self.layout("Topic %s" % topic, "topics", body, answer,
                            {"kind": "topic", "api": api_url, "topic": topic})
 
     def channel(self, topic, channel):
-        answer = self._api().channel(topic, channel)
+        try:
+            answer = self._api().channel(topic, channel)
+        except TopicNotFound:
+            raise AdminError(404, "No node has a topic named %s." % topic) from None
         c = answer.doc
         if "channel_name" not in c:
-            raise AdminError(404, "CHANNEL_NOT_FOUND")
+            raise AdminError(404, "CHANNEL_NOT_FOUND: no node has a channel named %s in topic %s."
+                             % (channel, topic))
         api_url = self.url("api", "topics", topic, channel)
-        actions = " ".join((
+        actions = (
             self.button("Unpause" if c["paused"] else "Pause", "POST", api_url,
-                        {"action": "unpause" if c["paused"] else "pause"}, cls="pause"),
+                        {"action": "unpause" if c["paused"] else "pause"}, cls="pause"), " ",
             self.button("Empty Queue", "POST", api_url, {"action": "empty"},
-                        confirm="Empty channel %s of topic %s on every node?" % (channel, topic), cls="empty"),
+                        confirm="Empty channel %s of topic %s on every node?" % (channel, topic), cls="empty"), " ",
             self.button("Delete Channel", "DELETE", api_url, confirm="Delete channel %s?" % channel,
                         next_url=self.url("topics", topic), cls="delete"),
-        ))
-
-        def row(n, label):
-            return (label, num(n["depth"]), num(n["memory_depth"]) + " + " + num(n["backend_depth"]),
-                    num(n["in_flight_count"]), num(n["deferred_count"]), num(n["requeue_count"]),
-                    num(n["timeout_count"]), num(n["message_count"]), num(n["client_count"]),
-                    esc(_percentiles(n["e2e_processing_latency"])), "paused" if n["paused"] else "")
-
-        node_rows = [row(n, '<a href="%s">%s</a>' % (self.url("nodes", n["node"]), esc(n["node"])))
-                     for n in c["nodes"]]
-        node_rows.append(row(c, "<strong>Total</strong>"))
-        import time
-
+        )
+        node_rows = [(self.link(n["node"], "nodes", n["node"]),) + channel_cells(n) for n in c["nodes"]]
+        node_rows.append((el("strong", None, "Total"),) + channel_cells(c))
         now = int(time.time())
         client_rows = [(
-            esc(cl["hostname"] or cl["client_id"]), esc(cl["remote_address"]), esc(cl["user_agent"] or cl["version"]),
-            esc(cl["node"]),
+            cl["hostname"] or cl["client_id"], cl["remote_address"], cl["user_agent"] or cl["version"], cl["node"],
             " ".join(f for f, on in (("TLS", cl["tls"]), ("deflate", cl["deflate"]), ("snappy", cl["snappy"]),
                                      ("authed", cl["authed"])) if on),
             num(cl["ready_count"]), num(cl["in_flight_count"]), num(cl["message_count"]), num(cl["finish_count"]),
-            num(cl["requeue_count"]), esc(_since(now - cl["connect_ts"])),
+            num(cl["requeue_count"]), _since(now - cl["connect_ts"]),
         ) for cl in c["clients"]]
-        body = (
-            '<h1>Topic <a href="%s">%s</a> / Channel <span class="name">%s</span>%s</h1><div class="actions">%s</div>'
-            '<div class="charts" id="charts"></div><div id="tables"><h2>Nodes</h2>%s<h2>Clients</h2>%s</div>'
-        ) % (self.url("topics", topic), esc(topic), esc(channel),
-             ' <span class="badge">paused</span>' if c["paused"] else "", actions,
-             self.table(("Node", "Depth", "Memory + Disk", "In-Flight", "Deferred", "Requeued", "Timed Out",
-                         "Messages", "Clients", "E2E latency", ""), node_rows),
-             self.table(("Client", "Address", "User-Agent", "Node", "Features", "RDY", "In-Flight", "Messages",
-                         "Finished", "Requeued", "Connected"), client_rows, "stats clients"))
+        body = frag(
+            self._title("Topic ", self.link(topic, "topics", topic), " / Channel ",
+                        el("span", {"class": "name"}, channel), paused=c["paused"]),
+            el("div", {"class": "actions"}, actions),
+            el("div", {"class": "charts", "id": "charts"}),
+            el("div", {"id": "tables"},
+               el("h2", None, "Nodes"), self.table(("Node",) + CHANNEL_HEADERS, node_rows),
+               el("h2", None, "Clients"),
+               self.table(("Client", "Address", "User-Agent", "Node", "Features", "RDY", "In-Flight", "Messages",
+                           "Finished", "Requeued", "Connected"), client_rows, "stats clients")))
         return self.layout("Channel %s/%s" % (topic, channel), "topics", body, answer,
                            {"kind": "channel", "api": api_url, "topic": topic, "channel": channel})
 
@@ -247,104 +291,100 @@ class Pages:
         rows = []
         for p in answer.doc["nodes"]:
             node = cluster.http_address(p)
-            topics = " ".join(
-                '<a class="%s" href="%s">%s</a>' % ("tombstoned" if t["tombstoned"] else "",
-                                                    self.url("topics", t["topic"]), esc(t["topic"]))
-                for t in p["topics"])
+            topics = [(self.link(t["topic"], "topics", t["topic"], cls="tombstoned" if t["tombstoned"] else None),
+                       " ") for t in p["topics"]]
             rows.append((
-                '<a href="%s">%s</a>' % (self.url("nodes", node), esc(p["hostname"] or node)),
-                esc(p["broadcast_address"]), esc(p["tcp_port"]), esc(p["http_port"]),
-                esc(p["version"]) + (' <span class="badge">out of date</span>' if p["out_of_date"] else ""),
-                esc(", ".join(p["remote_addresses"])), topics,
-                '<a href="%s">inside</a>' % self.url("nodes", node, "inside"),
+                self.link(p["hostname"] or node, "nodes", node), p["broadcast_address"], port(p["tcp_port"]),
+                port(p["http_port"]), frag(p["version"], [" ", _badge("out of date")] if p["out_of_date"] else None),
+                ", ".join(p["remote_addresses"]), topics, self.link("inside", "nodes", node, "inside"),
             ))
-        body = '<h1>Nodes</h1><div id="tables">' + self.table(
+        body = frag(el("h1", None, "Nodes"), el("div", {"id": "tables"}, self.table(
             ("Hostname", "Broadcast Address", "TCP Port", "HTTP Port", "Version", "Lookupd Conns.", "Topics", ""),
-            rows, "stats nodes") + "</div>"
+            rows, "stats nodes")))
         return self.layout("Nodes", "nodes", body, answer)
 
     def node(self, node):
-        answer = self._api().node(node)
+        answer = self._api().node(node, partial=True)
         doc = answer.doc
         rows = []
         for t in doc["topics"]:
-            rows.append(('<a href="%s"><strong>%s</strong></a>' % (self.url("topics", t["topic_name"]),
-                                                                   esc(t["topic_name"])),
-                         num(t["depth"]), num(t["memory_depth"]) + " + " + num(t["backend_depth"]), "", "",
-                         "", "", num(t["message_count"]), "", "paused" if t["paused"] else ""))
-            for c in t["channels"]:
-                rows.append(('&nbsp;&nbsp;<a href="%s">%s</a>' % (
-                    self.url("topics", t["topic_name"], c["channel_name"]), esc(c["channel_name"])),
-                    num(c["depth"]), num(c["memory_depth"]) + " + " + num(c["backend_depth"]),
-                    num(c["in_flight_count"]), num(c["deferred_count"]), num(c["requeue_count"]),
-                    num(c["timeout_count"]), num(c["message_count"]), num(c["client_count"]),
-                    "paused" if c["paused"] else ""))
-        body = (
-            '<h1>Node <span class="name">%s</span></h1><p><a class="inside-link" href="%s">Inside this broker '
-            '(live)</a></p><div id="tables"><p>Messages: %s &middot; Clients: %s</p>%s</div>'
-        ) % (esc(node), self.url("nodes", node, "inside"), num(doc["total_messages"]), num(doc["total_clients"]),
-             self.table(("Topic / Channel", "Depth", "Memory + Disk", "In-Flight", "Deferred", "Requeued",
-                         "Timed Out", "Messages", "Clients", ""), rows, "stats node"))
+            name = t["topic_name"]
+            rows.append((
+                frag(self.link(el("strong", None, name), "topics", name), " ",
+                     self.link("inside", "nodes", node, "inside", cls="inside-link", query={"topic": name})),
+                num(t["depth"]), _memory_disk(t), "", "", "", "", num(t["message_count"]), "",
+                _percentiles(t["e2e_processing_latency"]), _paused(t)))
+            rows.extend((frag("\u00a0\u00a0", self.link(c["channel_name"], "topics", name, c["channel_name"])),)
+                        + channel_cells(c) for c in t["channels"])
+        body = frag(
+            el("h1", None, "Node ", el("span", {"class": "name"}, node)),
+            el("p", None, self.link("Inside this broker (live)", "nodes", node, "inside", cls="inside-link")),
+            el("div", {"id": "tables"},
+               el("p", None, "Messages: ", num(doc["total_messages"]), " \u00b7 Clients: ", num(doc["total_clients"])),
+               self.table(("Topic / Channel",) + CHANNEL_HEADERS, rows, "stats node")))
         return self.layout("Node %s" % node, "nodes", body, answer)
 
-    def inside(self, node):
+    def inside(self, node, topic=""):
         self._api().find_node(node)  # 404 for a node nobody knows
-        body = (
-            '<h1>Inside <span class="name">%s</span> <span class="live" id="live">connecting</span></h1>'
-            '<p class="help">The broker\'s own state, refreshed every second: each topic\'s queue (memory, then '
-            "the disk queue), its channels' queues, the messages in flight in deadline order and the deferred "
-            "ones by due time, the clients with their RDY, and the broker's threads. Publish a message, "
-            "subscribe, let one time out, and watch each step.</p>"
-            '<div id="inside"></div>'
-        ) % esc(node)
+        api_url = self.url("api", "nodes", node, "state", query={"topic": topic} if topic else None)
+        narrowed = None
+        if topic:
+            narrowed = frag(" / topic ", el("span", {"class": "name"}, topic), " ",
+                            self.link("(all topics)", "nodes", node, "inside", cls="all-topics"))
+        body = frag(
+            el("h1", None, "Inside ", el("span", {"class": "name"}, node), narrowed, " ",
+               el("span", {"class": "live", "id": "live"}, "connecting")),
+            el("p", {"class": "help"},
+               "The broker's own state, refreshed every second: each topic's queue (memory, then the disk queue), "
+               "its channels' queues, the messages in flight in deadline order and the deferred ones by due time, "
+               "the clients with their RDY, and the broker's threads. Publish a message, subscribe, let one time "
+               "out, and watch each step. This view is drawn by the page's script: it needs JavaScript."),
+            el("div", {"id": "inside"}))
         return self.layout("Inside %s" % node, "nodes", body, None,
-                           {"kind": "inside", "api": self.url("api", "nodes", node, "state"), "node": node})
+                           {"kind": "inside", "api": api_url, "node": node, "topic": topic or None})
 
     # -- counter and lookup
 
     def counter(self):
         answer = self._api().counter()
         total = sum(s["message_count"] for s in answer.doc["stats"].values())
-        body = (
-            '<h1>Messages Processed</h1><div class="counter"><span id="counter-total">%s</span>'
-            '<span class="rate" id="counter-rate"></span></div>'
-            '<div class="charts" id="charts"></div>'
-        ) % num(total)
+        body = frag(
+            el("h1", None, "Messages Processed"),
+            el("div", {"class": "counter"}, el("span", {"id": "counter-total"}, num(total)),
+               el("span", {"class": "rate", "id": "counter-rate"})),
+            el("div", {"class": "charts", "id": "charts"}))
         return self.layout("Counter", "counter", body, answer, {"kind": "counter", "api": self.url("api", "counter")})
 
     def lookup(self):
         api = self._api()
         opts = self.admin.options
-        create = (
-            '<h2>Create Topic / Channel</h2><form id="create-form" class="create">'
-            '<input name="topic" placeholder="topic" required> <input name="channel" placeholder="channel (optional)"> '
-            '<button type="submit" data-url="%s">Create</button></form>'
-        ) % esc(self.url("api", "topics"))
+        create = frag(
+            el("h2", None, "Create Topic / Channel"),
+            el("form", {"id": "create-form", "class": "create"},
+               el("input", {"name": "topic", "placeholder": "topic", "required": True}), " ",
+               el("input", {"name": "channel", "placeholder": "channel (optional)"}), " ",
+               el("button", {"type": "submit", "data-url": self.url("api", "topics")}, "Create")))
         if not opts.lookupd_http_addresses:
-            body = "<h1>Lookup</h1><p>nsqadmin was started with --nsqd-http-address: no lookupd to ask.</p>" + create
+            body = frag(el("h1", None, "Lookup"),
+                        el("p", None, "nsqadmin was started with --nsqd-http-address: no lookupd to ask."), create)
             return self.layout("Lookup", "lookup", body)
         topics, g = api.ci.lookupd_topics()
         answer = api.topics()
-        pairs = [(lookupd, topic) for lookupd in opts.lookupd_http_addresses for topic in g.results.get(lookupd) or ()]
-        client = api.ci.client
-        found = cluster.gather(
-            pairs, lambda pair: client.get_json(pair[0], "/channels?topic=" + cluster.quote(pair[1]))["channels"],
-            "nsqadmin-lookupd")
+        found = api.ci.lookupd_channels_of(g.results)
         sections = []
         for lookupd in opts.lookupd_http_addresses:
             if lookupd in g.errors:
-                sections.append("<h2>%s</h2><p class=\"error\">%s</p>" % (esc(lookupd), esc(g.errors[lookupd])))
+                sections.append(frag(el("h2", None, lookupd), el("p", {"class": "error"}, str(g.errors[lookupd]))))
                 continue
-            items = []
+            entries = []
             for topic in g.results.get(lookupd) or ():
-                channels = sorted(found.results.get((lookupd, topic)) or ())
-                items.append('<li><a href="%s">%s</a>: %s</li>' % (
-                    self.url("topics", topic), esc(topic),
-                    ", ".join('<a href="%s">%s</a>' % (self.url("topics", topic, c), esc(c)) for c in channels)
-                    or "<em>no channels</em>"))
-            sections.append("<h2>%s</h2><ul class=\"lookup\">%s</ul>" % (esc(lookupd), "".join(items) or
-                                                                         "<li><em>no topics</em></li>"))
-        body = "<h1>Lookup</h1>" + "".join(sections) + create
+                channels = found.results.get((lookupd, topic)) or ()
+                entries.append(el("li", None, self.link(topic, "topics", topic), ": ",
+                                  [(", " if i else "", self.link(c, "topics", topic, c))
+                                   for i, c in enumerate(channels)] or el("em", None, "no channels")))
+            sections.append(frag(el("h2", None, lookupd), el("ul", {"class": "lookup"},
+                                                              entries or el("li", None, el("em", None, "no topics")))))
+        body = frag(el("h1", None, "Lookup"), sections, create)
         return self.layout("Lookup", "lookup", body, answer)
 
 

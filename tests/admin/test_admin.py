@@ -120,8 +120,20 @@ def test_api_aggregates_a_three_broker_cluster(cluster, admin):
 def test_unknown_topic_is_an_upstream_error_and_unknown_channel_is_empty(cluster, admin):
     populate(cluster)
     status, doc = call(admin.http_url + "/api/topics/nope")
-    assert status == 502 and doc["message"].startswith("UPSTREAM_ERROR: ")
+    assert status == 502 and doc["message"].startswith("UPSTREAM_ERROR: ")  # Go's API answer
     assert call(admin.http_url + "/api/topics/orders/nope") == (200, {"message": ""})
+
+
+def test_a_mistyped_topic_is_not_found_in_the_ui(cluster, admin, admin_factory):
+    populate(cluster)
+    for path in ("/topics/ordres", "/topics/ordres/billing"):
+        status, text = call(admin.http_url + path)
+        assert status == 404 and "<h1>Not found</h1>" in text and "ordres" in text, path
+        assert "UPSTREAM_ERROR" not in text
+    without_lookupd = admin_factory(nsqd_http_addresses=[b.http_addr for b in cluster])
+    status, text = call(without_lookupd.http_url + "/topics/ordres")
+    assert status == 404 and "Not found" in text
+    assert call(without_lookupd.http_url + "/topics/orders")[0] == 200
 
 
 def test_inactive_topics_are_those_without_producers(cluster, admin):
@@ -316,8 +328,11 @@ def test_a_frozen_broker_is_listed_within_the_timeouts(admin_factory):
                 assert status == 200, path
                 if path != "/nodes":  # the lookupd answers /nodes by itself
                     assert 'id="failed-nodes"' in text and down in text, path
+            # the node's own page still answers, naming it; its API route is Go's 502
             status, text = call(admin.http_url + "/nodes/" + down)
-            assert status == 502 and "UPSTREAM_ERROR" in text
+            assert status == 200 and 'id="failed-nodes"' in text and down in text
+            status, doc = call(admin.http_url + "/api/nodes/" + down)
+            assert status == 502 and doc["message"].startswith("UPSTREAM_ERROR")
         finally:
             os.kill(cluster[2].pid, signal.SIGCONT)
 
@@ -472,6 +487,24 @@ def test_inside_view_through_admin(cluster, admin):
     assert status == 200
     assert [t["name"] for t in doc["topics"]] == ["orders"]
     assert doc["topics"][0]["channels"][0]["memory_depth"] == 2
+
+
+def test_inside_view_narrowed_to_one_topic(cluster, admin):
+    populate(cluster)
+    populate(cluster, topic="payments")
+    node = node_of(cluster[0])
+    status, doc = call(admin.http_url + "/api/nodes/%s/state" % node)
+    assert sorted(t["name"] for t in doc["topics"]) == ["orders", "payments"]
+    status, doc = call(admin.http_url + "/api/nodes/%s/state?topic=payments" % node)
+    assert status == 200 and [t["name"] for t in doc["topics"]] == ["payments"]
+    status, text = call(admin.http_url + "/nodes/%s/inside?topic=payments" % node)
+    assert status == 200 and 'data-api="/api/nodes/%s/state?topic=payments"' % seg(node) in text
+    assert 'href="/nodes/%s/inside" class="all-topics"' % seg(node) in text
+    # the topic page and the node page link each node's inside view of that topic
+    status, text = call(admin.http_url + "/topics/payments")
+    assert 'href="/nodes/%s/inside?topic=payments"' % seg(node) in text
+    status, text = call(admin.http_url + "/nodes/" + node)
+    assert 'href="/nodes/%s/inside?topic=payments"' % seg(node) in text
 
 
 # -- the command -----------------------------------------------------------------------------

@@ -140,8 +140,9 @@ def test_pyz_runs_nsqadmin_over_a_cluster(run, bare_python, pyz):
                 "--lookupd-http-address=127.0.0.1:%d" % lookupd_ports["HTTP"])
     port = int(admin.wait_for(r"HTTP: listening on 127\.0\.0\.1:(\d+)").group(1))
     assert http(port, "GET", "/api/topics") == (200, b'{"topics":[],"message":""}')
-    for path in ("/topics", "/nodes", "/static/admin.js", "/static/admin.css"):
+    for path in ("/topics", "/nodes", "/static/admin.js", "/static/admin.css", "/static/favicon.svg"):
         assert http(port, "GET", path)[0] == 200
+    assert b"createElement" in http(port, "GET", "/static/admin.js")[1]  # the file, read from the zip
     stop(admin)
     stop(lookupd)
 
@@ -201,6 +202,26 @@ def test_pyz_is_reproducible_and_holds_only_the_package_and_its_dependencies(pyz
                                                                    "sortedcontainers"}
     assert not extra
     assert "nsqd_threaded/pytest_plugin.py" in names  # the whole package, as pip installs it
+    assert {"nsqd_threaded/admin/assets/%s" % a for a in ("admin.js", "admin.css", "favicon.svg")} <= set(names)
+
+
+def test_pip_builds_carry_the_admin_assets(tmp_path):
+    """setup.cfg's package data: setuptools' build step (what pip runs for a wheel) copies nsqadmin's assets."""
+    import shutil
+
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("setup.cfg", "pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(os.path.join(REPO_ROOT, name), source / name)
+    shutil.copytree(os.path.join(REPO_ROOT, "nsqd_threaded"), source / "nsqd_threaded",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    built = tmp_path / "built"
+    result = subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "-q", "build_py",
+                             "-d", str(built)], cwd=str(source), stdin=subprocess.DEVNULL, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assets = built / "nsqd_threaded" / "admin" / "assets"
+    assert sorted(os.listdir(assets)) == ["admin.css", "admin.js", "favicon.svg"]
 
 
 def fake_wheel(directory, name, requires=None):

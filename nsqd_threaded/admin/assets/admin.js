@@ -1,0 +1,383 @@
+// nsqadmin-threaded's script, served as /static/admin.js to every page (the only script a page has).
+//
+// What it does depends on the page's <body data-kind> (see admin/pages.py):
+// * every page: action buttons (data-method/data-url/data-body, data-confirm asks first) and the create
+//   form call the JSON API, then reload (or go to data-next); an error is shown in #flash;
+// * topic, channel, counter: poll the page's API route (data-api) every data-poll-ms and draw the last
+//   minutes of rates and depths as small SVG charts (the history lives in the page);
+// * pages with #tables: fetch the page again every data-poll-ms and swap in its tables and warnings;
+// * inside: poll the broker's /debug/state (through nsqadmin) every data-inside-poll-ms and draw it.
+//
+// Everything a node sent is data, never markup: the DOM is built with createElement and textContent
+// (the helper el() below), never innerHTML; a figure that is not a number is drawn as "invalid".
+(function () {
+  "use strict";
+  var body = document.body;
+  var base = body.getAttribute("data-base") || "";
+  var POLL_MS = setting("data-poll-ms", 2000);
+  var INSIDE_POLL_MS = setting("data-inside-poll-ms", 1000);
+  var SVG = "http://www.w3.org/2000/svg";
+
+  function setting(name, fallback) {
+    var n = parseInt(body.getAttribute(name), 10);
+    return n > 0 ? n : fallback;
+  }
+
+  // -- building the DOM: the one way this script makes elements
+
+  // el("div", {"class": "x", "data-topic": name}, child, ...): children are nodes, text (strings and
+  // numbers become text nodes), arrays of children, or null (skipped).
+  function el(tag, attrs) {
+    var node = document.createElement(tag);
+    setAttrs(node, attrs);
+    append(node, Array.prototype.slice.call(arguments, 2));
+    return node;
+  }
+
+  function svg(tag, attrs) {
+    var node = document.createElementNS(SVG, tag);
+    setAttrs(node, attrs);
+    return node;
+  }
+
+  function setAttrs(node, attrs) {
+    Object.keys(attrs || {}).forEach(function (k) {
+      if (attrs[k] !== null && attrs[k] !== undefined) node.setAttribute(k, String(attrs[k]));
+    });
+  }
+
+  function append(node, children) {
+    children.forEach(function (c) {
+      if (c === null || c === undefined) return;
+      if (Array.isArray(c)) { append(node, c); return; }
+      node.appendChild(typeof c === "object" ? c : document.createTextNode(String(c)));
+    });
+  }
+
+  function replaceChildren(node, children) {
+    while (node.firstChild) node.removeChild(node.firstChild);
+    append(node, children);
+  }
+
+  // -- reading what a node sent: checked, never trusted
+
+  function isNum(v) { return typeof v === "number" && isFinite(v); }
+  function invalid() { return el("span", { "class": "invalid" }, "invalid"); }
+  function n(v) { return isNum(v) ? String(v) : invalid(); }                // a figure
+  function t(v) {                                                           // a text field
+    if (typeof v === "string") return v;
+    if (v === null || v === undefined) return "";
+    return isNum(v) ? String(v) : invalid();
+  }
+  function name(v) { return typeof v === "string" ? v : ""; }              // an attribute value
+  function list(v) { return Array.isArray(v) ? v : []; }
+  function obj(v) { return v !== null && typeof v === "object" && !Array.isArray(v) ? v : {}; }
+  function seconds(ms) { return isNum(ms) ? (ms / 1000).toFixed(1) + "s" : invalid(); }
+
+  // -- actions
+
+  function message(doc) { var m = obj(doc).message; return typeof m === "string" ? m : ""; }
+
+  function flash(text, ok) {
+    var box = document.getElementById("flash");
+    if (!box) return;
+    box.textContent = text;
+    box.className = ok ? "ok" : "";
+  }
+
+  function request(method, url, payload) {
+    var opts = { method: method, headers: { "Accept": "application/json" }, credentials: "same-origin" };
+    if (payload !== undefined && payload !== null) {
+      opts.body = typeof payload === "string" ? payload : JSON.stringify(payload);
+      opts.headers["Content-Type"] = "application/json";
+    }
+    return fetch(url, opts).then(function (resp) {
+      return resp.text().then(function (text) {
+        var doc = {};
+        try { doc = text ? JSON.parse(text) : {}; } catch (e) { doc = { message: text }; }
+        if (!resp.ok) { throw new Error(resp.status + " " + (message(doc) || resp.statusText)); }
+        return doc;
+      });
+    });
+  }
+
+  document.addEventListener("click", function (ev) {
+    var btn = ev.target.closest ? ev.target.closest("button.action") : null;
+    if (!btn) return;
+    var question = btn.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) return;
+    btn.disabled = true;
+    request(btn.getAttribute("data-method"), btn.getAttribute("data-url"), btn.getAttribute("data-body"))
+      .then(function (doc) {
+        if (message(doc)) flash(message(doc), false);
+        var next = btn.getAttribute("data-next");
+        // data-next is a path here, never "//host"
+        if (next && /^\/(?![\/\\])/.test(next)) { window.location.href = next; } else { window.location.reload(); }
+      }, function (err) { btn.disabled = false; flash(err.message, false); });
+  });
+
+  var form = document.getElementById("create-form");
+  if (form) {
+    form.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var doc = { topic: form.topic.value.trim() };
+      if (form.channel.value.trim()) doc.channel = form.channel.value.trim();
+      request("POST", form.querySelector("button").getAttribute("data-url"), doc).then(function () {
+        window.location.href = base + "/topics/" + encodeURIComponent(doc.topic);
+      }, function (err) { flash(err.message, false); });
+    });
+  }
+
+  // -- charts: the last minutes, kept in the page
+
+  var HISTORY = 150; // points (5 minutes at one per 2 s)
+
+  function Series(title, rate) { this.title = title; this.rate = rate; this.points = []; this.last = null; }
+  Series.prototype.add = function (when, value) {
+    if (!isNum(value)) return; // a node that lies leaves a gap, not a line through garbage
+    var v = value;
+    if (this.rate) {
+      var prev = this.last;
+      this.last = { t: when, v: value };
+      if (!prev || when <= prev.t) return;
+      v = Math.max(0, (value - prev.v) / ((when - prev.t) / 1000));
+    }
+    this.points.push({ t: when, v: v });
+    if (this.points.length > HISTORY) this.points.shift();
+  };
+
+  function drawChart(container, s) {
+    // x is time: the chart spans from its first point (at most 5 minutes ago) to now
+    var w = 260, h = 54, pts = s.points;
+    var max = 1;
+    pts.forEach(function (p) { if (p.v > max) max = p.v; });
+    var t1 = pts.length ? pts[pts.length - 1].t : 0;
+    var t0 = pts.length ? Math.max(pts[0].t, t1 - 300000) : 0;
+    var span = Math.max(t1 - t0, 1);
+    var coords = pts.filter(function (p) { return p.t >= t0; }).map(function (p) {
+      var x = pts.length < 2 ? w : ((p.t - t0) / span) * w;
+      return x.toFixed(1) + "," + (h - 2 - (p.v / max) * (h - 4)).toFixed(1);
+    }).join(" ");
+    var current = pts.length ? pts[pts.length - 1].v : 0;
+    var shown = s.rate ? current.toFixed(1) + "/s" : String(Math.round(current));
+    var secs = Math.round(span / 1000);
+    var period = secs >= 60 ? Math.floor(secs / 60) + "m" + (secs % 60 ? (secs % 60) + "s" : "") : secs + "s";
+    var chart = svg("svg", { width: w, height: h, viewBox: "0 0 " + w + " " + h });
+    chart.appendChild(svg("polyline", { points: coords }));
+    replaceChildren(container, [
+      el("div", { "class": "title" }, el("span", null, s.title), el("span", { "class": "value" }, shown)),
+      chart,
+      el("div", { "class": "title" }, el("span", null, "max " + (s.rate ? max.toFixed(1) + "/s" : Math.round(max))),
+         el("span", null, "last " + period))
+    ]);
+  }
+
+  // the sum of f over a list; NaN (drawn as a gap) when any term is not a number
+  function sum(items, f) {
+    var total = 0;
+    list(items).forEach(function (x) { var v = f(obj(x)); total += isNum(v) ? v : NaN; });
+    return total;
+  }
+
+  var EXTRACT = {
+    topic: [
+      ["publish", true, function (d) { return d.message_count; }],
+      ["finish", true, function (d) {
+        return sum(d.channels, function (c) { return sum(c.clients, function (cl) { return cl.finish_count; }); });
+      }],
+      ["topic depth", false, function (d) { return d.depth; }],
+      ["channels depth", false, function (d) { return sum(d.channels, function (c) { return c.depth; }); }]
+    ],
+    channel: [
+      ["received", true, function (d) { return d.message_count; }],
+      ["finish", true, function (d) { return sum(d.clients, function (cl) { return cl.finish_count; }); }],
+      ["depth", false, function (d) { return d.depth; }],
+      ["in-flight", false, function (d) { return d.in_flight_count; }]
+    ],
+    counter: [
+      ["processed", true, function (d) {
+        var stats = obj(d.stats);
+        return sum(Object.keys(stats).map(function (k) { return stats[k]; }), function (s) { return s.message_count; });
+      }]
+    ]
+  };
+
+  function startCharts(kind, api) {
+    var holder = document.getElementById("charts");
+    if (!holder || !EXTRACT[kind]) return;
+    var series = EXTRACT[kind].map(function (e) { return new Series(e[0], e[1]); });
+    var boxes = series.map(function () { var div = el("div", { "class": "chart" }); holder.appendChild(div); return div; });
+    function tick() {
+      request("GET", api).then(function (doc) {
+        var now = Date.now();
+        doc = obj(doc);
+        EXTRACT[kind].forEach(function (e, i) { series[i].add(now, e[2](doc)); drawChart(boxes[i], series[i]); });
+        if (kind === "counter") {
+          var total = document.getElementById("counter-total");
+          var count = EXTRACT.counter[0][2](doc);
+          if (total) replaceChildren(total, [isNum(count) ? count.toLocaleString() : invalid()]);
+          var rate = document.getElementById("counter-rate");
+          var pts = series[0].points;
+          if (rate && pts.length) rate.textContent = pts[pts.length - 1].v.toFixed(1) + " msgs/s";
+        }
+      }, function () {}).then(function () { setTimeout(tick, POLL_MS); });
+    }
+    tick();
+  }
+
+  // -- the inside view of one broker
+
+  var SHOWN = 8; // messages drawn per list (the document has up to list_limit)
+
+  function msgList(msgs, total, render) {
+    msgs = list(msgs);
+    var count = isNum(total) ? total : msgs.length;
+    if (!count) return el("ul", { "class": "msgs" }, el("li", { "class": "due" }, "none"));
+    var shown = msgs.slice(0, SHOWN);
+    return el("ul", { "class": "msgs" }, shown.map(function (m) { return el("li", null, render(obj(m))); }),
+              count > shown.length ? el("li", { "class": "due" }, "... and " + (count - shown.length) + " more") : null);
+  }
+
+  function stage(cls, title, children) {
+    return el("div", { "class": "stage " + cls }, el("h3", null, title), children);
+  }
+
+  function backendStage(b) {
+    b = obj(b);
+    if (!b.kind || b.kind === "DiscardBackend") return stage("disk", "Backend", el("div", null, "ephemeral: nothing goes to disk"));
+    if (b.read_file_num === undefined) {
+      return stage("disk", "Backend", [el("div", { "class": "big" }, n(b.depth)), el("div", null, t(b.kind))]);
+    }
+    return stage("disk", "Disk queue", [
+      el("div", { "class": "big" }, n(b.depth)),
+      el("div", null, "read file ", n(b.read_file_num), " @ ", n(b.read_pos)),
+      el("div", null, "write file ", n(b.write_file_num), " @ ", n(b.write_pos)),
+      el("div", null, n(b.ops_since_sync), " ops since fsync", b.need_sync === true ? " (sync due)" : "")
+    ]);
+  }
+
+  function memoryStage(depth, cap, msgs) {
+    var fill = el("span");
+    if (isNum(depth) && isNum(cap) && cap > 0) fill.style.width = Math.max(0, Math.min(100, (100 * depth) / cap)) + "%";
+    return stage("memory", "memory queue", [
+      el("div", { "class": "big" }, n(depth)),
+      el("div", { "class": "bar", title: "of --mem-queue-size " + (isNum(cap) ? cap : "invalid") }, fill),
+      msgList(msgs, depth, function (m) { return [t(m.id), " ", t(m.body)]; })
+    ]);
+  }
+
+  function paused(doc) { return doc.paused === true ? [" ", el("span", { "class": "badge" }, "paused")] : null; }
+
+  function clientsTable(clients) {
+    var rows = list(clients).map(function (cl) {
+      cl = obj(cl);
+      return el("tr", null,
+        el("td", null, n(cl.id), " ", t(cl.hostname || cl.client_id), " ", t(cl.user_agent)),
+        el("td", null, t(cl.remote_address)),
+        el("td", { "data-field": "ready_count" }, n(cl.ready_count)),
+        el("td", null, n(cl.in_flight_count)), el("td", null, n(cl.message_count)),
+        el("td", null, n(cl.finish_count)), el("td", null, n(cl.requeue_count)),
+        el("td", null, isNum(cl.msg_timeout_ms) ? cl.msg_timeout_ms / 1000 + "s" : invalid()));
+    });
+    if (!rows.length) rows = [el("tr", null, el("td", { colspan: 8, "class": "none" }, "no subscriber"))];
+    return el("table", { "class": "stats clients" },
+      el("thead", null, el("tr", null, ["client", "address", "RDY", "in flight", "delivered", "finished", "requeued",
+                                        "msg timeout"].map(function (h) { return el("th", null, h); }))),
+      el("tbody", null, rows));
+  }
+
+  function channelBox(c, cap) {
+    return el("div", { "class": "channel-box", "data-channel": name(c.name) },
+      el("h3", { "class": "cname" }, "channel ", t(c.name), paused(c)),
+      el("div", { "class": "flow" },
+        memoryStage(c.memory_depth, cap, c.memory), backendStage(c.backend),
+        stage("inflight", "in flight", [
+          el("div", { "class": "big", "data-field": "in_flight_count" }, n(c.in_flight_count)),
+          msgList(c.in_flight, c.in_flight_count, function (m) {
+            return [t(m.id), " client ", n(m.client_id), " try ", n(m.attempts), " ",
+                    el("span", { "class": isNum(m.deadline_in_ms) && m.deadline_in_ms < 0 ? "late" : "due" },
+                       "times out in ", seconds(m.deadline_in_ms)), " ", t(m.body)];
+          })]),
+        stage("deferred", "deferred", [
+          el("div", { "class": "big", "data-field": "deferred_count" }, n(c.deferred_count)),
+          msgList(c.deferred, c.deferred_count, function (m) {
+            return [t(m.id), " try ", n(m.attempts), " ", el("span", { "class": "due" }, "due in ", seconds(m.due_in_ms)),
+                    " ", t(m.body)];
+          })]),
+        stage("", "done", [
+          el("div", null, "received ", el("b", { "data-field": "message_count" }, n(c.message_count))),
+          el("div", null, "requeued ", el("b", null, n(c.requeue_count))),
+          el("div", null, "timed out ", el("b", { "data-field": "timeout_count" }, n(c.timeout_count)))])),
+      clientsTable(c.clients));
+  }
+
+  function topicBox(tp, cap) {
+    var channels = list(tp.channels).map(function (c) { return channelBox(obj(c), cap); });
+    return el("section", { "class": "topic-box", "data-topic": name(tp.name) },
+      el("h2", null, "topic ", t(tp.name), paused(tp)),
+      el("div", { "class": "flow" },
+        memoryStage(tp.memory_depth, cap, tp.memory), backendStage(tp.backend),
+        stage("", "published", [el("div", { "class": "big" }, n(tp.message_count)),
+                                el("div", null, n(tp.message_bytes), " bytes")])),
+      channels.length ? channels : el("p", { "class": "help" }, "No channel: messages wait in the topic."));
+  }
+
+  function renderInside(doc) {
+    doc = obj(doc);
+    var topics = list(doc.topics).map(function (tp) { return topicBox(obj(tp), doc.mem_queue_size); });
+    var threads = list(doc.threads).map(function (th) {
+      th = obj(th);
+      return el("tr", null, el("td", null, t(th.name)), el("td", null, t(th.waiting_in)), el("td", null, t(th.top)));
+    });
+    replaceChildren(document.getElementById("inside"), [
+      topics.length ? topics : el("p", { "class": "help" }, "No topics yet: publish a message (POST /pub?topic=...)."),
+      el("h2", null, "Threads of the broker process (" + threads.length + ")"),
+      el("table", { "class": "stats threads" },
+        el("thead", null, el("tr", null, el("th", null, "thread"), el("th", null, "waiting in (our code)"),
+                             el("th", null, "innermost frame"))),
+        el("tbody", null, threads))
+    ]);
+  }
+
+  function startInside(api) {
+    var live = document.getElementById("live");
+    function tick() {
+      request("GET", api).then(function (doc) {
+        renderInside(doc);
+        if (live) { live.textContent = "live " + new Date().toLocaleTimeString(); live.className = "live ok"; }
+      }, function (err) {
+        if (live) { live.textContent = "not answering: " + err.message; live.className = "live bad"; }
+      }).then(function () { setTimeout(tick, INSIDE_POLL_MS); });
+    }
+    tick();
+  }
+
+  // -- the server-rendered tables follow too: the page itself is fetched again and its #tables and
+  // #warnings are moved in (one renderer, the server's, which escapes everything; DOMParser's document is
+  // inert, and its nodes are adopted, never re-parsed from text)
+  function startTables() {
+    var tables = document.getElementById("tables");
+    if (!tables || !window.DOMParser) return;
+    function tick() {
+      fetch(window.location.href, { headers: { "Accept": "text/html" }, credentials: "same-origin" })
+        .then(function (resp) {
+          if (!resp.ok) throw new Error(resp.status);
+          return resp.text();
+        }).then(function (text) {
+          var fresh = new DOMParser().parseFromString(text, "text/html");
+          ["tables", "warnings"].forEach(function (id) {
+            var src = fresh.getElementById(id), dst = document.getElementById(id);
+            if (src && dst) replaceChildren(dst, Array.prototype.slice.call(src.childNodes).map(function (c) {
+              return document.adoptNode(c);
+            }));
+          });
+        }, function () {}).then(function () { setTimeout(tick, POLL_MS); });
+    }
+    setTimeout(tick, POLL_MS);
+  }
+
+  startTables();
+  var kind = body.getAttribute("data-kind");
+  var api = body.getAttribute("data-api");
+  if (kind === "inside") { startInside(api); } else if (kind && api) { startCharts(kind, api); }
+})();
