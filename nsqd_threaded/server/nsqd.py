@@ -146,6 +146,21 @@ class NSQD(BrokerCore):
             except OSError as e:
                 raise OSError(e.errno, "listen (%s) failed - %s" % (options.https_address, e)) from None
             self.log.info("HTTPS: listening on %s", self._https_server.describe())
+        self._warn_unannounced_ports()
+
+    def _warn_unannounced_ports(self):
+        """On a unix socket nsqd announces port 0, which every nsqlookupd refuses (as Go's): say so."""
+        options = self.options
+        if not options.nsqlookupd_tcp_addresses:
+            return
+        missing = []
+        if self.tcp_port is None and not options.broadcast_tcp_port:
+            missing.append("--broadcast-tcp-port")
+        if self.http_address is not None and self.http_port is None and not options.broadcast_http_port:
+            missing.append("--broadcast-http-port")
+        if missing:
+            self.log.warn("listening on a unix socket: nsqlookupd refuses a registration without ports "
+                          "(set %s to the ports clients reach this broker on)", " and ".join(missing))
 
     def _abort_start(self):
         """Undo a failed start(): close listeners and topics (joining their threads), unlock."""
