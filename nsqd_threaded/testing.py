@@ -30,7 +30,7 @@ import threading
 import time
 import weakref
 
-from .internal.gocompat import join_host_port, parse_duration
+from .internal.gocompat import is_socket_path, join_host_port, parse_duration, split_host_port
 from .internal.httpclient import request
 from .server.nsqd import NSQD
 from .settings.options import BY_FIELD, DURATION, STR_LIST, Options
@@ -189,34 +189,37 @@ class LogBuffer:
 class _Served:
     """What every running daemon here shows a test: its bound addresses, its log, its HTTP API.
 
-    The owner sets ``_tcp_address``, ``_http_address`` (``(host, port)`` or None) and ``_log``
-    (a :class:`LogBuffer`).
+    The owner sets ``_tcp_address``, ``_http_address`` (``(host, port)``, a unix socket
+    path, or None) and ``_log`` (a :class:`LogBuffer`).
     """
 
     # -- addresses -------------------------------------------------------------
 
     @property
     def tcp_address(self):
-        """The bound TCP ``(host, port)`` (the last one, once stopped)."""
+        """The bound TCP ``(host, port)`` or socket path (the last one, once stopped)."""
         return self._tcp_address
 
     @property
     def http_address(self):
-        """The bound HTTP ``(host, port)``, or None when HTTP is disabled."""
+        """The bound HTTP ``(host, port)`` or socket path, or None when HTTP is disabled."""
         return self._http_address
 
     @property
     def tcp_addr(self):
-        """``"host:port"`` of the TCP listener (what pynsq and go-nsq take)."""
-        return join_host_port(*self._tcp_address) if self._tcp_address else None
+        """``"host:port"`` of the TCP listener (what pynsq and go-nsq take), or its socket path."""
+        return _address_text(self._tcp_address)
 
     @property
     def http_addr(self):
-        return join_host_port(*self._http_address) if self._http_address else None
+        return _address_text(self._http_address)
 
     @property
     def http_url(self):
-        return "http://" + self.http_addr if self._http_address else None
+        """``http://host:port``; None when HTTP is disabled or on a unix socket (no URL names one)."""
+        if not self._http_address or isinstance(self._http_address, str):
+            return None
+        return "http://" + self.http_addr
 
     # -- logs and HTTP ---------------------------------------------------------
 
@@ -326,8 +329,8 @@ class Broker(_ServedBroker):
                 raise RuntimeError("broker is not running")
             self.running = False
             self.nsqd.stop()
-            http = join_host_port(*self._http_address) if self._http_address else ""
-            self._start_nsqd(self._options(join_host_port(*self._tcp_address), http))
+            http = _address_text(self._http_address) or ""
+            self._start_nsqd(self._options(_address_text(self._tcp_address), http))
         return self
 
     def __enter__(self):
@@ -361,8 +364,8 @@ class BrokerProcess(_ServedBroker):
     ``_lock`` serializes start/stop/kill/restart.
     """
 
-    _TCP_RE = re.compile(r"TCP: listening on (\S+):(\d+)")
-    _HTTP_RE = re.compile(r"HTTP: listening on (\S+):(\d+)")
+    _TCP_RE = re.compile(r"TCP: listening on (\S+)")
+    _HTTP_RE = re.compile(r"HTTP: listening on (\S+)")
 
     def __init__(
         self,
@@ -465,8 +468,8 @@ class BrokerProcess(_ServedBroker):
             why = "exited with status %s" % status if status is not None else "not ready in %gs" % self.start_timeout
             raise RuntimeError("nsqd process %s; its log:\n%s" % (why, self._log.getvalue(offset)))
         tcp, http = found
-        self._tcp_address = (tcp.group(1).strip("[]"), int(tcp.group(2)))
-        self._http_address = (http.group(1).strip("[]"), int(http.group(2))) if self._http_enabled else None
+        self._tcp_address = _logged_address(tcp.group(1))
+        self._http_address = _logged_address(http.group(1)) if self._http_enabled else None
 
     def _reap(self, sig):
         """Signal the process (if alive), wait for it, join the log reader."""
@@ -573,12 +576,28 @@ def _kill_quietly(proc):
 # -- HTTP helpers ----------------------------------------------------------------
 
 
+def _address_text(address):
+    """``(host, port)`` -> ``"host:port"``; a socket path stays itself; None stays None."""
+    if not address:
+        return None
+    return address if isinstance(address, str) else join_host_port(*address)
+
+
+def _logged_address(text):
+    """A ``listening on`` log line's address -> ``(host, port)``, or the socket path."""
+    if is_socket_path(text):
+        return text
+    host, port = split_host_port(text)
+    return host, port
+
+
 def _http(address, method, path, body, timeout):
     if address is None:
         raise RuntimeError("HTTP is disabled on this broker")
     if isinstance(body, str):
         body = body.encode()
-    status, _, data = request(method, address[0], address[1], path, body,
+    host, port = (address, None) if isinstance(address, str) else address  # a str: a unix socket path
+    status, _, data = request(method, host, port, path, body,
                               connect_timeout=timeout, deadline=time.monotonic() + timeout)
     return status, data
 
@@ -623,8 +642,8 @@ class Lookupd(_Served):
 
         overrides = dict(self._overrides)
         if self._tcp_address is not None:  # a restart: the same ports
-            overrides.setdefault("tcp_address", join_host_port(*self._tcp_address))
-            overrides.setdefault("http_address", join_host_port(*self._http_address))
+            overrides.setdefault("tcp_address", _address_text(self._tcp_address))
+            overrides.setdefault("http_address", _address_text(self._http_address))
         lookupd = NSQLookupd.local(logger=Logger("[nsqlookupd] ", self._log_level, self._log), **overrides)
         lookupd.start()
         self.lookupd = lookupd

@@ -10,7 +10,8 @@ import time
 
 from ..wire import protocol
 from ..wire import transport
-from ..internal.gocompat import join_host_port, split_host_port
+from ..internal.dial import dial, nodelay
+from ..internal.gocompat import is_socket_path, join_host_port, split_host_port
 from ..settings.options import VERSION
 
 
@@ -35,7 +36,10 @@ class ConnectionClosed(ConnectionError):
 
 
 def parse_address(address):
-    """``"host:port"``, ``"[v6]:port"`` or ``(host, port)`` -> ``(host, port)``."""
+    """``"host:port"``, ``"[v6]:port"`` or ``(host, port)`` -> ``(host, port)``; a unix socket
+    path (a str starting with ``/``, ``./`` or ``../``) is returned as it is."""
+    if is_socket_path(address):
+        return address
     if isinstance(address, str):
         try:
             host, port = split_host_port(address)
@@ -47,7 +51,7 @@ def parse_address(address):
 
 
 def parse_addresses(addresses):
-    """One address or a list of them -> a list of ``(host, port)``."""
+    """One address or a list of them -> a list of ``(host, port)`` (or socket paths)."""
     if is_one_address(addresses):
         return [parse_address(addresses)]
     result = [parse_address(a) for a in addresses]
@@ -98,7 +102,9 @@ def encode_bodies(bodies):
 
 
 def format_address(address):
-    """``(host, port)`` -> ``"host:port"`` (``"[v6]:port"``), for messages and thread names."""
+    """``(host, port)`` -> ``"host:port"`` (``"[v6]:port"``), for messages and thread names; a path stays itself."""
+    if isinstance(address, str):
+        return address
     return join_host_port(*address)
 
 
@@ -124,10 +130,10 @@ class Connection:
         self._encode = None  # guarded by _write_lock
         self._decode = None  # the reading thread's
         try:
-            self._sock = socket.create_connection(address, timeout)
+            self._sock = dial(address, timeout)
         except socket.timeout:
             raise TimeoutError("connect to nsqd at %s timed out after %gs" % (format_address(address), timeout)) from None
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        nodelay(self._sock)
 
     def __repr__(self):
         return "<Connection %s%s>" % (format_address(self.address), " closed" if self.closed else "")
@@ -255,7 +261,7 @@ class Connection:
         layers = transport.Transport()
         if settings.get("tls_v1"):
             context = tls_context or ssl.create_default_context()
-            host = self.address[0] if context.check_hostname else None
+            host = self.address[0] if context.check_hostname and not isinstance(self.address, str) else None
             layer = transport.TLSLayer(context, server_side=False, server_hostname=host)
             early = bytes(self._buf)
             del self._buf[:]

@@ -281,7 +281,7 @@ class Consumer:
     def subscribed(self):
         """The addresses currently subscribed."""
         with self._lock:
-            return sorted(c.address for c in self._subscribed)
+            return sorted((c.address for c in self._subscribed), key=format_address)  # (paths and tuples mix)
 
     @property
     def rdy(self):

@@ -4,6 +4,7 @@ import http.client
 import json
 import time
 
+from ..internal.gocompat import is_socket_path
 from ..internal.httpclient import NSQ_V1_ACCEPT, request
 from .connection import format_address, parse_address
 
@@ -11,15 +12,16 @@ LOOKUPD_ACCEPT = NSQ_V1_ACCEPT
 
 
 def parse_lookupd_address(address):
-    """``"host:port"``, ``"http://host:port"`` or ``(host, port)`` -> ``(host, port)``."""
-    if isinstance(address, str):
+    """``"host:port"``, ``"http://host:port"`` or ``(host, port)`` -> ``(host, port)``; a unix
+    socket path stays a path (a str)."""
+    if isinstance(address, str) and not is_socket_path(address):
         address = address.split("://", 1)[-1].rstrip("/")
     return parse_address(address)
 
 
 def query_lookupd(address, path, timeout):
     """``GET path`` on one nsqlookupd (the v1 API, unwrapped JSON): ``(status, doc)``; OSError if unreachable."""
-    host, port = address
+    host, port = (address, None) if isinstance(address, str) else address  # a str: a socket path
     try:
         status, _, body = request("GET", host, port, path, headers={"Accept": LOOKUPD_ACCEPT},
                                   connect_timeout=timeout, deadline=time.monotonic() + timeout)

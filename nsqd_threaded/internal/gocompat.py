@@ -562,6 +562,17 @@ def join_host_port(host, port):
     return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
 
 
+def is_socket_path(address):
+    """True when a listen or dial address names a unix socket: a ``str`` starting with ``/``, ``./`` or ``../``.
+
+    Go NSQ takes every address that is not ``host:port`` as a socket path, so a
+    forgotten port (``--tcp-address=localhost``) silently makes a socket file
+    in the working directory; a path here must look like one, and ``host:port``
+    never does (neither a host nor a port contains ``/``).
+    """
+    return isinstance(address, str) and address.startswith(("/", "./", "../"))
+
+
 def split_host_port(address):
     """``"host:port"`` or ``"[v6]:port"`` -> ``(host, port)``; the host may be empty.
 

@@ -15,6 +15,9 @@ import socket
 import ssl
 import time
 
+from .dial import dial
+from .gocompat import is_socket_path
+
 # The Accept header of nsqd's and nsqlookupd's V1 HTTP API (unwrapped JSON answers).
 NSQ_V1_ACCEPT = "application/vnd.nsq; version=1.0"
 
@@ -59,12 +62,15 @@ def request(method, host, port, path, body=None, headers=None, connect_timeout=N
     (a ``time.monotonic()`` value, None for none) bounds the whole exchange,
     connection included.  ``ssl_context`` makes it HTTPS.  Raises OSError
     (``socket.timeout`` at the deadline), ``http.client.HTTPException``, or
-    :class:`ResponseTooLarge`.
+    :class:`ResponseTooLarge`.  A ``host`` that is a unix socket path (``port``
+    ignored) is dialed as one, plain HTTP only.
     """
     if deadline is not None:
         remaining = _remaining(deadline)
         connect_timeout = remaining if connect_timeout is None else min(connect_timeout, remaining)
-    if ssl_context is not None:
+    if is_socket_path(host):
+        conn = UnixHTTPConnection(host, timeout=connect_timeout)
+    elif ssl_context is not None:
         conn = http.client.HTTPSConnection(host, port, timeout=connect_timeout, context=ssl_context)
     else:
         conn = http.client.HTTPConnection(host, port, timeout=connect_timeout)
@@ -90,6 +96,17 @@ def request(method, host, port, path, body=None, headers=None, connect_timeout=N
         conn.close()
         if sock is not None:
             sock.close()
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection over a unix socket; requests carry ``Host: localhost``."""
+
+    def __init__(self, path, timeout=None):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self):
+        self.sock = dial(self.socket_path, self.timeout)
 
 
 def _remaining(deadline):

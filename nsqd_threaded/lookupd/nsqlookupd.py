@@ -21,7 +21,6 @@ import dataclasses
 import socket
 import threading
 
-from ..internal.gocompat import join_host_port
 from ..internal.logger import Logger
 from ..settings.options import VERSION
 from .http import LookupdHTTPServer
@@ -75,7 +74,7 @@ class NSQLookupd:
                 self._tcp = self._http = None
                 raise
             for name, server, kind in (("nsqlookupd-http", self._http, "HTTP"), ("nsqlookupd-tcp", self._tcp, "TCP")):
-                self.log.info("%s: listening on %s", kind, join_host_port(*server.server_address[:2]))
+                self.log.info("%s: listening on %s", kind, server.describe())
                 thread = threading.Thread(target=server.serve_forever, name=name)
                 thread.start()
                 self._threads.append(thread)
@@ -106,7 +105,7 @@ class NSQLookupd:
         for thread in threads:
             thread.join()
         for server in servers:
-            self.log.info("%s: closing %s", "TCP" if server is self._tcp else "HTTP", join_host_port(*server.server_address[:2]))
+            self.log.info("%s: closing %s", "TCP" if server is self._tcp else "HTTP", server.describe())
 
     def __enter__(self):
         return self.start()
@@ -118,23 +117,39 @@ class NSQLookupd:
 
     @property
     def tcp_address(self):
-        """``(host, port)`` the TCP listener is bound to (the real port when 0 was asked)."""
-        return self._tcp.server_address[:2]
+        """``(host, port)`` the TCP listener is bound to (the real port when 0 was asked), or its socket path."""
+        return self._tcp.bound_address
 
     @property
     def http_address(self):
-        return self._http.server_address[:2]
+        """``(host, port)`` the HTTP listener is bound to, or its socket path (a str)."""
+        return self._http.bound_address
+
+    @property
+    def tcp_port(self):
+        """The TCP listener's port; -1 on a unix socket (what nsqd's /info says for one)."""
+        port = self._tcp.port
+        return -1 if port is None else port
+
+    @property
+    def http_port(self):
+        """The HTTP listener's port; -1 on a unix socket."""
+        port = self._http.port
+        return -1 if port is None else port
 
     @property
     def tcp_addr(self):
-        """``"host:port"`` of the TCP listener, as nsqd's ``--lookupd-tcp-address`` takes it."""
-        return join_host_port(*self.tcp_address[:2])
+        """``"host:port"`` (or the socket path) of the TCP listener, as nsqd's ``--lookupd-tcp-address`` takes it."""
+        return self._tcp.describe()
 
     @property
     def http_addr(self):
-        """``"host:port"`` of the HTTP listener, as pynsq's ``lookupd_http_addresses`` takes it."""
-        return join_host_port(*self.http_address[:2])
+        """``"host:port"`` (or the socket path) of the HTTP listener, as pynsq's ``lookupd_http_addresses`` takes it."""
+        return self._http.describe()
 
     @property
     def http_url(self):
+        """``http://host:port`` (a unix socket has no URL: ValueError)."""
+        if self._http.socket_path is not None:
+            raise ValueError("the HTTP listener is the unix socket %s (no URL)" % self._http.socket_path)
         return "http://" + self.http_addr

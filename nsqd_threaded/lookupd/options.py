@@ -26,8 +26,10 @@ from ..settings.options import (
 # Table order is LookupdOptions' field order (keyword-free construction keeps working).
 SETTINGS = (
     # A bad address fails NSQLookupd.start(), naming the flag.
-    Setting("tcp-address", STR, "0.0.0.0:4160", "<addr>:<port> to listen on for TCP clients"),
-    Setting("http-address", STR, "0.0.0.0:4161", "<addr>:<port> to listen on for HTTP clients"),
+    Setting("tcp-address", STR, "0.0.0.0:4160", "address to listen on for TCP clients (<addr>:<port> for "
+            "TCP/IP or <path> for unix socket)"),
+    Setting("http-address", STR, "0.0.0.0:4161", "address to listen on for HTTP clients (<addr>:<port> for "
+            "TCP/IP or <path> for unix socket)"),
     Setting("broadcast-address", STR, None, "address of this lookupd node, (default to the OS hostname)",
             factory=socket.gethostname),
     Setting("inactive-producer-timeout", DURATION, 300.0, "duration of time a producer will remain in "

@@ -115,7 +115,7 @@ class PeerConnection:
             self.log.info("DB: client(%s) REGISTER category:client key: subkey:", self.id)
         lookupd = self.lookupd
         return protocol_v1.identify_response(
-            lookupd.options.broadcast_address, lookupd.hostname, lookupd.tcp_address[1], lookupd.http_address[1], lookupd.version
+            lookupd.options.broadcast_address, lookupd.hostname, lookupd.tcp_port, lookupd.http_port, lookupd.version
         )
 
     def register(self, params):
@@ -166,7 +166,8 @@ class PeerConnection:
 class _PeerHandler(socketserver.BaseRequestHandler):
     def handle(self):
         sock = self.request
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sock.family != socket.AF_UNIX:  # (a unix socket has no Nagle to turn off)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         PeerConnection(self.server.lookupd, sock, self.client_address).serve()
 
 

@@ -2,16 +2,18 @@
 loop, the registry of open connections, and the error-logging policy."""
 
 import errno
+import itertools
 import os
 import selectors
 import socket
 import socketserver
+import stat
 import sys
 import threading
 import time
 import traceback
 
-from ..internal.gocompat import split_host_port
+from ..internal.gocompat import is_socket_path, join_host_port, split_host_port
 
 
 def split_address(address):
@@ -26,6 +28,48 @@ def split_address(address):
 def address_family(host):
     """The socket family a listener on ``host`` needs."""
     return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+# The client address a unix-socket peer is known by: the kernel gives an unnamed
+# peer no address (Go prints "@"), so each gets "@" and its listener's accept
+# sequence number, which keeps two peers apart in logs, /stats and lookupd.
+UNIX_PEER_HOST = "@"
+STALE_PROBE_TIMEOUT = 1.0  # seconds a live listener has to accept the probe of an existing socket file
+
+
+def clear_stale_socket(path):
+    """Make way for a unix-socket listener at ``path``; True when a stale socket file was removed.
+
+    A socket file nobody listens on (left by a killed process) refuses the
+    probe's connect: it is removed.  A live one (the probe connects, or its
+    queue is full) and anything that is not a socket are left alone, and
+    OSError(EADDRINUSE) says why.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISSOCK(st.st_mode):
+        raise OSError(errno.EADDRINUSE, "%s exists and is not a socket" % path)
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(STALE_PROBE_TIMEOUT)
+        probe.connect(path)
+    except ConnectionRefusedError:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return True
+    except FileNotFoundError:
+        return False
+    except socket.timeout:
+        raise OSError(errno.EADDRINUSE, "another process is listening on %s (its queue is full)" % path) from None
+    except OSError:
+        return False  # cannot tell (e.g. no permission): bind says what is wrong
+    finally:
+        probe.close()
+    raise OSError(errno.EADDRINUSE, "another process is listening on %s" % path)
 
 
 def shutdown_socket(sock):
@@ -318,13 +362,21 @@ class ConnectionRegistryMixIn(PromptShutdownMixIn):
 
 
 class Listener(ConnectionRegistryMixIn, ConnectionThreadsMixIn, socketserver.TCPServer):
-    """A daemon's TCP listener: ``"host:port"``, one registered thread per connection, errors to ``log``.
+    """A daemon's stream listener: ``"host:port"`` (TCP) or a unix socket path
+    (see :func:`~nsqd_threaded.internal.gocompat.is_socket_path`), one
+    registered thread per connection, errors to ``log``.
 
     Each connection is registered (:class:`ConnectionRegistryMixIn`) before
     its thread ``thread_name[ip:port]`` starts (:class:`ConnectionThreadsMixIn`);
     the daemon's stop calls :meth:`close_connections`, which ends those
     threads, then ``server_close()``, which joins them.  A bad address raises
     ValueError, a failed bind OSError.
+
+    On a unix socket, a stale socket file is replaced and a live one refused
+    (:func:`clear_stale_socket`); the file gets the permissions the umask
+    leaves (as Go's), and ``server_close()`` removes it while it is still the
+    one this listener made.  Peers are known as ``("@", n)``
+    (:data:`UNIX_PEER_HOST`, ``n`` counting from 1).
     """
 
     allow_reuse_address = True
@@ -332,9 +384,66 @@ class Listener(ConnectionRegistryMixIn, ConnectionThreadsMixIn, socketserver.TCP
     # they retry after 1 s, 3 s, 7 s...  The kernel caps it at
     # net.core.somaxconn, as Go's listen does.
     request_queue_size = 4096
+    socket_path = None  # the unix socket's path (None: TCP)
+    _socket_file = None  # (st_dev, st_ino) of the socket file this listener bound
 
     def __init__(self, address, handler_class, log):
-        host, port = split_address(address)
-        self.address_family = address_family(host)
         self.log = log
-        super().__init__((host, port), handler_class)
+        if is_socket_path(address):
+            self.address_family = socket.AF_UNIX
+            self.socket_path = address
+            self._unix_peers = itertools.count(1)  # next() is atomic under the GIL; only the accept thread calls it
+            server_address = address
+        else:
+            host, port = split_address(address)
+            self.address_family = address_family(host)
+            server_address = (host, port)
+        super().__init__(server_address, handler_class)
+
+    def server_bind(self):
+        if self.socket_path is None:
+            super().server_bind()
+            return
+        if clear_stale_socket(self.socket_path):
+            self.log.warn("%s: removed the stale socket file %s (no process listened on it)",
+                          self.log_name, self.socket_path)
+        self.socket.bind(self.socket_path)
+        st = os.stat(self.socket_path)
+        self._socket_file = (st.st_dev, st.st_ino)
+        self.server_address = self.socket_path
+
+    def get_request(self):
+        sock, address = super().get_request()
+        if self.socket_path is not None:
+            address = (UNIX_PEER_HOST, next(self._unix_peers))
+        return sock, address
+
+    @property
+    def bound_address(self):
+        """The bound ``(host, port)`` (the real port when 0 was asked), or the socket path (a str)."""
+        return self.socket_path if self.socket_path is not None else self.server_address[:2]
+
+    @property
+    def port(self):
+        """The bound TCP port, or None on a unix socket."""
+        return None if self.socket_path is not None else self.server_address[1]
+
+    def describe(self):
+        """``"host:port"`` or the socket path, for logs and option values."""
+        return self.socket_path if self.socket_path is not None else join_host_port(*self.server_address[:2])
+
+    def server_close(self):
+        super().server_close()
+        self._remove_socket_file()
+
+    def _remove_socket_file(self):
+        """Remove the socket file if it is still ours (an operator may have replaced it meanwhile)."""
+        ours, self._socket_file = self._socket_file, None
+        if ours is None:
+            return
+        try:
+            st = os.lstat(self.socket_path)
+            if (st.st_dev, st.st_ino) == ours:
+                os.unlink(self.socket_path)
+        except OSError:
+            pass

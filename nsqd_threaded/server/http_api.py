@@ -159,8 +159,9 @@ class HTTPAPI(Router):
             "version": options.version,
             "broadcast_address": options.broadcast_address,
             "hostname": socket.gethostname(),
-            "http_port": self.nsqd.http_address[1] if self.nsqd.http_address else 0,
-            "tcp_port": self.nsqd.tcp_address[1],
+            # -1 for a unix socket, 0 for HTTP disabled, as Go
+            "http_port": _info_port(self.nsqd.http_address, self.nsqd.http_port),
+            "tcp_port": _info_port(self.nsqd.tcp_address, self.nsqd.tcp_port),
             "start_time": int(self.nsqd.start_time),
             "max_heartbeat_interval": gocompat.ns(options.max_heartbeat_interval),
             "max_output_buffer_size": options.max_output_buffer_size,
@@ -381,9 +382,9 @@ class HTTPAPI(Router):
         if key == "log_level":
             return LOG_LEVELS[value.lower()]
         if key == "broadcast_tcp_port" and value == 0:
-            return self.nsqd.tcp_address[1]
-        if key == "broadcast_http_port" and value == 0 and self.nsqd.http_address:
-            return self.nsqd.http_address[1]
+            return self.nsqd.tcp_port or 0  # 0 on a unix socket, as Go
+        if key == "broadcast_http_port" and value == 0:
+            return self.nsqd.http_port or 0
         if key == "statsd_prefix":
             return self._statsd_prefix()
         return value
@@ -391,6 +392,13 @@ class HTTPAPI(Router):
     def _statsd_prefix(self):
         """--statsd-prefix as nsqd expands it at startup (the keys the statsd thread sends)."""
         return self.nsqd.statsd_prefix()
+
+
+def _info_port(address, port):
+    """/info's port of a listener: its port, -1 on a unix socket, 0 when it is off."""
+    if address is None:
+        return 0
+    return -1 if port is None else port
 
 
 _OPTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Options))

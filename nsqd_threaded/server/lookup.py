@@ -20,7 +20,8 @@ import threading
 import time
 import urllib.parse
 
-from ..internal.gocompat import join_host_port, split_host_port
+from ..internal.dial import dial
+from ..internal.gocompat import is_socket_path, join_host_port, split_host_port
 from ..internal.httpclient import NSQ_V1_ACCEPT, request
 from ..wire.protocol_v1 import (
     MAGIC_V1,
@@ -95,8 +96,8 @@ class LookupPeer:
     def http_address(self):
         """``broadcast_address:http_port`` from the last IDENTIFY reply, or None."""
         info = self.info
-        if info is None or not info["broadcast_address"]:
-            return None
+        if info is None or not info["broadcast_address"] or info["http_port"] < 0:
+            return None  # (-1: the lookupd's HTTP API is on a unix socket, unknown here)
         return join_host_port(info["broadcast_address"], info["http_port"])
 
     # -- the peer thread ---------------------------------------------------------------
@@ -195,8 +196,10 @@ class LookupPeer:
             return False
         self._log.info("LOOKUP connecting to %s", self.address)
         try:
-            host, port = split_host_port(self.address)
-            sock = socket.create_connection((host, port), timeout=DIAL_TIMEOUT)
+            if is_socket_path(self.address):  # a lookupd on a unix socket (beyond Go, whose nsqd dials TCP only)
+                sock = dial(self.address, DIAL_TIMEOUT)
+            else:
+                sock = dial(split_host_port(self.address), DIAL_TIMEOUT)
         except (OSError, ValueError) as e:
             self._log.error("LOOKUPD(%s): %s", self.address, _error_text(e))
             return False

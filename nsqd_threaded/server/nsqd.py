@@ -133,19 +133,34 @@ class NSQD(BrokerCore):
             self._tcp_server = TCPServer(options.tcp_address, self)
         except OSError as e:
             raise OSError(e.errno, "listen (%s) failed - %s" % (options.tcp_address, e)) from None
-        self.log.info("TCP: listening on %s:%d", *self.tcp_address)
+        self.log.info("TCP: listening on %s", self._tcp_server.describe())
         if options.http_address:
             try:
                 self._http_server = NSQDHTTPServer(options.http_address, self)
             except OSError as e:
                 raise OSError(e.errno, "listen (%s) failed - %s" % (options.http_address, e)) from None
-            self.log.info("HTTP: listening on %s:%d", *self.http_address)
+            self.log.info("HTTP: listening on %s", self._http_server.describe())
         if self.tls_context is not None and options.https_address:
             try:
                 self._https_server = NSQDHTTPServer(options.https_address, self, self.tls_context)
             except OSError as e:
                 raise OSError(e.errno, "listen (%s) failed - %s" % (options.https_address, e)) from None
-            self.log.info("HTTPS: listening on %s:%d", *self.https_address)
+            self.log.info("HTTPS: listening on %s", self._https_server.describe())
+        self._warn_unannounced_ports()
+
+    def _warn_unannounced_ports(self):
+        """On a unix socket nsqd announces port 0, which every nsqlookupd refuses (as Go's): say so."""
+        options = self.options
+        if not options.nsqlookupd_tcp_addresses:
+            return
+        missing = []
+        if self.tcp_port is None and not options.broadcast_tcp_port:
+            missing.append("--broadcast-tcp-port")
+        if self.http_address is not None and self.http_port is None and not options.broadcast_http_port:
+            missing.append("--broadcast-http-port")
+        if missing:
+            self.log.warn("listening on a unix socket: nsqlookupd refuses a registration without ports "
+                          "(set %s to the ports clients reach this broker on)", " and ".join(missing))
 
     def _abort_start(self):
         """Undo a failed start(): close listeners and topics (joining their threads), unlock."""
@@ -238,8 +253,13 @@ class NSQD(BrokerCore):
 
     @property
     def http_address(self):
-        """The bound HTTP ``(host, port)``, or None when HTTP is disabled."""
-        return self._http_server.server_address[:2] if self._http_server else None
+        """The bound HTTP ``(host, port)``, its socket path (a str) on a unix socket, or None when HTTP is disabled."""
+        return self._http_server.bound_address if self._http_server else None
+
+    @property
+    def http_port(self):
+        """The bound HTTP port; None on a unix socket or when HTTP is disabled."""
+        return self._http_server.port if self._http_server else None
 
     @property
     def https_address(self):
@@ -248,14 +268,18 @@ class NSQD(BrokerCore):
 
     @property
     def tcp_address(self):
-        """The bound ``(host, port)`` (the real port when 0 was asked for)."""
-        return self._tcp_server.server_address[:2]
+        """The bound ``(host, port)`` (the real port when 0 was asked for), or the socket path (a str)."""
+        return self._tcp_server.bound_address
+
+    @property
+    def tcp_port(self):
+        """The bound TCP port; None on a unix socket."""
+        return self._tcp_server.port
 
     def statsd_prefix(self):
         """``--statsd-prefix`` expanded with this broker's host key (broadcast address and HTTP port)."""
         options = self.options
-        http = self.http_address
-        http_port = options.broadcast_http_port or (http[1] if http else 0)
+        http_port = options.broadcast_http_port or self.http_port or 0  # 0 on a unix socket, as Go
         return expand_prefix(options.statsd_prefix, options.broadcast_address, http_port)
 
     # -- connections --------------------------------------------------------
@@ -287,12 +311,12 @@ class NSQD(BrokerCore):
     def lookupd_identity(self):
         """The IDENTIFY body sent to each lookupd."""
         options = self.options
-        http = self.http_address
         return {
             "broadcast_address": options.broadcast_address,
             "hostname": socket.gethostname(),
-            "http_port": options.broadcast_http_port or (http[1] if http else 0),
-            "tcp_port": options.broadcast_tcp_port or self.tcp_address[1],
+            # 0 for a unix socket unless --broadcast-*-port says otherwise, as Go
+            "http_port": options.broadcast_http_port or self.http_port or 0,
+            "tcp_port": options.broadcast_tcp_port or self.tcp_port or 0,
             "topology_region": options.topology_region,
             "topology_zone": options.topology_zone,
             "version": options.version,

@@ -10,7 +10,8 @@ from .base import Listener
 class _ConnectionHandler(socketserver.BaseRequestHandler):
     def handle(self):
         sock = self.request
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sock.family != socket.AF_UNIX:  # (a unix socket has no Nagle to turn off)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         handle_connection(self.server.nsqd, sock, self.client_address, self.server.limits)
 
 

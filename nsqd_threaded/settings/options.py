@@ -24,6 +24,7 @@ import zlib
 
 from ..internal.logger import LOG_LEVELS
 from ..internal.gocompat import (
+    is_socket_path,
     INT64_MAX,
     INT64_MIN,
     format_duration,
@@ -257,11 +258,21 @@ def _auth_method(flag, value):
 
 
 def _listen_address(flag, value):
-    """``host:port`` with a port in 0..65535; empty turns the listener off."""
+    """``host:port`` with a port in 0..65535, or a unix socket path; empty turns the listener off."""
+    if value == "" or is_socket_path(value):
+        return None
+    return _tcp_listen_address(flag, value)
+
+
+def _tcp_listen_address(flag, value):
+    """``host:port`` with a port in 0..65535 (HTTPS: TLS over TCP only, as Go); empty turns it off."""
     if value == "":
         return None
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
+        if flag != "--https-address" and "/" not in value:
+            return "%s=%s: invalid address (want host:port, or a unix socket path starting with / or ./)" % (
+                flag, value)
         return "%s=%s: invalid address (want host:port)" % (flag, value)
     if int(port) > 65535:
         return "%s=%s: invalid port %s (want 0-65535)" % (flag, value, port)
@@ -347,11 +358,12 @@ SETTINGS = (
     Setting("node-id", INT, None, "unique part for message IDs, (int) in range [0,1024) "
             "(default is hash of hostname)", cfg="id", check=_node_id, factory=default_node_id),
     Setting("worker-id", BOOL, False, "[deprecated] use --node-id", DEPRECATED),
-    Setting("https-address", STR, "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
-    Setting("http-address", STR, "0.0.0.0:4151", "<addr>:<port> to listen on for HTTP clients",
-            check=_listen_address),
-    Setting("tcp-address", STR, "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients",
-            check=_listen_address),
+    Setting("https-address", STR, "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients",
+            check=_tcp_listen_address),
+    Setting("http-address", STR, "0.0.0.0:4151", "address to listen on for HTTP clients (<addr>:<port> for "
+            "TCP/IP or <path> for unix socket)", check=_listen_address),
+    Setting("tcp-address", STR, "0.0.0.0:4150", "address to listen on for TCP clients (<addr>:<port> for "
+            "TCP/IP or <path> for unix socket)", check=_listen_address),
     Setting("auth-http-address", STR_LIST, (), "<addr>:<port> or a full url to query auth server "
             "(may be given multiple times)", field="auth_http_addresses"),
     Setting("auth-http-request-method", STR, "get", "HTTP method to use for auth server requests",

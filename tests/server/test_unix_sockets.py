@@ -1,0 +1,362 @@
+"""nsqd and nsqlookupd listening on unix sockets, and the package's clients dialing them.
+
+Real broker processes (ours, and Go's nsqd 1.3.0 when the reference binary is
+present) on socket files in a per-test directory: protocol V2 and the HTTP API
+over the sockets, a stale socket file left by a SIGKILLed broker, a live one
+that another broker must not take, the files' permissions and their removal at
+a graceful stop, and nsqlookupd on sockets with an nsqd registering through one.
+"""
+
+import json
+import os
+import shutil
+import socket
+import stat
+import struct
+import tempfile
+import time
+
+import pytest
+
+from nsqd_threaded.client import Consumer, Producer
+from nsqd_threaded.internal.httpclient import request
+from nsqd_threaded.settings.options import Options
+from nsqd_threaded.testing import Broker, BrokerProcess, Lookupd
+
+pytestmark = pytest.mark.timeout(90)
+
+GO_BIN = os.environ.get("NSQ_GO_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared",
+                                                    "reference", "go-nsq-1.3.0"))
+GO_NSQD = os.path.join(GO_BIN, "nsqd")
+needs_go = pytest.mark.skipif(not os.access(GO_NSQD, os.X_OK), reason="Go nsqd 1.3.0 reference binary not present")
+
+SUN_PATH_MAX = 100  # sockaddr_un holds 108 bytes: keep well below it
+
+
+@pytest.fixture
+def sock_dir(tmp_path):
+    """A directory for socket files: tmp_path when its paths fit in a sockaddr_un, else a short one under /tmp."""
+    if len(str(tmp_path)) + 12 < SUN_PATH_MAX:
+        yield str(tmp_path)
+        return
+    path = tempfile.mkdtemp(prefix="nsqu-", dir="/tmp")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def paths(sock_dir, prefix="nsqd"):
+    return os.path.join(sock_dir, prefix + "-tcp.sock"), os.path.join(sock_dir, prefix + "-http.sock")
+
+
+def http(path, method, url, body=None):
+    status, _, data = request(method, path, None, url, body, connect_timeout=10, deadline=time.monotonic() + 10)
+    return status, data
+
+
+def umask():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting for " + what)
+
+
+# -- a raw protocol V2 peer --------------------------------------------------------
+
+
+class RawV2:
+    """A protocol V2 client on a unix socket written by hand (pynsq dials TCP only)."""
+
+    def __init__(self, path, identify):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(path)
+        self.buf = b""
+        body = json.dumps(identify).encode()
+        self.sock.sendall(b"  V2" + b"IDENTIFY\n" + struct.pack(">I", len(body)) + body)
+        frame_type, data = self.frame()
+        assert frame_type == 0, data
+        self.settings = json.loads(data)
+
+    def frame(self):
+        while len(self.buf) < 4 or len(self.buf) < 4 + struct.unpack(">I", self.buf[:4])[0]:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            self.buf += chunk
+        size = struct.unpack(">I", self.buf[:4])[0]
+        frame_type = struct.unpack(">I", self.buf[4:8])[0]
+        data, self.buf = self.buf[8:4 + size], self.buf[4 + size:]
+        return frame_type, data
+
+    def send(self, line):
+        self.sock.sendall(line)
+
+    def close(self):
+        self.sock.close()
+
+
+# -- our broker on sockets ----------------------------------------------------------
+
+
+def test_v2_and_heartbeats_over_a_unix_socket(sock_dir):
+    tcp, http_path = paths(sock_dir)
+    with BrokerProcess(tcp_address=tcp, http_address=http_path) as nsqd:
+        assert nsqd.tcp_address == tcp and nsqd.http_address == http_path
+        peer = RawV2(tcp, {"client_id": "raw", "hostname": "h", "feature_negotiation": True,
+                           "heartbeat_interval": 1000})
+        try:
+            peer.send(b"SUB raw c\n")
+            assert peer.frame() == (0, b"OK")
+            peer.send(b"RDY 1\n")
+            assert http(http_path, "POST", "/pub?topic=raw", b"over the socket") == (200, b"OK")
+            kinds = []
+            while True:  # the message, and a heartbeat within the 1 s interval
+                frame_type, data = peer.frame()
+                if frame_type == 0 and data == b"_heartbeat_":
+                    peer.send(b"NOP\n")
+                    kinds.append("heartbeat")
+                elif frame_type == 2:
+                    msg_id = data[10:26]
+                    assert data[26:] == b"over the socket"
+                    peer.send(b"FIN " + msg_id + b"\n")
+                    kinds.append("message")
+                if "heartbeat" in kinds and "message" in kinds:
+                    break
+            stats = nsqd.stats(topic="raw")
+            client = stats["topics"][0]["channels"][0]["clients"][0]
+            assert client["client_id"] == "raw"
+            # An unnamed unix peer: "@" as Go says, and a number that keeps two peers apart.
+            assert client["remote_address"].startswith("@:")
+            assert wait_until(lambda: nsqd.stats(topic="raw")["topics"][0]["channels"][0]["clients"][0]
+                              ["finish_count"] == 1, 10, "the FIN")
+        finally:
+            peer.close()
+
+
+def test_our_client_publishes_and_consumes_over_unix_sockets(sock_dir):
+    tcp, http_path = paths(sock_dir)
+    with BrokerProcess(tcp_address=tcp, http_address=http_path):
+        producer = Producer(tcp)
+        try:
+            producer.pub("t", b"one")
+            producer.mpub("t", [b"two", b"three"])
+        finally:
+            producer.close()
+        got = []
+        consumer = Consumer(tcp, "t", "c", lambda m: got.append(m.body) or True, max_in_flight=10)
+        consumer.start()
+        try:
+            wait_until(lambda: len(got) == 3, 20, "three messages")
+            assert sorted(got) == [b"one", b"three", b"two"]
+            assert consumer.subscribed == [tcp]
+        finally:
+            consumer.close()
+
+
+def test_http_api_over_a_unix_socket(sock_dir):
+    tcp, http_path = paths(sock_dir)
+    with BrokerProcess(tcp_address=tcp, http_address=http_path, broadcast_address="sidecar") as nsqd:
+        assert http(http_path, "GET", "/ping") == (200, b"OK")
+        assert http(http_path, "POST", "/pub?topic=h", b"a") == (200, b"OK")
+        assert http(http_path, "POST", "/mpub?topic=h", b"b\nc") == (200, b"OK")
+        info = json.loads(http(http_path, "GET", "/info")[1])
+        # Go says -1 for a listener on a unix socket
+        assert (info["tcp_port"], info["http_port"], info["broadcast_address"]) == (-1, -1, "sidecar")
+        stats = nsqd.stats(topic="h")  # the fixture's own HTTP helper dials the path
+        assert stats["topics"][0]["message_count"] == 3
+        status, body = http(http_path, "GET", "/config/broadcast_tcp_port")
+        assert (status, body) == (200, b"0")  # what the lookupds are told (Go: 0)
+
+
+def test_socket_files_get_the_umask_permissions_and_go_at_a_graceful_stop(sock_dir):
+    tcp, http_path = paths(sock_dir)
+    nsqd = BrokerProcess(tcp_address=tcp, http_address=http_path).start()
+    try:
+        for path in (tcp, http_path):
+            st = os.lstat(path)
+            assert stat.S_ISSOCK(st.st_mode)
+            assert stat.S_IMODE(st.st_mode) == 0o777 & ~umask()
+    finally:
+        nsqd.stop()  # SIGTERM
+    assert nsqd.returncode == 0
+    assert not os.path.exists(tcp) and not os.path.exists(http_path)
+
+
+def test_a_stale_socket_file_from_a_killed_broker_is_replaced(sock_dir, tmp_path):
+    tcp, http_path = paths(sock_dir)
+    data = str(tmp_path / "data")
+    os.mkdir(data)
+    first = BrokerProcess(tcp_address=tcp, http_address=http_path, data_path=data).start()
+    producer = Producer(tcp)
+    try:
+        producer.pub("kept", b"before the crash")
+    finally:
+        producer.close()
+    first.kill()  # SIGKILL: the files stay, nobody listens on them
+    assert stat.S_ISSOCK(os.lstat(tcp).st_mode) and stat.S_ISSOCK(os.lstat(http_path).st_mode)
+    second = BrokerProcess(tcp_address=tcp, http_address=http_path, data_path=data).start()
+    try:
+        assert "removed the stale socket file %s" % tcp in second.log
+        assert "removed the stale socket file %s" % http_path in second.log
+        assert http(http_path, "GET", "/ping") == (200, b"OK")
+        # the same broker, back with its nsqd.dat (the message was in memory: a SIGKILL loses it)
+        assert [t["topic_name"] for t in second.stats()["topics"]] == ["kept"]
+    finally:
+        second.stop()
+
+
+def test_a_live_socket_is_not_taken(sock_dir, tmp_path):
+    tcp, http_path = paths(sock_dir)
+    with BrokerProcess(tcp_address=tcp, http_address=http_path) as live:
+        intruder = BrokerProcess(tcp_address=tcp, http_address="127.0.0.1:0", start_timeout=20)
+        with pytest.raises(RuntimeError) as failed:
+            intruder.start()
+        assert "another process is listening on %s" % tcp in str(failed.value)
+        assert intruder.returncode not in (None, 0)
+        # the live broker keeps its socket and serves on
+        producer = Producer(tcp)
+        try:
+            producer.pub("still", b"here")
+        finally:
+            producer.close()
+        assert live.stats(topic="still")["topics"][0]["depth"] == 1
+
+
+def test_a_file_that_is_not_a_socket_is_left_alone(sock_dir):
+    tcp = os.path.join(sock_dir, "not-a-socket")
+    with open(tcp, "w") as f:
+        f.write("operator's file")
+    broker = BrokerProcess(tcp_address=tcp, http_address="127.0.0.1:0")
+    with pytest.raises(RuntimeError) as failed:
+        broker.start()
+    assert "exists and is not a socket" in str(failed.value)
+    with open(tcp) as f:
+        assert f.read() == "operator's file"
+
+
+def test_in_process_broker_restarts_on_its_socket_paths(sock_dir):
+    tcp, http_path = paths(sock_dir)
+    with Broker(tcp_address=tcp, http_address=http_path) as broker:
+        assert broker.tcp_addr == tcp and broker.http_url is None
+        broker.http("POST", "/pub?topic=r", b"x")
+        broker.restart()
+        assert broker.tcp_address == tcp
+        assert broker.stats(topic="r")["topics"][0]["depth"] == 1
+    assert not os.path.exists(tcp) and not os.path.exists(http_path)
+
+
+def test_addresses_a_socket_path_must_look_like_one():
+    # Go takes any non host:port as a path: a forgotten port makes a socket file
+    # "localhost" in the working directory.  Here it is an error naming the flag.
+    with pytest.raises(ValueError, match="--tcp-address=localhost: invalid address"):
+        Options(tcp_address="localhost").validate()
+    Options(tcp_address="./nsqd.sock", http_address="/run/nsqd/http.sock").validate()
+    # HTTPS is TLS over TCP only, as in Go
+    with pytest.raises(ValueError, match="--https-address=/run/nsqd/https.sock: invalid address"):
+        Options(https_address="/run/nsqd/https.sock").validate()
+
+
+# -- nsqlookupd on sockets ----------------------------------------------------------
+
+
+def test_nsqlookupd_on_unix_sockets_with_an_nsqd_registering(sock_dir):
+    ltcp, lhttp = paths(sock_dir, "lookupd")
+    tcp, http_path = paths(sock_dir)
+    with Lookupd(tcp_address=ltcp, http_address=lhttp) as lookupd:
+        assert lookupd.tcp_addr == ltcp
+        assert http(lhttp, "GET", "/ping") == (200, b"OK")
+        # On sockets nsqd has no ports to announce (0, as Go's), and a lookupd refuses an
+        # IDENTIFY without them, as Go's does: the broker says why at startup.
+        with BrokerProcess(tcp_address=tcp, http_address=http_path, broadcast_address="sidecar",
+                           nsqlookupd_tcp_addresses=[ltcp]) as nsqd:
+            assert nsqd._log.wait_for(lambda text: "--broadcast-tcp-port and --broadcast-http-port" in text, 20)
+            assert lookupd._log.wait_for(lambda text: "IDENTIFY missing fields" in text, 20)
+        # With the ports a proxy forwards given, it registers.
+        with BrokerProcess(tcp_address=tcp, http_address=http_path, broadcast_address="sidecar",
+                           broadcast_tcp_port=4150, broadcast_http_port=4151,
+                           nsqlookupd_tcp_addresses=[ltcp]) as nsqd:
+            nsqd.http("POST", "/pub?topic=reg", b"x")
+
+            def registered():
+                doc = json.loads(http(lhttp, "GET", "/lookup?topic=reg")[1])
+                return doc.get("producers")
+            producers = wait_until(registered, 20, "the registration")
+            assert [(p["broadcast_address"], p["tcp_port"], p["http_port"]) for p in producers] == [
+                ("sidecar", 4150, 4151)]
+            assert producers[0]["remote_address"].startswith("@:")
+    assert not os.path.exists(ltcp) and not os.path.exists(lhttp)
+
+
+def test_a_consumer_asks_a_lookupd_on_a_unix_socket(sock_dir):
+    ltcp, lhttp = paths(sock_dir, "lookupd")
+    with Lookupd(tcp_address=ltcp, http_address=lhttp) as lookupd:
+        with Broker(nsqlookupd_tcp_addresses=[ltcp], broadcast_address="127.0.0.1") as nsqd:
+            nsqd.http("POST", "/pub?topic=found", b"via lookupd")
+            wait_until(lambda: lookupd.lookup("found"), 20, "the registration")
+            got = []
+            consumer = Consumer(None, "found", "c", lambda m: got.append(m.body) or True,
+                                lookupd_http_addresses=[lhttp])
+            consumer.start()
+            try:
+                wait_until(lambda: got, 20, "the message")
+                assert got == [b"via lookupd"]
+            finally:
+                consumer.close()
+
+
+# -- Go's nsqd on a socket ----------------------------------------------------------
+
+
+@needs_go
+def test_go_nsqd_on_unix_sockets_with_our_client(sock_dir):
+    tcp, http_path = paths(sock_dir, "go")
+    with BrokerProcess(command=[GO_NSQD], tcp_address=tcp, http_address=http_path) as go:
+        producer = Producer(tcp)
+        try:
+            producer.pub("g", b"to go")
+        finally:
+            producer.close()
+        got = []
+        consumer = Consumer(tcp, "g", "c", lambda m: got.append(m.body) or True)
+        consumer.start()
+        try:
+            wait_until(lambda: got, 20, "the message from Go's nsqd")
+            assert got == [b"to go"]
+            client = go.stats(topic="g")["topics"][0]["channels"][0]["clients"][0]
+            assert client["remote_address"] == "@"  # Go's view of a unix peer
+        finally:
+            consumer.close()
+        info = json.loads(http(http_path, "GET", "/info")[1])
+        assert (info["tcp_port"], info["http_port"]) == (-1, -1)
+
+
+@needs_go
+def test_go_nsqd_refuses_a_stale_socket_where_ours_replaces_it(sock_dir, tmp_path):
+    """The divergence, shown: after a SIGKILL Go's nsqd cannot start on its own socket files."""
+    tcp, http_path = paths(sock_dir, "go")
+    data = str(tmp_path / "go-data")
+    os.mkdir(data)
+    first = BrokerProcess(command=[GO_NSQD], tcp_address=tcp, http_address=http_path, data_path=data).start()
+    first.kill()
+    again = BrokerProcess(command=[GO_NSQD], tcp_address=tcp, http_address=http_path, data_path=data)
+    with pytest.raises(RuntimeError) as failed:
+        again.start()
+    assert "bind: address already in use" in str(failed.value)
+    ours = BrokerProcess(tcp_address=tcp, http_address=http_path).start()
+    try:
+        assert http(http_path, "GET", "/ping") == (200, b"OK")
+    finally:
+        ours.stop()
