@@ -32,7 +32,7 @@ HEADER = ("%s+%s+%s\n" % ("------rate------", "----------------depth------------
 ROW = "%7d %7d | %7d %7d %7d %5d %5d | %7d %7d %12d %7d\n"
 
 # The channel numbers summed over the nodes (nsqd's /stats names).
-FIELDS = ("depth", "memory_depth", "backend_depth", "in_flight_count", "deferred_count", "requeue_count",
+FIELDS = ("depth", "backend_depth", "in_flight_count", "deferred_count", "requeue_count",
           "timeout_count", "message_count", "client_count")
 
 
@@ -140,6 +140,8 @@ class Stat:
                         if name == "client_count" and value is None:
                             value = len(c.get("clients") or ())
                         total[name] += int(value or 0)
+        if total is not None:
+            total["memory_depth"] = total["depth"] - total["backend_depth"]  # as Go's clusterinfo derives it
         return total
 
     def _loop(self):
