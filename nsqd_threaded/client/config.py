@@ -179,7 +179,9 @@ class ClientConfig:
     def _common(self):
         v = self.values
         return {
-            "timeout": v["dial_timeout"] if v["dial_timeout"] > 0 else 10.0,
+            # go-nsq's dial_timeout bounds connecting only; the client's timeout also bounds the
+            # handshake's answers and a close, so go-nsq's 1s default would be too short for those.
+            "timeout": v["dial_timeout"] if "dial_timeout" in self.given and v["dial_timeout"] > 0 else 10.0,
             "identify": self.identify(),
             "lookupd_poll_interval": v["lookupd_poll_interval"],
             "auth_secret": v["auth_secret"] or None,

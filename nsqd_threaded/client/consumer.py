@@ -147,7 +147,7 @@ class Consumer:
 
     ``_backoff_lock`` is always taken before ``_lock``, never after.
     ``_lock`` (and the ``_changed`` condition on it) guards ``_conns``, ``_subscribed``,
-    ``_known``, ``_readers``, ``_closing`` and each connection's ``rdy``.
+    ``_known``, ``_readers``, ``_closing``, ``_cls_sent``, ``_finished`` and each connection's ``rdy``.
     """
 
     def __init__(
@@ -235,6 +235,8 @@ class Consumer:
         self._subscribed = set()
         self._known = set()  # addresses with a connection thread
         self._closing = False
+        self._cls_sent = False  # stop_receiving() ran
+        self._finished = False  # close() requeued the queue and stopped the handlers
         self._started = False
         self._readers = []
         self._workers = []
@@ -346,18 +348,21 @@ class Consumer:
         with self._lock:
             return {c.address: c.rdy for c in self._subscribed}
 
-    def close(self, timeout=None):
-        """``CLS`` every connection, wait for ``CLOSE_WAIT``, requeue what nobody took, stop everything.
+    def stop_receiving(self, timeout=None):
+        """``CLS`` every connection and wait (at most ``timeout``) for nsqd's ``CLOSE_WAIT``; True the first time.
 
-        Waits at most ``timeout`` seconds (default: the consumer's) for each stage.
+        After it no message arrives, and nothing reconnects, but the connections
+        stay open: the messages held can still be FINed or requeued (an archiver
+        writes and FINs what it holds before :meth:`close`).
         """
         timeout = self.timeout if timeout is None else timeout
         with self._lock:
-            already = self._closing
+            first = not self._cls_sent
+            self._cls_sent = True
             self._closing = True
             conns = list(self._subscribed)
         self._stop.set()
-        if not already:
+        if first:
             for conn in conns:
                 try:
                     conn.send(b"CLS\n")
@@ -366,6 +371,19 @@ class Consumer:
             deadline = time.monotonic() + timeout
             for conn in conns:
                 conn.close_wait.wait(max(0.0, deadline - time.monotonic()))
+        return first
+
+    def close(self, timeout=None):
+        """``CLS`` every connection, wait for ``CLOSE_WAIT``, requeue what nobody took, stop everything.
+
+        Waits at most ``timeout`` seconds (default: the consumer's) for each stage.
+        """
+        timeout = self.timeout if timeout is None else timeout
+        self.stop_receiving(timeout)
+        with self._lock:
+            first = not self._finished
+            self._finished = True
+        if first:
             self._requeue_queued()
             self._queue.put(_STOP)
         deadline = time.monotonic() + timeout
