@@ -670,14 +670,9 @@ class Consumer:
             targets = [(c, 1) for c in idle]
             targets += [(c, budget // n + (1 if i < budget % n else 0)) for i, c in enumerate(busy)]
         for conn, rdy in targets:
-            if conn.max_rdy is not None and rdy > conn.max_rdy:
-                rdy = conn.max_rdy
-            with self._lock:
-                if conn.rdy == rdy or conn not in self._subscribed:
-                    continue
-                conn.rdy = rdy
-            log.debug("%s: RDY %d (%s)", format_address(conn.address), rdy, "idle" if conn in idle else "busy")
-            conn.send(b"RDY %d\n" % rdy)
+            sent = self._send_rdy(conn, rdy)
+            if sent is not None:
+                log.debug("%s: RDY %d (%s)", format_address(conn.address), sent, "idle" if conn in idle else "busy")
 
 
     # -- max_attempts and backoff ------------------------------------------------------
@@ -780,13 +775,15 @@ class Consumer:
                 pass  # its reader cleans up
 
     def _send_rdy(self, conn, rdy):
+        """Send ``RDY rdy`` (capped at nsqd's max) unless the connection has it already; the count sent, or None."""
         if conn.max_rdy is not None and rdy > conn.max_rdy:
             rdy = conn.max_rdy
         with self._lock:
             if conn.rdy == rdy or conn not in self._subscribed:
-                return
+                return None
             conn.rdy = rdy
         conn.send(b"RDY %d\n" % rdy)
+        return rdy
 
 
 class _Outcome(threading.Event):

@@ -95,19 +95,20 @@ def test_every_message_exactly_once_across_rotated_gzipped_files_after_sigterm(b
     assert sorted(archived + left) == sorted(bodies)  # none lost: archived, or still in the channel
 
 
-def test_plain_files_are_named_and_filled_as_gos(broker, tmp_path):
+def archive_with_ours_and_gos(broker, tmp_path, bodies, *extra):
+    """Archive the same messages with our nsq_to_file and Go's (a channel each): ``{who: read_all(dir)}``."""
     go = go_tool("nsq_to_file")
     if go is None:
         pytest.skip("Go's nsq_to_file is not here")
-    bodies = [b"line %d" % i for i in range(300)] + [b"\xffbinary\x00", b"with | bar"]
     make_channels(broker, "t", "ours", "gos")
     with Producer(broker.tcp_addr) as producer:
         producer.mpub("t", bodies)
     results = {}
     for who, argv in (("ours", None), ("gos", [go])):
         directory = tmp_path / who
-        args = ["--topic=t", "--channel=" + who, "--nsqd-tcp-address=" + broker.tcp_addr, "--output-dir=%s" % directory,
-                "--sync-interval=100ms"]
+        args = ["--topic=t", "--channel=" + who, "--nsqd-tcp-address=" + broker.tcp_addr,
+                "--output-dir=%s" % directory, "--sync-interval=100ms"]
+        args += [arg.replace("WHO", who) for arg in extra]
         tool = Tool("nsq_to_file", *args) if argv is None else Tool(argv=argv + args)
         try:
             wait_for(lambda: channel_counts(broker, "t", who)[:2] == (0, 0), timeout=30, what="all FINed")
@@ -116,31 +117,19 @@ def test_plain_files_are_named_and_filled_as_gos(broker, tmp_path):
         finally:
             tool.close()
         results[who] = read_all(directory)
+    return results
+
+
+def test_plain_files_are_named_and_filled_as_gos(broker, tmp_path):
+    bodies = [b"line %d" % i for i in range(300)] + [b"\xffbinary\x00", b"with | bar"]
+    results = archive_with_ours_and_gos(broker, tmp_path, bodies)
     assert results["ours"] == results["gos"]
     assert list(results["ours"].values())[0] == b"".join(b + b"\n" for b in bodies)
 
 
 def test_gzip_names_and_contents_as_gos(broker, tmp_path):
-    go = go_tool("nsq_to_file")
-    if go is None:
-        pytest.skip("Go's nsq_to_file is not here")
     bodies = [b"gz %d" % i for i in range(500)]
-    make_channels(broker, "t", "ours", "gos")
-    with Producer(broker.tcp_addr) as producer:
-        producer.mpub("t", bodies)
-    results = {}
-    for who, argv in (("ours", None), ("gos", [go])):
-        directory = tmp_path / who
-        args = ["--topic=t", "--channel=" + who, "--nsqd-tcp-address=" + broker.tcp_addr, "--output-dir=%s" % directory,
-                "--gzip", "--work-dir=%s" % (tmp_path / (who + "-work")), "--sync-interval=100ms"]
-        tool = Tool("nsq_to_file", *args) if argv is None else Tool(argv=argv + args)
-        try:
-            wait_for(lambda: channel_counts(broker, "t", who)[:2] == (0, 0), timeout=30, what="all FINed")
-            tool.signal(signal.SIGTERM)
-            assert tool.wait() == 0, tool.err[-2000:]
-        finally:
-            tool.close()
-        results[who] = read_all(directory)
+    results = archive_with_ours_and_gos(broker, tmp_path, bodies, "--gzip", "--work-dir=%s" % (tmp_path / "WHO-work"))
     assert results["ours"] == results["gos"]
     assert sorted(lines(results["ours"])) == sorted(bodies)
 
