@@ -87,7 +87,8 @@ class Tail:
         def handle(msg):
             with self._out_lock:
                 if self.done.is_set():
-                    return False  # past -n or a failed write: back to the channel
+                    msg.req(0)  # past -n or a failed write: back to the channel at once, no backoff
+                    return None
                 try:
                     self.out.write(prefix + msg.body + b"\n")
                     self.out.flush()
@@ -95,7 +96,8 @@ class Tail:
                     self.log.error("failed to write to os.Stdout - %s", e)
                     self.exit_code = 1
                     self.done.set()
-                    return False
+                    msg.req(0)
+                    return None
                 shown = self.shown[topic] = self.shown.get(topic, 0) + 1
                 if limit > 0 and shown >= limit:
                     self.done.set()
