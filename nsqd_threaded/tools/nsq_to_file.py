@@ -221,6 +221,7 @@ class FileLogger:
                     self._close()
                     return
                 if item is _HUP:
+                    self.log.info("%s SIGHUP: closing %s", self._where(), self.path if self._out else "no file")
                     sync = close = True
                 elif item is None:  # the sync tick
                     next_tick = time.monotonic() + interval

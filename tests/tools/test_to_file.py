@@ -143,7 +143,7 @@ def test_sighup_closes_the_file_and_the_next_message_opens_the_next_revision(bro
             producer.pub("t", b"first")
             wait_for(lambda: channel_counts(broker, "t", "nsq_to_file")[:2] == (0, 0), what="first FINed")
             archiver.signal(signal.SIGHUP)
-            archiver.wait_output(lambda out, err: b"SIGHUP" in err, what="the reload")
+            archiver.wait_output(lambda out, err: b"SIGHUP: closing" in err, what="the file closed")
             producer.pub("t", b"second")
             wait_for(lambda: len(os.listdir(tmp_path)) == 2, what="a second file")
         archiver.signal(signal.SIGTERM)
