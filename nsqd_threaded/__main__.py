@@ -10,8 +10,13 @@ ambiguous):
 * ``nsqadmin [FLAGS]``: the ``nsqadmin-threaded`` command (the web UI); so is
   any invocation whose program name starts with ``nsqadmin``;
 * ``nsqd [FLAGS]``: nsqd, stated explicitly;
+* the operator tools (:mod:`nsqd_threaded.tools`), by their short name or
+  Go's: ``tail``/``nsq_tail``, ``to-nsq``/``to_nsq``, ``stat``/``nsq_stat``,
+  ``to-file``/``nsq_to_file``; so is any invocation whose program name is a
+  tool's Go name (a symlink ``nsq_tail -> nsqd-threaded.pyz``);
 * ``versions``: this package's version, the versions of what it runs with
-  (for the ``.pyz``, what it bundles) and the interpreter's.
+  (for the ``.pyz``, what it bundles) and the interpreter's;
+* ``--help`` (or ``help``) alone: the list of commands, then nsqd's flags.
 """
 
 import os
@@ -37,12 +42,49 @@ def versions(bundle=None):
     return lines
 
 
+def commands_help():
+    """What ``--help`` prints before nsqd's flags: every command of this entry point."""
+    from . import tools
+
+    lines = [
+        "Usage: python3 nsqd-threaded.pyz [COMMAND] [FLAGS]   (or python -m nsqd_threaded)",
+        "",
+        "Commands (no command: nsqd):",
+        "  nsqd          the message broker (nsqd-threaded)",
+        "  nsqlookupd    the lookup daemon (nsqlookupd-threaded)",
+        "  nsqadmin      the web UI (nsqadmin-threaded)",
+    ]
+    what = {"nsq_tail": "print a topic's messages", "to_nsq": "publish stdin, one message per line",
+            "nsq_stat": "a topic/channel's stats every interval", "nsq_to_file": "archive topics to rotating files"}
+    for go_name, (_, short) in tools.COMMANDS.items():
+        lines.append("  %-13s %s (also %s; %s-threaded)" % (short, what[go_name], go_name, go_name))
+    lines += ["  versions      the versions of this package, its dependencies and Python", "",
+              "COMMAND --help shows a command's flags.  nsqd's flags:", ""]
+    return "\n".join(lines)
+
+
 def main(argv=None, bundle=None):
     """Dispatch on the first argument (see the module docstring); ``bundle`` is the .pyz's manifest."""
     args = sys.argv[1:] if argv is None else list(argv)
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     command = args[0] if args else ""
-    if command == "nsqlookupd" or program.startswith("nsqlookupd"):
+    from . import tools
+
+    tool = tools.command_for(command) if command else None
+    if tool is None and program:
+        tool = program.split(".")[0].replace("-threaded", "")
+        tool = tool if tool in tools.COMMANDS else None  # only Go's names, never a short one
+        if tool is not None:
+            command = ""  # the program name picked it: every argument is the tool's
+    if tool is not None:
+        name = tool + "-threaded"
+        tools.load(tool)(args[1:] if command else args, prog_name=name)
+    elif command in ("--help", "-help", "-h", "help") and len(args) == 1:
+        print(commands_help())
+        from .cli import main as nsqd
+
+        nsqd(["--help"], prog_name="nsqd-threaded")
+    elif command == "nsqlookupd" or program.startswith("nsqlookupd"):
         from .lookupd.cli import main as nsqlookupd
 
         nsqlookupd(args[1:] if command == "nsqlookupd" else args, prog_name="nsqlookupd-threaded")

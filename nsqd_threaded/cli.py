@@ -2,8 +2,8 @@
 
 Flags are Go nsqd's, spelled and defaulted the same, so a Go nsqd command
 line works unchanged: Go's ``-name=value`` and bare boolean ``-name`` forms
-are rewritten into click's before parsing (:func:`go_style_args`).  What
-nsqlookupd's command shares with this one is in :mod:`nsqd_threaded.command`.  Flags of
+are rewritten into click's before parsing (:func:`go_style_args`).  Every
+command's shell is :class:`nsqd_threaded.command.AppCommand`.  Flags of
 features that are not built yet are refused rather than ignored, unless they
 only restate what the broker does anyway (``--snappy=false``).  Every startup
 failure is one ``FATAL`` line naming what to fix, never a traceback.
@@ -15,6 +15,38 @@ from . import command
 from .broker import interpreter
 from .server.nsqd import NSQD
 from .settings.options import BY_FIELD, SETTINGS, Options, check_data_path
+
+
+def _prepare(options):
+    """Before the broker exists: its data path must be usable; then the process-wide tuning
+    (this process is the broker's)."""
+    problem = check_data_path(options.data_path)
+    if problem:
+        fatal("failed to instantiate nsqd - %s" % problem)
+    interpreter.tune()
+
+
+def _start_failure(exc):
+    """nsqd's FATAL wording: lock and listen errors come from instantiating it,
+    nsqd.dat errors from loading metadata afterwards."""
+    text = command.error_text(exc)
+    if text.startswith("failed to parse metadata"):
+        return "failed to load metadata - %s" % text
+    return "failed to instantiate nsqd - %s" % text
+
+
+main = command.AppCommand(
+    "nsqd-threaded",
+    SETTINGS,
+    Options,
+    NSQD,
+    log_prefix=BY_FIELD["log_prefix"].default,
+    daemon="nsqd",
+    prepare=_prepare,
+    start_failure=_start_failure,
+    help="NSQ's nsqd 1.3 message broker, in pure Python.  Flags are nsqd's: "
+    "-name=value or --name value; booleans --name or --name=false.",
+)
 
 
 def go_style_args(args):
@@ -33,8 +65,7 @@ def given_flags(params):
 
 def parse(args):
     """Parse a command line: ``(flags, params)``; raises what click raises (Exit for --help)."""
-    ctx = main.make_context("nsqd-threaded", list(args))
-    return given_flags(ctx.params), ctx.params
+    return main.parse(args)
 
 
 def resolve(params):
@@ -43,7 +74,7 @@ def resolve(params):
     Exits 2 for an unbuilt feature (NotSupportedError), and exits 1 with nsqd's
     FATAL line for an unusable config file or a value Options rejects.
     """
-    return command.resolve(params, SETTINGS, Options, "nsqd", BY_FIELD["log_prefix"].default)
+    return main.resolve(params)
 
 
 def fatal(message):
@@ -53,31 +84,4 @@ def fatal(message):
 
 def serve(options, warnings=()):
     """Run a broker until SIGTERM or SIGINT, then stop it gracefully."""
-    problem = check_data_path(options.data_path)
-    if problem:
-        fatal("failed to instantiate nsqd - %s" % problem)
-    interpreter.tune()  # process-wide settings: this process is the broker's
-    nsqd = NSQD(options)
-    for warning in warnings:
-        nsqd.log.warn("%s", warning)
-    command.run_until_signalled(nsqd, lambda e: fatal(_start_failure(e)))
-
-
-def _start_failure(exc):
-    """nsqd's FATAL wording: lock and listen errors come from instantiating it,
-    nsqd.dat errors from loading metadata afterwards."""
-    text = command.error_text(exc)
-    if text.startswith("failed to parse metadata"):
-        return "failed to load metadata - %s" % text
-    return "failed to instantiate nsqd - %s" % text
-
-
-main = command.GoFlagCommand(
-    "nsqd-threaded",
-    SETTINGS,
-    resolve,
-    serve,
-    help="NSQ's nsqd 1.3 message broker, in pure Python.  Flags are nsqd's: "
-    "-name=value or --name value; booleans --name or --name=false.",
-    context_settings={"max_content_width": 100},
-)
+    main.serve(options, warnings)

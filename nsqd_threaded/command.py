@@ -1,21 +1,35 @@
-"""What the ``nsqd-threaded`` and ``nsqlookupd-threaded`` commands share.
+"""The app shell: what every command (nsqd, nsqlookupd, nsqadmin and the tools) shares.
 
-Each command is a table of :class:`~nsqd_threaded.settings.options.Setting`
-entries turned into a click command that first rewrites Go ``flag`` syntax
-(:func:`go_style_args`), so a Go command line works unchanged.  Startup
-failures are one ``FATAL`` line in the daemon's log format (:func:`fatal`),
-never a traceback; :func:`run_until_signalled` runs a started daemon until
-SIGTERM or SIGINT.
+A command is a table of :class:`~nsqd_threaded.settings.options.Setting`
+entries (Go's flag names, defaults and units; repeated flags) and an app
+factory; :class:`AppCommand` turns them into a click command that
+
+* first rewrites Go ``flag`` syntax (:func:`go_style_args`), so a Go command
+  line works unchanged;
+* resolves flag > ``--config`` TOML file > default (:func:`resolve`) into the
+  options class (written out, or made from the table by :func:`table_options`);
+* reports every startup failure as one ``FATAL`` line in the app's log format
+  (:func:`fatal`), never a traceback;
+* runs the app (:func:`run_until_signalled`): SIGTERM or SIGINT stop it
+  gracefully, SIGHUP calls its ``reload()`` when it has one, and an app that
+  finishes by itself (its ``done`` event) ends the command with its
+  ``exit_code``.
+
+So an app is its own logic only: ``start()``, ``stop()``, a ``log``, and
+optionally ``reload()``, ``done`` and ``exit_code``.  :class:`Listeners`
+holds the start/stop of a daemon's listening servers.
 """
 
+import dataclasses
 import platform
 import signal
+import threading
 
 import click
 
 from .internal.logger import Logger
 from .settings import config
-from .settings.options import LOG_LEVELS, UNSUPPORTED, VERSION, OptionError
+from .settings.options import LOG_LEVELS, UNSUPPORTED, VERSION, OptionError, check_settings
 
 
 class GoValue(click.ParamType):
@@ -158,7 +172,7 @@ def resolve(params, settings, options_class, daemon, log_prefix):
     try:
         options = options_class(**values).validate()
     except OptionError as e:
-        fatal("failed to instantiate %s - %s" % (daemon, e), log_prefix)
+        fatal("failed to instantiate %s - %s" % (daemon, e) if daemon else str(e), log_prefix)
     return options, warnings
 
 
@@ -172,25 +186,69 @@ def fatal(message, prefix):
     raise click.exceptions.Exit(1)
 
 
-def run_until_signalled(daemon, start_failure):
-    """Start ``daemon``, wait for SIGTERM or SIGINT, then stop it.
+def run_until_signalled(app, start_failure):
+    """Start ``app`` and run it until SIGTERM or SIGINT (then ``app.stop()``) or until it is done; the exit code.
 
     A failed start is ``start_failure(exc)``'s FATAL line (exit 1).  The
     signals are blocked in every thread (threads inherit the mask) and taken
     synchronously with sigwait: no handler runs at an arbitrary bytecode.
+    SIGHUP calls ``app.reload()`` when the app has one (otherwise it keeps its
+    default action, as for Go's daemons).  An app with a ``done`` event may
+    finish by itself (nsq_tail's ``-n``, to_nsq at the end of its input): a
+    ``shell-done`` thread then wakes the main thread with SIGUSR1.  The code
+    returned is the app's ``exit_code`` (0 when it has none).
     """
+    reload = getattr(app, "reload", None)
+    done = getattr(app, "done", None)
     signals = {signal.SIGTERM, signal.SIGINT}
+    if reload is not None:
+        signals.add(signal.SIGHUP)
+    if done is not None:
+        signals.add(signal.SIGUSR1)
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    watcher = None
+    # guards `ending`: once the main thread took a stop signal the watcher must not send SIGUSR1
+    ending_lock = threading.Lock()
+    ending = []
     try:
         try:
-            daemon.start()
+            app.start()
         except Exception as e:  # any startup failure is one FATAL line, never a traceback
             start_failure(e)
-        signum = signal.sigwait(signals)
-        daemon.log.info("%s: shutting down", signal.Signals(signum).name)
-        daemon.stop()
+        if done is not None:
+            main_thread = threading.get_ident()
+
+            def wake_main():
+                done.wait()
+                with ending_lock:
+                    if not ending:
+                        ending.append("done")
+                        signal.pthread_kill(main_thread, signal.SIGUSR1)
+
+            watcher = threading.Thread(target=wake_main, name="shell-done")
+            watcher.start()
+        while True:
+            signum = signal.sigwait(signals)
+            if signum == signal.SIGHUP:
+                app.log.info("SIGHUP: reloading")
+                reload()
+                continue
+            with ending_lock:
+                if not ending:
+                    ending.append(signum)  # a stop signal came before the app was done
+                cause = ending[0]
+            break
+        if cause != "done":
+            app.log.info("%s: shutting down", signal.Signals(cause).name)
+        app.stop()  # after "done" too: it joins what is left (stop is idempotent)
+        if done is not None:
+            done.set()  # the watcher returns
+            watcher.join()
+            if signal.SIGUSR1 in signal.sigpending():
+                signal.sigwait({signal.SIGUSR1})  # never delivered once the mask is restored
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    return getattr(app, "exit_code", 0) or 0
 
 
 def error_text(exc):
@@ -202,3 +260,200 @@ def error_text(exc):
     else:
         text = "%s: %s" % (type(exc).__name__, exc)
     return " ".join(text.split())
+
+
+# -- the shell: one command over a table and an app ---------------------------------------
+
+
+class AppCommand(GoFlagCommand):
+    """The command of one app: its settings table, its options class and its factory.
+
+    ``AppCommand(program, settings, options_class, make_app, *, log_prefix, daemon=None,
+    prepare=None, start_failure=None, help=None)``
+
+    * ``make_app(options)`` builds the app (``start``/``stop``/``log``; see the
+      module docstring); ``prepare(options)`` runs before it (process-wide
+      tuning, checks that end in :meth:`fatal`);
+    * ``daemon`` names the app in FATAL lines (``failed to instantiate
+      nsqlookupd - ...``); without it a rejected option's message stands alone,
+      as Go's tools print theirs;
+    * ``start_failure(exc)`` words a failed start (default: as for an
+      unusable option).
+
+    The command exits with the app's ``exit_code``.  :meth:`resolve`,
+    :meth:`serve`, :meth:`fatal` and :meth:`parse` are the pieces, for
+    tests and for the test brokers that build options the way the command does.
+    """
+
+    def __init__(self, program, settings, options_class, make_app, *, log_prefix, daemon=None,
+                 prepare=None, start_failure=None, help=None, **kwargs):
+        self.program = program
+        self.options_class = options_class
+        self.make_app = make_app
+        self.log_prefix = log_prefix
+        self.daemon = daemon
+        self.prepare = prepare
+        self.start_failure = start_failure or self._default_failure
+        kwargs.setdefault("context_settings", {"max_content_width": 100})
+        super().__init__(program, settings, self.resolve, self.serve, help=help, **kwargs)
+
+    def _default_failure(self, exc):
+        text = error_text(exc)
+        return "failed to instantiate %s - %s" % (self.daemon, text) if self.daemon else text
+
+    def resolve(self, params):
+        """Click's parsed parameters -> ``(options, warnings)``: flag > config file > default."""
+        return resolve(params, self.settings, self.options_class, self.daemon, self.log_prefix)
+
+    def fatal(self, message):
+        """``FATAL: message`` in the app's log format, then exit 1."""
+        fatal(message, self.log_prefix)
+
+    def go_style_args(self, args):
+        return go_style_args(args, self.settings)
+
+    def version_line(self):
+        return version_line(self.program)
+
+    def parse(self, args):
+        """Parse a command line: ``(flags, params)``; raises what click raises (Exit for --help)."""
+        ctx = self.make_context(self.program, list(args))
+        return given_flags(ctx.params, self.settings), ctx.params
+
+    def serve(self, options, warnings=()):
+        """Build the app, log the warnings, run it until signalled or done; exit with its code."""
+        if self.prepare is not None:
+            self.prepare(options)
+        try:
+            app = self.make_app(options)
+        except (OSError, ValueError, RuntimeError) as e:
+            self.fatal(self.start_failure(e))
+        for warning in warnings:
+            app.log.warn("%s", warning)
+        code = run_until_signalled(app, lambda e: self.fatal(self.start_failure(e)))
+        if code:
+            raise click.exceptions.Exit(code)
+
+
+def table_options(name, settings, validate=None, doc=None):
+    """An options dataclass made from a settings table: one field per setting with a field, in order.
+
+    Each field has the setting's type and default (a list default for a
+    repeatable flag, ``factory`` where the table has one).  ``validate()``
+    runs each setting's check, then ``validate(options)`` (which raises
+    :class:`~nsqd_threaded.settings.options.OptionError`), and returns the
+    options.  The tools' options are made this way: the table is their only
+    statement.
+    """
+    fields = []
+    for s in settings:
+        if not s.field:
+            continue
+        if s.factory is not None:
+            default = dataclasses.field(default_factory=s.factory)
+        elif isinstance(s.default, tuple):
+            default = dataclasses.field(default_factory=lambda d=s.default: list(d))
+        else:
+            default = s.default
+        fields.append((s.field, s.kind.type, default))
+
+    def check(self):
+        check_settings(self, settings)
+        if validate is not None:
+            validate(self)
+        return self
+
+    cls = dataclasses.make_dataclass(name, fields, namespace={"validate": check})
+    cls.__doc__ = doc or "%s: one field per setting of its table." % name
+    return cls
+
+
+class Listeners:
+    """The listening servers of one daemon, each served by a named thread: opened, started, stopped together.
+
+    ``open(flag, server_class, address, *args)`` binds (a bad address raises
+    ValueError, a failed bind OSError, both naming the flag); :meth:`start`
+    serves each on a thread named after it and logs ``KIND: listening on``;
+    :meth:`stop` shuts down the accept loops, closes every connection, joins
+    every thread and logs ``KIND: closing``.  Owned and called by one
+    daemon's start/stop (which serialize themselves), so it needs no lock.
+    """
+
+    def __init__(self, log):
+        self.log = log
+        self.servers = []  # (kind, server, thread name)
+        self._threads = []
+
+    def open(self, flag, server_class, address, *args, kind, thread_name):
+        try:
+            server = server_class(address, *args)
+        except ValueError as e:
+            raise ValueError("--%s: %s" % (flag, e)) from None
+        except OSError as e:
+            raise OSError(e.errno, "--%s: listen (%s) failed - %s" % (flag, address, e.strerror or e)) from None
+        self.servers.append((kind, server, thread_name))
+        return server
+
+    def close_unstarted(self):
+        """Close what :meth:`open` bound when the start failed halfway."""
+        for _, server, _ in self.servers:
+            server.server_close()
+        self.servers = []
+
+    def start(self, order=None):
+        """Serve every server; ``order`` lists kinds to start (and log) first."""
+        ranked = sorted(self.servers, key=lambda entry: (order or []).index(entry[0])
+                        if entry[0] in (order or []) else len(order or []))
+        for kind, server, name in ranked:
+            self.log.info("%s: listening on %s", kind, server.describe())
+            thread = threading.Thread(target=server.serve_forever, name=name)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self):
+        servers = [server for _, server, _ in self.servers]
+        for server in servers:
+            server.shutdown()  # the accept loop returns at once (PromptShutdownMixIn)
+        for server in servers:
+            server.close_connections()
+        for server in servers:
+            server.server_close()  # joins the connection threads
+        threads, self._threads = self._threads, []
+        for thread in threads:
+            thread.join()
+        for kind, server, _ in self.servers:
+            self.log.info("%s: closing %s", kind, server.describe())
+
+
+class ListeningApp:
+    """What a daemon with an HTTP listener in ``self._http`` shares: ``with`` and its HTTP addresses.
+
+    ``with app:`` starts it and stops it; ``http_address`` is ``(host, port)``
+    as bound (the real port when 0 was asked), ``http_addr`` ``"host:port"``
+    (as pynsq's ``lookupd_http_addresses`` takes it), ``http_url`` its URL.
+    """
+
+    _http = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def http_address(self):
+        """``(host, port)`` the HTTP listener is bound to, or its socket path (a str)."""
+        return self._http.bound_address
+
+    @property
+    def http_addr(self):
+        """``"host:port"`` (or the socket path) of the HTTP listener, as pynsq's ``lookupd_http_addresses`` takes it."""
+        return self._http.describe()
+
+    @property
+    def http_url(self):
+        """``http://host:port`` (a unix socket has no URL: ValueError)."""
+        if self._http.socket_path is not None:
+            raise ValueError("the HTTP listener is the unix socket %s (no URL)" % self._http.socket_path)
+        return "http://" + self.http_addr

@@ -16,7 +16,7 @@ import dataclasses
 import socket
 import threading
 
-from ..internal.gocompat import join_host_port
+from ..command import ListeningApp, Listeners
 from ..internal.httpclient import client_ssl_context
 from ..internal.logger import Logger
 from ..settings.options import VERSION
@@ -26,7 +26,7 @@ from .options import AdminOptions
 from .actions import Notifier
 
 
-class NSQAdmin:
+class NSQAdmin(ListeningApp):
     """One admin app.  :meth:`start` binds its listener (or raises), :meth:`stop` undoes everything.
 
     ``_state_lock`` guards the started/stopped state so that concurrent
@@ -49,9 +49,9 @@ class NSQAdmin:
         if options.notification_http_endpoint:
             self.notifier = Notifier(options.notification_http_endpoint, self.client, self.log)
         self._config_lock = threading.Lock()  # serializes change_options (read, replace, apply)
-        self._state_lock = threading.Lock()  # guards _http, _thread, _stopped
+        self._state_lock = threading.Lock()  # guards _http, _listeners, _stopped
         self._http = None
-        self._thread = None
+        self._listeners = None
         self._stopped = False
 
     def start(self):
@@ -60,18 +60,13 @@ class NSQAdmin:
                 raise RuntimeError("NSQAdmin can be started once")
             self.log.info("nsqadmin-threaded v%s", self.version)
             self.client.ssl_context = self._ssl_context()
-            try:
-                self._http = HTTPServer(self.options.http_address, self)
-            except ValueError as e:
-                raise ValueError("--http-address: %s" % e) from None
-            except OSError as e:
-                raise OSError(e.errno, "--http-address: listen (%s) failed - %s"
-                              % (self.options.http_address, e.strerror or e)) from None
+            listeners = Listeners(self.log)
+            self._http = listeners.open("http-address", HTTPServer, self.options.http_address, self,
+                                        kind="HTTP", thread_name="nsqadmin-http")
             if self.notifier is not None:
                 self.notifier.start()
-            self.log.info("HTTP: listening on %s", self.http_addr)
-            self._thread = threading.Thread(target=self._http.serve_forever, name="nsqadmin-http")
-            self._thread.start()
+            listeners.start()
+            self._listeners = listeners
         return self
 
     def _ssl_context(self):
@@ -108,30 +103,8 @@ class NSQAdmin:
             if self._stopped:
                 return
             self._stopped = True
-            server, thread = self._http, self._thread
-        if server is not None:
-            server.shutdown()
-            server.close_connections()
-            server.server_close()
-            thread.join()
-            self.log.info("HTTP: closing %s", self.http_addr)
+            listeners = self._listeners
+        if listeners is not None:
+            listeners.stop()
             if self.notifier is not None:
                 self.notifier.stop()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-
-    @property
-    def http_address(self):
-        return self._http.server_address[:2]
-
-    @property
-    def http_addr(self):
-        return join_host_port(*self.http_address[:2])
-
-    @property
-    def http_url(self):
-        return "http://" + self.http_addr

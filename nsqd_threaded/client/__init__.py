@@ -37,8 +37,9 @@ from .connection import (
     parse_address,
     parse_addresses,
 )
+from .config import ClientConfig
 from .consumer import Consumer, ReceivedMessage
 from .lookupd import LOOKUPD_ACCEPT, lookup_addresses, parse_lookupd_address, producer_addresses, query_lookupd
 from .producer import Producer
 
-__all__ = ["Producer", "Consumer", "ReceivedMessage", "NSQError", "ConnectionClosed"]
+__all__ = ["ClientConfig", "Producer", "Consumer", "ReceivedMessage", "NSQError", "ConnectionClosed"]

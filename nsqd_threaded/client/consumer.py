@@ -2,6 +2,7 @@
 
 import logging
 import queue
+import random
 import threading
 import time
 import urllib.parse
@@ -35,26 +36,42 @@ class ReceivedMessage:
     the handler did not respond itself (nor called :meth:`enable_async`).
     """
 
-    __slots__ = ("id", "body", "timestamp", "attempts", "responded", "connection", "_async")
+    __slots__ = ("id", "body", "timestamp", "attempts", "responded", "connection", "_async", "_consumer")
 
-    def __init__(self, data, connection):
+    def __init__(self, data, connection, consumer=None):
         self.timestamp, self.attempts, self.id, self.body = protocol.decode_message(data)
         self.connection = connection
         self.responded = False
         self._async = False
+        self._consumer = consumer  # told of each FIN/REQ when it backs off on failures
 
     def __repr__(self):
         return "<ReceivedMessage %s attempts=%d %r>" % (self.id.decode("ascii", "replace"), self.attempts, self.body[:40])
 
     def fin(self):
-        """``FIN``: done with it.  Raises ConnectionClosed if its connection ended."""
+        """``FIN``: done with it.  Raises ConnectionClosed if its connection ended.
+
+        A consumer that backs off takes it as a success (go-nsq's resume signal)."""
         self.responded = True
         self.connection.send(b"FIN %s\n" % self.id)
+        consumer = self._consumer
+        if consumer is not None and consumer.backs_off:
+            consumer._backoff_signal(_RESUME)
 
-    def req(self, delay_ms=0):
-        """``REQ``: deliver it again after ``delay_ms`` milliseconds (nsqd caps at --max-req-timeout)."""
+    def req(self, delay_ms=0, backoff=False):
+        """``REQ``: deliver it again after ``delay_ms`` milliseconds (nsqd caps at --max-req-timeout).
+
+        ``delay_ms=-1`` is go-nsq's automatic delay (``default_requeue_delay``
+        times the attempts, at most ``max_requeue_delay``).  With ``backoff``
+        the consumer backs off (go-nsq's ``Requeue``; without it,
+        ``RequeueWithoutBackoff``)."""
         self.responded = True
+        consumer = self._consumer
+        if delay_ms < 0:
+            delay_ms = consumer.requeue_delay_for(self) if consumer is not None else 0
         self.connection.send(b"REQ %s %d\n" % (self.id, delay_ms))
+        if consumer is not None and consumer.backs_off:
+            consumer._backoff_signal(_BACKOFF if backoff else _CONTINUE)
 
     def touch(self):
         """``TOUCH``: restart its msg_timeout."""
@@ -66,6 +83,9 @@ class ReceivedMessage:
 
 
 _STOP = object()
+
+# go-nsq's backoff signals: a failure, a success, a requeue that says nothing about health
+_BACKOFF, _RESUME, _CONTINUE = "backoff", "resume", "continue"
 
 
 class Consumer:
@@ -105,6 +125,18 @@ class Consumer:
     * ``on_message(message)``, if given, is called on the connection's reader thread with
       each message instead of queueing it for a handler or an iterator: the caller keeps
       and answers it (the Spark source does, to TOUCH everything it holds).
+    * ``max_attempts`` (go-nsq's option; 0, the default here, means no limit): a message
+      delivered more often than that is not handed on: ``on_give_up(message)`` is called
+      (go-nsq's ``LogFailedMessage``; on the reader thread) and the message is FINed.
+    * Backoff (go-nsq's RDY throttling), on when ``max_backoff_duration`` > 0 (go-nsq's 2m
+      with :class:`~nsqd_threaded.client.config.ClientConfig`; off by default here): a
+      handler's failure (or ``req(..., backoff=True)``) raises the backoff level and sets
+      every connection to ``RDY 0`` for ``backoff_multiplier * 2**level`` seconds (at most
+      ``max_backoff_duration``; ``backoff_strategy="full_jitter"`` draws it at random up to
+      that), then one connection gets ``RDY 1`` to test; each success lowers the level,
+      and at level 0 every connection is back to its share of ``max_in_flight``.
+    * ``requeue_delay_ms=-1`` requeues a failed message after ``default_requeue_delay``
+      seconds times its attempts, at most ``max_requeue_delay`` (go-nsq's automatic delay).
     * ``on_error(error)`` receives every NSQError that arrives on an established
       connection (e.g. the non-fatal E_FIN_FAILED), every failed reconnection and every
       failed lookupd query; by default they are logged.
@@ -113,8 +145,9 @@ class Consumer:
     waits for ``CLOSE_WAIT``, requeues the messages nobody took, stops the handler
     threads and joins every thread.
 
+    ``_backoff_lock`` is always taken before ``_lock``, never after.
     ``_lock`` (and the ``_changed`` condition on it) guards ``_conns``, ``_subscribed``,
-    ``_known``, ``_readers``, ``_closing`` and each connection's ``rdy``.
+    ``_known``, ``_readers``, ``_closing``, ``_cls_sent``, ``_finished`` and each connection's ``rdy``.
     """
 
     def __init__(
@@ -141,7 +174,14 @@ class Consumer:
         snappy=False,
         deflate=False,
         deflate_level=None,
-        on_message=None
+        on_message=None,
+        max_attempts=0,
+        on_give_up=None,
+        backoff_multiplier=1.0,
+        max_backoff_duration=0.0,
+        backoff_strategy="exponential",
+        default_requeue_delay=90.0,
+        max_requeue_delay=900.0
     ):
         self.lookupd_http_addresses = [parse_lookupd_address(a) for a in address_list(lookupd_http_addresses)]
         if addresses or not self.lookupd_http_addresses:
@@ -170,6 +210,23 @@ class Consumer:
         self._identify = identify_fields(identify, features)
         self.auth_secret = auth_secret
         self.on_message = on_message
+        self.max_attempts = max_attempts
+        self.on_give_up = on_give_up
+        self.backoff_multiplier = backoff_multiplier
+        self.max_backoff_duration = max_backoff_duration
+        if backoff_strategy not in ("exponential", "full_jitter"):
+            raise ValueError("backoff_strategy must be exponential or full_jitter")
+        self.backoff_strategy = backoff_strategy
+        self.backs_off = max_backoff_duration > 0
+        self.default_requeue_delay = default_requeue_delay
+        self.max_requeue_delay = max_requeue_delay
+        self.given_up = 0  # messages FINed for exceeding max_attempts
+        # guards _backoff_level, _backoff_timer (a pending test RDY) and _random
+        self._backoff_lock = threading.Lock()
+        self._backoff_level = 0
+        self._backoff_timer = None
+        self._backoff_timers = []  # every timer started, joined by close()
+        self._random = random.Random()
         self._queue = queue.Queue()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -178,6 +235,8 @@ class Consumer:
         self._subscribed = set()
         self._known = set()  # addresses with a connection thread
         self._closing = False
+        self._cls_sent = False  # stop_receiving() ran
+        self._finished = False  # close() requeued the queue and stopped the handlers
         self._started = False
         self._readers = []
         self._workers = []
@@ -289,18 +348,21 @@ class Consumer:
         with self._lock:
             return {c.address: c.rdy for c in self._subscribed}
 
-    def close(self, timeout=None):
-        """``CLS`` every connection, wait for ``CLOSE_WAIT``, requeue what nobody took, stop everything.
+    def stop_receiving(self, timeout=None):
+        """``CLS`` every connection and wait (at most ``timeout``) for nsqd's ``CLOSE_WAIT``; True the first time.
 
-        Waits at most ``timeout`` seconds (default: the consumer's) for each stage.
+        After it no message arrives, and nothing reconnects, but the connections
+        stay open: the messages held can still be FINed or requeued (an archiver
+        writes and FINs what it holds before :meth:`close`).
         """
         timeout = self.timeout if timeout is None else timeout
         with self._lock:
-            already = self._closing
+            first = not self._cls_sent
+            self._cls_sent = True
             self._closing = True
             conns = list(self._subscribed)
         self._stop.set()
-        if not already:
+        if first:
             for conn in conns:
                 try:
                     conn.send(b"CLS\n")
@@ -309,6 +371,19 @@ class Consumer:
             deadline = time.monotonic() + timeout
             for conn in conns:
                 conn.close_wait.wait(max(0.0, deadline - time.monotonic()))
+        return first
+
+    def close(self, timeout=None):
+        """``CLS`` every connection, wait for ``CLOSE_WAIT``, requeue what nobody took, stop everything.
+
+        Waits at most ``timeout`` seconds (default: the consumer's) for each stage.
+        """
+        timeout = self.timeout if timeout is None else timeout
+        self.stop_receiving(timeout)
+        with self._lock:
+            first = not self._finished
+            self._finished = True
+        if first:
             self._requeue_queued()
             self._queue.put(_STOP)
         deadline = time.monotonic() + timeout
@@ -316,6 +391,13 @@ class Consumer:
         for worker in self._workers:
             if worker is not me:
                 worker.join(max(0.0, deadline - time.monotonic()))
+        with self._backoff_lock:
+            timers, self._backoff_timers = self._backoff_timers, []
+            self._backoff_timer = None
+        for timer in timers:
+            timer.cancel()
+            if timer is not me:
+                timer.join(max(0.0, deadline - time.monotonic()))
         cluster = self._cluster
         if cluster is not None and cluster is not me:
             cluster.join(max(0.0, deadline - time.monotonic()))
@@ -393,7 +475,7 @@ class Consumer:
                 continue
             try:
                 if result is False:
-                    msg.req(self.requeue_delay_ms)
+                    msg.req(self.requeue_delay_ms, backoff=True)
                 else:
                     msg.fin()
             except ConnectionClosed as e:
@@ -468,6 +550,8 @@ class Consumer:
             conn.max_rdy = max_rdy if isinstance(max_rdy, int) else None
             if conn.max_rdy is not None and rdy > conn.max_rdy:
                 rdy = conn.max_rdy
+            if self._backoff_level > 0:
+                rdy = 0  # backing off: the next test RDY 1 may pick it
             conn.rdy = rdy
             conn.received = 0  # messages so far: the RDY re-split tells busy from idle by it
             conn.seen = (0, time.monotonic())  # (received, when it last changed), the re-split's
@@ -495,7 +579,11 @@ class Consumer:
                 frame_type, data = conn.read_frame()
                 if frame_type == protocol.FRAME_TYPE_MESSAGE:
                     conn.received += 1
-                    put(ReceivedMessage(data, conn))
+                    msg = ReceivedMessage(data, conn, self)
+                    if self.max_attempts and msg.attempts > self.max_attempts:
+                        self._give_up(msg)
+                        continue
+                    put(msg)
                 elif frame_type == protocol.FRAME_TYPE_RESPONSE:
                     if data == HEARTBEAT:
                         self.heartbeats += 1
@@ -558,6 +646,8 @@ class Consumer:
         it notices new work by itself.  Without any busy (or any idle) connection the budget is
         split evenly.
         """
+        if self._backoff_level > 0:
+            return  # the backoff decides every RDY until it is over
         with self._lock:
             conns = sorted(self._subscribed, key=lambda c: c.address)
         if not conns:
@@ -580,14 +670,120 @@ class Consumer:
             targets = [(c, 1) for c in idle]
             targets += [(c, budget // n + (1 if i < budget % n else 0)) for i, c in enumerate(busy)]
         for conn, rdy in targets:
-            if conn.max_rdy is not None and rdy > conn.max_rdy:
-                rdy = conn.max_rdy
+            sent = self._send_rdy(conn, rdy)
+            if sent is not None:
+                log.debug("%s: RDY %d (%s)", format_address(conn.address), sent, "idle" if conn in idle else "busy")
+
+
+    # -- max_attempts and backoff ------------------------------------------------------
+
+    def requeue_delay_for(self, msg):
+        """go-nsq's automatic requeue delay in ms: default_requeue_delay * attempts, capped."""
+        return int(min(self.default_requeue_delay * msg.attempts, self.max_requeue_delay) * 1000)
+
+    def _give_up(self, msg):
+        """A message past max_attempts: tell on_give_up (or log it), then FIN it."""
+        self.given_up += 1
+        if self.on_give_up is None:
+            log.warning("%s: message %s has %d attempts (max_attempts %d); giving up on it (FIN)",
+                        self, msg.id.decode("ascii", "replace"), msg.attempts, self.max_attempts)
+        else:
+            try:
+                self.on_give_up(msg)
+            except Exception:
+                log.exception("on_give_up failed for %r", msg)
+        try:
+            msg.responded = True
+            msg.connection.send(b"FIN %s\n" % msg.id)
+        except ConnectionClosed:
+            pass
+
+    def _backoff_duration(self, level):
+        duration = self.backoff_multiplier * (2 ** level)
+        if self.backoff_strategy == "full_jitter":
+            duration = self._random.uniform(0, duration)
+        return duration
+
+    @property
+    def backoff_level(self):
+        """The current backoff level (0: not backing off)."""
+        return self._backoff_level
+
+    def _backoff_signal(self, signal):
+        """go-nsq's startStopContinueBackoff: a failure raises the level, a success lowers it.
+
+        While a backoff period runs (a timer is pending) signals change nothing,
+        so a burst of failures is one step, not many.
+        """
+        with self._backoff_lock:
+            if self._backoff_timer is not None or self._closing:
+                return
+            level = self._backoff_level
+            updated = False
+            if signal == _RESUME and level > 0:
+                level -= 1
+                updated = True
+            elif signal == _BACKOFF and self.backoff_multiplier * 2 ** (level + 1) <= self.max_backoff_duration:
+                level += 1
+                updated = True
+            self._backoff_level = level
+            if level == 0 and updated:
+                log.warning("%s: exiting backoff, returning all to RDY", self)
+                self._set_all_rdy(None)
+            elif level > 0:
+                duration = min(self._backoff_duration(level), self.max_backoff_duration)
+                log.warning("%s: backing off for %.3fs (backoff level %d), setting all to RDY 0", self, duration, level)
+                self._set_all_rdy(0)
+                self._start_backoff_timer(duration)
+
+    def _start_backoff_timer(self, duration):
+        """Call with _backoff_lock held: after ``duration``, one connection gets RDY 1."""
+        timer = threading.Timer(duration, self._backoff_expired)
+        timer.name = "nsq-consumer-backoff[%s/%s]" % (self.topic, self.channel)
+        timer.daemon = True
+        self._backoff_timer = timer
+        self._backoff_timers = [t for t in self._backoff_timers if t.is_alive()] + [timer]
+        timer.start()
+
+    def _backoff_expired(self):
+        """The backoff period is over: test the waters with RDY 1 on one connection chosen at random."""
+        with self._backoff_lock:
+            if self._backoff_timer is None:
+                return  # closed meanwhile
+            self._backoff_timer = None
             with self._lock:
-                if conn.rdy == rdy or conn not in self._subscribed:
-                    continue
-                conn.rdy = rdy
-            log.debug("%s: RDY %d (%s)", format_address(conn.address), rdy, "idle" if conn in idle else "busy")
-            conn.send(b"RDY %d\n" % rdy)
+                conns = sorted(self._subscribed, key=lambda c: c.address)
+            if not conns:
+                self._start_backoff_timer(1.0)  # nobody to test with yet: go-nsq waits a second
+                return
+            choice = self._random.choice(conns)
+        try:
+            self._send_rdy(choice, 1)
+        except ConnectionClosed:
+            with self._backoff_lock:
+                if not self._closing and self._backoff_timer is None:
+                    self._start_backoff_timer(1.0)
+
+    def _set_all_rdy(self, rdy):
+        """Every subscribed connection to ``rdy`` (None: its share of max_in_flight)."""
+        with self._lock:
+            conns = sorted(self._subscribed, key=lambda c: c.address)
+        for i, conn in enumerate(conns):
+            try:
+                self._send_rdy(conn, self._share(i, len(conns)) if rdy is None else rdy)
+            except ConnectionClosed:
+                pass  # its reader cleans up
+
+    def _send_rdy(self, conn, rdy):
+        """Send ``RDY rdy`` (capped at nsqd's max) unless the connection has it already; the count sent, or None."""
+        if conn.max_rdy is not None and rdy > conn.max_rdy:
+            rdy = conn.max_rdy
+        with self._lock:
+            if conn.rdy == rdy or conn not in self._subscribed:
+                return None
+            conn.rdy = rdy
+        conn.send(b"RDY %d\n" % rdy)
+        return rdy
 
 
 class _Outcome(threading.Event):

@@ -33,18 +33,18 @@ def query_lookupd(address, path, timeout):
         raise ConnectionError("nsqlookupd at %s answered %d with no JSON" % (format_address(address), status)) from None
 
 
-def producer_addresses(doc):
-    """The ``broadcast_address:tcp_port`` of each producer of a ``/lookup`` or ``/nodes`` answer."""
+def producer_addresses(doc, port_field="tcp_port"):
+    """The ``broadcast_address:tcp_port`` (or ``port_field``) of each producer of a ``/lookup`` or ``/nodes`` answer."""
     result = []
     for p in doc.get("producers") or ():
         try:
-            result.append((str(p["broadcast_address"]).strip("[]"), int(p["tcp_port"])))
+            result.append((str(p["broadcast_address"]).strip("[]"), int(p[port_field])))
         except (KeyError, TypeError, ValueError):
             continue
     return result
 
 
-def lookup_addresses(lookupds, path, timeout):
+def lookup_addresses(lookupds, path, timeout, port_field="tcp_port"):
     """The union of the producers ``path`` lists on every lookupd, in a stable order.
 
     A 404 (``TOPIC_NOT_FOUND``) counts as an empty answer.  Returns ``(addresses,
@@ -58,7 +58,7 @@ def lookup_addresses(lookupds, path, timeout):
             errors.append(e)
             continue
         if status == 200:
-            for address in producer_addresses(doc):
+            for address in producer_addresses(doc, port_field):
                 found.setdefault(address, None)
         elif status != 404:
             errors.append(ConnectionError("nsqlookupd at %s answered %d %s" % (format_address(lookupd), status, doc)))

@@ -21,6 +21,7 @@ import dataclasses
 import socket
 import threading
 
+from ..command import ListeningApp, Listeners
 from ..internal.logger import Logger
 from ..settings.options import VERSION
 from .http import LookupdHTTPServer
@@ -28,7 +29,7 @@ from .options import LookupdOptions
 from .registration_db import RegistrationDB
 from .tcp import LookupdTCPServer
 
-class NSQLookupd:
+class NSQLookupd(ListeningApp):
     """One lookup daemon.  :meth:`start` binds both listeners (or raises), :meth:`stop` undoes everything.
 
     ``_state_lock`` guards the started/stopped state so that concurrent
@@ -43,10 +44,10 @@ class NSQLookupd:
         self.hostname = socket.gethostname()
         self.log = logger or Logger(prefix=options.log_prefix, level=options.log_level)
         self.db = RegistrationDB()
-        self._state_lock = threading.Lock()  # guards _tcp, _http, _threads, _stopped
+        self._state_lock = threading.Lock()  # guards _tcp, _http, _listeners, _stopped
         self._tcp = None
         self._http = None
-        self._threads = []
+        self._listeners = None
         self._stopped = False
 
     @classmethod
@@ -62,31 +63,22 @@ class NSQLookupd:
     def start(self):
         """Bind both listeners and start serving; an OSError names the failed address."""
         with self._state_lock:
-            if self._tcp is not None or self._stopped:
+            if self._listeners is not None or self._stopped:
                 raise RuntimeError("NSQLookupd can be started once")
             self.log.info("nsqlookupd-threaded v%s", self.version)
+            listeners = Listeners(self.log)
             try:
-                self._tcp = self._listen(LookupdTCPServer, "tcp-address", self.options.tcp_address)
-                self._http = self._listen(LookupdHTTPServer, "http-address", self.options.http_address)
+                self._tcp = listeners.open("tcp-address", LookupdTCPServer, self.options.tcp_address, self,
+                                           kind="TCP", thread_name="nsqlookupd-tcp")
+                self._http = listeners.open("http-address", LookupdHTTPServer, self.options.http_address, self,
+                                            kind="HTTP", thread_name="nsqlookupd-http")
             except BaseException:
-                if self._tcp is not None:
-                    self._tcp.server_close()
+                listeners.close_unstarted()
                 self._tcp = self._http = None
                 raise
-            for name, server, kind in (("nsqlookupd-http", self._http, "HTTP"), ("nsqlookupd-tcp", self._tcp, "TCP")):
-                self.log.info("%s: listening on %s", kind, server.describe())
-                thread = threading.Thread(target=server.serve_forever, name=name)
-                thread.start()
-                self._threads.append(thread)
+            listeners.start(order=["HTTP", "TCP"])
+            self._listeners = listeners
         return self
-
-    def _listen(self, server_class, flag, address):
-        try:
-            return server_class(address, self)
-        except ValueError as e:
-            raise ValueError("--%s: %s" % (flag, e)) from None
-        except OSError as e:
-            raise OSError(e.errno, "--%s: listen (%s) failed - %s" % (flag, address, e.strerror or e)) from None
 
     def stop(self):
         """Close listeners and every connection, then join every thread.  Idempotent."""
@@ -94,36 +86,16 @@ class NSQLookupd:
             if self._stopped:
                 return
             self._stopped = True
-            servers = [s for s in (self._tcp, self._http) if s is not None]
-            threads, self._threads = self._threads, []
-        for server in servers:
-            server.shutdown()  # the accept loop returns at once (PromptShutdownMixIn)
-        for server in servers:
-            server.close_connections()
-        for server in servers:
-            server.server_close()  # joins the connection threads
-        for thread in threads:
-            thread.join()
-        for server in servers:
-            self.log.info("%s: closing %s", "TCP" if server is self._tcp else "HTTP", server.describe())
+            listeners = self._listeners
+        if listeners is not None:
+            listeners.stop()
 
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-
-    # -- addresses ---------------------------------------------------------------------
+    # -- addresses (the HTTP ones are ListeningApp's) ---------------------------------
 
     @property
     def tcp_address(self):
         """``(host, port)`` the TCP listener is bound to (the real port when 0 was asked), or its socket path."""
         return self._tcp.bound_address
-
-    @property
-    def http_address(self):
-        """``(host, port)`` the HTTP listener is bound to, or its socket path (a str)."""
-        return self._http.bound_address
 
     @property
     def tcp_port(self):
@@ -141,15 +113,3 @@ class NSQLookupd:
     def tcp_addr(self):
         """``"host:port"`` (or the socket path) of the TCP listener, as nsqd's ``--lookupd-tcp-address`` takes it."""
         return self._tcp.describe()
-
-    @property
-    def http_addr(self):
-        """``"host:port"`` (or the socket path) of the HTTP listener, as pynsq's ``lookupd_http_addresses`` takes it."""
-        return self._http.describe()
-
-    @property
-    def http_url(self):
-        """``http://host:port`` (a unix socket has no URL: ValueError)."""
-        if self._http.socket_path is not None:
-            raise ValueError("the HTTP listener is the unix socket %s (no URL)" % self._http.socket_path)
-        return "http://" + self.http_addr

@@ -161,6 +161,17 @@ def test_pyz_versions_and_commands(bare_python, pyz, tmp_path):
     assert output("nsqd", "--version")[0].startswith("nsqd-threaded v%s " % VERSION)
     assert "--inactive-producer-timeout" in "\n".join(output("nsqlookupd", "--help"))
     assert "--lookupd-http-address" in "\n".join(output("nsqadmin", "--help"))
+    listed = "\n".join(output("--help"))
+    for name in ("nsqlookupd", "nsqadmin", "tail", "nsq_tail", "to-nsq", "to_nsq", "stat", "nsq_stat", "to-file",
+                 "nsq_to_file", "versions", "--tcp-address"):
+        assert name in listed
+    assert "--print-topic" in "\n".join(output("tail", "--help"))
+    assert "--delimiter" in "\n".join(output("to_nsq", "--help"))
+    tail_link = tmp_path / "nsq_tail"
+    tail_link.symlink_to(pyz)
+    result = subprocess.run(bare_python + [str(tail_link), "--help"], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=60)
+    assert "--print-topic" in result.stdout, result.stderr
     link = tmp_path / "nsqlookupd.pyz"
     link.symlink_to(pyz)
     result = subprocess.run(bare_python + [str(link), "--version"], stdin=subprocess.DEVNULL,

@@ -21,8 +21,8 @@ LAYERS = [
     (3, ["storage"], "backends, the disk queue, nsqd.dat"),
     (4, ["broker"], "Topic, Channel, Client state, the scanner, stats, auth checks: no sockets"),
     (5, ["server"], "connections, protocol V2 commands, listeners, HTTP API, the NSQD daemon"),
-    (6, ["command", "client"], "what both commands share; the synchronous client"),
-    (7, ["cli", "lookupd", "spark"], "the nsqd command; nsqlookupd; the Spark data source"),
+    (6, ["command", "client"], "the app shell every command runs in; the synchronous client"),
+    (7, ["cli", "lookupd", "spark", "tools"], "the nsqd command; nsqlookupd; the Spark data source; the operator tools"),
     (8, ["testing", "admin"], "test brokers and clusters; nsqadmin"),
     (9, ["pytest_plugin", "__main__", "__init__"], "the pytest fixtures; python -m; the package's names"),
 ]
