@@ -424,7 +424,7 @@ class ClientConnection(Client):
         rest = failed = False
         try:
             if msgs:
-                data = next(self._frame_chunks(msgs, sys.maxsize))  # (one chunk: no limit)
+                data = next(protocol.message_frames(msgs, sys.maxsize))  # (one chunk: no limit)
                 if self._pending is not None:
                     self._pending = bytes(self._pending) + data  # the pump has not written the last rest yet
                     rest = True
@@ -448,30 +448,10 @@ class ClientConnection(Client):
 
     def _send_messages(self, msgs):
         """Encode and write a batch, in sendalls of at least output_buffer_size bytes."""
-        for data in self._frame_chunks(msgs, self.output_buffer_size):
+        for data in protocol.message_frames(msgs, self.output_buffer_size):
             if not self.send(data):
                 return False
         return True
-
-    @staticmethod
-    def _frame_chunks(msgs, limit):
-        """The message frames of a batch, joined into chunks of at least ``limit`` bytes (the last may be less)."""
-        parts = []
-        pending = 0
-        header = protocol.message_frame_header  # (protocol.message_frame_parts, inlined)
-        overhead = protocol.MESSAGE_FRAME_OVERHEAD
-        message = protocol.FRAME_TYPE_MESSAGE
-        for msg in msgs:
-            body = msg.body
-            size = overhead + len(body)
-            parts += (header(size, message, msg.timestamp, msg.attempts), msg.id, body)
-            pending += size
-            if pending >= limit:
-                yield b"".join(parts)
-                parts = []
-                pending = 0
-        if parts:
-            yield b"".join(parts)
 
     # -- heartbeats before the pump -------------------------------------------
 

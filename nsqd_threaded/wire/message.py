@@ -17,13 +17,12 @@
   because the record has no field for the delay: queues hold both forms.
 """
 
-import struct
 import time
 
-from .protocol import decode_message, encode_message
+from .protocol import MESSAGE_HEADER, encode_message
 
-# A record's header: timestamp, attempts, ID (protocol.encode_message's layout).
-RECORD_HEADER = struct.Struct(">qH16s")
+# A record's header: timestamp, attempts, ID (the protocol's message header).
+RECORD_HEADER = MESSAGE_HEADER
 RECORD_HEADER_SIZE = RECORD_HEADER.size
 
 
@@ -48,18 +47,9 @@ class Message:
         self.delivery_ns = 0
         self.expiry_ns = 0
 
-    def copy(self):
-        """A copy for another channel: same ID, body, timestamp and deferral; attempts 0."""
-        return Message(self.id, self.body, self.timestamp, 0, self.deferred_ns)
-
     def encode(self):
         """The 26-byte header + body: wire payload and diskqueue record."""
         return encode_message(self.timestamp, self.attempts, self.id, self.body)
-
-    @classmethod
-    def decode(cls, data):
-        timestamp, attempts, msg_id, body = decode_message(data)
-        return cls(msg_id, body, timestamp, attempts)
 
     def __repr__(self):
         return "Message(id=%r, attempts=%d, body=%d bytes)" % (self.id, self.attempts, len(self.body))
