@@ -98,12 +98,16 @@ def test_in_flight_timeout_requeues_and_redelivers(owners):
     channel.finish_many(consumer.client, [first[0].id])  # the redelivered one is in flight
 
 
-def test_fin_of_unknown_or_foreign_ids_fails(owners):
-    nsqd = owners()
+def two_consumers_one_message_each(nsqd):
+    """A channel and two consumers, each with one message in flight: ``channel, (a, [m]), (b, [m])``."""
     channel = channel_of(nsqd)
     channel.put_messages(msgs(2))
     a, b = DrivenSubscriber(nsqd, channel, ready=1), DrivenSubscriber(nsqd, channel, ready=1)
-    ma, mb = a.take(), b.take()
+    return channel, (a, a.take()), (b, b.take())
+
+
+def test_fin_of_unknown_or_foreign_ids_fails(owners):
+    channel, (a, ma), (b, mb) = two_consumers_one_message_each(owners())
     with pytest.raises(FinishError) as refused:
         channel.finish_many(a.client, [mb[0].id, b"%016x" % 99, ma[0].id])
     assert refused.value.failures == [(mb[0].id, "client does not own message"), (b"%016x" % 99, "ID not in flight")]
@@ -393,11 +397,7 @@ def test_larger_puts_and_the_topic_pump_wake_instead_of_delivering(owners):
 
 
 def test_requeue_and_touch_raise_channel_error_with_nsqd_reasons(owners):
-    nsqd = owners()
-    channel = channel_of(nsqd)
-    channel.put_messages(msgs(2))
-    a, b = DrivenSubscriber(nsqd, channel, ready=1), DrivenSubscriber(nsqd, channel, ready=1)
-    ma, mb = a.take(), b.take()
+    channel, (a, ma), (b, mb) = two_consumers_one_message_each(owners())
     for call in (lambda: channel.requeue(a.client, mb[0].id, 0), lambda: channel.touch(a.client, mb[0].id)):
         with pytest.raises(ChannelError, match="^client does not own message$"):
             call()
