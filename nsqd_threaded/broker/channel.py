@@ -31,7 +31,8 @@ in one of two ways:
 
 Order is kept either way: a consumer's output is reserved before its
 messages are taken and released only once they are written, so whoever
-takes the next ones writes them after.
+takes the next ones writes them after.  :class:`DirectDeliveries` states
+that protocol: where the reservation is taken, and where it ends.
 """
 
 import itertools
@@ -52,7 +53,50 @@ DIRECT_DELIVERY_MAX = 64
 
 
 class ChannelError(Exception):
-    """A put/subscribe failure whose text nsqd sends to the client (``exiting``, ...)."""
+    """A failure whose text nsqd sends to the client (``exiting``, ``ID not in flight``, ...).
+
+    Every Channel method that refuses raises it; none returns a reason.
+    """
+
+
+class FinishError(ChannelError):
+    """:meth:`Channel.finish_many` could not finish some IDs (the others it did).
+
+    ``failures``: ``[(id, reason)]`` in the order asked, as nsqd answers each FIN.
+    """
+
+    def __init__(self, failures):
+        super().__init__("%d IDs not finished" % len(failures))
+        self.failures = failures
+
+
+class DirectDeliveries(list):
+    """The consumers' outputs one publisher's put reserved, each with the messages taken for it.
+
+    The direct-delivery protocol (see the module's docstring):
+
+    * The publisher makes one (before it takes any lock) and passes it down
+      the fan-out to :meth:`Channel.put_messages`.
+    * Acquire: under the channel's lock, :meth:`Channel._deliver_to_waiting_locked`
+      calls a waiting consumer's :meth:`Subscriber.hold_output` (never
+      blocks); only if that reserved the output does it take messages for
+      the consumer, and it appends ``(consumer, messages)`` here at once.
+    * Release: the publisher calls :meth:`release` once it holds no lock,
+      in a ``finally``: each output is written and released, whatever
+      happened in between (a failed put included).
+
+    Lock order: the reservation is taken under Topic._lock and Channel._lock
+    and outlives both; nothing waits for it (``hold_output`` only tries), so
+    it closes no cycle.  A list, so the publisher's ``if deliveries:`` costs
+    nothing when there were none.
+    """
+
+    __slots__ = ()
+
+    def release(self):
+        """Write every reserved output's messages, which releases it (no lock held)."""
+        for client, msgs in self:
+            client.deliver_held(msgs)
 
 
 class Subscriber(Protocol):
@@ -106,7 +150,13 @@ class Channel(BackedQueue):
 
     ``_lock`` (BackedQueue's) guards every mutable attribute below, including
     the per-client ``in_flight_count`` of subscribed clients and the clients'
-    in-flight messages; lock order is Topic._lock -> Channel._lock -> Client._lock.
+    in-flight messages.
+
+    Lock order: Topic._lock -> Channel._lock -> Client._lock (``_pump_asleep``,
+    read by :meth:`Subscriber.pump_idle`).  A consumer's output (the server's
+    ``ClientConnection._write_lock``, which guards ``_encode`` and
+    ``_pending``) is taken after them only by a try (:class:`DirectDeliveries`)
+    and is held past their release; whoever waits for it holds none of them.
 
     A backend that acknowledges deliveries (``--durable``) gets every message
     the topic fans out, deferred ones included (it keeps their delay), and
@@ -155,10 +205,10 @@ class Channel(BackedQueue):
         the returned token is what the caller waits on before acknowledging.
         ``deferred=False``: the caller knows none is deferred (no scan for them).
 
-        ``deliveries`` (a list; the publisher's thread): direct deliveries are
-        appended to it as ``(client, msgs)``, each client's output held; the
-        caller must call ``client.deliver_held(msgs)`` for every one once it
-        holds no lock, whatever happens.
+        ``deliveries`` (a :class:`DirectDeliveries`; the publisher's thread):
+        at most :data:`DIRECT_DELIVERY_MAX` messages are delivered through it
+        to waiting consumers; the caller must :meth:`~DirectDeliveries.release`
+        it once it holds no lock, whatever happens.
         """
         now = time.time_ns()
         token = None
@@ -187,10 +237,13 @@ class Channel(BackedQueue):
         return token
 
     def _index_deferred_locked(self, msgs, now):
-        """Put the messages with a delay in the deferred index; returns the others."""
+        """Put the messages with a delay in the deferred index; returns the others.
+
+        The delay runs from ``now``; a record (bytes) has none.
+        """
         immediate = []
         for msg in msgs:
-            if type(msg) is not bytes and msg.deferred_ns:
+            if type(msg) is not bytes and msg.deferred_ns:  # (see wire.message: inline, once per message)
                 # An ID already deferred is dropped, as nsqd drops it.
                 self._deferred.add(msg, now + msg.deferred_ns)
                 msg.deferred_ns = 0  # the index holds the due time from now on
@@ -247,7 +300,7 @@ class Channel(BackedQueue):
             if not (self._memory or self._backend.depth()):
                 break
             del waiting[client]
-            if not client.hold_output():
+            if not client.hold_output():  # acquire (a try): released by deliveries.release()
                 to_wake.append(client)
                 continue
             # (An empty list, all sampled out, still goes: its delivery releases the output.)
@@ -361,14 +414,7 @@ class Channel(BackedQueue):
             msgs = backend.get(n - len(ready))
             if not msgs:
                 break
-            now = time.time_ns()
-            for msg in msgs:
-                if msg.deferred_ns:
-                    self._deferred.add(msg, now + msg.deferred_ns)
-                    msg.deferred_ns = 0
-                    self.mark_scan_locked()
-                else:
-                    ready.append(msg)
+            ready += self._index_deferred_locked(msgs, time.time_ns())
         return ready
 
     def _release_locked(self, client, n=1):
@@ -397,16 +443,19 @@ class Channel(BackedQueue):
         return False
 
     def _owned_locked(self, client, msg_id):
-        """The in-flight message if this client owns it, else (None, nsqd's reason)."""
+        """The in-flight message if this client owns it; raises ChannelError (nsqd's reason)."""
         msg = self._in_flight.get(msg_id)
         if msg is None:
-            return None, "ID not in flight"
+            raise ChannelError("ID not in flight")
         if msg.client_id != client.id:
-            return None, "client does not own message"
-        return msg, None
+            raise ChannelError("client does not own message")
+        return msg
 
     def finish_many(self, client, msg_ids):
-        """FIN a run of IDs under one lock acquisition; returns [(id, reason)] of failures."""
+        """FIN a run of IDs under one lock acquisition.
+
+        Raises FinishError, once the others are finished, if some could not be.
+        """
         with self._lock:
             done, refused = self._in_flight.remove_owned(msg_ids, client.id)
             if done:
@@ -422,22 +471,19 @@ class Channel(BackedQueue):
                 wake = False
         if wake:
             client.wake()
-        if not refused:
-            return refused
-        return [(msg_id, "ID not in flight" if msg is None else "client does not own message")
-                for msg_id, msg in refused]
+        if refused:
+            raise FinishError([(msg_id, "ID not in flight" if msg is None else "client does not own message")
+                               for msg_id, msg in refused])
 
     def requeue(self, client, msg_id, delay_ns):
-        """REQ.  Returns an error reason or None."""
+        """REQ (``delay_ns`` 0: at once); raises ChannelError."""
         waiters = ()
         with self._lock:
-            msg, err = self._owned_locked(client, msg_id)
-            if err:
-                return err
+            msg = self._owned_locked(client, msg_id)
             if delay_ns == 0 and self.exiting:
-                return "exiting"
+                raise ChannelError("exiting")
             if delay_ns > 0 and msg_id in self._deferred:
-                return "ID already deferred"
+                raise ChannelError("ID already deferred")
             self._in_flight.remove(msg_id)
             self.requeue_count += 1
             client.requeue_count += 1
@@ -451,19 +497,15 @@ class Channel(BackedQueue):
             client.wake()
         for c in waiters:
             c.wake()
-        return None
 
     def touch(self, client, msg_id):
-        """TOUCH: push the deadline out, capped at delivery + --max-msg-timeout."""
+        """TOUCH: push the deadline out, capped at delivery + --max-msg-timeout; raises ChannelError."""
         with self._lock:
-            msg, err = self._owned_locked(client, msg_id)
-            if err:
-                return err
+            msg = self._owned_locked(client, msg_id)
             new_expiry = time.time_ns() + client.msg_timeout_ns
             if new_expiry - msg.delivery_ns >= self._max_msg_timeout_ns:
                 new_expiry = msg.delivery_ns + self._max_msg_timeout_ns
             self._in_flight.reschedule(msg, new_expiry)
-        return None
 
     # -- clients -----------------------------------------------------------
 

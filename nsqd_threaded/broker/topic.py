@@ -7,8 +7,10 @@ has channels, is not paused, and its backlog is empty): no thread hand-off on
 the publish path, and order is kept.  Otherwise the messages wait in the
 topic's backlog (memory queue up to --mem-queue-size, then the backend), and
 the topic's pump thread drains the backlog once fan-out is possible again.
-The backlog's memory queue holds records, not Messages (see
-:mod:`nsqd_threaded.wire.message`); a channel's holds Messages.
+Records and Messages (see :mod:`nsqd_threaded.wire.message`): a publish
+builds records, or Messages while a channel has a consumer or for a delay;
+the backlog keeps records (and Messages with a delay); a channel queues what
+the fan-out gives it and makes a Message of a record when it delivers it.
 
 A backend that acknowledges deliveries (``--durable``) changes the policy:
 every publish is written there first and acknowledged once fsynced, and the
@@ -24,16 +26,12 @@ import threading
 import time
 
 from ..storage.backend import BackedQueue, BackendError
-from ..wire.message import RECORD_HEADER, Message
+from ..wire.message import DEFERRED, MESSAGES, RECORD_HEADER, RECORDS, Message, as_records, batch_form, copy_batch
 from ..wire.protocol_v1 import encode_register, encode_unregister
-from .channel import Channel, ChannelError
+from .channel import Channel, ChannelError, DirectDeliveries
 from .guid import GUIDFactory
 
-PUMP_BATCH = 1024
-
-# A message waiting in the topic's memory backlog is one bytes object: the
-# diskqueue record (timestamp, attempts, ID, body) instead of a Message, its
-# ID and body (three objects; on PyPy about 190 bytes more per message).
+PUMP_BATCH = 1024  # backlog entries the pump fans out per hold of the topic lock
 
 
 class TopicError(Exception):
@@ -91,39 +89,35 @@ class Topic(BackedQueue):
     def publish(self, bodies, defer_ns=0):
         """New messages for these bodies (IDs, one shared timestamp); raises TopicError.
 
-        Their form depends on where they are likely to go.  While a channel
-        has a consumer they are taken soon after: they are built as Messages
-        (copied per channel by the fan-out), which is cheaper than a record
-        that a consumer's pump turns into a Message.  Otherwise they are
-        built as records, which wait in the queues for less (see
-        :mod:`nsqd_threaded.wire.message`).  A DPUB's are Messages (a record
-        has no field for the delay).
+        Their form (see :mod:`nsqd_threaded.wire.message`) depends on where
+        they are likely to go.  While a channel has a consumer they are taken
+        soon after: they are built as Messages (copied per channel by the
+        fan-out), which is cheaper than a record that a consumer's pump turns
+        into a Message.  Otherwise they are built as records, which wait in
+        the queues for less.  A DPUB's are Messages (a record has no field
+        for the delay).
         """
         now = time.time_ns()  # one timestamp object for the batch: less memory per queued message
         if len(bodies) == 1 and not defer_ns and not self._channels:
-            # A PUB into a topic without channels (checked again under the lock): into the backlog.
+            # A PUB into a topic without channels (how a backlog fills): its record, no other question.
             body = bodies[0]
-            with self._lock:
-                if not self._channels and not self.exiting and len(self._memory) < self._mem_capacity:
-                    self._memory.append(RECORD_HEADER.pack(now, 0, self._guid.new_ids(1)[0]) + body)
-                    self.message_count += 1
-                    self.message_bytes += len(body)
-                    return
+            self._put([RECORD_HEADER.pack(now, 0, self._guid.new_ids(1)[0]) + body], len(body), RECORDS)
+            return
         ids = self._guid.new_ids(len(bodies))
         size = len(bodies[0]) if len(bodies) == 1 else sum(map(len, bodies))
         if defer_ns:
             msgs = list(map(Message, ids, bodies, itertools.repeat(now), itertools.repeat(0),
                             itertools.repeat(defer_ns)))
-            self._put(msgs, size, deferred=True, shared=False)
+            self._put(msgs, size, DEFERRED)
         elif self._consumed():
-            self._put(list(map(Message, ids, bodies, itertools.repeat(now))), size, deferred=False, shared=False)
+            self._put(list(map(Message, ids, bodies, itertools.repeat(now))), size, MESSAGES)
         else:
             pack = RECORD_HEADER.pack
             if len(bodies) == 1:  # PUB
                 records = [pack(now, 0, ids[0]) + bodies[0]]
             else:
                 records = [pack(now, 0, i) + b for i, b in zip(ids, bodies)]
-            self._put(records, size, deferred=False, shared=True)
+            self._put(records, size, RECORDS)
 
     def _consumed(self):
         """A hint, read without the lock: does a channel have a consumer?"""
@@ -134,26 +128,20 @@ class Topic(BackedQueue):
                 return True
         return False
 
-    def put_messages(self, msgs):
-        """Publish Messages as they are (IDs, timestamps, delays kept); raises TopicError."""
-        pack = RECORD_HEADER.pack
-        entries = [m if m.deferred_ns else pack(m.timestamp, m.attempts, m.id) + m.body for m in msgs]
-        deferred = any(m.deferred_ns for m in msgs)
-        self._put(entries, sum([len(m.body) for m in msgs]), deferred=deferred, shared=not deferred)
+    def _put(self, entries, size, form):
+        """Fan out the entries, or queue them in the backlog (see the module's docstring);
+        counted once accepted.  ``form``: what they are (``wire.message``'s RECORDS,
+        MESSAGES or DEFERRED).
 
-    def _put(self, entries, size, deferred, shared):
-        """Queue or fan out entries (see the module's docstring); counted only once accepted.
-
-        ``deferred=False``: none has a delay (channels skip their scan for
-        them).  ``shared``: every entry is a record, which every channel can
-        queue as it is; otherwise Messages are copied for all channels but one.
-        Messages without a delay wait in the backlog as records.
+        The fan-out may deliver some directly to waiting consumers: their
+        outputs, reserved under the locks, are written and released in the
+        ``finally``, once no lock is held (:class:`~.channel.DirectDeliveries`).
 
         Durable mode: written to the topic's disk queue and acknowledged only
         after an fsync that concurrent publishers share (group commit).
         """
         token = None
-        deliveries = []  # direct deliveries to consumers (see Channel), written once the locks are released
+        deliveries = DirectDeliveries()
         try:
             with self._lock:
                 if self.exiting:
@@ -167,17 +155,13 @@ class Topic(BackedQueue):
                         and not self._memory
                         and not self._backend.depth()
                     ):
-                        self._fan_out_locked(entries, strict=True, deferred=deferred, deliveries=deliveries,
-                                             shared=shared)
+                        self._fan_out_locked(entries, form, strict=True, deliveries=deliveries)
                     else:
-                        if not shared:
-                            pack = RECORD_HEADER.pack
-                            entries = [
-                                m if type(m) is bytes or m.deferred_ns else pack(m.timestamp, m.attempts, m.id) + m.body
-                                for m in entries
-                            ]
-                        self._put_locked(entries)
-                        token = self._backend.sync_point()
+                        if form is RECORDS and len(self._memory) + len(entries) <= self._mem_capacity:
+                            self._memory.extend(entries)  # (the usual backlog: room in memory)
+                        else:
+                            self._put_locked(entries if form is RECORDS else as_records(entries))
+                            token = self._backend.sync_point()
                         if self._channels and not self.paused:
                             self._backlog_ready.notify()  # only when the pump can make progress
                 except BackendError as e:
@@ -185,42 +169,37 @@ class Topic(BackedQueue):
                 self.message_count += len(entries)
                 self.message_bytes += size
         finally:
-            for client, msgs in deliveries:  # (each holds its client's output: always released)
-                client.deliver_held(msgs)
+            if deliveries:
+                deliveries.release()
         if token is not None:
             try:
                 self._backend.wait_synced(token)
             except BackendError as e:
                 raise TopicError(str(e)) from None
 
-    def _fan_out_locked(self, entries, strict=False, deferred=True, deliveries=None, shared=False):
+    def _fan_out_locked(self, entries, form, strict=False, deliveries=None):
         """Every channel gets every message.
 
-        Records are immutable: every channel queues the same ones (``shared``:
-        all are records).  A Message goes as it is to the first channel, and
+        Records are immutable: every channel queues the same ones (``form``
+        RECORDS).  Otherwise a batch goes as it is to the first channel, and
         as a copy to each of the others, every copy made before the first put
         (a channel's put clears the deferral of the Messages it indexes).
 
         ``strict`` (the publisher is waiting): a channel whose backend fails
         makes the publish fail after every channel was tried, so the client
         retries (channels that took it may then see it twice; none loses it).
-        ``deliveries``: the publisher's list for direct deliveries (see
+        ``deliveries``: the publisher's, for direct deliveries (see
         :meth:`Channel.put_messages`).
         Returns the durable-mode sync tokens as ``[(channel, token)]``.
         """
         channels = list(self._channels.values())
         tokens = []
         error = None
-        if shared or len(channels) < 2:
+        if form is RECORDS or len(channels) < 2:
             batches = itertools.repeat(entries)
-        elif deferred:
-            copies = [
-                [m if type(m) is bytes else Message(m.id, m.body, m.timestamp, 0, m.deferred_ns) for m in entries]
-                for _ in channels[1:]
-            ]
-            batches = [entries] + copies
-        else:  # Messages without delays: fewer arguments, each copy cheaper
-            batches = [entries] + [[Message(m.id, m.body, m.timestamp) for m in entries] for _ in channels[1:]]
+        else:
+            batches = [entries] + [copy_batch(entries, form) for _ in channels[1:]]
+        deferred = form is DEFERRED
         for channel, batch in zip(channels, batches):
             try:
                 token = channel.put_messages(batch, strict, deferred, deliveries)
@@ -262,8 +241,7 @@ class Topic(BackedQueue):
                 if not self._wait_for_backlog_locked():
                     return
                 batch = self._take_locked(PUMP_BATCH)
-                shared = all([type(e) is bytes for e in batch])
-                self._fan_out_locked(batch, deferred=not shared, shared=shared)
+                self._fan_out_locked(batch, batch_form(batch))
             time.sleep(0)  # let a publisher woken by the release take the lock first
 
     def _wait_for_backlog_locked(self):
@@ -291,7 +269,7 @@ class Topic(BackedQueue):
                 elif self.exiting:
                     return  # unacknowledged: read again after the restart
                 try:
-                    tokens = self._fan_out_locked(batch, strict=True)
+                    tokens = self._fan_out_locked(batch, DEFERRED, strict=True)
                 except BackendError:
                     self._backlog_ready.wait(1.0)
                     continue

@@ -17,10 +17,10 @@ Frames from both threads go through :meth:`ClientConnection.send`, serialized
 by ``_write_lock``.  A pump batch is written with one ``sendall``.
 
 A publisher's thread may write messages to a consumer too (direct delivery,
-see :mod:`nsqd_threaded.broker.channel`): :meth:`ClientConnection.hold_output`
-acquires ``_write_lock`` without waiting, and
-:meth:`ClientConnection.deliver_held` sends without blocking and releases
-it.  What the socket did not take is kept as ``_pending`` and written by
+see :class:`~nsqd_threaded.broker.channel.DirectDeliveries`):
+:meth:`ClientConnection.hold_output` acquires ``_write_lock`` without
+waiting, and :meth:`ClientConnection.deliver_held` sends without blocking
+and releases it.  What the socket did not take is kept as ``_pending`` and written by
 the pump, which the delivery wakes: a slow consumer never holds up a
 publisher.  Every write sends ``_pending`` first, so the order holds.
 """
@@ -408,12 +408,10 @@ class ClientConnection(Client):
         compressed stream is written by the pump alone.  Nor does a consumer
         publishing on its own connection: its ``OK`` comes first, as from nsqd.
         """
-        return (
-            self._encode is None
-            and _DONTWAIT
-            and threading.get_ident() != self._connection_thread
-            and self._write_lock.acquire(False)
-        )
+        if self._encode is not None or not _DONTWAIT or threading.get_ident() == self._connection_thread:
+            return False
+        # Acquire (only a try: the channel's lock is held); released by deliver_held.
+        return self._write_lock.acquire(False)
 
     def deliver_held(self, msgs):
         """Write a batch taken while the output was held, without blocking; release the output.
@@ -424,7 +422,7 @@ class ClientConnection(Client):
         rest = failed = False
         try:
             if msgs:
-                data = next(self._frame_chunks(msgs, sys.maxsize))  # (one chunk: no limit)
+                data = next(protocol.message_frames(msgs, sys.maxsize))  # (one chunk: no limit)
                 if self._pending is not None:
                     self._pending = bytes(self._pending) + data  # the pump has not written the last rest yet
                     rest = True
@@ -448,30 +446,10 @@ class ClientConnection(Client):
 
     def _send_messages(self, msgs):
         """Encode and write a batch, in sendalls of at least output_buffer_size bytes."""
-        for data in self._frame_chunks(msgs, self.output_buffer_size):
+        for data in protocol.message_frames(msgs, self.output_buffer_size):
             if not self.send(data):
                 return False
         return True
-
-    @staticmethod
-    def _frame_chunks(msgs, limit):
-        """The message frames of a batch, joined into chunks of at least ``limit`` bytes (the last may be less)."""
-        parts = []
-        pending = 0
-        header = protocol.message_frame_header  # (protocol.message_frame_parts, inlined)
-        overhead = protocol.MESSAGE_FRAME_OVERHEAD
-        message = protocol.FRAME_TYPE_MESSAGE
-        for msg in msgs:
-            body = msg.body
-            size = overhead + len(body)
-            parts += (header(size, message, msg.timestamp, msg.attempts), msg.id, body)
-            pending += size
-            if pending >= limit:
-                yield b"".join(parts)
-                parts = []
-                pending = 0
-        if parts:
-            yield b"".join(parts)
 
     # -- heartbeats before the pump -------------------------------------------
 

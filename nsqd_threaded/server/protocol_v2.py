@@ -14,7 +14,7 @@ import threading
 import time
 
 from ..broker import auth
-from ..broker.channel import ChannelError
+from ..broker.channel import ChannelError, FinishError
 from ..broker.client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
 from ..broker.topic import TopicError
 from ..internal import gocompat
@@ -317,12 +317,13 @@ class ProtocolV2:
         if more:
             ids += more
             self.reader.advance(end)
-        failures = self.client.channel.finish_many(self.client, ids)
-        if failures:
+        try:
+            self.client.channel.finish_many(self.client, ids)
+        except FinishError as e:
             # Each failure is answered (non-fatal), as nsqd answers each FIN.
             frames = [
                 protocol.error_frame(ProtocolError("E_FIN_FAILED", "FIN %s failed %s" % (text(i), why)))
-                for i, why in failures
+                for i, why in e.failures
             ]
             return b"".join(frames)
         return None
@@ -342,9 +343,10 @@ class ProtocolV2:
         elif delay_ns > max_ns:
             self.nsqd.log.info("%r: REQ timeout %d out of range 0-%d. Setting to max.", self.client, timeout_ms, max_ns // 1000000)
             delay_ns = max_ns
-        err = self.client.channel.requeue(self.client, msg_id, delay_ns)
-        if err:
-            raise ProtocolError("E_REQ_FAILED", "REQ %s failed %s" % (text(msg_id), err))
+        try:
+            self.client.channel.requeue(self.client, msg_id, delay_ns)
+        except ChannelError as e:
+            raise ProtocolError("E_REQ_FAILED", "REQ %s failed %s" % (text(msg_id), e)) from None
         return None
 
     def TOUCH(self, params):
@@ -352,9 +354,10 @@ class ProtocolV2:
         if len(params) < 2:
             raise ProtocolError("E_INVALID", "TOUCH insufficient number of params")
         msg_id = self._message_id(params[1])
-        err = self.client.channel.touch(self.client, msg_id)
-        if err:
-            raise ProtocolError("E_TOUCH_FAILED", "TOUCH %s failed %s" % (text(msg_id), err))
+        try:
+            self.client.channel.touch(self.client, msg_id)
+        except ChannelError as e:
+            raise ProtocolError("E_TOUCH_FAILED", "TOUCH %s failed %s" % (text(msg_id), e)) from None
         return None
 
     def CLS(self, params):

@@ -48,11 +48,10 @@ import time
 from .backend import Backend, BackendError
 from .deferred import SIDECAR_COMPACT_MIN, DeferredSidecar
 from .files import remove_quietly, replace_atomically, strerror, write_all
-from ..wire.message import Message
+from ..wire.message import RECORD_HEADER, Message
 
-_LEN = struct.Struct(">i")
-_HEADER = struct.Struct(">iqH")  # record length, timestamp, attempts
-MSG_HEADER_LENGTH = 26
+_LEN = struct.Struct(">i")  # a record's length prefix
+MSG_HEADER_LENGTH = RECORD_HEADER.size  # (26) the smallest record
 
 READ_CHUNK = 256 * 1024  # bytes read per refill (more if one record is bigger)
 
@@ -108,8 +107,9 @@ def format_meta(depth, read_file_num, read_pos, write_file_num, write_pos):
 class DiskQueue(Backend):
     """A go-diskqueue compatible queue of messages in ``data_path``.
 
-    ``min_msg_size``/``max_msg_size`` bound the record payload (26-byte header
-    + body), as nsqd passes them: 26 and --max-msg-size + 26.
+    ``min_msg_size``/``max_msg_size`` bound the record payload (the message
+    header, :data:`MSG_HEADER_LENGTH` bytes, + body), as nsqd passes them: the
+    header's size and --max-msg-size + that.
     ``sync_timeout`` is in seconds.
 
     Deferred messages: :meth:`put` stores a message whose ``deferred_ns`` is
@@ -276,22 +276,65 @@ class DiskQueue(Backend):
         record (bytes), one slice of the read buffer instead of a Message (see
         :mod:`nsqd_threaded.wire.message`); a backend that remembers what it
         hands out (durable) returns Messages regardless.
+
+        Each pass of the loop reads one buffer's worth: where the read file
+        may be read to (:meth:`_read_limit`: rolls and read errors), the
+        records in the buffer (:meth:`_slice_records`, then
+        :meth:`_parse_records`), then the next buffer (:meth:`_refill`).
         """
         out = []
         if self._exiting or n <= 0:
             return out
-        took = 0
-        dmap = self._sidecar.entries
-        dtake = self._deferred_entry_lookup(dmap)
-        handed_out = self._handed_out  # None, or called with each record handed out
-        records = records and handed_out is None
-        now = None
+        took = 0  # records consumed (handed out or skipped), not yet counted
+        records = records and self._handed_out is None
         while len(out) < n:
+            limit = self._read_limit()
+            if limit is None:
+                break
+            buf = self._rbuf
+            base = self._rbuf_start
+            p = self.read_pos - base
+            if p < 0 or p > len(buf):
+                buf, base, p = b"", self.read_pos, 0
+            if records and not self._sidecar.entries:
+                p, got = self._slice_records(buf, p, n - len(out), out)
+                took += got
+            p, got, need, error = self._parse_records(buf, base, p, n, out, records)
+            took += got
+            self.read_pos = base + p
+            if error is None and len(out) < n:
+                buf, base, error = self._refill(buf, base, limit, need)
+            elif p >= len(buf):
+                buf, base = b"", self.read_pos
+            self._rbuf, self._rbuf_start = buf, base
+            if error is not None:
+                self._count_taken(took)  # (before the error handling looks at the depth)
+                took = 0
+                self._handle_read_error(error)
+                continue
+            if self.read_file_num < self.write_file_num and self.read_pos == limit:
+                self._finish_read_file()
+        self._count_taken(took)
+        self._check_tail_corruption()
+        self._after_get()
+        if self._need_sync or (took and self._count >= self.sync_every):
+            self._sync_logged()
+        return out
+
+    def _read_limit(self):
+        """The position the read file may be read up to; None when nothing is left to read.
+
+        Rolls on the way: a complete file read to its end is finished (a
+        clean EOF at a record boundary is a roll, not corruption), and a
+        reader past a file's end, or a file that does not open, is a read
+        error (the file is set aside and the next one read).
+        """
+        while True:
             rf, wf = self.read_file_num, self.write_file_num
             if rf == wf:
                 limit = self.write_pos
                 if self.read_pos >= limit:
-                    break  # caught up
+                    return None  # caught up
             elif rf < wf:
                 if self._rfd is None and not self._open_read_file():
                     continue
@@ -299,118 +342,120 @@ class DiskQueue(Backend):
                 if limit is None:
                     limit = self._read_file_size()
                 if self.read_pos == limit:
-                    self._finish_read_file()  # clean EOF at a record boundary: a roll, not corruption
+                    self._finish_read_file()
                     continue
                 if self.read_pos > limit:
                     self._handle_read_error("EOF")
                     continue
             else:
-                break  # read file past the write file: the tail check below skips ahead
-
+                return None  # read file past the write file: the tail check skips ahead
             if self._rfd is None and not self._open_read_file():
                 continue
-            buf = self._rbuf
-            base = self._rbuf_start
-            p = self.read_pos - base
-            if p < 0 or p > len(buf):
-                buf, base, p = b"", self.read_pos, 0
-            avail = len(buf)
-            unpack_header = _HEADER.unpack_from
-            lo, hi = self.min_msg_size, self.max_msg_size
-            error = None
-            need = 4
-            if records and not dmap:
-                # The common case, records without a deferral: one slice each.
-                # Anything else (the end of the buffer, a bad or short record)
-                # stops it, and the general loop below takes that record.
-                unpack_len = _LEN.unpack_from
-                append = out.append
-                floor = max(lo, MSG_HEADER_LENGTH)
-                got = 0
-                wanted = n - len(out)
-                while got < wanted and p + 4 <= avail:
-                    size = unpack_len(buf, p)[0]
-                    end = p + 4 + size
-                    if size < floor or size > hi or end > avail:
-                        break
-                    append(buf[p + 4 : end])
-                    p = end
-                    got += 1
-                took += got
-            while len(out) < n:
-                if p + 4 > avail:
-                    need = 4
-                    break
-                size = _LEN.unpack_from(buf, p)[0]
-                if size < lo or size > hi:
-                    error = "invalid message read size (%d)" % size
-                    break
-                end = p + 4 + size
-                if end > avail:
-                    need = 4 + size
-                    break
-                if size >= MSG_HEADER_LENGTH and records and (not dmap or (rf, base + p) not in dmap):
-                    out.append(buf[p + 4 : end])
-                elif size >= MSG_HEADER_LENGTH:
-                    _, ts, attempts = unpack_header(buf, p)
-                    msg = Message(buf[p + 14 : p + 30], buf[p + 30 : end], ts, attempts)
-                    if dmap:
-                        entry = dtake((rf, base + p), None)
-                        if entry is not None and entry[0] == msg.id:
-                            if now is None:
-                                now = time.time_ns()
-                            if entry[1] > now:
-                                msg.deferred_ns = entry[1] - now
-                    out.append(msg)
-                    if handed_out is not None:
-                        handed_out(msg.id, rf, base + p, base + end)
-                else:
-                    self.log.error(
-                        "DISKQUEUE(%s) skipping undecodable record (%d bytes) at %d of %s",
-                        self.name,
-                        size,
-                        base + p,
-                        self.file_name(rf),
-                    )
-                took += 1
-                p = end
-            self.read_pos = base + p
-            if error is None and len(out) < n:
-                # Refill from read_pos: everything up to limit may be read.
-                want = min(max(READ_CHUNK, need), limit - self.read_pos)
-                if want <= 0:
-                    buf, base = b"", self.read_pos
-                elif want < need:
-                    error = "unexpected EOF"  # the record runs past the end of the file
-                else:
-                    try:
-                        data = _pread(self._rfd, want, self.read_pos)
-                    except OSError as e:
-                        data = None
-                        error = strerror(e)
-                    if data is not None:
-                        if len(data) < need:
-                            error = "EOF" if not data else "unexpected EOF"
-                        else:
-                            buf, base = data, self.read_pos
-            elif p >= avail:
-                buf, base = b"", self.read_pos
-            self._rbuf, self._rbuf_start = buf, base
-            if error is not None:
-                self._depth -= took
-                self._count += took
-                took = 0
-                self._handle_read_error(error)
-                continue
-            if rf < self.write_file_num and self.read_pos == limit:
-                self._finish_read_file()
+            return limit
+
+    def _slice_records(self, buf, p, wanted, out):
+        """The fast scan, for records without a deferral: each one slice of ``buf`` from ``p``.
+
+        Appends up to ``wanted`` records to ``out``; returns ``(p, count)``.
+        Anything else (the end of the buffer, a bad or short record) stops it,
+        and :meth:`_parse_records` takes that record.
+        """
+        unpack_len = _LEN.unpack_from
+        append = out.append
+        floor = max(self.min_msg_size, MSG_HEADER_LENGTH)
+        hi = self.max_msg_size
+        avail = len(buf)
+        got = 0
+        while got < wanted and p + 4 <= avail:
+            size = unpack_len(buf, p)[0]
+            end = p + 4 + size
+            if size < floor or size > hi or end > avail:
+                break
+            append(buf[p + 4 : end])
+            p = end
+            got += 1
+        return p, got
+
+    def _parse_records(self, buf, base, p, n, out, records):
+        """The general parse of ``buf`` (read file offset ``base``) from ``p``, until ``out`` holds ``n``.
+
+        A record is handed out as bytes (``records``, and no deferral) or as
+        a Message (its remaining delay from the sidecar); one too short for
+        the message header is skipped (logged).  Returns ``(p, count, need,
+        error)``: the records consumed, the bytes the next record needs when
+        the buffer ran out, and the read error (a bad length) that stopped it.
+        """
+        rf = self.read_file_num
+        dmap = self._sidecar.entries
+        dtake = self._deferred_entry_lookup(dmap)
+        handed_out = self._handed_out  # None, or called with each record handed out
+        unpack_header = RECORD_HEADER.unpack_from
+        lo, hi = self.min_msg_size, self.max_msg_size
+        avail = len(buf)
+        took = 0
+        need = 4
+        now = None
+        while len(out) < n:
+            if p + 4 > avail:
+                need = 4
+                break
+            size = _LEN.unpack_from(buf, p)[0]
+            if size < lo or size > hi:
+                return p, took, need, "invalid message read size (%d)" % size
+            end = p + 4 + size
+            if end > avail:
+                need = 4 + size
+                break
+            if size >= MSG_HEADER_LENGTH and records and (not dmap or (rf, base + p) not in dmap):
+                out.append(buf[p + 4 : end])
+            elif size >= MSG_HEADER_LENGTH:
+                ts, attempts, msg_id = unpack_header(buf, p + 4)
+                msg = Message(msg_id, buf[p + 4 + MSG_HEADER_LENGTH : end], ts, attempts)
+                if dmap:
+                    entry = dtake((rf, base + p), None)
+                    if entry is not None and entry[0] == msg_id:
+                        if now is None:
+                            now = time.time_ns()
+                        if entry[1] > now:
+                            msg.deferred_ns = entry[1] - now
+                out.append(msg)
+                if handed_out is not None:
+                    handed_out(msg_id, rf, base + p, base + end)
+            else:
+                self.log.error(
+                    "DISKQUEUE(%s) skipping undecodable record (%d bytes) at %d of %s",
+                    self.name,
+                    size,
+                    base + p,
+                    self.file_name(rf),
+                )
+            took += 1
+            p = end
+        return p, took, need, None
+
+    def _refill(self, buf, base, limit, need):
+        """The next buffer, read from ``read_pos`` (at least ``need`` bytes, at most up to ``limit``).
+
+        Returns ``(buf, base, error)``: the old buffer kept on an error (a
+        record running past the end of the file, a short or failed read).
+        """
+        want = min(max(READ_CHUNK, need), limit - self.read_pos)
+        if want <= 0:
+            return b"", self.read_pos, None
+        if want < need:
+            return buf, base, "unexpected EOF"  # the record runs past the end of the file
+        try:
+            data = _pread(self._rfd, want, self.read_pos)
+        except OSError as e:
+            return buf, base, strerror(e)
+        if len(data) < need:
+            return buf, base, "EOF" if not data else "unexpected EOF"
+        return data, self.read_pos, None
+
+    def _count_taken(self, took):
+        """``took`` records left the queue: out of the depth, into the operations to sync."""
         self._depth -= took
         self._count += took
-        self._check_tail_corruption()
-        self._after_get()
-        if self._need_sync or (took and self._count >= self.sync_every):
-            self._sync_logged()
-        return out
 
     def empty(self):
         if self._exiting:

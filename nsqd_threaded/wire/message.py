@@ -15,15 +15,30 @@
   start (it is taken soon, and building it at once is cheaper than the
   conversion), and so is one with a delay (DPUB, or REQ with a timeout),
   because the record has no field for the delay: queues hold both forms.
+
+This module is the one place that tells the forms apart (a record is an
+object of type ``bytes``; anything else is a Message) and converts between
+them: :func:`from_records`, :func:`as_records`, :func:`copy_batch`,
+:func:`batch_form`.  A batch of queue entries is described by its form:
+
+* :data:`RECORDS`: records only.  Immutable, so every channel of a fan-out
+  queues the same objects, and none has a delay.
+* :data:`MESSAGES`: Messages without a delay (published while the topic has
+  consumers).  Each channel but one gets copies; no channel looks for delays.
+* :data:`DEFERRED`: anything, and a Message may have a delay to serve (DPUB,
+  a backlog or a disk queue read back).  Copied like MESSAGES, and each
+  channel puts the delayed ones in its deferred index.
+
+The disk queue's write loop (``DiskQueue.put``) repeats the test inline,
+once per message, where a call would cost more than the write.
 """
 
-import struct
 import time
 
-from .protocol import decode_message, encode_message
+from .protocol import MESSAGE_HEADER, encode_message
 
-# A record's header: timestamp, attempts, ID (protocol.encode_message's layout).
-RECORD_HEADER = struct.Struct(">qH16s")
+# A record's header: timestamp, attempts, ID (the protocol's message header).
+RECORD_HEADER = MESSAGE_HEADER
 RECORD_HEADER_SIZE = RECORD_HEADER.size
 
 
@@ -48,21 +63,37 @@ class Message:
         self.delivery_ns = 0
         self.expiry_ns = 0
 
-    def copy(self):
-        """A copy for another channel: same ID, body, timestamp and deferral; attempts 0."""
-        return Message(self.id, self.body, self.timestamp, 0, self.deferred_ns)
-
     def encode(self):
         """The 26-byte header + body: wire payload and diskqueue record."""
         return encode_message(self.timestamp, self.attempts, self.id, self.body)
 
-    @classmethod
-    def decode(cls, data):
-        timestamp, attempts, msg_id, body = decode_message(data)
-        return cls(msg_id, body, timestamp, attempts)
-
     def __repr__(self):
         return "Message(id=%r, attempts=%d, body=%d bytes)" % (self.id, self.attempts, len(self.body))
+
+
+RECORDS = "records"
+MESSAGES = "messages"
+DEFERRED = "deferred"
+
+
+def batch_form(entries):
+    """The form of a batch taken from a backlog: RECORDS if all are records, else DEFERRED."""
+    return RECORDS if all([type(e) is bytes for e in entries]) else DEFERRED
+
+
+def as_records(entries):
+    """The entries as a backlog keeps them: each Message without a delay as its record."""
+    pack = RECORD_HEADER.pack
+    return [m if type(m) is bytes or m.deferred_ns else pack(m.timestamp, m.attempts, m.id) + m.body
+            for m in entries]
+
+
+def copy_batch(entries, form):
+    """A batch for another channel of a fan-out: records as they are, each Message a new
+    one (attempts 0; ``form`` DEFERRED: the delay kept).  Not for RECORDS: share those."""
+    if form is MESSAGES:  # (fewer arguments: each copy cheaper)
+        return [Message(m.id, m.body, m.timestamp) for m in entries]
+    return [m if type(m) is bytes else Message(m.id, m.body, m.timestamp, 0, m.deferred_ns) for m in entries]
 
 
 def from_records(items):

@@ -21,11 +21,14 @@ FRAME_TYPE_ERROR = 1
 FRAME_TYPE_MESSAGE = 2
 
 MSG_ID_LENGTH = 16
-MSG_HEADER_LENGTH = 26  # timestamp(8) + attempts(2) + id(16)
+#: The message header: timestamp (int64 ns), attempts (uint16), ID (16 bytes).
+#: The one definition of the 26 bytes that start a message frame's payload and
+#: a diskqueue record (a "record" is this header followed by the body).
+MESSAGE_HEADER = struct.Struct(">qH16s")
+MSG_HEADER_LENGTH = MESSAGE_HEADER.size  # 26
 
 _FRAME_HEADER = struct.Struct(">ii")
-_MSG_FRAME_HEADER = struct.Struct(">iiqH")  # size, type, timestamp, attempts
-_MSG_HEADER = struct.Struct(">qH")
+_MSG_FRAME_HEADER = struct.Struct(">iiqH")  # size, type, then MESSAGE_HEADER's timestamp and attempts
 _INT32 = struct.Struct(">i")
 
 _NAME_RE = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?")
@@ -70,36 +73,42 @@ HEARTBEAT_FRAME = response_frame(b"_heartbeat_")
 BAD_PROTOCOL_FRAME = frame(FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL")
 
 
-#: ``pack(size, FRAME_TYPE_MESSAGE, timestamp, attempts)``: a message frame's first 18 bytes
-#: (``size`` is ``MESSAGE_FRAME_OVERHEAD + len(body)``), for loops that inline
-#: :func:`message_frame_parts`.
-message_frame_header = _MSG_FRAME_HEADER.pack
-MESSAGE_FRAME_OVERHEAD = MSG_HEADER_LENGTH + 4
+def message_frames(msgs, limit):
+    """The message frames of ``msgs``, joined into chunks of at least ``limit`` bytes
+    (the last may be less; ``sys.maxsize``: one chunk).
 
-
-def message_frame_parts(timestamp, attempts, msg_id, body):
-    """The three byte strings of a message frame (header, id, body).
-
-    Returned as parts so a batch of frames is joined once, without copying
-    each body into an intermediate frame.
+    The one message frame encoder.  ``msgs`` have ``timestamp``, ``attempts``,
+    ``id`` and ``body``.  A chunk is joined once from the frames' parts
+    (header, ID, body), so no body is copied into an intermediate frame.
     """
-    header = _MSG_FRAME_HEADER.pack(
-        MSG_HEADER_LENGTH + 4 + len(body), FRAME_TYPE_MESSAGE, timestamp, attempts
-    )
-    return header, msg_id, body
+    parts = []
+    pending = 0
+    header = _MSG_FRAME_HEADER.pack
+    overhead = MSG_HEADER_LENGTH + 4  # the frame type, then the message header
+    for msg in msgs:
+        body = msg.body
+        size = overhead + len(body)
+        parts += (header(size, FRAME_TYPE_MESSAGE, msg.timestamp, msg.attempts), msg.id, body)
+        pending += size
+        if pending >= limit:
+            yield b"".join(parts)
+            parts = []
+            pending = 0
+    if parts:
+        yield b"".join(parts)
 
 
 def encode_message(timestamp, attempts, msg_id, body):
     """The message payload: the frame-type-2 data and the diskqueue record."""
-    return _MSG_HEADER.pack(timestamp, attempts) + msg_id + body
+    return MESSAGE_HEADER.pack(timestamp, attempts, msg_id) + body
 
 
 def decode_message(data):
     """Inverse of :func:`encode_message`: ``(timestamp, attempts, id, body)``."""
     if len(data) < MSG_HEADER_LENGTH:
         raise ValueError("invalid message buffer size (%d)" % len(data))
-    timestamp, attempts = _MSG_HEADER.unpack_from(data, 0)
-    return timestamp, attempts, bytes(data[10:26]), bytes(data[26:])
+    timestamp, attempts, msg_id = MESSAGE_HEADER.unpack_from(data, 0)
+    return timestamp, attempts, msg_id, bytes(data[MSG_HEADER_LENGTH:])
 
 
 def decode_frame(data):

@@ -5,9 +5,10 @@ import time
 
 import pytest
 
+from nsqd_threaded.broker.channel import DIRECT_DELIVERY_MAX, ChannelError, DirectDeliveries, FinishError
 from nsqd_threaded.wire.message import Message
 
-from support.core import DrivenSubscriber, make_owner
+from support.core import DrivenSubscriber, HoldingSubscriber, make_owner
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -94,17 +95,22 @@ def test_in_flight_timeout_requeues_and_redelivers(owners):
     again = consumer.take()
     assert nums(again) == [0, 2]
     assert [m.attempts for m in again] == [2, 2]
-    assert channel.finish_many(consumer.client, [first[0].id]) == []  # the redelivered one is in flight
+    channel.finish_many(consumer.client, [first[0].id])  # the redelivered one is in flight
 
 
-def test_fin_of_unknown_or_foreign_ids_fails(owners):
-    nsqd = owners()
+def two_consumers_one_message_each(nsqd):
+    """A channel and two consumers, each with one message in flight: ``channel, (a, [m]), (b, [m])``."""
     channel = channel_of(nsqd)
     channel.put_messages(msgs(2))
     a, b = DrivenSubscriber(nsqd, channel, ready=1), DrivenSubscriber(nsqd, channel, ready=1)
-    ma, mb = a.take(), b.take()
-    failures = channel.finish_many(a.client, [mb[0].id, b"%016x" % 99, ma[0].id])
-    assert failures == [(mb[0].id, "client does not own message"), (b"%016x" % 99, "ID not in flight")]
+    return channel, (a, a.take()), (b, b.take())
+
+
+def test_fin_of_unknown_or_foreign_ids_fails(owners):
+    channel, (a, ma), (b, mb) = two_consumers_one_message_each(owners())
+    with pytest.raises(FinishError) as refused:
+        channel.finish_many(a.client, [mb[0].id, b"%016x" % 99, ma[0].id])
+    assert refused.value.failures == [(mb[0].id, "client does not own message"), (b"%016x" % 99, "ID not in flight")]
     assert channel.in_flight_count() == 1
 
 
@@ -114,10 +120,10 @@ def test_requeue_zero_goes_to_the_tail_and_delayed_to_the_deferred_index(owners)
     channel.put_messages(msgs(3))
     consumer = DrivenSubscriber(nsqd, channel, ready=1)
     m0 = consumer.take()[0]
-    assert channel.requeue(consumer.client, m0.id, 0) is None
+    channel.requeue(consumer.client, m0.id, 0)
     assert nums(consumer.take()) == [1]
     m1_id = b"%016x" % 1
-    assert channel.requeue(consumer.client, m1_id, 5 * SECOND) is None
+    channel.requeue(consumer.client, m1_id, 5 * SECOND)
     assert channel.deferred_count() == 1
     assert nums(consumer.take()) == [2]
     consumer.fin([Message(b"%016x" % 2, b"", 0)])
@@ -196,7 +202,7 @@ def test_durable_channel_keeps_records_until_fin(owners):
     got = consumer.take()
     assert nums(got) == list(range(6))
     consumer.fin(got[:2])
-    assert channel.requeue(consumer.client, got[2].id, 0) is None  # its record is still on disk
+    channel.requeue(consumer.client, got[2].id, 0)  # its record is still on disk
     nsqd.stop()  # a graceful close rewrites the unfinished ones at the tail
 
     again = owners(durable=True)
@@ -246,7 +252,7 @@ def test_concurrent_put_take_fin_loses_and_duplicates_nothing(owners, options):
                 fin = []
                 for m in got:
                     if m.attempts == 1 and m.body.endswith(b"7"):
-                        assert channel.requeue(consumer.client, m.id, 0) is None  # delivered again later
+                        channel.requeue(consumer.client, m.id, 0)  # delivered again later
                     else:
                         fin.append(m)
                 consumer.fin(fin)
@@ -273,3 +279,132 @@ def test_concurrent_put_take_fin_loses_and_duplicates_nothing(owners, options):
     snap = channel.snapshot()
     assert (snap["depth"], snap["in_flight_count"], snap["message_count"]) == (0, 0, total)
     assert snap["requeue_count"] == total // 10
+
+
+# -- direct delivery: every branch of Channel._deliver_to_waiting_locked ---------
+
+
+def put_direct(channel, batch):
+    """A publisher's put: returns the held deliveries once released, as (client, ids)."""
+    deliveries = DirectDeliveries()
+    try:
+        channel.put_messages(batch, True, False, deliveries)
+        assert all(client.held for client, _ in deliveries)  # reserved until released
+    finally:
+        if deliveries:
+            deliveries.release()
+    return [(client, nums(batch)) for client, batch in deliveries]
+
+
+def test_direct_delivery_to_a_waiting_consumer_keeps_it_waiting(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    consumer = HoldingSubscriber(nsqd, channel)
+    consumer.wait()
+    assert put_direct(channel, msgs(3)) == [(consumer.client, [0, 1, 2])]
+    assert nums(consumer.client.delivered[0]) == [0, 1, 2] and consumer.client.wakes == 0
+    assert channel.in_flight_count() == 3 and channel.depth() == 0
+    # Still waiting: the next put is delivered to it too, without a wake-up.
+    assert put_direct(channel, msgs(1, start=3)) == [(consumer.client, [3])]
+    assert consumer.client.wakes == 0
+
+
+def test_a_consumer_whose_output_is_busy_is_woken_instead(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    consumer = HoldingSubscriber(nsqd, channel, output_free=False)
+    consumer.wait()
+    assert put_direct(channel, msgs(2)) == []
+    assert consumer.client.wakes == 1 and channel.depth() == 2
+    assert put_direct(channel, msgs(1, start=2)) == []  # no longer waiting: not woken twice
+    assert consumer.client.wakes == 1
+    assert nums(consumer.take()) == [0, 1, 2]
+
+
+def test_a_paused_channel_wakes_its_waiting_consumers(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    consumer = HoldingSubscriber(nsqd, channel)
+    consumer.wait()
+    channel.pause()
+    consumer.client.wakes = 0  # (pause() wakes every consumer)
+    assert put_direct(channel, msgs(2)) == []
+    assert consumer.client.wakes == 1 and channel.depth() == 2
+
+
+def test_waiting_consumers_are_served_in_turn_and_the_rest_left_waiting(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    a, b = HoldingSubscriber(nsqd, channel), HoldingSubscriber(nsqd, channel)
+    a.wait()
+    b.wait()
+    # One message: a takes it and waits again behind b; nothing left for b (the loop stops).
+    assert put_direct(channel, msgs(1)) == [(a.client, [0])]
+    assert put_direct(channel, msgs(1, start=1)) == [(b.client, [1])]
+    assert put_direct(channel, msgs(1, start=2)) == [(a.client, [2])]
+    assert a.client.wakes == b.client.wakes == 0
+
+
+def test_a_consumer_left_blocked_is_neither_waiting_nor_woken(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    a = HoldingSubscriber(nsqd, channel, ready=2)
+    b = HoldingSubscriber(nsqd, channel)
+    a.wait()
+    b.wait()
+    # a's RDY is used up: its FINs wake it later; b takes the rest.
+    assert put_direct(channel, msgs(3)) == [(a.client, [0, 1]), (b.client, [2])]
+    assert a.client.blocked and a.client.wakes == 0
+    assert put_direct(channel, msgs(1, start=3)) == [(b.client, [3])]  # a is not waiting
+
+
+def test_a_waiting_consumer_without_a_free_slot_gets_its_output_back_with_nothing(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    consumer = HoldingSubscriber(nsqd, channel)
+    consumer.wait()
+    consumer.client.set_ready(0)  # RDY 0 while its pump waited (which wakes it)
+    consumer.client.wakes = 0
+    assert put_direct(channel, msgs(1)) == [(consumer.client, [])]
+    assert consumer.client.delivered == [[]] and consumer.client.blocked
+    assert consumer.client.wakes == 0 and channel.depth() == 1
+
+
+def test_more_than_one_delivery_worth_wakes_the_consumer_for_the_rest(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    consumer = HoldingSubscriber(nsqd, channel, ready=2)
+    consumer.wait()
+    # Two copies of one ID fill the budget but count once in flight: a slot is
+    # still free and a message is left, so the pump is woken to take it.
+    dup = msgs(1) + msgs(1) + msgs(1, start=1)
+    assert put_direct(channel, dup) == [(consumer.client, [0, 0])]
+    assert not consumer.client.blocked and consumer.client.wakes == 1
+    assert nums(consumer.take()) == [1]
+
+
+def test_larger_puts_and_the_topic_pump_wake_instead_of_delivering(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    consumer = HoldingSubscriber(nsqd, channel)
+    consumer.wait()
+    assert put_direct(channel, msgs(DIRECT_DELIVERY_MAX + 1)) == []
+    assert consumer.client.wakes == 1
+    assert len(consumer.take()) == DIRECT_DELIVERY_MAX + 1
+    consumer.wait()
+    channel.put_messages(msgs(1, start=100))  # no deliveries: the topic pump's fan-out
+    assert consumer.client.wakes == 2 and consumer.client.delivered == []
+
+
+def test_requeue_and_touch_raise_channel_error_with_nsqd_reasons(owners):
+    channel, (a, ma), (b, mb) = two_consumers_one_message_each(owners())
+    for call in (lambda: channel.requeue(a.client, mb[0].id, 0), lambda: channel.touch(a.client, mb[0].id)):
+        with pytest.raises(ChannelError, match="^client does not own message$"):
+            call()
+    for call in (lambda: channel.requeue(a.client, b"%016x" % 9, 0), lambda: channel.touch(a.client, b"%016x" % 9)):
+        with pytest.raises(ChannelError, match="^ID not in flight$"):
+            call()
+    channel.requeue(a.client, ma[0].id, SECOND)
+    a.client.in_flight_count = 0
+    channel.touch(b.client, mb[0].id)
+    assert channel.deferred_count() == 1 and channel.in_flight_count() == 1

@@ -341,6 +341,6 @@ def test_the_resolver_finds_stale_names():
     if sys.implementation.name == "cpython":
         assert not_ours_but_real("threading.NoSuchThing") is False
         assert not_ours_but_real("time.Now") is False  # Go's name outside a Go context is caught
-    for name in ["Channel._waiting", "Client.identify", "Message.copy", "nsqd_threaded.testing.Broker",
+    for name in ["Channel._waiting", "Client.identify", "Message.encode", "nsqd_threaded.testing.Broker",
                  "consumer.rdy", "lookupd.db", "message.from_records", "LookupPeer._sock_lock"]:
         assert resolves(name), name

@@ -1,11 +1,13 @@
 """Pure tests of nsqd_threaded.wire.protocol: frames, message payloads, command lines, names, sizes, MPUB bodies."""
 
 import struct
+import sys
 
 import pytest
 
 from nsqd_threaded.internal import gocompat
 from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire.message import Message
 from nsqd_threaded.wire.protocol import ProtocolError
 
 from support.v2 import protocol_error
@@ -124,12 +126,23 @@ def test_encode_message_is_the_verified_disk_record():
 
 
 def test_message_frame_is_size_type_payload():
-    parts = protocol.message_frame_parts(TS, 0, MSG_ID, b"dd")
-    assert len(parts) == 3
-    wire = b"".join(parts)
+    [wire] = protocol.message_frames([Message(MSG_ID, b"dd", TS)], sys.maxsize)
     assert wire == b"\x00\x00\x00\x20\x00\x00\x00\x02" + PAYLOAD  # 4 + 26 + 2 = 32
     assert wire == protocol.frame(protocol.FRAME_TYPE_MESSAGE, PAYLOAD)
     assert protocol.decode_frame(wire) == (2, PAYLOAD)
+
+
+def test_message_frames_are_joined_into_chunks_of_at_least_the_limit():
+    msgs = [Message(b"%016d" % i, b"x" * 10, TS, i) for i in range(5)]
+    frame_size = 4 + protocol.MSG_HEADER_LENGTH + 4 + 10  # 44
+    chunks = list(protocol.message_frames(msgs, 2 * frame_size - 8))  # (sizes count from the frame type on)
+    assert [len(c) for c in chunks] == [2 * frame_size, 2 * frame_size, frame_size]
+    frames, used = protocol.split_frames(b"".join(chunks))
+    assert used == 5 * frame_size
+    assert [protocol.decode_message(data) for _, data in frames] == [
+        (TS, i, b"%016d" % i, b"x" * 10) for i in range(5)
+    ]
+    assert list(protocol.message_frames([], 1)) == []
 
 
 def test_message_attempts_and_body_edges():

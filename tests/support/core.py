@@ -38,7 +38,7 @@ class DrivenSubscriber:
         return self.channel.take(self.client, n)
 
     def fin(self, msgs):
-        assert self.channel.finish_many(self.client, [m.id for m in msgs]) == []
+        self.channel.finish_many(self.client, [m.id for m in msgs])  # (FinishError if one is not in flight)
 
     def take_all(self, expect, timeout=10.0):
         """take() until ``expect`` messages arrived (polling with a deadline)."""
@@ -61,3 +61,50 @@ def wait_until(predicate, timeout=10.0, what="condition"):
     while not predicate():
         assert time.monotonic() < deadline, "timed out waiting for " + what
         time.sleep(0.005)
+
+
+class OutputClient(Client):
+    """A Client whose output the test controls, standing in for the server's connection.
+
+    ``output_free``: what :meth:`hold_output` answers (a held output must be
+    released by :meth:`deliver_held` before it is free again).  ``delivered``
+    records each held delivery's messages, ``wakes`` counts the wake-ups.
+    """
+
+    def __init__(self, id, address, options):
+        super().__init__(id, address, options)
+        self.output_free = True
+        self.held = False
+        self.delivered = []
+        self.wakes = 0
+
+    def hold_output(self):
+        if not self.output_free or self.held:
+            return False
+        self.held = True
+        return True
+
+    def deliver_held(self, msgs):
+        assert self.held, "deliver_held without hold_output"
+        self.delivered.append(list(msgs))
+        self.held = False
+
+    def wake(self):
+        self.wakes += 1
+        super().wake()
+
+
+class HoldingSubscriber(DrivenSubscriber):
+    """A DrivenSubscriber whose client takes direct deliveries (see :class:`OutputClient`)."""
+
+    def __init__(self, nsqd, channel, ready=10**6, output_free=True):
+        self.client = OutputClient(next(DrivenSubscriber._next_id), ("127.0.0.1", 0), nsqd.options)
+        self.client.set_ready(ready)
+        self.client.output_free = output_free
+        self.client.wakes = 0  # (RDY wakes the pump)
+        self.channel = channel
+        channel.add_client(self.client)
+
+    def wait(self):
+        """Take from an empty channel: the consumer becomes a waiting one."""
+        assert self.take() == []
