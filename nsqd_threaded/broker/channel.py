@@ -304,7 +304,12 @@ class Channel(BackedQueue):
                 to_wake.append(client)
                 continue
             # (An empty list, all sampled out, still goes: its delivery releases the output.)
-            deliveries.append((client, self._take_for_locked(client, DIRECT_DELIVERY_MAX) or []))
+            try:
+                msgs = self._take_for_locked(client, DIRECT_DELIVERY_MAX) or []
+            except BaseException:
+                deliveries.append((client, []))  # (a failed disk read: the output is still released)
+                raise
+            deliveries.append((client, msgs))
             if client.blocked:
                 continue  # its FINs wake the pump
             if self._memory or self._backend.depth():
