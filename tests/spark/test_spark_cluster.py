@@ -108,13 +108,13 @@ def _wait_running(child, what):
 
 
 def test_source_rows_are_decoded_on_both_executors(cluster, tmp_path, record_property):
-    total = 20000
+    total = 10000
     bodies = [b"event %05d" % i for i in range(total)]
     t0 = time.monotonic()
     with Broker() as broker:
         _publish(broker.tcp_addr, "events", bodies)
-        child = _run_source(cluster, broker, tmp_path, "a", "events", "spark", maxBatchSize="5000",
-                            maxInFlight="10000")
+        child = _run_source(cluster, broker, tmp_path, "a", "events", "spark", maxBatchSize="2500",
+                            maxInFlight="5000")
         try:
             wait_until(lambda: drained([broker], "events", "spark", total) or child.proc.poll() is not None, 180,
                        lambda: "every message FINed (%s)" % child.stderr_tail())
@@ -165,10 +165,10 @@ def test_sink_publishes_from_executors_exactly_once(cluster, tmp_path, record_pr
 def test_two_applications_share_one_channel(cluster, tmp_path, record_property):
     """Two applications (one executor each, on different workers) consume one channel: nsqd
     balances the messages between their drivers, every message lands in exactly one of them."""
-    total = 20000
+    total = 10000
     bodies = [b"shared %05d" % i for i in range(total)]
     conf = cluster.conf(**{"spark.cores.max": "1"})
-    options = {"maxInFlight": "1000", "maxBatchSize": "500"}
+    options = {"maxInFlight": "2000", "maxBatchSize": "1000"}
     t0 = time.monotonic()
     with Broker() as broker:
         children = [_run_source(cluster, broker, tmp_path, name, "shared", "spark", conf, **options)
@@ -204,15 +204,15 @@ def test_a_worker_killed_mid_query_loses_nothing(cluster, tmp_path, record_prope
     """SIGKILL one worker JVM with its executor and Python workers while batches run (each row
     takes a millisecond, so tasks are running): Spark reruns the lost tasks on the other
     executor from the partitions the driver still holds; nothing is lost."""
-    total = 20000
+    total = 10000
     bodies = [b"order %05d" % i for i in range(total)]
     t0 = time.monotonic()
     with Broker() as broker:
         _publish(broker.tcp_addr, "orders", bodies)
         child = _run_source(cluster, broker, tmp_path, "k", "orders", "spark", where=0.001,
-                            maxBatchSize="2000", maxInFlight="4000")
+                            maxBatchSize="1000", maxInFlight="2000")
         try:
-            wait_until(lambda: finished(broker, "orders", "spark") >= 4000 or child.proc.poll() is not None, 180,
+            wait_until(lambda: finished(broker, "orders", "spark") >= 2000 or child.proc.poll() is not None, 180,
                        "the first batches committed")
             assert child.proc.poll() is None, child.stderr_tail()
             worker = cluster.worker_pid("worker-1")
