@@ -12,6 +12,15 @@ table, printed with the progress and written to ``--out``/per_minute as Parquet 
 every few seconds until Ctrl-C.  ``--publish N`` publishes N test messages once both queries run.
 Restarting it resumes from the checkpoints in ``--out``: messages are FINed only after
 Spark committed them, so nothing is lost; dedupe the archive on (nsqd, message_id).
+
+On a standalone cluster (``scripts/spark_cluster start`` prints its URL)::
+
+    scripts/build_pyz --installed -o nsqd-threaded.zip   # the package, for the executors
+    .venv/bin/python scripts/spark_pipeline.py --master spark://127.0.0.1:PORT --py-files nsqd-threaded.zip
+
+The driver (this process) consumes; the executors decode the partitions and write the
+archive.  ``--out`` must be a path every executor and the driver see (a shared
+filesystem; on one host any local path).
 """
 
 import argparse
@@ -40,6 +49,10 @@ def main():
     parser.add_argument("--out", default="spark-out", help="archive, counts and checkpoints go here")
     parser.add_argument("--publish", type=int, default=0, help="publish this many test messages once both queries run")
     parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until Ctrl-C)")
+    parser.add_argument("--master", default="local[2]", help="Spark master URL, e.g. spark://127.0.0.1:7077")
+    parser.add_argument("--py-files", default=None,
+                        help="comma-separated .zip files the executors put on their Python path (the package)")
+    parser.add_argument("--executor-memory", default="512m", help="each executor's heap (spark.executor.memory)")
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -47,8 +60,16 @@ def main():
     from pyspark.sql import functions as F
     from nsqd_threaded.spark import NsqDataSource
 
-    spark = SparkSession.builder.master("local[2]").appName("nsq-pipeline").config("spark.ui.enabled", "false") \
-        .config("spark.sql.shuffle.partitions", "2").getOrCreate()
+    builder = SparkSession.builder.master(args.master).appName("nsq-pipeline").config("spark.ui.enabled", "false") \
+        .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2") \
+        .config("spark.executor.memory", args.executor_memory)
+    if args.py_files:
+        builder = builder.config("spark.submit.pyFiles", ",".join(os.path.abspath(p) for p in args.py_files.split(",")))
+    if args.master.startswith(("spark://127.0.0.1:", "spark://localhost:")):
+        # A cluster on this host: the executors call the driver back on 127.0.0.1 (Spark would
+        # otherwise pick the host's first non-loopback address).
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(NsqDataSource)  # the one line that makes format("nsq") known
 

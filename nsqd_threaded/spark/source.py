@@ -115,13 +115,14 @@ class NsqStreamReader(DataSourceStreamReader):
     up to ``maxInFlight``), each with its reader thread, which appends the records of
     each read to ``_queued`` as one run ``(link, records)``; :meth:`latestOffset` moves
     up to ``maxBatchSize`` of them into ``_batches`` under the next seq; :meth:`commit`
-    FINs every batch up to the committed seq on the connections that delivered them.
+    hands every batch up to the committed seq to the ``nsq-spark-fin`` thread, which FINs
+    them on the connections that delivered them.
     The ``nsq-spark-touch`` thread TOUCHes everything received and not FINed (queued or
     planned) every ``msgTimeoutMs``/3, so a slow batch does not let nsqd redeliver it.
     With lookupd, the ``nsq-spark-lookup`` thread asks it for the topic's nodes every
     ``lookupdPollIntervalMs`` and connects to new ones.
 
-    ``_lock`` guards ``_queued``, ``_queued_count``, ``_batches``, ``_links`` and
+    ``_lock`` guards ``_queued``, ``_queued_count``, ``_batches``, ``_fins``, ``_links`` and
     ``_nodes`` (the reader threads, the touch and lookup threads and Spark's calls meet
     there); the offsets (``_seq``, ``_tick``, ``_last_end``) belong to Spark's calling
     thread alone.
@@ -145,11 +146,14 @@ class NsqStreamReader(DataSourceStreamReader):
         self._started = False
         self._per_node = None  # connections per node, once known
         self._stopping = threading.Event()
+        self._fins = []  # runs Spark committed, for the fin thread to FIN
+        self._fin_ready = threading.Condition(self._lock)  # commit() -> the fin thread: FINs queued
+        self._fin_thread = None
 
     def __getstate__(self):
         state = dict(self.__dict__)
         for name in ("_lock", "_queued", "_queued_count", "_batches", "_links", "_nodes", "_threads", "_started",
-                     "_per_node", "_stopping"):
+                     "_per_node", "_stopping", "_fins", "_fin_ready", "_fin_thread"):
             state.pop(name, None)
         return state
 
@@ -171,6 +175,7 @@ class NsqStreamReader(DataSourceStreamReader):
         for address in addresses:
             self._add_node(address, persistent=not s["lookupd"])
         self._start_thread(self._touch_loop, "nsq-spark-touch")
+        self._fin_thread = self._start_thread(self._fin_loop, "nsq-spark-fin")
         if s["lookupd"]:
             self._start_thread(self._lookup_loop, "nsq-spark-lookup")
 
@@ -180,6 +185,7 @@ class NsqStreamReader(DataSourceStreamReader):
                                   name="%s[%s/%s]" % (name, s["topic"], s["channel"]))
         self._threads.append(thread)
         thread.start()
+        return thread
 
     def _lookup(self):
         s = self.settings
@@ -465,18 +471,37 @@ class NsqStreamReader(DataSourceStreamReader):
         return iter((batch,))
 
     def commit(self, end):
-        """Spark committed every batch up to ``end``: FIN their messages on the delivering connections."""
+        """Spark committed every batch up to ``end``: FIN their messages on the delivering connections.
+
+        The FINs are written by the ``nsq-spark-fin`` thread, so that Spark's next batch does
+        not wait for tens of thousands of them: this runs on Spark's trigger thread, between a
+        batch's commit log entry and the next batch's planning.
+        """
         hi = int(end.get("seq", 0))
         with self._lock:
-            runs = []
             for k in sorted(k for k in self._batches if k <= hi):
-                runs.extend(self._batches.pop(k)[1])
-        for link, records in runs:
-            link.send_each(records, b"FIN ")
+                self._fins.extend(self._batches.pop(k)[1])
+            self._fin_ready.notify()
+
+    def _fin_loop(self):
+        """FIN what :meth:`commit` queued; once stopping, FIN what is left and end."""
+        while True:
+            with self._lock:
+                while not self._fins and not self._stopping.is_set():
+                    self._fin_ready.wait()
+                runs, self._fins = self._fins, []
+            if not runs:
+                return
+            for link, records in runs:
+                link.send_each(records, b"FIN ")
 
     def stop(self):
         """The query ended: stop consuming.  REQ what was received and never planned."""
-        self._stopping.set()
+        with self._lock:
+            self._stopping.set()
+            self._fin_ready.notify()
+        if self._fin_thread is not None:
+            self._fin_thread.join()  # every committed message FINed before the connections close
         with self._lock:
             queued, self._queued = self._queued, collections.deque()
             self._queued_count = 0
@@ -488,6 +513,7 @@ class NsqStreamReader(DataSourceStreamReader):
         for thread in self._threads:
             thread.join()
         self._threads = []
+        self._fin_thread = None
         self._started = False
 
 

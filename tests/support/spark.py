@@ -9,6 +9,7 @@ the crash tests' child: a streaming query from nsq to Parquet that prints each f
 batch (``batch <id> <rows>``) on stdout and stops cleanly when its stdin closes.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -42,17 +43,22 @@ def require_spark():
         pytest.fail("%s (%s)" % (PYSPARK_HELP, e), pytrace=False)
 
 
-def new_session(local_dir, app="nsqd-threaded-tests"):
-    """A ``local[2]`` SparkSession with the nsq data source registered; its scratch files in ``local_dir``."""
+def new_session(local_dir, app="nsqd-threaded-tests", master="local[2]", conf=None):
+    """A SparkSession (``local[2]`` unless ``master`` says otherwise, more settings in ``conf``)
+    with the nsq data source registered; its scratch files in ``local_dir``."""
     spark_environment()
     from pyspark.sql import SparkSession
 
     from nsqd_threaded.spark import NsqDataSource
 
+    builder = SparkSession.builder.master(master)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder
         .appName(app)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.local.dir", local_dir)
         .config("spark.driver.extraJavaOptions", "-Djava.io.tmpdir=%s" % local_dir)
@@ -141,8 +147,12 @@ class StreamChild:
     """A streaming query nsq -> Parquet in a child process (its own process group, so that a
     SIGKILL takes the JVM and its Python workers with it)."""
 
-    def __init__(self, nsqd, topic, channel, out, checkpoint, local_dir, **options):
+    def __init__(self, nsqd, topic, channel, out, checkpoint, local_dir, master="local[2]", conf=None, where=None,
+                 **options):
+        """``master``/``conf``: the session's; ``where`` (seconds per row, or 0): add a column
+        ``where`` that says which process handled each row (see :func:`where_column`)."""
         env = spark_environment(dict(os.environ))
+        env["NSQ_TEST_SPARK"] = json.dumps({"master": master, "conf": conf or {}, "where": where})
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         env["TMPDIR"] = local_dir
@@ -154,8 +164,13 @@ class StreamChild:
                                          stderr=stderr, env=env, start_new_session=True,
                                          universal_newlines=True)
         self.batches = []  # (batch id, rows) the child reported
+        self.driver_pid = None  # the driver's pid, once the child's session started
         self._reader = threading.Thread(target=self._read, name="spark-child-stdout", daemon=True)
         self._reader.start()
+
+    def stderr_text(self):
+        with open(self.stderr_path, errors="replace") as f:
+            return f.read()
 
     def stderr_tail(self, n=15):
         """The last lines the child wrote on stderr (Spark's log, tracebacks), for failure messages."""
@@ -168,6 +183,8 @@ class StreamChild:
             parts = line.split()
             if len(parts) == 3 and parts[0] == "batch":
                 self.batches.append((int(parts[1]), int(parts[2])))
+            elif len(parts) == 2 and parts[0] == "driver":
+                self.driver_pid = int(parts[1])
 
     def kill(self):
         """SIGKILL the child and every process under it: its group (driver, JVM) and the Python
@@ -230,14 +247,43 @@ def _descendants(pid):
     return found
 
 
+def where_column(delay=0.0):
+    """A column naming the process that computed each row, ``cwd|pid|module``: the working
+    directory (a standalone executor runs in ``WORK_DIR/APP_ID/EXECUTOR_ID``, and so do its
+    Python workers), the pid, and the file ``nsqd_threaded`` was imported from there.
+    Each row takes ``delay`` seconds more (so that tasks last long enough to be killed)."""
+    from pyspark.sql import functions as F
+
+    def where():
+        import time
+
+        import nsqd_threaded
+
+        if delay:
+            time.sleep(delay)
+        return "%s|%d|%s" % (os.getcwd(), os.getpid(), nsqd_threaded.__file__)
+
+    return F.udf(where).asNondeterministic()()
+
+
+def _child_setup():
+    setup = json.loads(os.environ.get("NSQ_TEST_SPARK") or "{}")
+    return setup.get("master", "local[2]"), setup.get("conf") or {}, setup.get("where")
+
+
 def _child_main(argv):
     nsqd, topic, channel, out, checkpoint, local_dir = argv[:6]
     options = dict(a.split("=", 1) for a in argv[6:])
-    spark = new_session(local_dir, "nsq-crash-child")
+    master, conf, where = _child_setup()
+    spark = new_session(local_dir, "nsq-child", master, conf)
+    print("driver %d" % os.getpid(), flush=True)
     reader = spark.readStream.format("nsq").option("nsqd", nsqd).option("topic", topic).option("channel", channel)
     for key, value in options.items():
         reader = reader.option(key, value)
-    query = (reader.load().writeStream.format("parquet").option("path", out)
+    frame = reader.load()
+    if where is not None:
+        frame = frame.withColumn("where", where_column(where))
+    query = (frame.writeStream.format("parquet").option("path", out)
              .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start())
     done = threading.Event()
 
@@ -260,5 +306,48 @@ def _child_main(argv):
     spark.stop()
 
 
+def _sink_main(argv):
+    """``--sink NSQD TOPIC ROWS LOCAL_DIR``: ROWS rows ``n|where`` in 4 partitions, written by the
+    nsq sink; prints ``published ROWS`` once ``save()`` returned."""
+    nsqd, topic, rows, local_dir = argv
+    master, conf, _ = _child_setup()
+    spark = new_session(local_dir, "nsq-sink-child", master, conf)
+    from pyspark.sql import functions as F
+
+    frame = spark.range(int(rows)).repartition(4).select(F.concat_ws("|", F.col("id").cast("string"),
+                                                                     where_column()).alias("body"))
+    frame.write.format("nsq").mode("append").option("nsqd", nsqd).option("topic", topic) \
+        .option("bodyColumn", "body").save()
+    print("published %s" % rows, flush=True)
+    spark.stop()
+
+
 if __name__ == "__main__":
-    _child_main(sys.argv[1:])
+    if sys.argv[1:2] == ["--sink"]:
+        _sink_main(sys.argv[2:])
+    else:
+        _child_main(sys.argv[1:])
+
+
+def committed_rows(out):
+    """The rows a streaming Parquet sink committed to ``out`` (read with pyarrow, so no
+    SparkSession is needed): only the files its ``_spark_metadata`` log lists, as Spark reads
+    them (a task killed half-way leaves a file no batch committed)."""
+    import pyarrow.parquet as pq
+
+    log = os.path.join(out, "_spark_metadata")
+    paths = set()
+    for name in os.listdir(log):
+        if name.startswith(".") or name.endswith(".tmp"):
+            continue
+        with open(os.path.join(log, name)) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    entry = json.loads(line)
+                    if entry.get("action", "add") == "add":
+                        paths.add(entry["path"])
+    rows = []
+    for path in sorted(paths):
+        rows.extend(pq.read_table(path.replace("file://", "", 1)).to_pylist())
+    return rows
