@@ -12,7 +12,7 @@ ambiguous):
 * ``nsqd [FLAGS]``: nsqd, stated explicitly;
 * the operator tools (:mod:`nsqd_threaded.tools`), by their short name or
   Go's: ``tail``/``nsq_tail``, ``to-nsq``/``to_nsq``, ``stat``/``nsq_stat``,
-  ``to-file``/``nsq_to_file``; so is any invocation whose program name is a
+  ``to-file``/``nsq_to_file``, ``to-http``/``nsq_to_http``, ``relay``/``nsq_to_nsq``; so is any invocation whose program name is a
   tool's Go name (a symlink ``nsq_tail -> nsqd-threaded.pyz``);
 * ``versions``: this package's version, the versions of what it runs with
   (for the ``.pyz``, what it bundles) and the interpreter's;
@@ -55,7 +55,8 @@ def commands_help():
         "  nsqadmin      the web UI (nsqadmin-threaded)",
     ]
     what = {"nsq_tail": "print a topic's messages", "to_nsq": "publish stdin, one message per line",
-            "nsq_stat": "a topic/channel's stats every interval", "nsq_to_file": "archive topics to rotating files"}
+            "nsq_stat": "a topic/channel's stats every interval", "nsq_to_file": "archive topics to rotating files",
+            "nsq_to_http": "send each message to HTTP endpoints", "nsq_to_nsq": "relay topics to other nsqd"}
     for go_name, (_, short) in tools.COMMANDS.items():
         lines.append("  %-13s %s (also %s; %s-threaded)" % (short, what[go_name], go_name, go_name))
     lines += ["  versions      the versions of this package, its dependencies and Python", "",

@@ -3,7 +3,9 @@
 * :mod:`.nsq_tail`: print a topic's messages;
 * :mod:`.to_nsq`: publish stdin, one message per line (or per ``--delimiter``);
 * :mod:`.nsq_stat`: a topic/channel's numbers across the cluster, every interval;
-* :mod:`.nsq_to_file`: archive topics to rotating (optionally gzipped) files.
+* :mod:`.nsq_to_file`: archive topics to rotating (optionally gzipped) files;
+* :mod:`.nsq_to_http`: send each message to HTTP endpoints (POST, or GET with a URL template);
+* :mod:`.nsq_to_nsq`: relay topics to other nsqd, FINed once the destination acknowledged.
 
 Each is a settings table (Go's flag names and defaults) and an app
 (``start``/``stop``/``done``) run by the app shell,
@@ -17,6 +19,8 @@ COMMANDS = {
     "to_nsq": ("to_nsq", "to-nsq"),
     "nsq_stat": ("nsq_stat", "stat"),
     "nsq_to_file": ("nsq_to_file", "to-file"),
+    "nsq_to_http": ("nsq_to_http", "to-http"),
+    "nsq_to_nsq": ("nsq_to_nsq", "relay"),
 }
 
 

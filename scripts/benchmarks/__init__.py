@@ -6,7 +6,7 @@ Layers, each importing only those below it:
   load average), the worker-process launcher;
 * the loads and probes: ``writer``, ``reader``, ``roundtrip``, ``memory``, ``floor``;
 * ``tools`` (Go's load tools or ours behind one interface) and the standalone
-  benchmarks (``connections``, ``drain``, ``features``, ``fixture``, ``policies``,
+  benchmarks (``apps``, ``connections``, ``drain``, ``features``, ``fixture``, ``policies``,
   ``snappy``, ``spark``);
 * ``compare`` (Go nsqd and ours side by side), then ``cli`` (the default table and
   the dispatch to the others).

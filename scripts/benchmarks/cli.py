@@ -26,6 +26,7 @@ from .common import BrokerProc, Quiet, interpreter
 
 # scripts/bench NAME: the benchmarks with a command line of their own (module: what it measures).
 COMMANDS = {
+    "apps": "each operator tool of ours and Go's against the same broker: msg/s and CPU per message",
     "consumer": "the package's Consumer draining a queued channel, from Go nsqd, ours and a baseline tree",
     "connections": "many idle connections: memory per connection, mass close, /stats and PUB latency",
     "drain": "the worst PUB round trip while a topic pump drains a backlog into a new channel",

@@ -1,0 +1,216 @@
+"""nsq_to_http against a real broker and real local HTTP endpoints (and Go's tool when present)."""
+
+import signal
+import socket
+import urllib.parse
+
+import pytest
+
+from nsqd_threaded.client import Producer
+from nsqd_threaded.testing import Broker
+
+from support.http_sink import Sink
+from support.tools import Tool, go_tool, run
+from support.wire import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+BODIES = [b"hello", b"with spaces & a=b?c", "ünïcode/é".encode(), b"\x00\xffbinary", b"x" * 3000, b"~-_.!*'()"]
+# go-nsq's requeue delay and backoff, made short so that retries happen within a test
+FAST_RETRY = ["--consumer-opt=default_requeue_delay,50ms", "--consumer-opt=backoff_multiplier,50ms"]
+
+
+@pytest.fixture
+def broker():
+    with Broker() as b:
+        yield b
+
+
+def make_channels(broker, topic, *names):
+    for name in names:
+        broker.nsqd.get_topic(topic).get_channel(name)
+
+
+def channel_counts(broker, topic, name):
+    for t in broker.stats(topic=topic)["topics"] or ():
+        for c in t["channels"] or ():
+            if c["channel_name"] == name:
+                return c["depth"], c["in_flight_count"], c["deferred_count"]
+    return None
+
+
+def publish(broker, topic, bodies):
+    with Producer(broker.tcp_addr) as producer:
+        producer.mpub(topic, bodies)
+
+
+def drained(broker, topic, channel):
+    return lambda: channel_counts(broker, topic, channel) == (0, 0, 0)
+
+
+def stop(tool):
+    tool.signal(signal.SIGTERM)
+    code = tool.wait()
+    tool.close()
+    return code
+
+
+def closed_port():
+    """A 127.0.0.1 port nobody listens on (bound, then closed)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_post_sends_each_body_once_with_content_type_headers_and_user_agent(broker):
+    make_channels(broker, "t", "nsq_to_http")
+    publish(broker, "t", BODIES)
+    with Sink() as sink:
+        tool = Tool("to-http", "--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr, "--post=%s/in?x=1" % sink.url,
+                    "--content-type=text/plain", "--header=x-api-key: s3cret", "--header", "X-Other:two")
+        try:
+            sink.wait(lambda reqs: len(reqs) == len(BODIES), what="every message")
+            wait_for(drained(broker, "t", "nsq_to_http"), what="every message FINed")
+        finally:
+            assert stop(tool) == 0
+    assert sorted(r.body for r in sink.requests) == sorted(BODIES)
+    for r in sink.requests:
+        assert (r.method, r.path) == ("POST", "/in?x=1")
+        assert r.header("Content-Type") == "text/plain"
+        assert r.header("X-Api-Key") == "s3cret" and r.header("X-Other") == "two"
+        assert r.header("User-Agent") == "nsq_to_http v1.3.0"
+
+
+def test_get_replaces_the_template_with_the_query_escaped_body(broker):
+    make_channels(broker, "t", "nsq_to_http")
+    publish(broker, "t", BODIES)
+    with Sink() as sink:
+        tool = Tool("to-http", "--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr,
+                    "--get=%s/q?data=%%s&src=nsq" % sink.url)
+        try:
+            sink.wait(lambda reqs: len(reqs) == len(BODIES), what="every message")
+        finally:
+            assert stop(tool) == 0
+    assert all(r.method == "GET" and r.body == b"" for r in sink.requests)
+    assert sorted(r.path for r in sink.requests) == sorted(
+        "/q?data=%s&src=nsq" % urllib.parse.quote_plus(b, safe="") for b in BODIES)
+    assert "/q?data=with+spaces+%26+a%3Db%3Fc&src=nsq" in [r.path for r in sink.requests]
+
+
+def test_a_failing_endpoint_is_retried_and_no_message_is_lost(broker):
+    bodies = [b"m%03d" % i for i in range(60)]
+    make_channels(broker, "t", "nsq_to_http")
+    publish(broker, "t", bodies)
+    with Sink(statuses=[500] * 6 + [503] * 2) as sink:
+        tool = Tool("to-http", "--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr, "--post=" + sink.url, "-n", "4",
+                    *FAST_RETRY)
+        try:
+            sink.wait(lambda reqs: len({r.body for r in reqs if r.status == 200}) == len(bodies), timeout=60,
+                      what="every message accepted")
+            wait_for(drained(broker, "t", "nsq_to_http"), timeout=30, what="every message FINed")
+        finally:
+            assert stop(tool) == 0
+    assert sorted(r.body for r in sink.succeeded()) == bodies  # each exactly once
+    assert sum(r.status >= 500 for r in sink.requests) == 8
+    assert b"got status code 500" in tool.err and b"backing off" in tool.err
+
+
+def test_round_robin_alternates_between_endpoints(broker):
+    bodies = [b"rr%02d" % i for i in range(40)]
+    make_channels(broker, "t", "nsq_to_http")
+    publish(broker, "t", bodies)
+    with Sink() as a, Sink() as b:
+        tool = Tool("to-http", "--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr, "--post=" + a.url,
+                    "--post=" + b.url, "--mode=round-robin", "--status-every=10")
+        try:
+            wait_for(lambda: len(a.requests) + len(b.requests) == len(bodies), timeout=30,
+                     what="every message (%s)" % tool.err[-3000:])
+        finally:
+            assert stop(tool) == 0
+    assert len(a.requests) == len(b.requests) == 20
+    assert sorted(r.body for r in a.requests + b.requests) == bodies
+    assert b"[aggregate]: finished 10 - 99th: " in tool.err
+    assert ("[%s]: finished 10 - " % a.url).encode() in tool.err
+
+
+def test_hostpool_leaves_a_dead_endpoint_and_an_unknown_mode_sends_to_every_one(broker):
+    bodies = [b"hp%02d" % i for i in range(30)]
+    make_channels(broker, "t", "hp", "all")
+    publish(broker, "t", bodies)
+    dead = "http://127.0.0.1:%d/" % closed_port()
+    with Sink() as live:
+        tool = Tool("to-http", "--topic=t", "--channel=hp", "--nsqd-tcp-address=" + broker.tcp_addr,
+                    "--post=" + dead, "--post=" + live.url, "-n", "1", *FAST_RETRY)
+        try:
+            live.wait(lambda reqs: len(reqs) == len(bodies), what="every message at the live endpoint")
+            wait_for(drained(broker, "t", "hp"), what="every message FINed")
+        finally:
+            assert stop(tool) == 0
+        assert sorted(r.body for r in live.requests) == bodies
+        assert tool.err.count(b"connection refused") + tool.err.count(b"Connection refused") == 1  # marked dead
+    with Sink() as a, Sink() as b:
+        tool = Tool("to-http", "--topic=t", "--channel=all", "--nsqd-tcp-address=" + broker.tcp_addr,
+                    "--post=" + a.url, "--post=" + b.url, "--mode=all")
+        try:
+            wait_for(lambda: len(a.requests) == len(b.requests) == len(bodies), what="every message at both")
+        finally:
+            assert stop(tool) == 0
+        assert sorted(r.body for r in a.requests) == sorted(r.body for r in b.requests) == bodies
+
+
+def test_sample_sends_a_fraction_and_fins_the_rest(broker):
+    bodies = [b"s%03d" % i for i in range(400)]
+    make_channels(broker, "t", "nsq_to_http")
+    publish(broker, "t", bodies)
+    with Sink() as sink:
+        tool = Tool("to-http", "--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr, "--post=" + sink.url,
+                    "--sample=0.25")
+        try:
+            wait_for(drained(broker, "t", "nsq_to_http"), timeout=30, what="every message FINed")
+        finally:
+            assert stop(tool) == 0
+    assert 40 < len(sink.requests) < 160
+
+
+def test_nsq_to_http_refuses_what_go_refuses():
+    base = ["to-http", "--topic=t", "--nsqd-tcp-address=127.0.0.1:1"]
+    cases = [
+        (base + ["--post=http://h/", "--header=nocolon"], "--header value format should be 'key=value'"),
+        (["to-http", "--nsqd-tcp-address=127.0.0.1:1", "--post=http://h/"], "--topic and --channel are required"),
+        (base + ["--get=http://h/%s", "--content-type=text/plain"], "--content-type only used with --post"),
+        (base, "--get or --post required"),
+        (base + ["--get=http://h/%s", "--post=http://h/"], "use --get or --post not both"),
+        (base + ["--get=http://h/"], "invalid GET address - must be a printf string"),
+        (base + ["--post=http://h/", "--sample=1.5"], "--sample must be between 0.0 and 1.0"),
+        (["to-http", "--topic=t", "--post=http://h/"], "--nsqd-tcp-address or --lookupd-http-address required"),
+    ]
+    for argv, message in cases:
+        code, _, err = run(*argv)
+        assert code == 1 and message in err, (argv, err)
+
+
+def test_same_requests_as_gos_nsq_to_http(broker):
+    go = go_tool("nsq_to_http")
+    if go is None:
+        pytest.skip("Go's nsq_to_http is not here")
+    bodies = BODIES + [b"plain %d" % i for i in range(20)]
+    for topic in ("p", "g"):
+        make_channels(broker, topic, "ours", "gos")
+        publish(broker, topic, bodies)
+    seen = {}
+    for who in ("ours", "gos"):
+        with Sink() as sink:
+            for topic, target in (("p", "--post=%s/p" % sink.url), ("g", "--get=%s/g?v=%%s" % sink.url)):
+                args = ["--topic=" + topic, "--channel=" + who, "--nsqd-tcp-address=" + broker.tcp_addr, target,
+                        "--header=X-Key: v"] + (["--content-type=application/json"] if topic == "p" else [])
+                tool = Tool("to-http", *args) if who == "ours" else Tool(argv=[go] + args)
+                try:
+                    sink.wait(lambda reqs: sum(r.path.startswith("/" + topic) for r in reqs) == len(bodies),
+                              what="%s's requests for %s (%s)" % (who, topic, tool.err[-2000:]))
+                finally:
+                    assert stop(tool) == 0
+            seen[who] = sorted((r.method, r.path, r.body, r.header("Content-Type"), r.header("X-Key"),
+                                r.header("User-Agent")) for r in sink.requests)
+    assert seen["ours"] == seen["gos"]
