@@ -40,7 +40,8 @@ import random
 import time
 from typing import Protocol
 
-from ..storage.backend import BackedQueue, BackendError
+from ..storage.backend import BackendError
+from .backed_queue import BackedQueue
 from .e2e import E2ELatency
 from .pqueue import TimedIndex
 from ..wire.message import from_records

@@ -11,7 +11,7 @@ import threading
 
 
 class ScanSet:
-    """A set of :class:`~nsqd_threaded.storage.backend.BackedQueue` with work for the scanner.
+    """A set of :class:`~nsqd_threaded.broker.backed_queue.BackedQueue` with work for the scanner.
 
     ``_lock`` guards ``_members``.  Lock order: Topic._lock / Channel._lock ->
     ScanSet._lock (members add and discard themselves holding their own

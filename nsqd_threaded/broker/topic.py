@@ -25,9 +25,10 @@ import itertools
 import threading
 import time
 
-from ..storage.backend import BackedQueue, BackendError
+from ..storage.backend import BackendError
 from ..wire.message import DEFERRED, MESSAGES, RECORD_HEADER, RECORDS, Message, as_records, batch_form, copy_batch
 from ..wire.protocol_v1 import encode_register, encode_unregister
+from .backed_queue import BackedQueue
 from .channel import Channel, ChannelError, DirectDeliveries
 from .guid import GUIDFactory
 
