@@ -12,7 +12,7 @@ failure is one ``FATAL`` line naming what to fix, never a traceback.
 import click  # noqa: F401 (testing.py catches the exceptions of this click)
 
 from . import command
-from .broker import interpreter
+from .internal.process import tune_gc
 from .server.nsqd import NSQD
 from .settings.options import BY_FIELD, SETTINGS, Options, check_data_path
 
@@ -23,7 +23,7 @@ def _prepare(options):
     problem = check_data_path(options.data_path)
     if problem:
         fatal("failed to instantiate nsqd - %s" % problem)
-    interpreter.tune()
+    tune_gc()
 
 
 def _start_failure(exc):

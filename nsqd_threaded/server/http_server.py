@@ -21,7 +21,7 @@ import urllib.parse
 
 from ..internal import gocompat
 from .base import Listener
-from .idle import new_connection_park
+from .park import new_connection_park
 
 
 X_NSQ = ("X-NSQ-Content-Type", "nsq; version=1.0")

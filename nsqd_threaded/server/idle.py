@@ -19,13 +19,12 @@ Linux only (epoll); elsewhere :func:`new_idle_watcher` returns None and
 connection threads simply block in ``recv``.
 """
 
-import ctypes
-import heapq
 import os
 import select
-import sys
 import threading
 import time
+
+from ..internal.process import malloc_trim, widen_futex_hash
 
 IDLE_AFTER = 0.5  # seconds without a byte before a connection thread parks
 MAX_RUNNING = 32  # released parked threads that may be running at once
@@ -64,7 +63,7 @@ class IdleWatcher:
         self._stopping = False
         self._closed = 0  # connections closed since the last trim
         self._last_closed = 0.0  # time.monotonic() of the last close
-        self._trim = trim if trim is not None else _malloc_trim()
+        self._trim = trim if trim is not None else malloc_trim()
         self._trim_after_closed = trim_after_closed
         self._trim_quiet = trim_quiet
         self._permits = threading.Semaphore(max_running)  # released threads not yet past their recv
@@ -174,182 +173,14 @@ class IdleWatcher:
                 entry[0].release()
 
 
-def _malloc_trim():
-    """glibc's ``malloc_trim`` (ctypes releases the GIL around it), or None elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        trim = ctypes.CDLL(None).malloc_trim  # glibc only (not musl)
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
-
-
-FUTEX_HASH_SLOTS = 8192  # futex hash buckets wanted for a process holding thousands of threads
-_PR_FUTEX_HASH = 78  # prctl(2) option and sub-commands (linux/prctl.h, Linux 6.16+)
-_PR_FUTEX_HASH_SET_SLOTS = 1
-_PR_FUTEX_HASH_GET_SLOTS = 2
-
-
-def widen_futex_hash(slots=FUTEX_HASH_SLOTS):
-    """Give this process a futex hash table with ``slots`` buckets (Linux 6.16+; elsewhere a no-op).
-
-    Every sleeping thread (on a lock, a Condition, the GIL) waits in a
-    bucket of its process's futex hash, and every wake-up walks its bucket.
-    Since Linux 6.16 a threaded process gets a private table sized by its
-    CPU count, not its thread count: 16 buckets on 2 CPUs, so with 10,000
-    threads each wake-up walked some 600 waiters, and a mass disconnect (a
-    few wake-ups per connection) spent most of its time there in the kernel.
-    Returns the slots now in use, or None where the call is not supported.
-    The setting is the process's and only ever raised, so brokers sharing a
-    process agree on it; 8192 buckets cost the kernel about half a MB.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    current = prctl(_PR_FUTEX_HASH, _PR_FUTEX_HASH_GET_SLOTS, 0, 0, 0)
-    if current < 0:
-        return None  # before Linux 6.16: one global table, nothing to do
-    if current >= slots:
-        return current
-    if prctl(_PR_FUTEX_HASH, _PR_FUTEX_HASH_SET_SLOTS, slots, 0, 0) < 0:
-        return current
-    return slots
-
-
 def new_idle_watcher():
     """An IdleWatcher where epoll exists, else None (and a futex hash wide enough for many threads).
 
     Widening the futex hash is process-wide, yet the daemon does it rather
-    than the command (see :mod:`nsqd_threaded.broker.interpreter`): a program
+    than the command (see :mod:`nsqd_threaded.internal.process`): a program
     embedding a broker holds its connection threads as well.
     """
     if not hasattr(select, "epoll"):
         return None
     widen_futex_hash()
     return IdleWatcher()
-
-
-class ConnectionPark:
-    """Idle connections held without a thread: one thread watches their sockets.
-
-    An HTTP keep-alive connection between requests needs no thread: its
-    connection thread hands the socket here (:meth:`park`) and ends.  When the
-    socket becomes readable (a new request, or the client closing) this
-    watcher calls ``resume(sock, address)``, which gives it a thread again;
-    when it stays quiet for its ``timeout`` the watcher calls
-    ``expire(sock, address)``, which closes it.  Both callbacks run on the
-    watcher thread and must not block.
-
-    ``_lock`` guards ``_parked`` (fd -> (sock, address, deadline)), the heap
-    of deadlines ``_deadlines`` (stale entries are skipped) and ``_stopping``.
-    Linux only (epoll): see :func:`new_connection_park`.
-    """
-
-    def __init__(self, resume, expire, name):
-        self._resume = resume
-        self._expire = expire
-        self._epoll = select.epoll()
-        self._lock = threading.Lock()  # guards _parked, _deadlines and _stopping
-        self._parked = {}
-        self._deadlines = []
-        self._stopping = False
-        self._wake_r, self._wake_w = os.pipe()
-        self._epoll.register(self._wake_r, select.EPOLLIN)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def park(self, sock, address, timeout):
-        """Hold ``sock`` until readable or ``timeout`` seconds pass; False when stopping (keep it)."""
-        fd = sock.fileno()
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            if self._stopping:
-                return False
-            first = not self._deadlines or deadline < self._deadlines[0][0]
-            self._parked[fd] = (sock, address, deadline)
-            heapq.heappush(self._deadlines, (deadline, fd))
-        try:
-            self._epoll.register(fd, select.EPOLLIN | select.EPOLLONESHOT)  # EOF is readable too
-        except (OSError, ValueError):  # (ValueError: stop() closed the epoll meanwhile)
-            with self._lock:
-                self._parked.pop(fd, None)
-            return False
-        if first:
-            os.write(self._wake_w, b"d")  # the watcher's sleep must end sooner
-        return True
-
-    def __len__(self):
-        with self._lock:
-            return len(self._parked)
-
-    def stop(self):
-        """Stop and join the watcher; returns the ``(sock, address)`` still parked, for the caller to close."""
-        with self._lock:
-            self._stopping = True
-        os.write(self._wake_w, b"x")
-        self._thread.join()
-        self._epoll.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
-        with self._lock:
-            left = [(sock, address) for sock, address, _ in self._parked.values()]
-            self._parked.clear()
-        return left
-
-    def _take(self, fd):
-        with self._lock:
-            entry = self._parked.pop(fd, None)
-        if entry is not None:
-            try:
-                self._epoll.unregister(fd)
-            except OSError:
-                pass
-        return entry
-
-    def _run(self):
-        wake_r = self._wake_r
-        while True:
-            with self._lock:
-                if self._stopping:
-                    return
-                timeout = self._deadlines[0][0] - time.monotonic() if self._deadlines else -1
-            try:
-                events = self._epoll.poll(max(0.0, timeout) if timeout != -1 else -1)
-            except InterruptedError:
-                continue
-            for fd, _ in events:
-                if fd == wake_r:
-                    os.read(wake_r, 64)
-                    continue
-                entry = self._take(fd)
-                if entry is not None:
-                    self._resume(entry[0], entry[1])
-            now = time.monotonic()
-            expired = []
-            with self._lock:
-                heap = self._deadlines
-                while heap and heap[0][0] <= now:
-                    deadline, fd = heapq.heappop(heap)
-                    entry = self._parked.get(fd)
-                    if entry is not None and entry[2] == deadline:
-                        expired.append(fd)
-            for fd in expired:
-                entry = self._take(fd)
-                if entry is not None:
-                    self._expire(entry[0], entry[1])
-
-
-def new_connection_park(resume, expire, name):
-    """A ConnectionPark where epoll exists, else None (connections then keep their threads)."""
-    if not hasattr(select, "epoll"):
-        return None
-    return ConnectionPark(resume, expire, name)

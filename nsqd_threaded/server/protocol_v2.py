@@ -22,7 +22,7 @@ from ..internal.gocompat import go_quote
 from ..wire import protocol, transport
 from ..wire.protocol import ProtocolError, text
 from . import auth_query
-from .connection import ConnectionEnded, Reader
+from .reader import ConnectionEnded, Reader
 
 
 class ProtocolV2:

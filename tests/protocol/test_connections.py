@@ -12,16 +12,10 @@ import pytest
 
 from nsqd_threaded.broker.channel import Subscriber
 from nsqd_threaded.broker.client_v2 import STATE_CLOSING, STATE_SUBSCRIBED
-from nsqd_threaded.server.connection import MAX_CHUNK, MIN_CHUNK, ClientConnection, ConnectionEnded, Reader
-from nsqd_threaded.server.idle import (
-    FUTEX_HASH_SLOTS,
-    IDLE_AFTER,
-    TIMED_OUT,
-    WOKEN,
-    WOKEN_UNCOUNTED,
-    IdleWatcher,
-    widen_futex_hash,
-)
+from nsqd_threaded.internal.process import FUTEX_HASH_SLOTS, widen_futex_hash
+from nsqd_threaded.server.connection import ClientConnection
+from nsqd_threaded.server.idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED, IdleWatcher
+from nsqd_threaded.server.reader import MAX_CHUNK, MIN_CHUNK, ConnectionEnded, Reader
 from nsqd_threaded.wire import protocol
 
 from support.wire import Conn, wait_for

@@ -1,11 +1,11 @@
-"""The command's process-wide interpreter settings (broker/interpreter.py)."""
+"""The process tuning (internal/process.py): the command's gc threshold."""
 
 import gc
 import platform
 
 import pytest
 
-from nsqd_threaded.broker import interpreter
+from nsqd_threaded.internal import process
 
 from support.core import make_owner
 
@@ -24,13 +24,13 @@ def gc_threshold():
 @pytest.mark.skipif(not CPYTHON, reason="the gc thresholds are CPython's")
 def test_tune_raises_only_the_youngest_generation_threshold(gc_threshold):
     gc.set_threshold(700, 10, 10)
-    interpreter.tune()
-    assert gc.get_threshold() == (interpreter.GC_GEN0_THRESHOLD, 10, 10)
+    process.tune_gc()
+    assert gc.get_threshold() == (process.GC_GEN0_THRESHOLD, 10, 10)
     gc.set_threshold(50000, 3, 4)  # higher already: kept
-    interpreter.tune()
+    process.tune_gc()
     assert gc.get_threshold() == (50000, 3, 4)
     gc.set_threshold(0, 10, 10)  # automatic collection off: stays off
-    interpreter.tune()
+    process.tune_gc()
     assert gc.get_threshold() == (0, 10, 10)
 
 

@@ -1,0 +1,307 @@
+"""The connection thread's reader: a buffered socket reader with nsqd's line limit.
+
+It owns the read side of one TCP connection: the read deadline (enforced by
+the kernel through SO_RCVTIMEO), the heartbeat ticker while no pump runs,
+parking with the :class:`~nsqd_threaded.server.idle.IdleWatcher` after
+:data:`~nsqd_threaded.server.idle.IDLE_AFTER` quiet seconds, and decoding
+through TLS or compression once negotiated.
+"""
+
+import socket
+import struct
+import sys
+import time
+
+from ..wire import protocol
+from ..wire.transport import TransportError
+from .idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED
+
+
+class ConnectionEnded(Exception):
+    """EOF, a read error or timeout, or an over-long line: close without an error frame."""
+
+
+# The receive chunk: small while a connection is idle (thousands of consumers
+# each hold one), doubled while recvs come back full (a publisher streaming
+# commands), sized up to a large body's length while reading it, and shrunk
+# back once recvs come back small again.
+MIN_CHUNK = 4096
+MAX_LINE = protocol.MAX_LINE
+_monotonic = time.monotonic
+MAX_CHUNK = 262144
+
+
+class Reader:
+    """A buffered reader over a socket with nsqd's 16 KiB line limit.
+
+    Used by the connection thread only.
+    """
+
+    def __init__(self, sock, idle_watcher=None, disconnected=None, ticker=None):
+        """``disconnected``: a callable, true once the connection is being closed
+        (checked before each recv and each decode: a stream that inflates to
+        gigabytes from what is already received must not outlive the broker).
+
+        ``ticker(now)``: called with ``time.monotonic()`` once the time it last
+        returned has come (and whenever the read deadline changes: IDENTIFY
+        may change the heartbeat interval); it sends a heartbeat if one is
+        due and returns when to call it next, or None for never (the pump
+        sends them now, or heartbeats are off).  Without a deadline (no
+        heartbeats) it is not called.
+        """
+        self._sock = sock
+        self._disconnected = disconnected
+        self._ticker = ticker
+        self._tick_at = 0.0 if ticker is not None else None  # when to call the ticker next
+        self._buf = bytearray()
+        self._pos = 0
+        self._deadline = None
+        sock.settimeout(None)  # blocking: deadlines are the kernel's (see set_deadline)
+        self._timeout = None
+        # With a watcher, a recv also times out after IDLE_AFTER seconds and
+        # the thread parks there (see nsqd_threaded.server.idle).
+        self._idle = idle_watcher
+        self._holds_permit = False
+        if idle_watcher is not None:
+            self._set_timeout(None)
+        # recv_into one reused buffer: recv(n) would allocate n bytes per call.
+        self._chunk = bytearray(MIN_CHUNK)
+        self._last_recv = 0  # bytes the last recv returned
+        # Socket bytes -> command bytes once TLS or compression is negotiated
+        # (see nsqd_threaded.wire.transport); None on a plain connection.
+        self._decode = None
+        self._layers = None  # the Transport behind _decode
+
+    def set_deadline(self, seconds):
+        """Start reading a command: its line and body must arrive within ``seconds``.
+
+        nsqd sets one read deadline before each command (2 x heartbeat
+        interval; none when heartbeats are off), so a client trickling bytes
+        cannot extend it.  The deadline is enforced by the kernel
+        (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket: no poll() before every
+        recv and send, unlike a Python socket timeout).  It is set only when it
+        changes, and lowered only for a command that has used half its time.
+        """
+        if seconds == self._timeout and seconds is not None:  # the usual case: same as the last command's
+            self._deadline = _monotonic() + seconds
+            return
+        if self._ticker is not None:
+            self._tick_at = 0.0  # the heartbeat interval may have changed: ask the ticker again
+        if seconds is None or seconds <= 0:
+            self._deadline = None
+            if self._timeout is not None:
+                self._set_timeout(None)
+            return
+        self._deadline = time.monotonic() + seconds
+        if self._timeout != seconds:
+            self._set_timeout(seconds)
+
+    def _set_timeout(self, seconds):
+        tv = _timeval(seconds)
+        recv_seconds = seconds
+        # Parking (or, without a watcher, a heartbeat) needs the recv to come
+        # back after IDLE_AFTER seconds of nothing.
+        if (self._idle is not None or self._ticker is not None) and (seconds is None or seconds > IDLE_AFTER):
+            recv_seconds = IDLE_AFTER
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(recv_seconds))
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)  # the pump's writes too
+        self._timeout = seconds
+
+    def _fill(self, missing=0):
+        """One recv; ``missing`` is how many more bytes the caller is known to need."""
+        if self._disconnected is not None and self._disconnected():
+            raise ConnectionEnded("closed by the broker")
+        if self._deadline is not None:
+            now = _monotonic()
+            remaining = self._deadline - now
+            if remaining <= 0:
+                raise ConnectionEnded("i/o timeout")
+            if remaining < self._timeout * 0.5:
+                self._set_timeout(remaining)
+            tick_at = self._tick_at
+            if tick_at is not None and now >= tick_at:
+                self._tick_at = self._ticker(now)
+        layers = self._layers
+        if layers is not None and layers.pending():
+            # A large inflate stopped at its limit: its input is already here.
+            self._append_decoded(b"", lambda _: layers.drain())
+            return
+        chunk = self._chunk
+        size = len(chunk)
+        want = 2 * size if self._last_recv == size else missing
+        if want > size:
+            if size < MAX_CHUNK:  # a large body, or a stream: fewer, larger recvs
+                chunk = self._chunk = bytearray(min(MAX_CHUNK, want))
+        elif size > MIN_CHUNK and missing <= MIN_CHUNK and self._last_recv < size // 8:
+            chunk = self._chunk = bytearray(MIN_CHUNK)  # quiet again: give the memory back
+        try:
+            n = self._sock.recv_into(chunk)
+        except BlockingIOError:  # SO_RCVTIMEO: idle, or the deadline passed
+            n = self._recv_after_idle(chunk)
+        except (OSError, ValueError) as e:  # reset, closed
+            raise ConnectionEnded(str(e)) from None
+        if not n:
+            raise ConnectionEnded("EOF")
+        self._last_recv = n
+        if self._decode is not None:
+            self._append_decoded(memoryview(chunk)[:n])
+            return
+        if self._pos == len(self._buf):
+            # Drained: a fresh buffer rather than a resized one, so that one
+            # large body's allocation is not kept for the connection's life.
+            self._buf = chunk[:n] if n < len(chunk) else bytearray(chunk)
+            self._pos = 0
+            return
+        if self._pos > 65536:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += memoryview(chunk)[:n]
+
+    def _append_decoded(self, data, decode=None):
+        """Decode ``data`` into the buffer (maybe nothing yet: a partial record or frame)."""
+        try:
+            data = (decode or self._decode)(data)
+        except TransportError as e:
+            raise ConnectionEnded(str(e)) from None
+        if not data:
+            return
+        if self._pos > 65536 or self._pos == len(self._buf):
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    def set_decoder(self, decode, layer_decode=None, layers=None):
+        """Read through ``decode`` from now on.
+
+        ``layer_decode`` is the newly added layer alone: the bytes already
+        buffered (received before the upgrade, but after the IDENTIFY that
+        asked for it) are fed through it, so nothing a client sent early is
+        lost and nothing decodable is left undecoded.
+        """
+        self._decode = decode
+        self._layers = layers
+        if layer_decode is not None:
+            rest = bytes(self._buf[self._pos :])
+            self._buf = bytearray()
+            self._pos = 0
+            self._append_decoded(rest, layer_decode)
+
+    def take_buffered(self):
+        """Remove and return the unread bytes (the start of a TLS handshake)."""
+        rest = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        return rest
+
+    def _recv_after_idle(self, chunk):
+        """The recv timed out: park with the idle watcher (without one: recv
+        again) until readable, sending heartbeats as they fall due; then recv
+        (ConnectionEnded at the deadline)."""
+        idle = self._idle
+        while True:
+            wait = None
+            tick_at = None
+            if self._deadline is not None:
+                now = _monotonic()
+                wait = self._deadline - now
+                if wait <= 0:
+                    raise ConnectionEnded("i/o timeout")
+                tick_at = self._tick_at
+                if tick_at is not None and now >= tick_at:
+                    tick_at = self._tick_at = self._ticker(now)
+                if self._disconnected is not None and self._disconnected():
+                    raise ConnectionEnded("closed by the broker")  # the heartbeat's write failed
+                if tick_at is not None and tick_at - now < wait:
+                    wait = tick_at - now
+                else:
+                    tick_at = None
+            if idle is None:
+                woken = WOKEN_UNCOUNTED  # the blocking recv waits, for IDLE_AFTER seconds at most
+            else:
+                woken = idle.park(self._sock.fileno(), wait)
+                if woken == TIMED_OUT:
+                    if tick_at is not None and _monotonic() >= tick_at:
+                        continue  # a heartbeat is due, not the deadline
+                    raise ConnectionEnded("i/o timeout")  # (or the watcher is stopping)
+            counted = woken == WOKEN
+            try:
+                n = self._sock.recv_into(chunk)
+            except BlockingIOError:
+                if counted:
+                    idle.resumed()
+                continue  # not readable after all (a spurious wake-up): park again
+            except (OSError, ValueError) as e:
+                self._holds_permit = counted
+                raise ConnectionEnded(str(e)) from None
+            if not n:
+                # The connection ends: the permit is kept through its teardown
+                # (see close), so a mass close is torn down a few at a time.
+                self._holds_permit = counted
+                return n
+            if counted:
+                idle.resumed()
+            return n
+
+    def close(self):
+        """The connection is torn down: return a permit kept since its last recv."""
+        if self._holds_permit:
+            self._holds_permit = False
+            self._idle.resumed()
+
+    def memory(self):
+        """Bytes held by this reader's buffers (for tests and diagnostics).
+
+        CPython's ``getsizeof`` includes a bytearray's spare capacity; PyPy has
+        no ``getsizeof``, and its length is the best estimate there.
+        """
+        try:
+            held = sys.getsizeof(self._buf)
+        except TypeError:  # PyPy
+            held = len(self._buf)
+        return len(self._chunk) + held
+
+    def readline(self):
+        """One line without its ``\\n``."""
+        buf = self._buf
+        pos = self._pos
+        while True:
+            i = buf.find(b"\n", pos, pos + MAX_LINE)
+            if i >= 0:
+                self._pos = i + 1
+                return bytes(buf[pos:i])
+            if len(buf) - pos >= MAX_LINE:
+                raise ConnectionEnded("line longer than %d bytes" % MAX_LINE)
+            self._fill()
+            buf = self._buf
+            pos = self._pos
+
+    def has_line(self):
+        """True if a complete line is already buffered (no I/O)."""
+        return self._buf.find(b"\n", self._pos, self._pos + protocol.MAX_LINE) >= 0
+
+    def read(self, n):
+        while len(self._buf) - self._pos < n:
+            self._fill(n - (len(self._buf) - self._pos))
+        data = bytes(self._buf[self._pos : self._pos + n])
+        self._pos += n
+        return data
+
+    def ensure(self, n):
+        """Buffer at least ``n`` unread bytes; returns (buffer, position)."""
+        while len(self._buf) - self._pos < n:
+            self._fill(n - (len(self._buf) - self._pos))
+        return self._buf, self._pos
+
+    def buffered(self):
+        return self._buf, self._pos, len(self._buf)
+
+    def advance(self, pos):
+        self._pos = pos
+
+
+def _timeval(seconds):
+    """A struct timeval for SO_RCVTIMEO/SO_SNDTIMEO (zero: no timeout)."""
+    if seconds is None:
+        return struct.pack("@ll", 0, 0)
+    sec, usec = divmod(max(1, int(seconds * 1e6)), 1000000)
+    return struct.pack("@ll", sec, usec)
