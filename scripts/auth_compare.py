@@ -25,7 +25,7 @@ from test_auth import AuthServer  # noqa: E402
 from wire import Conn, wait_for  # noqa: E402
 
 from nsqd_threaded import NSQD, Options  # noqa: E402
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2  # noqa: E402
 
 
 def free_port():
@@ -40,13 +40,13 @@ SCENARIOS = [
     ("auth ok", [(b"AUTH", b"all"), (b"PUB t", b"m")]),
     ("pub first", [(b"PUB t", b"m")]),
     ("sub first", [(b"SUB t c", None)]),
-    ("mpub first", [(b"MPUB t", protocol.encode_mpub_body([b"a"]))]),
+    ("mpub first", [(b"MPUB t", protocol_v2.encode_mpub_body([b"a"]))]),
     ("dpub first", [(b"DPUB t 1", b"m")]),
     ("auth twice", [(b"AUTH", b"all"), (b"AUTH", b"all")]),
     ("no authorizations", [(b"AUTH", b"nothing")]),
     ("auth server 401", [(b"AUTH", b"unknown")]),
     ("pub denied", [(b"AUTH", b"pub-only"), (b"PUB other", b"m")]),
-    ("mpub denied", [(b"AUTH", b"pub-only"), (b"MPUB other", protocol.encode_mpub_body([b"a"]))]),
+    ("mpub denied", [(b"AUTH", b"pub-only"), (b"MPUB other", protocol_v2.encode_mpub_body([b"a"]))]),
     ("sub denied", [(b"AUTH", b"pub-only"), (b"SUB pub c", None)]),
     ("unanchored", [(b"AUTH", b"ok-topics"), (b"SUB is_ok_x very_good", None)]),
     ("empty channels, pub", [(b"AUTH", b"no-channels"), (b"PUB t", b"m")]),

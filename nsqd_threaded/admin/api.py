@@ -9,7 +9,7 @@ node answered is ``502 UPSTREAM_ERROR``.
 
 import json
 
-from ..wire.protocol import is_valid_name
+from ..wire.protocol_v2 import is_valid_name
 from ..server.http_server import HTTPError, Response, X_NSQ, JSON_TYPE
 from . import cluster
 

@@ -22,7 +22,7 @@ from ..storage import metadata
 from ..storage.backend import DiscardBackend
 from ..storage.diskqueue import DiskQueue
 from ..storage.durable import DurableDiskQueue
-from ..wire.protocol import MSG_HEADER_LENGTH, is_valid_name
+from ..wire.protocol_v2 import MSG_HEADER_LENGTH, is_valid_name
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import ChannelError
 from .scan import ScanSet

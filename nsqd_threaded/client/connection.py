@@ -8,7 +8,7 @@ import struct
 import threading
 import time
 
-from ..wire import protocol
+from ..wire import protocol_v2
 from ..wire import transport
 from ..internal.dial import dial, nodelay
 from ..internal.gocompat import is_socket_path, join_host_port, split_host_port
@@ -27,7 +27,7 @@ class NSQError(Exception):
         text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray)) else str(data)
         super().__init__(text)
         self.code, _, self.description = text.partition(" ")
-        self.fatal = self.code not in protocol.NON_FATAL_CODES
+        self.fatal = self.code not in protocol_v2.NON_FATAL_CODES
         self.address = address
 
 
@@ -158,7 +158,7 @@ class Connection:
         while not frames:
             self._recv()
             try:
-                parsed, used = protocol.split_frames(self._buf)
+                parsed, used = protocol_v2.split_frames(self._buf)
             except ValueError:  # a frame size below 4
                 raise ConnectionClosed("malformed frame from %s" % format_address(self.address)) from None
             if used:
@@ -203,9 +203,9 @@ class Connection:
             frame_type, data = self._read_one_frame()
         except socket.timeout:
             raise TimeoutError("no answer from nsqd at %s within %gs" % (format_address(self.address), self.timeout)) from None
-        if frame_type == protocol.FRAME_TYPE_ERROR:
+        if frame_type == protocol_v2.FRAME_TYPE_ERROR:
             raise NSQError(data, self.address)
-        if frame_type != protocol.FRAME_TYPE_RESPONSE:
+        if frame_type != protocol_v2.FRAME_TYPE_RESPONSE:
             raise ConnectionClosed("unexpected frame type %d from %s" % (frame_type, format_address(self.address)))
         return data
 
@@ -214,12 +214,12 @@ class Connection:
         try:
             while True:
                 frame_type, data = self.read_frame()
-                if frame_type == protocol.FRAME_TYPE_RESPONSE and data == HEARTBEAT:
+                if frame_type == protocol_v2.FRAME_TYPE_RESPONSE and data == HEARTBEAT:
                     self.send(b"NOP\n")
                     continue
-                if frame_type == protocol.FRAME_TYPE_ERROR:
+                if frame_type == protocol_v2.FRAME_TYPE_ERROR:
                     raise NSQError(data, self.address)
-                if frame_type != protocol.FRAME_TYPE_RESPONSE:
+                if frame_type != protocol_v2.FRAME_TYPE_RESPONSE:
                     raise ConnectionClosed("unexpected frame type %d from %s" % (frame_type, format_address(self.address)))
                 return data
         except socket.timeout:
@@ -232,7 +232,7 @@ class Connection:
         ``tls_context``), then snappy or deflate, each confirmed by an OK.
         """
         body = json.dumps(fields).encode()
-        self.send(protocol.MAGIC_V2 + b"IDENTIFY\n" + protocol.encode_size(len(body)) + body)
+        self.send(protocol_v2.MAGIC_V2 + b"IDENTIFY\n" + protocol_v2.encode_size(len(body)) + body)
         data = self._read_upgrade_answer()
         if fields.get("feature_negotiation") and data != b"OK":
             self.settings = json.loads(data.decode("utf-8"))
@@ -254,7 +254,7 @@ class Connection:
         if secret is None or not self.settings.get("auth_required"):
             return
         body = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
-        self.send(b"AUTH\n" + protocol.encode_size(len(body)) + body)
+        self.send(b"AUTH\n" + protocol_v2.encode_size(len(body)) + body)
         self.auth_info = json.loads(self.read_answer().decode("utf-8"))
 
     def _upgrade(self, settings, tls_context):

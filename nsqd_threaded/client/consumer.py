@@ -7,7 +7,7 @@ import threading
 import time
 import urllib.parse
 
-from ..wire import protocol
+from ..wire import protocol_v2
 from .connection import (
     Connection,
     ConnectionClosed,
@@ -39,7 +39,7 @@ class ReceivedMessage:
     __slots__ = ("id", "body", "timestamp", "attempts", "responded", "connection", "_async", "_consumer")
 
     def __init__(self, data, connection, consumer=None):
-        self.timestamp, self.attempts, self.id, self.body = protocol.decode_message(data)
+        self.timestamp, self.attempts, self.id, self.body = protocol_v2.decode_message(data)
         self.connection = connection
         self.responded = False
         self._async = False
@@ -577,14 +577,14 @@ class Consumer:
         try:
             while True:
                 frame_type, data = conn.read_frame()
-                if frame_type == protocol.FRAME_TYPE_MESSAGE:
+                if frame_type == protocol_v2.FRAME_TYPE_MESSAGE:
                     conn.received += 1
                     msg = ReceivedMessage(data, conn, self)
                     if self.max_attempts and msg.attempts > self.max_attempts:
                         self._give_up(msg)
                         continue
                     put(msg)
-                elif frame_type == protocol.FRAME_TYPE_RESPONSE:
+                elif frame_type == protocol_v2.FRAME_TYPE_RESPONSE:
                     if data == HEARTBEAT:
                         self.heartbeats += 1
                         conn.send(b"NOP\n")
@@ -592,7 +592,7 @@ class Consumer:
                         conn.close_wait.set()
                     else:
                         log.warning("%s: unexpected response %r", format_address(conn.address), data[:64])
-                elif frame_type == protocol.FRAME_TYPE_ERROR:
+                elif frame_type == protocol_v2.FRAME_TYPE_ERROR:
                     error = NSQError(data, conn.address)
                     self._report(error)
                     if error.fatal:

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 
-from ..wire import protocol
+from ..wire import protocol_v2
 from .connection import (
     Connection,
     ConnectionClosed,
@@ -104,7 +104,7 @@ class _Node:
         try:
             while True:
                 frame_type, data = conn.read_frame()
-                if frame_type == protocol.FRAME_TYPE_RESPONSE and data == HEARTBEAT:
+                if frame_type == protocol_v2.FRAME_TYPE_RESPONSE and data == HEARTBEAT:
                     self.producer.heartbeats += 1
                     conn.send(b"NOP\n")
                     continue
@@ -112,7 +112,7 @@ class _Node:
                     future = conn.pending.popleft()
                 except IndexError:
                     future = None
-                if frame_type == protocol.FRAME_TYPE_ERROR:
+                if frame_type == protocol_v2.FRAME_TYPE_ERROR:
                     error = NSQError(data, conn.address)
                     if error.fatal:
                         # nsqd closes after a fatal error: later requests get a new connection.
@@ -126,7 +126,7 @@ class _Node:
                         self.producer._retry(future, self, error)
                     else:
                         future.set_exception(error)
-                elif frame_type == protocol.FRAME_TYPE_RESPONSE and future is not None:
+                elif frame_type == protocol_v2.FRAME_TYPE_RESPONSE and future is not None:
                     future.set_result(data)
                 else:
                     cause = "unexpected frame type %d %r" % (frame_type, data[:64])
@@ -392,18 +392,18 @@ class Producer:
         ``body`` is bytes (any bytes-like object) or a str, sent as UTF-8; anything else is a TypeError.
         """
         body = encode_body(body)
-        return self._request(b"PUB %s\n%s%s" % (encode_name(topic, "topic"), protocol.encode_size(len(body)), body))
+        return self._request(b"PUB %s\n%s%s" % (encode_name(topic, "topic"), protocol_v2.encode_size(len(body)), body))
 
     def mpub_async(self, topic, bodies):
         """Send ``MPUB`` of a list of bodies (each as :meth:`pub_async` takes it); a Future of the answer."""
-        payload = protocol.encode_mpub_body(encode_bodies(bodies))
-        return self._request(b"MPUB %s\n%s%s" % (encode_name(topic, "topic"), protocol.encode_size(len(payload)), payload))
+        payload = protocol_v2.encode_mpub_body(encode_bodies(bodies))
+        return self._request(b"MPUB %s\n%s%s" % (encode_name(topic, "topic"), protocol_v2.encode_size(len(payload)), payload))
 
     def dpub_async(self, topic, delay_ms, body):
         """Send ``DPUB`` (deliver after ``delay_ms`` milliseconds); a Future of the answer."""
         body = encode_body(body)
         line = b"DPUB %s %d\n" % (encode_name(topic, "topic"), delay_ms)
-        return self._request(line + protocol.encode_size(len(body)) + body)
+        return self._request(line + protocol_v2.encode_size(len(body)) + body)
 
     def pub(self, topic, body, timeout=None):
         """Publish one message; returns when nsqd said OK, raises NSQError if it refused."""

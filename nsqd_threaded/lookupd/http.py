@@ -7,7 +7,7 @@ Request framing, deadlines and error bodies are the broker's
 request bodies: the edge skips a small one and closes after a large one.
 """
 
-from ..wire.protocol import is_valid_name
+from ..wire.protocol_v2 import is_valid_name
 from ..server import http_server
 from ..server.http_server import TEXT_TYPE, HTTPError, QueryError, Response, Router, ok_empty, ok_json, parse_query
 from .registration_db import Registration, filter_active

@@ -9,8 +9,8 @@ import socket
 import socketserver
 
 from ..internal.gocompat import join_host_port
-from ..wire.protocol import decode_size
-from ..server.base import Listener
+from ..wire.protocol_v2 import decode_size
+from ..server.listener import Listener
 from ..wire import protocol_v1
 from .registration_db import CLIENT, PeerInfo, Registration
 from ..wire.protocol_v1 import V1Error

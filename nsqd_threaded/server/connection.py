@@ -30,15 +30,15 @@ import sys
 import threading
 import time
 
-from ..broker.client_v2 import STATE_SUBSCRIBED, Client
-from ..wire import protocol
+from ..broker.client import STATE_SUBSCRIBED, Client
+from ..wire import protocol_v2
 
 DELIVERY_BATCH = 512  # messages a pump takes from its channel per lock acquisition
 _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)  # (without it, no direct delivery: every write may block)
 
 
 class ClientConnection(Client):
-    """A :class:`~nsqd_threaded.broker.client_v2.Client` with its socket: output, upgrades, the pump.
+    """A :class:`~nsqd_threaded.broker.client.Client` with its socket: output, upgrades, the pump.
 
     Locks (besides the Client's ``_lock``):
     * ``_write_lock`` serializes writes to the socket, and guards ``_encode``
@@ -129,7 +129,7 @@ class ClientConnection(Client):
         rest = failed = False
         try:
             if msgs:
-                data = next(protocol.message_frames(msgs, sys.maxsize))  # (one chunk: no limit)
+                data = next(protocol_v2.message_frames(msgs, sys.maxsize))  # (one chunk: no limit)
                 if self._pending is not None:
                     self._pending = bytes(self._pending) + data  # the pump has not written the last rest yet
                     rest = True
@@ -153,7 +153,7 @@ class ClientConnection(Client):
 
     def _send_messages(self, msgs):
         """Encode and write a batch, in sendalls of at least output_buffer_size bytes."""
-        for data in protocol.message_frames(msgs, self.output_buffer_size):
+        for data in protocol_v2.message_frames(msgs, self.output_buffer_size):
             if not self.send(data):
                 return False
         return True
@@ -241,7 +241,7 @@ class ClientConnection(Client):
         now = time.monotonic()
         if now < next_heartbeat:
             return next_heartbeat
-        if not self.send(protocol.HEARTBEAT_FRAME):
+        if not self.send(protocol_v2.HEARTBEAT_FRAME):
             return None
         # A fixed ticker: missed ticks are skipped, not sent in a burst.
         return next_heartbeat + interval * (1 + int((now - next_heartbeat) // interval))

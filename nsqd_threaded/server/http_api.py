@@ -10,15 +10,15 @@ import re
 import socket
 
 from ..internal import gocompat
-from ..wire import protocol
+from ..wire import protocol_v2
 from ..broker import stats
-from ..broker.state import broker_state
+from ..broker.debug_state import broker_state
 from ..broker.auth import AuthError
 from ..broker.channel import ChannelError
 from . import auth_query
 from .metrics import render_prometheus
 from ..settings.options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS, Options
-from ..wire.protocol import ProtocolError
+from ..wire.protocol_v2 import ProtocolError
 from . import http_server
 from .http_server import (
     TEXT_TYPE,
@@ -100,7 +100,7 @@ class HTTPAPI(Router):
         name = q.get("topic")
         if name is None:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
-        if validate and not protocol.is_valid_name(name):
+        if validate and not protocol_v2.is_valid_name(name):
             raise HTTPError(400, invalid)
         return name, q
 
@@ -109,12 +109,12 @@ class HTTPAPI(Router):
         topic = q.get("topic")
         if topic is None:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
-        if not protocol.is_valid_name(topic):
+        if not protocol_v2.is_valid_name(topic):
             raise HTTPError(400, "INVALID_ARG_TOPIC")
         channel = q.get("channel")
         if channel is None:
             raise HTTPError(400, "MISSING_ARG_CHANNEL")
-        if not protocol.is_valid_name(channel):
+        if not protocol_v2.is_valid_name(channel):
             raise HTTPError(400, "INVALID_ARG_CHANNEL")
         return topic, channel
 
@@ -218,10 +218,10 @@ class HTTPAPI(Router):
         try:
             if len(body) < 4:
                 raise ProtocolError("E_BAD_BODY", "MPUB failed to read message count")
-            count = protocol.decode_size(body[:4])
-            protocol.check_mpub_count(count, self.options.max_body_size)
+            count = protocol_v2.decode_size(body[:4])
+            protocol_v2.check_mpub_count(count, self.options.max_body_size)
             bodies = []
-            pos = protocol.parse_mpub_messages(body, 4, len(body), 0, count, self.options.max_msg_size, bodies)
+            pos = protocol_v2.parse_mpub_messages(body, 4, len(body), 0, count, self.options.max_msg_size, bodies)
             if len(bodies) < count:
                 raise ProtocolError("E_BAD_MESSAGE", "MPUB failed to read message body")
             del pos

@@ -20,7 +20,7 @@ import traceback
 import urllib.parse
 
 from ..internal import gocompat
-from .base import Listener
+from .listener import Listener
 from .park import new_connection_park
 
 

@@ -38,7 +38,7 @@ import time
 
 from ..broker.core import BrokerCore
 from ..broker.topic import TopicError
-from ..wire.protocol import is_valid_name
+from ..wire.protocol_v2 import is_valid_name
 from ..wire.transport import server_context
 from .connection import ClientConnection
 from .http_api import NSQDHTTPServer

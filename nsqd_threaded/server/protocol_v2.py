@@ -5,7 +5,7 @@ its checks in nsqd's order so that the first failing check produces exactly
 nsqd's error.  Reading is done here, command by command, because nsqd's error
 order interleaves validation with reading (a PUB with a bad topic fails before
 its body is read).  Everything that can be computed without I/O lives in
-:mod:`nsqd_threaded.wire.protocol`; the socket's reads and writes are
+:mod:`nsqd_threaded.wire.protocol_v2`; the socket's reads and writes are
 :mod:`nsqd_threaded.server.connection`'s.
 """
 
@@ -15,12 +15,12 @@ import time
 
 from ..broker import auth
 from ..broker.channel import ChannelError, FinishError
-from ..broker.client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from ..broker.client import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
 from ..broker.topic import TopicError
 from ..internal import gocompat
 from ..internal.gocompat import go_quote
-from ..wire import protocol, transport
-from ..wire.protocol import ProtocolError, text
+from ..wire import protocol_v2, transport
+from ..wire.protocol_v2 import ProtocolError, text
 from . import auth_query
 from .reader import ConnectionEnded, Reader
 
@@ -71,7 +71,7 @@ class ProtocolV2:
             while True:
                 hb = client.heartbeat_interval
                 set_deadline(2 * hb if hb > 0 else None)
-                params = protocol.parse_line(readline())
+                params = protocol_v2.parse_line(readline())
                 handler = commands.get(params[0])
                 try:
                     if tls_gate and not client.tls and params[0] != b"IDENTIFY":
@@ -83,7 +83,7 @@ class ProtocolV2:
                     response = handler(params)
                 except ProtocolError as err:
                     self.nsqd.log.debug("%r: %s %s", client, err.code, err.description)
-                    if not client.send(protocol.error_frame(err)) or err.fatal:
+                    if not client.send(protocol_v2.error_frame(err)) or err.fatal:
                         return
                     continue
                 if response is not None and not client.send(response):
@@ -95,7 +95,7 @@ class ProtocolV2:
 
     def _read_size(self, code, what):
         try:
-            return protocol.decode_size(self.reader.read(4))
+            return protocol_v2.decode_size(self.reader.read(4))
         except ConnectionEnded:
             raise ProtocolError(code, what) from None
 
@@ -110,7 +110,7 @@ class ProtocolV2:
             raise ProtocolError("E_INVALID", "cannot %s in current state" % cmd)
 
     def _message_id(self, raw):
-        if len(raw) != protocol.MSG_ID_LENGTH:
+        if len(raw) != protocol_v2.MSG_ID_LENGTH:
             raise ProtocolError("E_INVALID", "invalid message ID")
         return raw
 
@@ -118,7 +118,7 @@ class ProtocolV2:
         name = self._valid_topics.get(raw)
         if name is not None:
             return name
-        if not protocol.is_valid_name(raw):
+        if not protocol_v2.is_valid_name(raw):
             raise ProtocolError("E_BAD_TOPIC", "%s%s topic name %s is not valid" % (code_prefix, cmd, go_quote(raw)))
         name = raw.decode("ascii")
         if len(self._valid_topics) < 64:  # a producer publishes to a handful of topics
@@ -143,7 +143,7 @@ class ProtocolV2:
         except TopicError as e:
             raise ProtocolError("E_%s_FAILED" % cmd, "%s failed %s" % (cmd, e)) from None
         self.client.count_published(topic_name, len(bodies))
-        return protocol.OK_FRAME
+        return protocol_v2.OK_FRAME
 
     # -- commands ----------------------------------------------------------
 
@@ -155,25 +155,25 @@ class ProtocolV2:
         if client.state != STATE_INIT:
             raise ProtocolError("E_INVALID", "cannot IDENTIFY in current state")
         size = self._read_size("E_BAD_BODY", "IDENTIFY failed to read body size")
-        protocol.check_body_size("IDENTIFY", size, self.options.max_body_size)
+        protocol_v2.check_body_size("IDENTIFY", size, self.options.max_body_size)
         body = self._read_body(size, "E_BAD_BODY", "IDENTIFY failed to read body")
-        fields = protocol.decode_identify(body)
+        fields = protocol_v2.decode_identify(body)
         client.set_identity(fields)
-        settings = protocol.negotiate_identify(fields, self.options, gocompat.ms(self.options.client_timeout))
+        settings = protocol_v2.negotiate_identify(fields, self.options, gocompat.ms(self.options.client_timeout))
         client.identify(fields, settings)
         if not fields.get("feature_negotiation"):
-            return protocol.OK_FRAME
+            return protocol_v2.OK_FRAME
         options = self.options
         tls_v1 = self.nsqd.tls_context is not None and bool(fields.get("tls_v1")) and not client.tls
         deflate = options.deflate and bool(fields.get("deflate"))
-        level = protocol.deflate_level(deflate, fields.get("deflate_level", 0), options.max_deflate_level)
+        level = protocol_v2.deflate_level(deflate, fields.get("deflate_level", 0), options.max_deflate_level)
         snappy = options.snappy and bool(fields.get("snappy"))
         if deflate and snappy:
             raise ProtocolError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
         if client.transport is not None and client.transport.compression and (deflate or snappy):
             # A repeated IDENTIFY cannot stack a second compressor.
             deflate = snappy = False
-        response = protocol.response_frame(protocol.identify_response(
+        response = protocol_v2.response_frame(protocol_v2.identify_response(
             settings, options, tls_v1=tls_v1, deflate=deflate, snappy=snappy, deflate_level=level
         ))
         if not (tls_v1 or deflate or snappy):
@@ -196,11 +196,11 @@ class ProtocolV2:
                 transport.handshake(sock, tls_layer, early, time.monotonic() + transport.HANDSHAKE_TIMEOUT)
                 layers.add_tls(tls_layer, threading.Lock())
                 install(layers)
-                send(protocol.OK_FRAME)
+                send(protocol_v2.OK_FRAME)
             if compressor is not None:
                 layers.add_compression(*compressor)
                 install(layers)
-                send(protocol.OK_FRAME)
+                send(protocol_v2.OK_FRAME)
 
         try:
             client.upgrade(negotiate)
@@ -223,7 +223,7 @@ class ProtocolV2:
         if len(params) != 1:
             raise ProtocolError("E_INVALID", "AUTH invalid number of parameters")
         size = self._read_size("E_BAD_BODY", "AUTH failed to read body size")
-        protocol.check_body_size("AUTH", size, self.options.max_body_size)
+        protocol_v2.check_body_size("AUTH", size, self.options.max_body_size)
         secret = self._read_body(size, "E_BAD_BODY", "AUTH failed to read body")
         if client.has_authorizations():
             raise ProtocolError("E_INVALID", "AUTH already set")
@@ -233,7 +233,7 @@ class ProtocolV2:
         self._query_auth("AUTH failed")
         if not client.has_authorizations():
             raise ProtocolError("E_UNAUTHORIZED", "AUTH no authorizations found")
-        return protocol.response_frame(client.auth_state.response())
+        return protocol_v2.response_frame(client.auth_state.response())
 
     def _query_auth(self, what):
         """Ask the auth server(s) with the client's secret; the reason is logged, never sent."""
@@ -268,7 +268,7 @@ class ProtocolV2:
         if len(params) < 3:
             raise ProtocolError("E_INVALID", "SUB insufficient number of parameters")
         topic_name = self._topic_name(params[1], "SUB")
-        if not protocol.is_valid_name(params[2]):
+        if not protocol_v2.is_valid_name(params[2]):
             raise ProtocolError("E_BAD_CHANNEL", "SUB channel name %s is not valid" % go_quote(params[2]))
         channel_name = params[2].decode("ascii")
         if self._auth_enabled:
@@ -278,7 +278,7 @@ class ProtocolV2:
         except (ChannelError, TopicError) as e:
             raise ProtocolError("E_SUB_FAILED", "SUB failed %s" % e) from None
         client.subscribe(topic_name, channel)
-        return protocol.OK_FRAME
+        return protocol_v2.OK_FRAME
 
     def RDY(self, params):
         client = self.client
@@ -288,10 +288,10 @@ class ProtocolV2:
             raise ProtocolError("E_INVALID", "cannot RDY in current state")
         count = 1
         if len(params) > 1:
-            count = protocol.parse_uint(params[1])
+            count = protocol_v2.parse_uint(params[1])
             if count is None:
                 raise ProtocolError("E_INVALID", "RDY could not parse count %s" % text(params[1]))
-            count = protocol.int64(count)
+            count = protocol_v2.int64(count)
         if not 0 <= count <= self.options.max_rdy_count:
             raise ProtocolError("E_INVALID", "RDY count %d out of range 0-%d" % (count, self.options.max_rdy_count))
         try:
@@ -313,7 +313,7 @@ class ProtocolV2:
         # acquisition and at most one pump wake-up for the whole run.
         # A line that is not a plain FIN ends the run; it is parsed normally next.
         buf, pos, _ = self.reader.buffered()
-        more, end = protocol.fin_run(buf, pos)
+        more, end = protocol_v2.fin_run(buf, pos)
         if more:
             ids += more
             self.reader.advance(end)
@@ -322,7 +322,7 @@ class ProtocolV2:
         except FinishError as e:
             # Each failure is answered (non-fatal), as nsqd answers each FIN.
             frames = [
-                protocol.error_frame(ProtocolError("E_FIN_FAILED", "FIN %s failed %s" % (text(i), why)))
+                protocol_v2.error_frame(ProtocolError("E_FIN_FAILED", "FIN %s failed %s" % (text(i), why)))
                 for i, why in e.failures
             ]
             return b"".join(frames)
@@ -333,10 +333,10 @@ class ProtocolV2:
         if len(params) < 3:
             raise ProtocolError("E_INVALID", "REQ insufficient number of params")
         msg_id = self._message_id(params[1])
-        timeout_ms = protocol.parse_uint(params[2])
+        timeout_ms = protocol_v2.parse_uint(params[2])
         if timeout_ms is None:
             raise ProtocolError("E_INVALID", "REQ could not parse timeout %s" % text(params[2]))
-        delay_ns = protocol.int64(timeout_ms * 1000000)
+        delay_ns = protocol_v2.int64(timeout_ms * 1000000)
         max_ns = gocompat.ns(self.options.max_req_timeout)
         if delay_ns < 0:
             delay_ns = 0
@@ -365,7 +365,7 @@ class ProtocolV2:
         if client.state != STATE_SUBSCRIBED:
             raise ProtocolError("E_INVALID", "cannot CLS in current state")
         client.start_close()
-        return protocol.CLOSE_WAIT_FRAME
+        return protocol_v2.CLOSE_WAIT_FRAME
 
     def PUB(self, params):
         if len(params) < 2:
@@ -375,7 +375,7 @@ class ProtocolV2:
         # Anything else takes the step-by-step path below, from the same position.
         buf, pos, end = self.reader.buffered()
         if end - pos >= 4:
-            size = protocol.decode_size_from(buf, pos)[0]
+            size = protocol_v2.decode_size_from(buf, pos)[0]
             start = pos + 4
             if 0 < size <= self.options.max_msg_size and end - start >= size:
                 body = bytes(buf[start : start + size])
@@ -384,7 +384,7 @@ class ProtocolV2:
                     self._check_auth("PUB", topic_name)
                 return self._publish("PUB", topic_name, [body])
         size = self._read_size("E_BAD_MESSAGE", "PUB failed to read message body size")
-        protocol.check_message_size("PUB", size, self.options.max_msg_size)
+        protocol_v2.check_message_size("PUB", size, self.options.max_msg_size)
         body = self._read_body(size, "E_BAD_MESSAGE", "PUB failed to read message body")
         if self._auth_enabled:
             self._check_auth("PUB", topic_name)
@@ -394,21 +394,21 @@ class ProtocolV2:
         if len(params) < 3:
             raise ProtocolError("E_INVALID", "DPUB insufficient number of parameters")
         topic_name = self._topic_name(params[1], "DPUB")
-        timeout_ms = protocol.parse_uint(params[2])
+        timeout_ms = protocol_v2.parse_uint(params[2])
         if timeout_ms is None:
             raise ProtocolError("E_INVALID", "DPUB could not parse timeout %s" % text(params[2]))
         # Go: the parsed uint64 wraps, and time.Duration(ms) * time.Millisecond
         # wraps in int64; the range check is on that duration, the text shows
         # the uint64.
         timeout_ms &= 0xFFFFFFFFFFFFFFFF
-        defer_ns = protocol.int64(timeout_ms * 1000000)
+        defer_ns = protocol_v2.int64(timeout_ms * 1000000)
         max_ns = gocompat.ns(self.options.max_req_timeout)
         if not 0 <= defer_ns <= max_ns:
             raise ProtocolError(
                 "E_INVALID", "DPUB timeout %d out of range 0-%d" % (timeout_ms, max_ns // 1000000)
             )
         size = self._read_size("E_BAD_MESSAGE", "DPUB failed to read message body size")
-        protocol.check_message_size("DPUB", size, self.options.max_msg_size)
+        protocol_v2.check_message_size("DPUB", size, self.options.max_msg_size)
         body = self._read_body(size, "E_BAD_MESSAGE", "DPUB failed to read message body")
         if self._auth_enabled:
             self._check_auth("DPUB", topic_name)
@@ -422,9 +422,9 @@ class ProtocolV2:
             self._check_auth("MPUB", topic_name)  # before the body, unlike PUB/DPUB (as nsqd)
         self._topic(topic_name)  # nsqd creates the topic before reading the body
         body_size = self._read_size("E_BAD_BODY", "MPUB failed to read body size")
-        protocol.check_mpub_body_size(body_size, self.options.max_body_size)
+        protocol_v2.check_mpub_body_size(body_size, self.options.max_body_size)
         count = self._read_size("E_BAD_BODY", "MPUB failed to read message count")
-        protocol.check_mpub_count(count, self.options.max_body_size)
+        protocol_v2.check_mpub_count(count, self.options.max_body_size)
         # nsqd trusts the inner sizes, not body_size: parse item by item over
         # whatever is buffered, reading more only when an item is incomplete.
         bodies = []
@@ -432,7 +432,7 @@ class ProtocolV2:
         max_msg_size = self.options.max_msg_size
         while len(bodies) < count:
             buf, pos, end = reader.buffered()
-            pos = protocol.parse_mpub_messages(buf, pos, end, len(bodies), count, max_msg_size, bodies)
+            pos = protocol_v2.parse_mpub_messages(buf, pos, end, len(bodies), count, max_msg_size, bodies)
             reader.advance(pos)
             if len(bodies) == count:
                 break
@@ -442,7 +442,7 @@ class ProtocolV2:
                 if end - pos < 4:
                     reader.ensure(4)
                 else:
-                    size = protocol.decode_size(bytes(buf[pos : pos + 4]))
+                    size = protocol_v2.decode_size(bytes(buf[pos : pos + 4]))
                     reader.ensure(4 + size)
             except ConnectionEnded:
                 if end - pos < 4:
@@ -455,7 +455,7 @@ class ProtocolV2:
 
 def thread_refusal(reason="can't start new thread"):
     """The error frame that refuses a connection the host has no thread for (see docs/deploy.md)."""
-    return protocol.error_frame(ProtocolError("E_INVALID", "cannot start a client thread - %s" % reason))
+    return protocol_v2.error_frame(ProtocolError("E_INVALID", "cannot start a client thread - %s" % reason))
 
 
 def handle_connection(nsqd, sock, address, limits=None):
@@ -474,9 +474,9 @@ def handle_connection(nsqd, sock, address, limits=None):
             magic += chunk
     except OSError:
         return
-    if magic != protocol.MAGIC_V2:
+    if magic != protocol_v2.MAGIC_V2:
         try:
-            sock.sendall(protocol.BAD_PROTOCOL_FRAME)
+            sock.sendall(protocol_v2.BAD_PROTOCOL_FRAME)
         except OSError:
             pass
         return

@@ -12,7 +12,7 @@ import struct
 import sys
 import time
 
-from ..wire import protocol
+from ..wire import protocol_v2
 from ..wire.transport import TransportError
 from .idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED
 
@@ -26,7 +26,7 @@ class ConnectionEnded(Exception):
 # commands), sized up to a large body's length while reading it, and shrunk
 # back once recvs come back small again.
 MIN_CHUNK = 4096
-MAX_LINE = protocol.MAX_LINE
+MAX_LINE = protocol_v2.MAX_LINE
 _monotonic = time.monotonic
 MAX_CHUNK = 262144
 
@@ -277,7 +277,7 @@ class Reader:
 
     def has_line(self):
         """True if a complete line is already buffered (no I/O)."""
-        return self._buf.find(b"\n", self._pos, self._pos + protocol.MAX_LINE) >= 0
+        return self._buf.find(b"\n", self._pos, self._pos + protocol_v2.MAX_LINE) >= 0
 
     def read(self, n):
         while len(self._buf) - self._pos < n:

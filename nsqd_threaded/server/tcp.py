@@ -4,7 +4,7 @@ import socket
 import socketserver
 
 from .protocol_v2 import handle_connection, thread_refusal
-from .base import Listener
+from .listener import Listener
 
 
 class _ConnectionHandler(socketserver.BaseRequestHandler):

@@ -10,7 +10,7 @@ import socket
 
 from ..client.connection import format_address, parse_address
 from ..client.lookupd import lookup_addresses, parse_lookupd_address
-from ..wire.protocol import is_valid_name
+from ..wire.protocol_v2 import is_valid_name
 
 
 class NsqOptionError(ValueError):

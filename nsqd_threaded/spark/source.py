@@ -30,7 +30,7 @@ import urllib.parse
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..client.connection import NSQError, format_address
-from ..wire import protocol
+from ..wire import protocol_v2
 from ..client.lookupd import lookup_addresses
 
 log = logging.getLogger("nsqd_threaded.spark")
@@ -258,7 +258,7 @@ class NsqStreamReader(DataSourceStreamReader):
             identify = json.dumps({"feature_negotiation": True, "msg_timeout": s["msgTimeoutMs"],
                                    "heartbeat_interval": _HEARTBEAT_MS,
                                    "user_agent": "nsqd_threaded.spark"}).encode()
-            sock.sendall(protocol.MAGIC_V2 + b"IDENTIFY\n" + protocol.encode_size(len(identify)) + identify)
+            sock.sendall(protocol_v2.MAGIC_V2 + b"IDENTIFY\n" + protocol_v2.encode_size(len(identify)) + identify)
             pending = bytearray()
             answer = _handshake_answer(sock, pending, link)
             settings = json.loads(answer.decode("utf-8")) if answer != b"OK" else {}
@@ -315,7 +315,7 @@ class NsqStreamReader(DataSourceStreamReader):
                         raise ValueError("malformed frame")
                     if stop > end:
                         break
-                    if frame_type == protocol.FRAME_TYPE_MESSAGE:
+                    if frame_type == protocol_v2.FRAME_TYPE_MESSAGE:
                         records.append(bytes(view[pos + 8:stop]))
                     else:
                         self._control_frame(link, frame_type, bytes(view[pos + 8:stop]))
@@ -334,12 +334,12 @@ class NsqStreamReader(DataSourceStreamReader):
             link.sock.close()
 
     def _control_frame(self, link, frame_type, data):
-        if frame_type == protocol.FRAME_TYPE_RESPONSE:
+        if frame_type == protocol_v2.FRAME_TYPE_RESPONSE:
             if data == b"_heartbeat_":
                 link.send(b"NOP\n")
             elif data == b"CLOSE_WAIT":
                 raise OSError("nsqd closed the connection (CLOSE_WAIT)")
-        elif frame_type == protocol.FRAME_TYPE_ERROR:
+        elif frame_type == protocol_v2.FRAME_TYPE_ERROR:
             error = NSQError(data, link.node)
             if error.code in _QUIET_ERRORS:
                 log.debug("nsq source: %s: %s", link.node, error)
@@ -551,9 +551,9 @@ def _handshake_answer(sock, pending, link):
         size, frame_type = _FRAME_HEADER.unpack_from(pending)
         data = bytes(pending[8:4 + size])
         del pending[:4 + size]
-        if frame_type == protocol.FRAME_TYPE_ERROR:
+        if frame_type == protocol_v2.FRAME_TYPE_ERROR:
             raise NSQError(data, link.node)
-        if frame_type == protocol.FRAME_TYPE_RESPONSE and data == b"_heartbeat_":
+        if frame_type == protocol_v2.FRAME_TYPE_RESPONSE and data == b"_heartbeat_":
             sock.sendall(b"NOP\n")
             continue
         return data
@@ -566,7 +566,7 @@ def _max_rdy_count(addresses):
         try:
             with socket.create_connection(address, _CONNECT_TIMEOUT) as sock:
                 body = json.dumps({"feature_negotiation": True, "user_agent": "nsqd_threaded.spark"}).encode()
-                sock.sendall(protocol.MAGIC_V2 + b"IDENTIFY\n" + protocol.encode_size(len(body)) + body)
+                sock.sendall(protocol_v2.MAGIC_V2 + b"IDENTIFY\n" + protocol_v2.encode_size(len(body)) + body)
                 answer = _handshake_answer(sock, bytearray(), _Link(sock, format_address(address)))
             value = json.loads(answer.decode("utf-8")).get("max_rdy_count") if answer != b"OK" else None
         except (OSError, ValueError, NSQError):

@@ -32,7 +32,7 @@ from .. import command
 from ..client import Consumer, Producer
 from ..client.connection import ConnectionClosed, NSQError
 from ..settings.options import INT, STR, STR_LIST, OptionError, Setting
-from ..wire.protocol import is_valid_name
+from ..wire.protocol_v2 import is_valid_name
 from . import common, upstream
 
 TOOL = "nsq_to_nsq"

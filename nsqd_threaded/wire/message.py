@@ -35,7 +35,7 @@ once per message, where a call would cost more than the write.
 
 import time
 
-from .protocol import MESSAGE_HEADER, encode_message
+from .protocol_v2 import MESSAGE_HEADER, encode_message
 
 # A record's header: timestamp, attempts, ID (the protocol's message header).
 RECORD_HEADER = MESSAGE_HEADER

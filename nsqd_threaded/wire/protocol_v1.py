@@ -14,7 +14,7 @@ they return responses or raise :class:`V1Error`.
 import json
 
 from ..internal.gocompat import go_json, go_json_unmarshal
-from .protocol import decode_size, encode_size, is_valid_name  # V1 sizes are V2's: int32 big-endian
+from .protocol_v2 import decode_size, encode_size, is_valid_name  # V1 sizes are V2's: int32 big-endian
 
 MAGIC_V1 = b"  V1"
 PING = b"PING\n"

@@ -10,7 +10,7 @@ import socket
 import struct
 import time
 
-from nsqd_threaded.wire.protocol import encode_mpub_body
+from nsqd_threaded.wire.protocol_v2 import encode_mpub_body
 
 
 def rss(pid):

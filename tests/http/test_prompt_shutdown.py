@@ -3,7 +3,7 @@
 import socketserver
 import threading
 
-from nsqd_threaded.server.base import PromptShutdownMixIn
+from nsqd_threaded.server.listener import PromptShutdownMixIn
 
 
 class Server(PromptShutdownMixIn, socketserver.TCPServer):

@@ -14,7 +14,7 @@ from nsqd_threaded.lookupd.registration_db import (
     RegistrationDB,
     filter_active,
 )
-from nsqd_threaded.wire import protocol, protocol_v1
+from nsqd_threaded.wire import protocol_v1, protocol_v2
 from nsqd_threaded.wire.protocol_v1 import V1Error
 
 pytestmark = pytest.mark.timeout(30)
@@ -47,8 +47,8 @@ def test_error_text_keeps_the_bytes_sent():
 
 def test_decode_size_is_signed():
     # V1 sizes are read with protocol V2's decoder (what the peer loop calls).
-    assert protocol.decode_size(b"\x00\x00\x01\x00") == 256
-    assert protocol.decode_size(b"\xff\xff\xff\xff") == -1
+    assert protocol_v2.decode_size(b"\x00\x00\x01\x00") == 256
+    assert protocol_v2.decode_size(b"\xff\xff\xff\xff") == -1
 
 
 # -- command lines -----------------------------------------------------------------

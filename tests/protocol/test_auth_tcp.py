@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 
 from support.auth import (  # noqa: F401 (fixtures among them)
     auth_nsqd,
@@ -43,7 +43,7 @@ def test_identify_says_auth_required(auth_nsqd, nsqd):
 def test_auth_get_request_and_answer(auth_nsqd, auth_server):
     with connect(auth_nsqd) as c:
         ft, data = do_auth(c, "all")
-        assert ft == protocol.FRAME_TYPE_RESPONSE
+        assert ft == protocol_v2.FRAME_TYPE_RESPONSE
         assert data == b'{"identity":"alice","identity_url":"http://example.com/alice","permission_count":1}'
         assert c.pub("t", b"hello") == b"OK"
     (method, path, query, headers, body), = auth_server.requests
@@ -66,7 +66,7 @@ def test_auth_post_request(make_nsqd, auth_server):
 def test_auth_before_identify(auth_nsqd):
     with Conn(auth_nsqd.tcp_address) as c:
         ft, data = do_auth(c, "all")
-        assert ft == protocol.FRAME_TYPE_RESPONSE, (data, auth_nsqd.log.stream.getvalue()[-3000:])
+        assert ft == protocol_v2.FRAME_TYPE_RESPONSE, (data, auth_nsqd.log.stream.getvalue()[-3000:])
         c.identify()
         c.sub("t", "c", rdy=1)
         with authed(auth_nsqd, "all") as publisher:  # on c, the message could overtake the OK
@@ -98,7 +98,7 @@ def test_auth_disabled_without_auth_server(nsqd):
     [
         (b"PUB t", b"m", "PUB"),
         (b"DPUB t 10", b"m", "DPUB"),
-        (b"MPUB t", protocol.encode_mpub_body([b"a"]), "MPUB"),
+        (b"MPUB t", protocol_v2.encode_mpub_body([b"a"]), "MPUB"),
         (b"SUB t c", None, "SUB"),
     ],
 )
@@ -151,7 +151,7 @@ def test_publish_permission(auth_nsqd):
         c.cmd(b"DPUB pubx 10", b"5")
         fails_fatally(c, 'E_UNAUTHORIZED AUTH failed for DPUB on "pubx" ""')
     with authed(auth_nsqd, "pub-only") as c:
-        c.cmd(b"MPUB other", protocol.encode_mpub_body([b"a"]))
+        c.cmd(b"MPUB other", protocol_v2.encode_mpub_body([b"a"]))
         fails_fatally(c, 'E_UNAUTHORIZED AUTH failed for MPUB on "other" ""')
     with authed(auth_nsqd, "pub-only") as c:
         c.cmd(b"SUB pub c")

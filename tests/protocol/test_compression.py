@@ -7,7 +7,7 @@ import pytest
 
 from nsqd_threaded.client.consumer import Consumer
 from nsqd_threaded.client.producer import Producer
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 
 from support.transport import CompressedConn, certs, connect, identify, start_tls, tls_options  # noqa: F401
 
@@ -21,10 +21,10 @@ def test_deflate_negotiation_and_ok_bytes(nsqd):
         answer = identify(conn, deflate=True, deflate_level=1)
         assert (answer["deflate"], answer["deflate_level"], answer["snappy"]) == (True, 1, False)
         z = CompressedConn(conn, "deflate")
-        assert z.read_frame() == (protocol.FRAME_TYPE_RESPONSE, b"OK")
+        assert z.read_frame() == (protocol_v2.FRAME_TYPE_RESPONSE, b"OK")
         assert z.raw.endswith(b"\x00\x00\xff\xff")  # a sync flush per flush
         z.cmd(b"PUB t", b"hello")
-        assert z.read_frame() == (protocol.FRAME_TYPE_RESPONSE, b"OK")
+        assert z.read_frame() == (protocol_v2.FRAME_TYPE_RESPONSE, b"OK")
 
 
 def test_deflate_level_is_capped_and_defaults_to_6(make_nsqd):
@@ -43,7 +43,7 @@ def test_snappy_ok_bytes_are_gos(nsqd):
         answer = identify(conn, snappy=True)
         assert (answer["snappy"], answer["deflate"]) == (True, False)
         z = CompressedConn(conn, "snappy")
-        assert z.read_frame() == (protocol.FRAME_TYPE_RESPONSE, b"OK")
+        assert z.read_frame() == (protocol_v2.FRAME_TYPE_RESPONSE, b"OK")
         assert z.raw == bytes.fromhex("ff060000734e61507059" "010e00002698 2bcf".replace(" ", "")) + OK
 
 
@@ -115,9 +115,9 @@ def test_tls_then_snappy_raw(make_nsqd, certs):
         start_tls(conn, certs.client_context())
         assert conn.read_raw_frame() == OK
         z = CompressedConn(conn, "snappy")
-        assert z.read_frame() == (protocol.FRAME_TYPE_RESPONSE, b"OK")
+        assert z.read_frame() == (protocol_v2.FRAME_TYPE_RESPONSE, b"OK")
         z.cmd(b"PUB t", b"x")
-        assert z.read_frame() == (protocol.FRAME_TYPE_RESPONSE, b"OK")
+        assert z.read_frame() == (protocol_v2.FRAME_TYPE_RESPONSE, b"OK")
 
 
 def test_two_commands_in_one_compressed_flush(nsqd):
@@ -127,8 +127,8 @@ def test_two_commands_in_one_compressed_flush(nsqd):
             identify(conn, **{kind: True})
             z = CompressedConn(conn, kind)
             z.read_frame()
-            z.send(b"PUB t\n" + protocol.encode_size(1) + b"a" + b"PUB t\n" + protocol.encode_size(1) + b"b")
-            assert [z.read_frame() for _ in range(2)] == [(protocol.FRAME_TYPE_RESPONSE, b"OK")] * 2
+            z.send(b"PUB t\n" + protocol_v2.encode_size(1) + b"a" + b"PUB t\n" + protocol_v2.encode_size(1) + b"b")
+            assert [z.read_frame() for _ in range(2)] == [(protocol_v2.FRAME_TYPE_RESPONSE, b"OK")] * 2
 
 
 @pytest.mark.parametrize(
@@ -147,7 +147,7 @@ def test_garbage_compressed_input_closes_only_that_connection(make_nsqd, kind, g
     other = CompressedConn(bystander, kind)
     other.read_frame()
     other.cmd(b"SUB t c")
-    assert other.read_frame() == (protocol.FRAME_TYPE_RESPONSE, b"OK")
+    assert other.read_frame() == (protocol_v2.FRAME_TYPE_RESPONSE, b"OK")
     other.cmd(b"RDY 10")
     with connect(nsqd) as conn:
         identify(conn, **{kind: True})
@@ -158,7 +158,7 @@ def test_garbage_compressed_input_closes_only_that_connection(make_nsqd, kind, g
     with connect(nsqd) as plain:
         assert plain.pub("t", b"after") == b"OK"
     ft, data = other.read_frame()
-    assert ft == protocol.FRAME_TYPE_MESSAGE and protocol.decode_message(data)[3] == b"after"
+    assert ft == protocol_v2.FRAME_TYPE_MESSAGE and protocol_v2.decode_message(data)[3] == b"after"
     bystander.close()
 
 
@@ -173,10 +173,10 @@ def test_garbage_in_a_pub_body_closes_the_connection(nsqd):
         identify(conn, deflate=True)
         z = CompressedConn(conn, "deflate")
         z.read_frame()
-        z.send(b"PUB t\n" + protocol.encode_size(100) + b"part")
+        z.send(b"PUB t\n" + protocol_v2.encode_size(100) + b"part")
         conn.send(b"\xff" * 32)
         frames = z.read_until_closed()
-        assert frames in ([], [(protocol.FRAME_TYPE_ERROR, b"E_BAD_MESSAGE PUB failed to read message body")])
+        assert frames in ([], [(protocol_v2.FRAME_TYPE_ERROR, b"E_BAD_MESSAGE PUB failed to read message body")])
     with connect(nsqd) as plain:
         assert plain.pub("t", b"after") == b"OK"
 
@@ -214,9 +214,9 @@ def test_a_deflate_bomb_is_inflated_a_bounded_piece_at_a_time(nsqd):
         identify(conn, deflate=True, deflate_level=9)
         z = CompressedConn(conn, "deflate", level=9)
         z.read_frame()
-        body = protocol.encode_mpub_body(bodies)
-        compressed = z.compress(b"MPUB t\n" + protocol.encode_size(len(body)) + body)
+        body = protocol_v2.encode_mpub_body(bodies)
+        compressed = z.compress(b"MPUB t\n" + protocol_v2.encode_size(len(body)) + body)
         assert len(compressed) < transport.DEFLATE_OUTPUT_LIMIT // 100
         conn.send(compressed)
-        assert z.read_frame() == (protocol.FRAME_TYPE_RESPONSE, b"OK")
+        assert z.read_frame() == (protocol_v2.FRAME_TYPE_RESPONSE, b"OK")
     assert nsqd.get_existing_topic("t").message_count == 40

@@ -11,12 +11,12 @@ import weakref
 import pytest
 
 from nsqd_threaded.broker.channel import Subscriber
-from nsqd_threaded.broker.client_v2 import STATE_CLOSING, STATE_SUBSCRIBED
+from nsqd_threaded.broker.client import STATE_CLOSING, STATE_SUBSCRIBED
 from nsqd_threaded.internal.process import FUTEX_HASH_SLOTS, widen_futex_hash
 from nsqd_threaded.server.connection import ClientConnection
 from nsqd_threaded.server.idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED, IdleWatcher
 from nsqd_threaded.server.reader import MAX_CHUNK, MIN_CHUNK, ConnectionEnded, Reader
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 
 from support.wire import Conn, wait_for
 
@@ -149,7 +149,7 @@ def test_reader_grows_for_a_large_body_and_shrinks_back():
         body = bytes(range(256)) * 8192  # 2 MiB
         t = feeder.send(b"PUB t\n" + struct.pack(">i", len(body)) + body)
         assert reader.readline() == b"PUB t"
-        size = protocol.decode_size(reader.read(4))
+        size = protocol_v2.decode_size(reader.read(4))
         assert reader.read(size) == body
         t.join()
         assert reader.memory() > MAX_CHUNK // 2  # it grew for the body

@@ -1,4 +1,4 @@
-"""Pure tests of nsqd_threaded.wire.protocol's IDENTIFY: decoding, negotiation, the response, durations."""
+"""Pure tests of nsqd_threaded.wire.protocol_v2's IDENTIFY: decoding, negotiation, the response, durations."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 
 from nsqd_threaded.internal import gocompat
 from nsqd_threaded.settings.options import Options
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 
 from support.v2 import protocol_error
 
@@ -17,11 +17,11 @@ DECODE_ERROR = "E_BAD_BODY IDENTIFY failed to decode JSON body"
 
 def decode(doc):
     body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
-    return protocol.decode_identify(body)
+    return protocol_v2.decode_identify(body)
 
 
 def decode_error(body):
-    return protocol_error(protocol.decode_identify, body)
+    return protocol_error(protocol_v2.decode_identify, body)
 
 
 def test_decode_identify_all_fields():
@@ -136,8 +136,8 @@ def test_decode_identify_strings_like_go():
 
 
 def test_decode_identify_accepts_bytearray_and_memoryview():
-    assert protocol.decode_identify(bytearray(b'{"snappy": false}')) == {"snappy": False}
-    assert protocol.decode_identify(memoryview(b'{"snappy": false}')) == {"snappy": False}
+    assert protocol_v2.decode_identify(bytearray(b'{"snappy": false}')) == {"snappy": False}
+    assert protocol_v2.decode_identify(memoryview(b'{"snappy": false}')) == {"snappy": False}
 
 
 # -- IDENTIFY negotiation --------------------------------------------------
@@ -152,11 +152,11 @@ DEFAULTS = {
 
 
 def negotiate(opts=None, **fields):
-    return protocol.negotiate_identify(fields, opts or Options(node_id=1))
+    return protocol_v2.negotiate_identify(fields, opts or Options(node_id=1))
 
 
 def negotiate_error(opts=None, **fields):
-    return protocol_error(protocol.negotiate_identify, fields, opts or Options(node_id=1))
+    return protocol_error(protocol_v2.negotiate_identify, fields, opts or Options(node_id=1))
 
 
 def test_negotiate_defaults():
@@ -165,7 +165,7 @@ def test_negotiate_defaults():
 
 
 def test_negotiate_default_heartbeat_is_half_the_client_timeout():
-    s = protocol.negotiate_identify({}, Options(node_id=1), client_timeout_ms=10000)
+    s = protocol_v2.negotiate_identify({}, Options(node_id=1), client_timeout_ms=10000)
     assert s["heartbeat_interval_ms"] == 5000
 
 
@@ -290,7 +290,7 @@ def test_negotiate_millisecond_bounds_are_exact():
     assert negotiate(opts, heartbeat_interval=2002)["heartbeat_interval_ms"] == 2002
     assert negotiate(Options(node_id=1, msg_timeout=1.001), msg_timeout=0)["msg_timeout_ms"] == 1001
     settings = negotiate(opts)
-    assert json.loads(protocol.identify_response(settings, opts))["max_msg_timeout"] == 1001
+    assert json.loads(protocol_v2.identify_response(settings, opts))["max_msg_timeout"] == 1001
 
 
 # -- IDENTIFY response -----------------------------------------------------
@@ -305,15 +305,15 @@ SPEC_RESPONSE = (
 
 def test_identify_response_matches_the_verified_example():
     opts = Options(node_id=1)
-    assert protocol.identify_response(protocol.negotiate_identify({}, opts), opts) == SPEC_RESPONSE
+    assert protocol_v2.identify_response(protocol_v2.negotiate_identify({}, opts), opts) == SPEC_RESPONSE
 
 
 def test_identify_response_reflects_client_settings_and_options():
     opts = Options(node_id=1, max_rdy_count=5, max_msg_timeout=120.0, topology_region="r1", topology_zone="z1")
-    settings = protocol.negotiate_identify(
+    settings = protocol_v2.negotiate_identify(
         {"output_buffer_size": -1, "sample_rate": 7, "msg_timeout": 2000}, opts
     )
-    doc = json.loads(protocol.identify_response(settings, opts))
+    doc = json.loads(protocol_v2.identify_response(settings, opts))
     assert list(doc) == list(json.loads(SPEC_RESPONSE))
     assert doc["max_rdy_count"] == 5
     assert doc["max_msg_timeout"] == 120000
@@ -340,13 +340,13 @@ def test_identify_response_reflects_client_settings_and_options():
     ],
 )
 def test_deflate_level_negotiation(deflate, requested, max_level, level):
-    assert protocol.deflate_level(deflate, requested, max_level) == level
+    assert protocol_v2.deflate_level(deflate, requested, max_level) == level
 
 
 def test_identify_response_deflate_level_field():
     opts = Options(node_id=1, max_deflate_level=4)
-    settings = protocol.negotiate_identify({}, opts)
-    doc = json.loads(protocol.identify_response(settings, opts, deflate_level=4))
+    settings = protocol_v2.negotiate_identify({}, opts)
+    doc = json.loads(protocol_v2.identify_response(settings, opts, deflate_level=4))
     assert (doc["deflate_level"], doc["max_deflate_level"]) == (4, 4)
 
 
@@ -354,7 +354,7 @@ def test_identify_response_strings_are_encoded_like_go():
     # encoding/json escapes <, >, & (HTML-safe) and U+2028/9, writes other
     # non-ASCII as UTF-8, and has no \b or \f short forms (Go 1.19).
     opts = Options(node_id=1, topology_region="a<b>&c\u2028\u2029", topology_zone="\u00e9\x08\x0c\x01\x7f\"\\/")
-    out = protocol.identify_response(protocol.negotiate_identify({}, opts), opts)
+    out = protocol_v2.identify_response(protocol_v2.negotiate_identify({}, opts), opts)
     assert out.endswith(
         b'"topology_region":"a\\u003cb\\u003e\\u0026c\\u2028\\u2029",'
         b'"topology_zone":"\xc3\xa9\\u0008\\u000c\\u0001\x7f\\"\\\\/"}'
@@ -407,8 +407,8 @@ def test_go_json_string(value, encoded):
 def test_fin_run_takes_the_plain_fin_lines_buffered_at_the_position():
     a, b, c = b"0" * 16, b"1" * 16, b"2" * 16
     buf = bytearray(b"xxFIN " + a + b"\nFIN " + b + b"\nFIN " + c[:8])
-    assert protocol.fin_run(buf, 2) == ([a, b], 2 + 42)  # the partial third line waits
-    assert protocol.fin_run(buf, 0) == ([], 0)
+    assert protocol_v2.fin_run(buf, 2) == ([a, b], 2 + 42)  # the partial third line waits
+    assert protocol_v2.fin_run(buf, 0) == ([], 0)
 
 
 @pytest.mark.timeout(10)
@@ -424,7 +424,7 @@ def test_fin_run_takes_the_plain_fin_lines_buffered_at_the_position():
 )
 def test_fin_run_stops_at_a_line_that_is_not_a_plain_fin(line):
     good = b"FIN " + b"f" * 16 + b"\n"
-    assert protocol.fin_run(bytearray(good + line + good), 0) == ([b"f" * 16], 21)
+    assert protocol_v2.fin_run(bytearray(good + line + good), 0) == ([b"f" * 16], 21)
 
 
 def test_fin_run_agrees_with_the_line_by_line_rule_on_random_buffers():
@@ -444,4 +444,4 @@ def test_fin_run_agrees_with_the_line_by_line_rule_on_random_buffers():
         while rule.match(buf, end):
             ids.append(bytes(buf[end + 4 : end + 20]))
             end += 21
-        assert protocol.fin_run(buf, pos) == (ids, end), bytes(buf)
+        assert protocol_v2.fin_run(buf, pos) == (ids, end), bytes(buf)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 
 from support.v2 import (  # noqa: F401 (fixtures among them)
     NOT_IN_FLIGHT_ID,
@@ -35,7 +35,7 @@ def test_bad_magic_gets_exact_bad_protocol_frame_then_close(nsqd, magic):
 def test_http_request_to_the_tcp_port(nsqd):
     with Conn(nsqd.tcp_address, magic=None) as c:
         c.send(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert read_all_until_closed(c) == protocol.BAD_PROTOCOL_FRAME
+        assert read_all_until_closed(c) == protocol_v2.BAD_PROTOCOL_FRAME
 
 
 def test_magic_in_pieces_is_accepted_and_answers_nothing(nsqd):
@@ -264,7 +264,7 @@ def test_fin_req_touch_pub_work_in_closing(nsqd):
         non_fatal(c, "E_FIN_FAILED FIN %s failed ID not in flight" % mid.decode())
         c.cmd(b"REQ " + mid + b" 0")
         non_fatal(c, "E_REQ_FAILED REQ %s failed ID not in flight" % mid.decode())
-        c.cmd(b"MPUB closing_works", protocol.encode_mpub_body([b"a"]))
+        c.cmd(b"MPUB closing_works", protocol_v2.encode_mpub_body([b"a"]))
         assert c.read_response() == b"OK"
         c.cmd(b"DPUB closing_works 0", b"b")
         assert c.read_response() == b"OK"
@@ -290,7 +290,7 @@ def test_silent_client_gets_heartbeats_then_is_disconnected(conn):
     with pytest.raises((EOFError, ConnectionResetError)):
         while True:
             frame = conn.read_raw_frame()
-            assert frame == protocol.HEARTBEAT_FRAME
+            assert frame == protocol_v2.HEARTBEAT_FRAME
             heartbeats.append(time.monotonic() - start)
     elapsed = time.monotonic() - start
     assert 1 <= len(heartbeats) <= 2
@@ -301,7 +301,7 @@ def test_client_answering_heartbeats_with_nop_stays_connected(conn):
     assert conn.identify(heartbeat_interval=1000) == b"OK"
     start = time.monotonic()
     while time.monotonic() - start < 3.5:
-        assert conn.read_raw_frame() == protocol.HEARTBEAT_FRAME
+        assert conn.read_raw_frame() == protocol_v2.HEARTBEAT_FRAME
         conn.cmd(b"NOP")
     assert conn.pub("hb_alive", b"x") == b"OK"
 
@@ -356,7 +356,7 @@ def set_exiting(obj):
     "line, body, text",
     [
         (b"PUB exiting", b"x", "E_PUB_FAILED PUB failed exiting"),
-        (b"MPUB exiting", protocol.encode_mpub_body([b"x"]), "E_MPUB_FAILED MPUB failed exiting"),
+        (b"MPUB exiting", protocol_v2.encode_mpub_body([b"x"]), "E_MPUB_FAILED MPUB failed exiting"),
         (b"DPUB exiting 10", b"x", "E_DPUB_FAILED DPUB failed exiting"),
     ],
 )

@@ -1,4 +1,4 @@
-"""Pure tests of nsqd_threaded.wire.protocol: frames, message payloads, command lines, names, sizes, MPUB bodies."""
+"""Pure tests of nsqd_threaded.wire.protocol_v2: frames, message payloads, command lines, names, sizes, MPUB bodies."""
 
 import struct
 import sys
@@ -6,9 +6,9 @@ import sys
 import pytest
 
 from nsqd_threaded.internal import gocompat
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 from nsqd_threaded.wire.message import Message
-from nsqd_threaded.wire.protocol import ProtocolError
+from nsqd_threaded.wire.protocol_v2 import ProtocolError
 
 from support.v2 import protocol_error
 
@@ -16,45 +16,45 @@ from support.v2 import protocol_error
 
 
 def test_frame_type_constants():
-    assert (protocol.FRAME_TYPE_RESPONSE, protocol.FRAME_TYPE_ERROR, protocol.FRAME_TYPE_MESSAGE) == (0, 1, 2)
-    assert protocol.MAGIC_V2 == b"\x20\x20\x56\x32"
-    assert protocol.MAX_LINE == 16384
-    assert protocol.MSG_ID_LENGTH == 16
-    assert protocol.MSG_HEADER_LENGTH == 26
+    assert (protocol_v2.FRAME_TYPE_RESPONSE, protocol_v2.FRAME_TYPE_ERROR, protocol_v2.FRAME_TYPE_MESSAGE) == (0, 1, 2)
+    assert protocol_v2.MAGIC_V2 == b"\x20\x20\x56\x32"
+    assert protocol_v2.MAX_LINE == 16384
+    assert protocol_v2.MSG_ID_LENGTH == 16
+    assert protocol_v2.MSG_HEADER_LENGTH == 26
 
 
 def test_bad_protocol_frame_verified_bytes():
     expected = bytes.fromhex("00000012 00000001 455f4241445f50524f544f434f4c")
-    assert protocol.BAD_PROTOCOL_FRAME == expected
-    assert protocol.frame(protocol.FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL") == expected
+    assert protocol_v2.BAD_PROTOCOL_FRAME == expected
+    assert protocol_v2.frame(protocol_v2.FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL") == expected
 
 
 def test_heartbeat_frame_verified_bytes():
     expected = bytes.fromhex("0000000f 00000000 5f6865617274626561745f")
-    assert protocol.HEARTBEAT_FRAME == expected
-    assert protocol.response_frame(b"_heartbeat_") == expected
+    assert protocol_v2.HEARTBEAT_FRAME == expected
+    assert protocol_v2.response_frame(b"_heartbeat_") == expected
 
 
 def test_ok_and_close_wait_frames():
-    assert protocol.OK_FRAME == b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
-    assert protocol.CLOSE_WAIT_FRAME == b"\x00\x00\x00\x0e\x00\x00\x00\x00CLOSE_WAIT"
+    assert protocol_v2.OK_FRAME == b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
+    assert protocol_v2.CLOSE_WAIT_FRAME == b"\x00\x00\x00\x0e\x00\x00\x00\x00CLOSE_WAIT"
 
 
 def test_empty_frame():
-    assert protocol.frame(0, b"") == b"\x00\x00\x00\x04\x00\x00\x00\x00"
+    assert protocol_v2.frame(0, b"") == b"\x00\x00\x00\x04\x00\x00\x00\x00"
 
 
 def test_error_frame_is_code_space_description():
     err = ProtocolError("E_INVALID", "invalid command ")
     assert err.data == b"E_INVALID invalid command "
-    assert protocol.error_frame(err) == b"\x00\x00\x00\x1e\x00\x00\x00\x01E_INVALID invalid command "
+    assert protocol_v2.error_frame(err) == b"\x00\x00\x00\x1e\x00\x00\x00\x01E_INVALID invalid command "
 
 
 def test_error_frame_keeps_raw_bytes_from_the_wire():
-    # Descriptions built with protocol.text() keep the client's bytes exactly.
-    err = ProtocolError("E_INVALID", "invalid command %s" % protocol.text(b"\xff\xfe"))
+    # Descriptions built with protocol_v2.text() keep the client's bytes exactly.
+    err = ProtocolError("E_INVALID", "invalid command %s" % protocol_v2.text(b"\xff\xfe"))
     assert err.data == b"E_INVALID invalid command \xff\xfe"
-    assert protocol.error_frame(err)[8:] == err.data
+    assert protocol_v2.error_frame(err)[8:] == err.data
 
 
 @pytest.mark.parametrize(
@@ -85,19 +85,19 @@ def test_only_three_codes_are_non_fatal(code, fatal):
 
 
 def test_decode_frame():
-    assert protocol.decode_frame(protocol.OK_FRAME) == (0, b"OK")
-    assert protocol.decode_frame(protocol.BAD_PROTOCOL_FRAME) == (1, b"E_BAD_PROTOCOL")
+    assert protocol_v2.decode_frame(protocol_v2.OK_FRAME) == (0, b"OK")
+    assert protocol_v2.decode_frame(protocol_v2.BAD_PROTOCOL_FRAME) == (1, b"E_BAD_PROTOCOL")
     # Trailing bytes after the frame are not part of it.
-    assert protocol.decode_frame(protocol.OK_FRAME + b"junk") == (0, b"OK")
+    assert protocol_v2.decode_frame(protocol_v2.OK_FRAME + b"junk") == (0, b"OK")
 
 
 def test_split_frames_complete_and_partial():
-    data = protocol.OK_FRAME + protocol.HEARTBEAT_FRAME + protocol.CLOSE_WAIT_FRAME
-    frames, used = protocol.split_frames(data)
+    data = protocol_v2.OK_FRAME + protocol_v2.HEARTBEAT_FRAME + protocol_v2.CLOSE_WAIT_FRAME
+    frames, used = protocol_v2.split_frames(data)
     assert frames == [(0, b"OK"), (0, b"_heartbeat_"), (0, b"CLOSE_WAIT")]
     assert used == len(data)
     for cut in range(len(data) + 1):
-        frames, used = protocol.split_frames(bytearray(data[:cut]))
+        frames, used = protocol_v2.split_frames(bytearray(data[:cut]))
         whole = [n for n in (10, 29, 47) if n <= cut]
         assert used == (whole[-1] if whole else 0)
         assert len(frames) == len(whole)
@@ -116,51 +116,51 @@ MSG_ID = b"18a40df10fe69000"
 
 def test_decode_message_of_the_verified_disk_record():
     assert struct.unpack(">i", RECORD[:4])[0] == len(PAYLOAD) == 28
-    assert protocol.decode_message(PAYLOAD) == (TS, 0, MSG_ID, b"dd")
-    assert protocol.decode_message(bytearray(PAYLOAD)) == (TS, 0, MSG_ID, b"dd")
-    assert protocol.decode_message(memoryview(PAYLOAD)) == (TS, 0, MSG_ID, b"dd")
+    assert protocol_v2.decode_message(PAYLOAD) == (TS, 0, MSG_ID, b"dd")
+    assert protocol_v2.decode_message(bytearray(PAYLOAD)) == (TS, 0, MSG_ID, b"dd")
+    assert protocol_v2.decode_message(memoryview(PAYLOAD)) == (TS, 0, MSG_ID, b"dd")
 
 
 def test_encode_message_is_the_verified_disk_record():
-    assert protocol.encode_message(TS, 0, MSG_ID, b"dd") == PAYLOAD
+    assert protocol_v2.encode_message(TS, 0, MSG_ID, b"dd") == PAYLOAD
 
 
 def test_message_frame_is_size_type_payload():
-    [wire] = protocol.message_frames([Message(MSG_ID, b"dd", TS)], sys.maxsize)
+    [wire] = protocol_v2.message_frames([Message(MSG_ID, b"dd", TS)], sys.maxsize)
     assert wire == b"\x00\x00\x00\x20\x00\x00\x00\x02" + PAYLOAD  # 4 + 26 + 2 = 32
-    assert wire == protocol.frame(protocol.FRAME_TYPE_MESSAGE, PAYLOAD)
-    assert protocol.decode_frame(wire) == (2, PAYLOAD)
+    assert wire == protocol_v2.frame(protocol_v2.FRAME_TYPE_MESSAGE, PAYLOAD)
+    assert protocol_v2.decode_frame(wire) == (2, PAYLOAD)
 
 
 def test_message_frames_are_joined_into_chunks_of_at_least_the_limit():
     msgs = [Message(b"%016d" % i, b"x" * 10, TS, i) for i in range(5)]
-    frame_size = 4 + protocol.MSG_HEADER_LENGTH + 4 + 10  # 44
-    chunks = list(protocol.message_frames(msgs, 2 * frame_size - 8))  # (sizes count from the frame type on)
+    frame_size = 4 + protocol_v2.MSG_HEADER_LENGTH + 4 + 10  # 44
+    chunks = list(protocol_v2.message_frames(msgs, 2 * frame_size - 8))  # (sizes count from the frame type on)
     assert [len(c) for c in chunks] == [2 * frame_size, 2 * frame_size, frame_size]
-    frames, used = protocol.split_frames(b"".join(chunks))
+    frames, used = protocol_v2.split_frames(b"".join(chunks))
     assert used == 5 * frame_size
-    assert [protocol.decode_message(data) for _, data in frames] == [
+    assert [protocol_v2.decode_message(data) for _, data in frames] == [
         (TS, i, b"%016d" % i, b"x" * 10) for i in range(5)
     ]
-    assert list(protocol.message_frames([], 1)) == []
+    assert list(protocol_v2.message_frames([], 1)) == []
 
 
 def test_message_attempts_and_body_edges():
-    payload = protocol.encode_message(1, 65535, MSG_ID, b"")
+    payload = protocol_v2.encode_message(1, 65535, MSG_ID, b"")
     assert payload == b"\x00" * 7 + b"\x01" + b"\xff\xff" + MSG_ID
-    assert protocol.decode_message(payload) == (1, 65535, MSG_ID, b"")
+    assert protocol_v2.decode_message(payload) == (1, 65535, MSG_ID, b"")
     body = bytes(range(256)) * 3
-    payload = protocol.encode_message(-1, 1, MSG_ID, body)
+    payload = protocol_v2.encode_message(-1, 1, MSG_ID, body)
     assert payload[:8] == b"\xff" * 8  # int64, signed
-    assert protocol.decode_message(payload) == (-1, 1, MSG_ID, body)
+    assert protocol_v2.decode_message(payload) == (-1, 1, MSG_ID, body)
 
 
 def test_decode_message_too_short():
     with pytest.raises(ValueError):
-        protocol.decode_message(PAYLOAD[:25])
+        protocol_v2.decode_message(PAYLOAD[:25])
     with pytest.raises(ValueError):
-        protocol.decode_message(b"")
-    assert protocol.decode_message(PAYLOAD[:26]) == (TS, 0, MSG_ID, b"")
+        protocol_v2.decode_message(b"")
+    assert protocol_v2.decode_message(PAYLOAD[:26]) == (TS, 0, MSG_ID, b"")
 
 
 # -- command lines -----------------------------------------------------------
@@ -186,7 +186,7 @@ def test_decode_message_too_short():
     ],
 )
 def test_parse_line(line, params):
-    assert protocol.parse_line(line) == params
+    assert protocol_v2.parse_line(line) == params
 
 
 @pytest.mark.parametrize(
@@ -210,19 +210,19 @@ def test_parse_line(line, params):
     ],
 )
 def test_parse_uint_digits_only(raw, value):
-    assert protocol.parse_uint(raw) == value
+    assert protocol_v2.parse_uint(raw) == value
 
 
 def test_parse_uint_is_unbounded_and_int64_wraps_like_go():
-    n = protocol.parse_uint(b"9" * 30)
+    n = protocol_v2.parse_uint(b"9" * 30)
     assert n == 10**30 - 1
-    assert protocol.int64(2**64 - 1) == -1
-    assert protocol.int64(2**63) == -(2**63)
-    assert protocol.int64(2**63 - 1) == 2**63 - 1
-    assert protocol.int64(2**64 + 5) == 5
-    assert protocol.int64(-1) == -1
+    assert protocol_v2.int64(2**64 - 1) == -1
+    assert protocol_v2.int64(2**63) == -(2**63)
+    assert protocol_v2.int64(2**63 - 1) == 2**63 - 1
+    assert protocol_v2.int64(2**64 + 5) == 5
+    assert protocol_v2.int64(-1) == -1
     # REQ/DPUB: time.Duration(ms) * time.Millisecond overflows in int64.
-    assert protocol.int64(9223372036855 * 1000000) < 0
+    assert protocol_v2.int64(9223372036855 * 1000000) < 0
 
 
 @pytest.mark.parametrize(
@@ -237,8 +237,8 @@ def test_parse_uint_is_unbounded_and_int64_wraps_like_go():
     ],
 )
 def test_sizes_are_signed_int32_big_endian(raw, value):
-    assert protocol.decode_size(raw) == value
-    assert protocol.encode_size(value) == raw
+    assert protocol_v2.decode_size(raw) == value
+    assert protocol_v2.encode_size(value) == raw
 
 
 # -- names -----------------------------------------------------------------
@@ -276,13 +276,13 @@ def test_sizes_are_signed_int32_big_endian(raw, value):
     ],
 )
 def test_is_valid_name(name, valid):
-    assert protocol.is_valid_name(name) is valid
-    assert protocol.is_valid_name(name.encode("utf-8")) is valid
+    assert protocol_v2.is_valid_name(name) is valid
+    assert protocol_v2.is_valid_name(name.encode("utf-8")) is valid
 
 
 def test_is_valid_name_rejects_non_utf8_bytes():
-    assert protocol.is_valid_name(b"\xff") is False
-    assert protocol.is_valid_name(b"ab\x80") is False
+    assert protocol_v2.is_valid_name(b"\xff") is False
+    assert protocol_v2.is_valid_name(b"ab\x80") is False
 
 
 # -- Go %q -----------------------------------------------------------------
@@ -324,121 +324,121 @@ def test_go_quote(raw, quoted):
 
 def test_go_quote_accepts_text():
     assert gocompat.go_quote("a\nb") == '"a\\nb"'
-    assert gocompat.go_quote(protocol.text(b"\xff")) == '"\\xff"'
+    assert gocompat.go_quote(protocol_v2.text(b"\xff")) == '"\\xff"'
 
 
 def test_text_round_trips_wire_bytes():
     raw = b"\xff\x00abc\xe2\x82"
-    assert protocol.text(raw).encode("utf-8", "surrogateescape") == raw
+    assert protocol_v2.text(raw).encode("utf-8", "surrogateescape") == raw
 
 
 # -- size checks -----------------------------------------------------------
 
 
 def test_check_body_size_identify_auth():
-    protocol.check_body_size("IDENTIFY", 1, 5)
-    protocol.check_body_size("IDENTIFY", 5, 5)  # equal is allowed
-    assert protocol_error(protocol.check_body_size, "IDENTIFY", 6, 5) == "E_BAD_BODY IDENTIFY body too big 6 > 5"
-    assert protocol_error(protocol.check_body_size, "IDENTIFY", 0, 5) == "E_BAD_BODY IDENTIFY invalid body size 0"
+    protocol_v2.check_body_size("IDENTIFY", 1, 5)
+    protocol_v2.check_body_size("IDENTIFY", 5, 5)  # equal is allowed
+    assert protocol_error(protocol_v2.check_body_size, "IDENTIFY", 6, 5) == "E_BAD_BODY IDENTIFY body too big 6 > 5"
+    assert protocol_error(protocol_v2.check_body_size, "IDENTIFY", 0, 5) == "E_BAD_BODY IDENTIFY invalid body size 0"
     assert (
-        protocol_error(protocol.check_body_size, "AUTH", -2147483648, 5242880)
+        protocol_error(protocol_v2.check_body_size, "AUTH", -2147483648, 5242880)
         == "E_BAD_BODY AUTH invalid body size -2147483648"
     )
-    assert protocol_error(protocol.check_body_size, "AUTH", 5242881, 5242880) == "E_BAD_BODY AUTH body too big 5242881 > 5242880"
+    assert protocol_error(protocol_v2.check_body_size, "AUTH", 5242881, 5242880) == "E_BAD_BODY AUTH body too big 5242881 > 5242880"
     # Order: "too big" is checked before "<= 0" (only observable with a negative max).
-    assert protocol_error(protocol.check_body_size, "IDENTIFY", -3, -5) == "E_BAD_BODY IDENTIFY body too big -3 > -5"
+    assert protocol_error(protocol_v2.check_body_size, "IDENTIFY", -3, -5) == "E_BAD_BODY IDENTIFY body too big -3 > -5"
 
 
 def test_check_message_size_pub_dpub():
-    protocol.check_message_size("PUB", 1, 10)
-    protocol.check_message_size("PUB", 10, 10)  # equal is allowed
-    assert protocol_error(protocol.check_message_size, "PUB", 0, 10) == "E_BAD_MESSAGE PUB invalid message body size 0"
-    assert protocol_error(protocol.check_message_size, "PUB", -1, 10) == "E_BAD_MESSAGE PUB invalid message body size -1"
-    assert protocol_error(protocol.check_message_size, "PUB", 11, 10) == "E_BAD_MESSAGE PUB message too big 11 > 10"
-    assert protocol_error(protocol.check_message_size, "DPUB", 0, 10) == "E_BAD_MESSAGE DPUB invalid message body size 0"
-    assert protocol_error(protocol.check_message_size, "DPUB", 11, 10) == "E_BAD_MESSAGE DPUB message too big 11 > 10"
+    protocol_v2.check_message_size("PUB", 1, 10)
+    protocol_v2.check_message_size("PUB", 10, 10)  # equal is allowed
+    assert protocol_error(protocol_v2.check_message_size, "PUB", 0, 10) == "E_BAD_MESSAGE PUB invalid message body size 0"
+    assert protocol_error(protocol_v2.check_message_size, "PUB", -1, 10) == "E_BAD_MESSAGE PUB invalid message body size -1"
+    assert protocol_error(protocol_v2.check_message_size, "PUB", 11, 10) == "E_BAD_MESSAGE PUB message too big 11 > 10"
+    assert protocol_error(protocol_v2.check_message_size, "DPUB", 0, 10) == "E_BAD_MESSAGE DPUB invalid message body size 0"
+    assert protocol_error(protocol_v2.check_message_size, "DPUB", 11, 10) == "E_BAD_MESSAGE DPUB message too big 11 > 10"
     # Order: "<= 0" before "too big".
-    assert protocol_error(protocol.check_message_size, "PUB", -3, -5) == "E_BAD_MESSAGE PUB invalid message body size -3"
+    assert protocol_error(protocol_v2.check_message_size, "PUB", -3, -5) == "E_BAD_MESSAGE PUB invalid message body size -3"
 
 
 def test_check_mpub_body_size():
-    protocol.check_mpub_body_size(1, 10)
-    protocol.check_mpub_body_size(10, 10)
-    assert protocol_error(protocol.check_mpub_body_size, 0, 10) == "E_BAD_BODY MPUB invalid body size 0"
-    assert protocol_error(protocol.check_mpub_body_size, -2147483648, 10) == "E_BAD_BODY MPUB invalid body size -2147483648"
-    assert protocol_error(protocol.check_mpub_body_size, 11, 10) == "E_BAD_BODY MPUB body too big 11 > 10"
-    assert protocol_error(protocol.check_mpub_body_size, -3, -5) == "E_BAD_BODY MPUB invalid body size -3"
+    protocol_v2.check_mpub_body_size(1, 10)
+    protocol_v2.check_mpub_body_size(10, 10)
+    assert protocol_error(protocol_v2.check_mpub_body_size, 0, 10) == "E_BAD_BODY MPUB invalid body size 0"
+    assert protocol_error(protocol_v2.check_mpub_body_size, -2147483648, 10) == "E_BAD_BODY MPUB invalid body size -2147483648"
+    assert protocol_error(protocol_v2.check_mpub_body_size, 11, 10) == "E_BAD_BODY MPUB body too big 11 > 10"
+    assert protocol_error(protocol_v2.check_mpub_body_size, -3, -5) == "E_BAD_BODY MPUB invalid body size -3"
 
 
 def test_check_mpub_count():
     # (max_body_size - 4) // 5: 104 -> 20
-    protocol.check_mpub_count(1, 104)
-    protocol.check_mpub_count(20, 104)
-    assert protocol_error(protocol.check_mpub_count, 21, 104) == "E_BAD_BODY MPUB invalid message count 21"
-    assert protocol_error(protocol.check_mpub_count, 0, 104) == "E_BAD_BODY MPUB invalid message count 0"
-    assert protocol_error(protocol.check_mpub_count, -1, 104) == "E_BAD_BODY MPUB invalid message count -1"
+    protocol_v2.check_mpub_count(1, 104)
+    protocol_v2.check_mpub_count(20, 104)
+    assert protocol_error(protocol_v2.check_mpub_count, 21, 104) == "E_BAD_BODY MPUB invalid message count 21"
+    assert protocol_error(protocol_v2.check_mpub_count, 0, 104) == "E_BAD_BODY MPUB invalid message count 0"
+    assert protocol_error(protocol_v2.check_mpub_count, -1, 104) == "E_BAD_BODY MPUB invalid message count -1"
     # integer division: 108 -> 20, 109 -> 21
-    assert protocol_error(protocol.check_mpub_count, 21, 108) == "E_BAD_BODY MPUB invalid message count 21"
-    protocol.check_mpub_count(21, 109)
-    protocol.check_mpub_count(1048575, 5242880)
-    assert protocol_error(protocol.check_mpub_count, 1048576, 5242880) == "E_BAD_BODY MPUB invalid message count 1048576"
+    assert protocol_error(protocol_v2.check_mpub_count, 21, 108) == "E_BAD_BODY MPUB invalid message count 21"
+    protocol_v2.check_mpub_count(21, 109)
+    protocol_v2.check_mpub_count(1048575, 5242880)
+    assert protocol_error(protocol_v2.check_mpub_count, 1048576, 5242880) == "E_BAD_BODY MPUB invalid message count 1048576"
 
 
 # -- MPUB body -------------------------------------------------------------
 
 
 def test_encode_mpub_body():
-    assert protocol.encode_mpub_body([b"a", b"bc"]) == (
+    assert protocol_v2.encode_mpub_body([b"a", b"bc"]) == (
         b"\x00\x00\x00\x02" b"\x00\x00\x00\x01a" b"\x00\x00\x00\x02bc"
     )
 
 
 def test_parse_mpub_messages_whole_buffer():
-    items = protocol.encode_mpub_body([b"a", b"bc", b"def"])[4:]
+    items = protocol_v2.encode_mpub_body([b"a", b"bc", b"def"])[4:]
     out = []
-    pos = protocol.parse_mpub_messages(items, 0, len(items), 0, 3, 10, out)
+    pos = protocol_v2.parse_mpub_messages(items, 0, len(items), 0, 3, 10, out)
     assert out == [b"a", b"bc", b"def"]
     assert pos == len(items)
     assert all(type(b) is bytes for b in out)
 
 
 def test_parse_mpub_messages_stops_after_count():
-    items = protocol.encode_mpub_body([b"a", b"bc"])[4:] + b"NOP\n"
+    items = protocol_v2.encode_mpub_body([b"a", b"bc"])[4:] + b"NOP\n"
     out = []
-    pos = protocol.parse_mpub_messages(items, 0, len(items), 0, 2, 10, out)
+    pos = protocol_v2.parse_mpub_messages(items, 0, len(items), 0, 2, 10, out)
     assert out == [b"a", b"bc"]
     assert items[pos:] == b"NOP\n"  # the rest is the next command
 
 
 def test_parse_mpub_messages_respects_pos_and_end():
-    items = b"XXXX" + protocol.encode_mpub_body([b"a", b"bc"])[4:] + b"YY"
+    items = b"XXXX" + protocol_v2.encode_mpub_body([b"a", b"bc"])[4:] + b"YY"
     out = []
-    pos = protocol.parse_mpub_messages(items, 4, len(items) - 2, 0, 2, 10, out)
+    pos = protocol_v2.parse_mpub_messages(items, 4, len(items) - 2, 0, 2, 10, out)
     assert out == [b"a", b"bc"] and pos == len(items) - 2
 
 
 def test_parse_mpub_messages_resumes_at_every_cut():
     bodies = [b"a", b"bc", b"", b"def"]
     bodies[2] = b"g" * 9
-    items = protocol.encode_mpub_body(bodies)[4:]
+    items = protocol_v2.encode_mpub_body(bodies)[4:]
     for cut in range(len(items) + 1):
         buf = bytearray(items[:cut])
         out = []
-        pos = protocol.parse_mpub_messages(buf, 0, len(buf), 0, 4, 10, out)
+        pos = protocol_v2.parse_mpub_messages(buf, 0, len(buf), 0, 4, 10, out)
         # Only complete items, and pos right after the last of them.
         assert pos == sum(4 + len(b) for b in out)
         assert out == bodies[: len(out)]
         buf += items[cut:]  # the memoryview is released: the buffer can grow
-        pos = protocol.parse_mpub_messages(buf, pos, len(buf), len(out), 4, 10, out)
+        pos = protocol_v2.parse_mpub_messages(buf, pos, len(buf), len(out), 4, 10, out)
         assert out == bodies
         assert pos == len(items)
 
 
 def test_parse_mpub_messages_incomplete_header_consumes_nothing():
     out = []
-    assert protocol.parse_mpub_messages(b"\x00\x00\x00", 0, 3, 0, 1, 10, out) == 0
+    assert protocol_v2.parse_mpub_messages(b"\x00\x00\x00", 0, 3, 0, 1, 10, out) == 0
     assert out == []
-    assert protocol.parse_mpub_messages(b"\x00\x00\x00\x05ab", 0, 6, 0, 1, 10, out) == 0
+    assert protocol_v2.parse_mpub_messages(b"\x00\x00\x00\x05ab", 0, 6, 0, 1, 10, out) == 0
     assert out == []
 
 
@@ -456,7 +456,7 @@ def test_parse_mpub_messages_incomplete_header_consumes_nothing():
 )
 def test_parse_mpub_messages_errors(items, index, error):
     with pytest.raises(ProtocolError) as info:
-        protocol.parse_mpub_messages(items, 0, len(items), index, index + 3, 10, [])
+        protocol_v2.parse_mpub_messages(items, 0, len(items), index, index + 3, 10, [])
     assert info.value.fatal
     assert "%s %s" % (info.value.code, info.value.description) == error
 
@@ -464,5 +464,5 @@ def test_parse_mpub_messages_errors(items, index, error):
 def test_parse_mpub_messages_size_equal_to_max_is_allowed():
     items = b"\x00\x00\x00\x0a" + b"z" * 10
     out = []
-    assert protocol.parse_mpub_messages(items, 0, len(items), 0, 1, 10, out) == 14
+    assert protocol_v2.parse_mpub_messages(items, 0, len(items), 0, 1, 10, out) == 14
     assert out == [b"z" * 10]

@@ -21,7 +21,7 @@ import uuid
 
 import pytest
 
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 
 from support.proc import REPO_ROOT
 from support.wire import Conn, wait_for
@@ -225,16 +225,16 @@ def _subscribe(address, topic, channel):
     try:
         c.cmd(b"SUB %s %s" % (topic.encode(), channel.encode()))
         ft, data = c.read_frame()
-        if ft != protocol.FRAME_TYPE_ERROR:
+        if ft != protocol_v2.FRAME_TYPE_ERROR:
             c.cmd(b"RDY 1")
             c.cmd(b"FIN 0123456789abcdef")
             ft, data = c.read_frame()
             if data.startswith(b"E_FIN_FAILED"):
-                ft, data = protocol.FRAME_TYPE_RESPONSE, b"OK"
+                ft, data = protocol_v2.FRAME_TYPE_RESPONSE, b"OK"
     except (EOFError, ConnectionError):
         c.close()
         return "closed", None
-    if ft == protocol.FRAME_TYPE_ERROR:
+    if ft == protocol_v2.FRAME_TYPE_ERROR:
         c.close()
         return data.decode(), None
     return data.decode(), c
@@ -418,7 +418,7 @@ def _deflate_nop_flood(address, stop):
     import zlib
 
     sock = socket.create_connection(address, timeout=10)
-    sock.sendall(protocol.MAGIC_V2)
+    sock.sendall(protocol_v2.MAGIC_V2)
     body = json.dumps({"feature_negotiation": True, "deflate": True, "deflate_level": 6}).encode()
     sock.sendall(b"IDENTIFY\n" + len(body).to_bytes(4, "big") + body)
     got = b""

@@ -13,7 +13,7 @@ from nsqd_threaded import Options
 from nsqd_threaded.client.consumer import Consumer
 from nsqd_threaded.client.producer import Producer
 from nsqd_threaded.settings.options import OptionError
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 
 from support.transport import certs, connect, identify, start_tls, tls_options  # noqa: F401 (fixture)
 from support.wire import wait_for
@@ -203,8 +203,8 @@ def test_buffered_tls_records_are_served_without_more_input(make_nsqd, certs):
                 sock.sendall(outgoing.read())
                 incoming.write(sock.recv(65536))
         sock.sendall(outgoing.read())
-        tls.write(b"PUB t\n" + protocol.encode_size(1) + b"a")
-        tls.write(b"PUB t\n" + protocol.encode_size(1) + b"b")
+        tls.write(b"PUB t\n" + protocol_v2.encode_size(1) + b"a")
+        tls.write(b"PUB t\n" + protocol_v2.encode_size(1) + b"b")
         sock.sendall(outgoing.read())  # two records, one send
         answers = []
         while len(answers) < 3:  # the upgrade's OK and the two PUBs'
@@ -312,7 +312,7 @@ def test_parked_tls_connection_wakes_for_records_sent_together(make_nsqd, certs)
     with tls_conn(nsqd, context) as conn:
         # The connection thread parks after IDLE_AFTER without input.
         wait_for(lambda: nsqd.idle_watcher._parked, timeout=20, what="the connection to park")
-        conn.sock.sendall(b"PUB t\n" + protocol.encode_size(1) + b"a" + b"PUB t\n" + protocol.encode_size(1) + b"b")
+        conn.sock.sendall(b"PUB t\n" + protocol_v2.encode_size(1) + b"a" + b"PUB t\n" + protocol_v2.encode_size(1) + b"b")
         assert [conn.read_response(), conn.read_response()] == [b"OK", b"OK"]
 
 

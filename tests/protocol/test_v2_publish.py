@@ -3,7 +3,7 @@
 import pytest
 
 from nsqd_threaded.storage.backend import BackendError
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 
 from support.v2 import channel_of, conn, consumer, fatal, half_close, size, usize  # noqa: F401 (fixtures among them)
 from support.wire import Conn, wait_for
@@ -205,7 +205,7 @@ def test_mpub_insufficient_params(conn):
     [(b"a*b", '"a*b"'), (b"", '""'), (b"t" * 65, '"%s"' % ("t" * 65)), (b"\xe2\x82", '"\\xe2\\x82"')],
 )
 def test_mpub_bad_topic_names_the_code_twice(conn, topic, quoted):
-    conn.cmd(b"MPUB " + topic, protocol.encode_mpub_body([b"x"]))
+    conn.cmd(b"MPUB " + topic, protocol_v2.encode_mpub_body([b"x"]))
     fatal(conn, "E_BAD_TOPIC E_BAD_TOPIC MPUB topic name %s is not valid" % quoted)
 
 
@@ -254,12 +254,12 @@ def test_mpub_max_count_and_max_body_size_are_allowed(make_nsqd):
     with consumer(nsqd, "mpub_max", rdy=100) as s:
         with Conn(nsqd.tcp_address) as c:
             bodies = [b"%d" % (i % 10) for i in range(19)]
-            body = protocol.encode_mpub_body(bodies)
+            body = protocol_v2.encode_mpub_body(bodies)
             assert len(body) == 99
             c.cmd(b"MPUB mpub_max", body)
             assert c.read_response() == b"OK"
             # body_size == max_body_size; the inner lengths decide what is read.
-            c.send(b"MPUB mpub_max\n" + size(100) + protocol.encode_mpub_body([b"y" * 87]))
+            c.send(b"MPUB mpub_max\n" + size(100) + protocol_v2.encode_mpub_body([b"y" * 87]))
             assert c.read_response() == b"OK"
         got = [s.read_message()[3] for _ in range(20)]
         assert got == bodies + [b"y" * 87]
@@ -308,7 +308,7 @@ def test_mpub_failed_reads(conn, data, text):
 def test_mpub_trusts_inner_lengths_leftover_is_the_next_command(nsqd):
     with consumer(nsqd, "mpub_trust", rdy=10) as s:
         with Conn(nsqd.tcp_address) as c:
-            body = protocol.encode_mpub_body([b"a", b"b"])
+            body = protocol_v2.encode_mpub_body([b"a", b"b"])
             # body_size claims 40 more bytes than the content: they are commands.
             leftover = b"NOP\nPUB mpub_trust\n" + size(1) + b"c"
             c.send(b"MPUB mpub_trust\n" + size(len(body) + 40) + body + leftover)
@@ -319,7 +319,7 @@ def test_mpub_trusts_inner_lengths_leftover_is_the_next_command(nsqd):
 
 
 def test_mpub_leftover_bytes_parsed_as_an_invalid_command(conn):
-    body = protocol.encode_mpub_body([b"a"])
+    body = protocol_v2.encode_mpub_body([b"a"])
     conn.send(b"MPUB t\n" + size(len(body) + 10) + body + b"BOGUS\n")
     assert conn.read_response() == b"OK"
     fatal(conn, "E_INVALID invalid command BOGUS")
@@ -328,7 +328,7 @@ def test_mpub_leftover_bytes_parsed_as_an_invalid_command(conn):
 def test_mpub_body_size_smaller_than_content_reads_past_it(nsqd):
     with consumer(nsqd, "mpub_short", rdy=10) as s:
         with Conn(nsqd.tcp_address) as c:
-            body = protocol.encode_mpub_body([b"first", b"second"])
+            body = protocol_v2.encode_mpub_body([b"first", b"second"])
             c.send(b"MPUB mpub_short\n" + size(5) + body)
             assert c.read_response() == b"OK"
             assert c.pub("mpub_short", b"third") == b"OK"
@@ -339,7 +339,7 @@ def test_mpub_split_across_many_writes(nsqd):
     with consumer(nsqd, "mpub_split", rdy=10) as s:
         with Conn(nsqd.tcp_address) as c:
             bodies = [b"x" * 3000, b"y", b"z" * 5000]
-            data = b"MPUB mpub_split\n" + size(len(protocol.encode_mpub_body(bodies))) + protocol.encode_mpub_body(bodies)
+            data = b"MPUB mpub_split\n" + size(len(protocol_v2.encode_mpub_body(bodies))) + protocol_v2.encode_mpub_body(bodies)
             for i in range(0, len(data), 997):
                 c.send(data[i : i + 997])
             assert c.read_response() == b"OK"
@@ -353,7 +353,7 @@ def test_mpub_split_across_many_writes(nsqd):
     "line, body, text",
     [
         (b"PUB failing", b"x", "E_PUB_FAILED PUB failed disk full"),
-        (b"MPUB failing", protocol.encode_mpub_body([b"x", b"y"]), "E_MPUB_FAILED MPUB failed disk full"),
+        (b"MPUB failing", protocol_v2.encode_mpub_body([b"x", b"y"]), "E_MPUB_FAILED MPUB failed disk full"),
         (b"DPUB failing 0", b"x", "E_DPUB_FAILED DPUB failed disk full"),
     ],
 )

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from nsqd_threaded.testing import BrokerProcess
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 
 from support.wire import Conn
 
@@ -63,7 +63,7 @@ class Load:
                     if batch == 1:
                         c.cmd(b"PUB " + topic.encode(), bodies[0])
                     else:
-                        c.cmd(b"MPUB " + topic.encode(), protocol.encode_mpub_body(bodies))
+                        c.cmd(b"MPUB " + topic.encode(), protocol_v2.encode_mpub_body(bodies))
                     if c.read_response() != b"OK":
                         return
                     self.acked.update(bodies)
@@ -103,10 +103,10 @@ def drain(address, topic, expected, seconds=30):
                 ft, data = c.read_frame()
             except OSError:
                 continue
-            if ft == protocol.FRAME_TYPE_ERROR and data.startswith(b"E_FIN_FAILED"):
+            if ft == protocol_v2.FRAME_TYPE_ERROR and data.startswith(b"E_FIN_FAILED"):
                 continue
-            assert ft == protocol.FRAME_TYPE_MESSAGE, (ft, data)
-            _, _, mid, body = protocol.decode_message(data)
+            assert ft == protocol_v2.FRAME_TYPE_MESSAGE, (ft, data)
+            _, _, mid, body = protocol_v2.decode_message(data)
             seen.add(body)
             c.cmd(b"FIN " + mid)
     return seen
@@ -204,7 +204,7 @@ def test_disk_write_failure_fails_publishes_and_recovers(tmp_path):
                 body = b"during-%02d-" % i + b"x" * 100
                 c.cmd(b"PUB f", body)
                 ft, data = c.read_frame()
-                if ft == protocol.FRAME_TYPE_ERROR:
+                if ft == protocol_v2.FRAME_TYPE_ERROR:
                     assert data.startswith(b"E_PUB_FAILED PUB failed "), data
                     c.assert_closed()
                     break

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 
 from support.wire import Conn
 
@@ -157,7 +157,7 @@ def do_auth(c, secret):
 def authed(nsqd, secret):
     c = connect(nsqd)
     ft, data = do_auth(c, secret)
-    assert ft == protocol.FRAME_TYPE_RESPONSE, (data, nsqd.log.stream.getvalue()[-2000:])
+    assert ft == protocol_v2.FRAME_TYPE_RESPONSE, (data, nsqd.log.stream.getvalue()[-2000:])
     return c
 
 

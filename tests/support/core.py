@@ -9,7 +9,7 @@ the test thread calls ``Channel.take`` / ``finish_many`` itself.
 import time
 
 from nsqd_threaded import NSQD, Options
-from nsqd_threaded.broker.client_v2 import Client
+from nsqd_threaded.broker.client import Client
 
 from support.logs import LogCapture
 

@@ -29,7 +29,7 @@ import threading
 import time
 import urllib.request
 
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 
 GO_BIN = os.environ.get("NSQ_GO_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared",
                                                     "reference", "go-nsq-1.3.0"))
@@ -140,14 +140,14 @@ class Consumer:
         self.responses = 0
         self.last_frame_at = 0.0
         self.alive = True
-        self.sock.sendall(protocol.MAGIC_V2)
+        self.sock.sendall(protocol_v2.MAGIC_V2)
         fields = json.dumps({"msg_timeout": MSG_TIMEOUT_MS, "heartbeat_interval": 5000}).encode()
         self.sock.sendall(b"IDENTIFY\n" + struct.pack(">i", len(fields)) + fields)
         self.sock.sendall(b"SUB %s %s\n" % (topic.encode(), channel.encode()))
         self._buf = b""
         for _ in range(2):
             ft, data = self._read_frame()
-            assert ft == protocol.FRAME_TYPE_RESPONSE and data == b"OK", (ft, data)
+            assert ft == protocol_v2.FRAME_TYPE_RESPONSE and data == b"OK", (ft, data)
         self.sock.settimeout(None)
         self._reader = threading.Thread(target=self._read_loop, name="delivery-consumer-%d" % index, daemon=True)
         self._reader.start()
@@ -158,7 +158,7 @@ class Consumer:
                 size = struct.unpack(">i", self._buf[:4])[0]
                 if len(self._buf) >= 4 + size:
                     frame, self._buf = self._buf[: 4 + size], self._buf[4 + size:]
-                    return protocol.decode_frame(frame)
+                    return protocol_v2.decode_frame(frame)
             chunk = self.sock.recv(65536)
             if not chunk:
                 raise EOFError
@@ -169,16 +169,16 @@ class Consumer:
             while True:
                 ft, data = self._read_frame()
                 now = time.monotonic()
-                if ft == protocol.FRAME_TYPE_RESPONSE:
+                if ft == protocol_v2.FRAME_TYPE_RESPONSE:
                     if data == b"_heartbeat_":
                         self.send(b"NOP\n")
                     continue
                 with self._lock:
                     self.last_frame_at = now
-                    if ft == protocol.FRAME_TYPE_ERROR:
+                    if ft == protocol_v2.FRAME_TYPE_ERROR:
                         self.errors.append(data.split(b" ", 1)[0].decode())
                         continue
-                    _, attempts, msg_id, body = protocol.decode_message(data)
+                    _, attempts, msg_id, body = protocol_v2.decode_message(data)
                     if self._live_count(now) >= self.rdy and now - self.rdy_lowered_at > RDY_GRACE:
                         self.over_rdy += 1
                     self.held[msg_id] = [body, attempts, now]
@@ -279,7 +279,7 @@ class Session:
         self.deferred_until = []  # monotonic due times of REQs with a delay
         self.latencies = []  # seconds each step took to settle
         self._pub = socket.create_connection(broker.tcp_address, timeout=10)
-        self._pub.sendall(protocol.MAGIC_V2)
+        self._pub.sendall(protocol_v2.MAGIC_V2)
         self._body = 0
         self._stop = threading.Event()
         self._keep_alive = threading.Event()  # set: the keep-alive thread TOUCHes held messages
@@ -296,14 +296,14 @@ class Session:
         self._pub.close()
 
     def _publish(self, bodies):
-        body = protocol.encode_mpub_body(bodies)
+        body = protocol_v2.encode_mpub_body(bodies)
         self._pub.sendall(b"MPUB %s\n" % self.topic.encode() + struct.pack(">i", len(body)) + body)
         data = b""
         while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
             chunk = self._pub.recv(4096)
             assert chunk, "publisher disconnected"
             data += chunk
-        assert protocol.decode_frame(data)[1] == b"OK", data
+        assert protocol_v2.decode_frame(data)[1] == b"OK", data
 
     def live(self):
         return [c for c in self.consumers if c.alive]

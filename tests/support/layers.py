@@ -46,7 +46,7 @@ def modules():
 
 
 def part(module):
-    """The top-level part a module belongs to (``nsqd_threaded.wire.protocol`` -> ``wire``)."""
+    """The top-level part a module belongs to (``nsqd_threaded.wire.protocol_v2`` -> ``wire``)."""
     if module == PACKAGE:
         return "__init__"
     return module.split(".")[1]

@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 from nsqd_threaded.wire.codec.snappy import FrameDecoder, FrameEncoder
 
 from support.wire import Conn
@@ -85,7 +85,7 @@ def identify(conn, **fields):
     fields.setdefault("feature_negotiation", True)
     conn.cmd(b"IDENTIFY", json.dumps(fields).encode())
     frame_type, data = conn.read_frame()
-    assert frame_type == protocol.FRAME_TYPE_RESPONSE, data
+    assert frame_type == protocol_v2.FRAME_TYPE_RESPONSE, data
     return json.loads(data)
 
 
@@ -137,7 +137,7 @@ class CompressedConn:
                 self._fill()
             size = struct.unpack(">i", self.buf[:4])[0]
             raw, self.buf = self.buf[: 4 + size], self.buf[4 + size :]
-            ft, data = protocol.decode_frame(raw)
+            ft, data = protocol_v2.decode_frame(raw)
             if skip_heartbeats and ft == 0 and data == b"_heartbeat_":
                 continue
             return ft, data

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from nsqd_threaded.wire.protocol import ProtocolError
+from nsqd_threaded.wire.protocol_v2 import ProtocolError
 
 from support.wire import Conn
 

@@ -6,13 +6,13 @@ import struct
 import threading
 import time
 
-from nsqd_threaded.wire import protocol
+from nsqd_threaded.wire import protocol_v2
 
 
 class Conn:
     """One V2 connection.  Every read is bounded by ``timeout`` seconds."""
 
-    def __init__(self, address, magic=protocol.MAGIC_V2, timeout=10.0):
+    def __init__(self, address, magic=protocol_v2.MAGIC_V2, timeout=10.0):
         self.sock = socket.create_connection(address, timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
@@ -54,26 +54,26 @@ class Conn:
     def read_frame(self, skip_heartbeats=True):
         """``(frame_type, data)`` of the next frame."""
         while True:
-            ft, data = protocol.decode_frame(self.read_raw_frame())
+            ft, data = protocol_v2.decode_frame(self.read_raw_frame())
             if skip_heartbeats and ft == 0 and data == b"_heartbeat_":
                 continue
             return ft, data
 
     def read_response(self):
         ft, data = self.read_frame()
-        assert ft == protocol.FRAME_TYPE_RESPONSE, (ft, data)
+        assert ft == protocol_v2.FRAME_TYPE_RESPONSE, (ft, data)
         return data
 
     def read_error(self):
         ft, data = self.read_frame()
-        assert ft == protocol.FRAME_TYPE_ERROR, (ft, data)
+        assert ft == protocol_v2.FRAME_TYPE_ERROR, (ft, data)
         return data.decode()
 
     def read_message(self):
         """``(timestamp, attempts, id, body)`` of the next message frame."""
         ft, data = self.read_frame()
-        assert ft == protocol.FRAME_TYPE_MESSAGE, (ft, data)
-        return protocol.decode_message(data)
+        assert ft == protocol_v2.FRAME_TYPE_MESSAGE, (ft, data)
+        return protocol_v2.decode_message(data)
 
     def identify(self, **fields):
         self.cmd(b"IDENTIFY", json.dumps(fields).encode())
@@ -90,7 +90,7 @@ class Conn:
         return self.read_response()
 
     def mpub(self, topic, bodies):
-        self.cmd(b"MPUB " + topic.encode(), protocol.encode_mpub_body(bodies))
+        self.cmd(b"MPUB " + topic.encode(), protocol_v2.encode_mpub_body(bodies))
         return self.read_response()
 
     def assert_closed(self, timeout=5.0):
