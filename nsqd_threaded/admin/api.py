@@ -86,7 +86,7 @@ class AdminAPI:
         producers, g1 = self._topic_producers(topic)
         per_node, g2 = self.ci.nsqd_stats(producers, topic)
         _upstream("nsqd", g2)
-        return Answer(cluster.topic_stats(topic, per_node), [g1, g2])
+        return Answer(cluster.cluster_topic_stats(topic, per_node), [g1, g2])
 
     def channel(self, topic, channel):
         producers, g1 = self._topic_producers(topic)
@@ -95,7 +95,7 @@ class AdminAPI:
         channels = [c for t in per_node for c in t["channels"] if c["channel_name"] == channel]
         if not channels:
             return Answer({}, [g1, g2])  # as Go: no channel stats, only the message
-        return Answer(cluster.channel_stats(topic, channel, channels), [g1, g2])
+        return Answer(cluster.cluster_channel_stats(topic, channel, channels), [g1, g2])
 
     def nodes(self):
         producers, g = self.ci.producers()

@@ -15,7 +15,7 @@ fails that node only, as Go's ``json.Unmarshal`` error does.  So what the
 aggregation and the pages see has the types they expect, and a node that
 lies is named in the partial-failure warning instead of breaking the totals.
 
-The aggregated documents (:func:`topic_stats`, :func:`channel_stats`) have Go
+The aggregated documents (:func:`cluster_topic_stats`, :func:`cluster_channel_stats`) have Go
 nsqadmin's field names: ``node`` is a broker's HTTP address
 (``broadcast_address:http_port``), ``*`` for a total over nodes.
 """
@@ -388,7 +388,7 @@ class ClusterInfo:
         return [p for p in producers if any(t["topic"] == topic for t in p["topics"])], g
 
     def nsqd_stats(self, producers, topic=""):
-        """``(topic_stats per node, gathered)``: each node's ``/stats`` as Go nsqadmin's TopicStats docs.
+        """``(node_topic_stats per node, gathered)``: each node's ``/stats`` as Go nsqadmin's TopicStats docs.
 
         Each node's answer is checked in the thread that asked for it: one
         with a value of the wrong type anywhere fails that node (Malformed).
@@ -484,7 +484,7 @@ _CLIENT_FIELDS = (
 )
 
 
-def client_stats(node, c, where="client"):
+def node_client_stats(node, c, where="client"):
     """A client of a node's channel (checked), with Go nsqadmin's ClientStats fields."""
     doc = {"node": node, "connected": 0}
     for key, kind, default in _CLIENT_FIELDS:
@@ -495,7 +495,7 @@ def client_stats(node, c, where="client"):
 def node_channel_stats(node, hostname, topic, c, where="channel"):
     """One channel of a node's ``/stats`` (checked)."""
     depth, backend = field(c, "depth", INT, where, 0), field(c, "backend_depth", INT, where, 0)
-    clients = [client_stats(node, cl, place) for cl, place in items(c, "clients", where)]
+    clients = [node_client_stats(node, cl, place) for cl, place in items(c, "clients", where)]
     return {
         "node": node,
         "hostname": hostname,
@@ -541,7 +541,7 @@ _CHANNEL_SUMS = ("depth", "memory_depth", "backend_depth", "in_flight_count", "d
                  "timeout_count", "message_count", "client_count")
 
 
-def channel_stats(topic, channel, per_node_channels):
+def cluster_channel_stats(topic, channel, per_node_channels):
     """The total of one channel over nodes (node ``*``), its per-node documents in ``nodes``."""
     total = {
         "node": "*", "hostname": "", "topic_name": topic, "channel_name": channel,
@@ -561,7 +561,7 @@ def channel_stats(topic, channel, per_node_channels):
     return total
 
 
-def topic_stats(topic, per_node_topics):
+def cluster_topic_stats(topic, per_node_topics):
     """The total of one topic over nodes (node ``*``): per-node documents in ``nodes``, channels totalled."""
     total = {
         "node": "*", "hostname": "", "topic_name": topic, "depth": 0, "memory_depth": 0, "backend_depth": 0,
@@ -577,7 +577,7 @@ def topic_stats(topic, per_node_topics):
         _e2e_add(total["e2e_processing_latency"], t["e2e_processing_latency"])
         for c in t["channels"]:
             channels.setdefault(c["channel_name"], []).append(c)
-    total["channels"] = [channel_stats(topic, name, cs) for name, cs in sorted(channels.items())]
+    total["channels"] = [cluster_channel_stats(topic, name, cs) for name, cs in sorted(channels.items())]
     return total
 
 

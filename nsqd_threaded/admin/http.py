@@ -303,7 +303,7 @@ class AdminRouter(Router):
         return ok_json(value)
 
 
-class HTTPServer(http_server.HTTPServer):
+class AdminHTTPServer(http_server.HTTPServer):
     """nsqadmin's HTTP listener: the shared edge serving one NSQAdmin's :class:`AdminRouter`."""
 
     def __init__(self, address, admin):

@@ -21,7 +21,7 @@ from ..internal.httpclient import client_ssl_context
 from ..internal.logger import Logger
 from ..settings.options import VERSION
 from .cluster import ClusterInfo, HTTPClient
-from .http import HTTPServer
+from .http import AdminHTTPServer
 from .options import AdminOptions
 from .actions import Notifier
 
@@ -61,7 +61,7 @@ class NSQAdmin(ListeningApp):
             self.log.info("nsqadmin-threaded v%s", self.version)
             self.client.ssl_context = self._ssl_context()
             listeners = Listeners(self.log)
-            self._http = listeners.open("http-address", HTTPServer, self.options.http_address, self,
+            self._http = listeners.open("http-address", AdminHTTPServer, self.options.http_address, self,
                                         kind="HTTP", thread_name="nsqadmin-http")
             if self.notifier is not None:
                 self.notifier.start()

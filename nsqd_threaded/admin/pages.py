@@ -183,7 +183,7 @@ class Pages:
             by_topic.setdefault(t["topic_name"], []).append(t)
         rows = []
         for name in answer.doc["topics"]:
-            total = cluster.topic_stats(name, by_topic.get(name, []))
+            total = cluster.cluster_topic_stats(name, by_topic.get(name, []))
             rows.append((
                 self.link(name, "topics", name), num(total["depth"]),
                 num(sum(c["in_flight_count"] for c in total["channels"])), num(total["message_count"]),

@@ -87,7 +87,8 @@ def _nodes(options):
     return nsqd, lookupd
 
 
-def encode_name(options, name, valid, required=True):
+def _name_option(options, name, valid, required=True):
+    """The topic or channel option ``name``, checked to be a valid NSQ name (None if absent and not required)."""
     value = _get(options, name)
     if value is None or value == "":
         if required:
@@ -102,8 +103,8 @@ def source_options(options):
     """The streaming source's settings as a dict (user-facing names); NsqOptionError if bad."""
     nsqd, lookupd = _nodes(options)
     result = {"nsqd": nsqd, "lookupd": lookupd}
-    result["topic"] = encode_name(options, "topic", _valid)
-    result["channel"] = encode_name(options, "channel", _valid)
+    result["topic"] = _name_option(options, "topic", _valid)
+    result["channel"] = _name_option(options, "channel", _valid)
     for name, default, minimum in SOURCE_INTEGERS:
         result[name] = _integer(options, name, default, minimum)
     if result["maxBatchSize"] is None:
@@ -123,7 +124,7 @@ def sink_options(options):
         raise NsqOptionError("nsq: set option topic or topicColumn, not both")
     if not topic and not column:
         raise NsqOptionError("nsq: option topic (or topicColumn) is required")
-    result["topic"] = encode_name(options, "topic", _valid, required=False)
+    result["topic"] = _name_option(options, "topic", _valid, required=False)
     result["topicColumn"] = column
     result["bodyColumn"] = _get(options, "bodyColumn") or None
     for name, default, minimum in SINK_INTEGERS:
