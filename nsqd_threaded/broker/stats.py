@@ -254,8 +254,17 @@ def render_text(stats, nsqd, now=None):
         "nsqd v%s (built w/%s)\n" % (stats["version"], runtime_name()),
         "start_time %s\n" % rfc3339(start),
         "uptime %s\n" % format_duration(now - nsqd.start_time),
-        "\nHealth: %s\n" % stats["health"],
     ]
+    return "".join(lines) + render_text_body(stats, now)
+
+
+def render_text_body(stats, now):
+    """The text after the three header lines: health, memory, topics, producers.
+
+    It depends on the /stats document alone (and ``now``, for the clients'
+    connected times), so a test can render a JSON document it fetched.
+    """
+    lines = ["\nHealth: %s\n" % stats["health"]]
     if "memory" in stats:
         lines.append("\nMemory:\n")
         for key, value in stats["memory"].items():
