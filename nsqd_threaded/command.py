@@ -23,6 +23,7 @@ holds the start/stop of a daemon's listening servers.
 import dataclasses
 import platform
 import signal
+import socket
 import threading
 
 import click
@@ -426,14 +427,79 @@ class Listeners:
 
 
 class ListeningApp:
-    """What a daemon with an HTTP listener in ``self._http`` shares: ``with`` and its HTTP addresses.
+    """What a daemon made of listeners shares: its setup, start and stop, ``with``, its HTTP addresses.
+
+    A subclass names its program (``program``), the attributes holding its
+    servers (``servers``, ``_http`` among them) and the kinds to start first
+    (``listen_order``), calls :meth:`_setup` from ``__init__``, and binds its
+    servers in :meth:`_open`.  :meth:`start` binds every listener (an
+    OSError names the failed address) and serves them; :meth:`stop` closes
+    the listeners and every connection and joins every thread (idempotent).
+    ``_state_lock`` guards the started/stopped state (``_listeners``,
+    ``_stopped``, the server attributes) so that concurrent start()/stop()
+    calls run once each.
 
     ``with app:`` starts it and stops it; ``http_address`` is ``(host, port)``
     as bound (the real port when 0 was asked), ``http_addr`` ``"host:port"``
     (as pynsq's ``lookupd_http_addresses`` takes it), ``http_url`` its URL.
     """
 
+    program = None  # the name the start-up line logs ("nsqlookupd-threaded")
+    servers = ("_http",)  # the attributes _open sets to its servers
+    listen_order = None  # kinds whose listeners start (and log) first
     _http = None
+
+    def _setup(self, options, defaults, logger, overrides):
+        """``__init__``'s common part: ``defaults()`` with ``overrides`` (checked), the version, host and log."""
+        options = dataclasses.replace(options or defaults(), **overrides)
+        options.validate()
+        self.options = options
+        self.version = VERSION
+        self.hostname = socket.gethostname()
+        self.log = logger or Logger(prefix=options.log_prefix, level=options.log_level)
+        self._state_lock = threading.Lock()  # guards _listeners, _stopped and the server attributes
+        self._listeners = None
+        self._stopped = False
+
+    def _open(self, listeners):
+        """Bind this app's servers with ``listeners.open`` and keep them in the ``servers`` attributes."""
+        raise NotImplementedError
+
+    def _serving(self):
+        """Called once the listeners are bound, before they serve (start helper threads here)."""
+
+    def _stopped_serving(self):
+        """Called once the listeners are closed and their threads joined (join helper threads here)."""
+
+    def start(self):
+        """Bind every listener and start serving; an OSError names the failed address."""
+        with self._state_lock:
+            if self._listeners is not None or self._stopped:
+                raise RuntimeError("%s can be started once" % type(self).__name__)
+            self.log.info("%s v%s", self.program, self.version)
+            listeners = Listeners(self.log)
+            try:
+                self._open(listeners)
+            except BaseException:
+                listeners.close_unstarted()
+                for name in self.servers:
+                    setattr(self, name, None)
+                raise
+            self._serving()
+            listeners.start(order=self.listen_order)
+            self._listeners = listeners
+        return self
+
+    def stop(self):
+        """Close the listeners and every connection, then join every thread.  Idempotent."""
+        with self._state_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            listeners = self._listeners
+        if listeners is not None:
+            listeners.stop()
+            self._stopped_serving()
 
     def __enter__(self):
         return self.start()

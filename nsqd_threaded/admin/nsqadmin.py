@@ -13,12 +13,10 @@ cluster runs on up to :data:`~.cluster.MAX_QUERY_THREADS` threads
 """
 
 import dataclasses
-import socket
 import threading
 
-from ..command import ListeningApp, Listeners
+from ..command import ListeningApp
 from ..internal.httpclient import client_ssl_context
-from ..internal.logger import Logger
 from ..settings.options import VERSION
 from .cluster import ClusterInfo, HTTPClient
 from .http import AdminHTTPServer
@@ -29,19 +27,16 @@ from .actions import Notifier
 class NSQAdmin(ListeningApp):
     """One admin app.  :meth:`start` binds its listener (or raises), :meth:`stop` undoes everything.
 
-    ``_state_lock`` guards the started/stopped state so that concurrent
-    start()/stop() calls run once each.  ``options`` is replaced whole, never
-    changed in place, when ``PUT /config/<opt>`` changes a setting
-    (:meth:`change_options`); readers take one reference and keep it.
+    ``options`` is replaced whole, never changed in place, when
+    ``PUT /config/<opt>`` changes a setting (:meth:`change_options`); readers
+    take one reference and keep it.
     """
 
+    program = "nsqadmin-threaded"
+
     def __init__(self, options=None, logger=None, **overrides):
-        options = dataclasses.replace(options or AdminOptions(), **overrides)
-        options.validate()
-        self.options = options
-        self.version = VERSION
-        self.hostname = socket.gethostname()
-        self.log = logger or Logger(prefix=options.log_prefix, level=options.log_level)
+        self._setup(options, AdminOptions, logger, overrides)
+        options = self.options
         self.client = HTTPClient(options.http_client_connect_timeout, options.http_client_request_timeout,
                                  "nsqadmin-threaded/%s" % VERSION)
         self.cluster = ClusterInfo(self.client, options.lookupd_http_addresses, options.nsqd_http_addresses)
@@ -49,25 +44,19 @@ class NSQAdmin(ListeningApp):
         if options.notification_http_endpoint:
             self.notifier = Notifier(options.notification_http_endpoint, self.client, self.log)
         self._config_lock = threading.Lock()  # serializes change_options (read, replace, apply)
-        self._state_lock = threading.Lock()  # guards _http, _listeners, _stopped
-        self._http = None
-        self._listeners = None
-        self._stopped = False
 
-    def start(self):
-        with self._state_lock:
-            if self._http is not None or self._stopped:
-                raise RuntimeError("NSQAdmin can be started once")
-            self.log.info("nsqadmin-threaded v%s", self.version)
-            self.client.ssl_context = self._ssl_context()
-            listeners = Listeners(self.log)
-            self._http = listeners.open("http-address", AdminHTTPServer, self.options.http_address, self,
-                                        kind="HTTP", thread_name="nsqadmin-http")
-            if self.notifier is not None:
-                self.notifier.start()
-            listeners.start()
-            self._listeners = listeners
-        return self
+    def _open(self, listeners):
+        self.client.ssl_context = self._ssl_context()
+        self._http = listeners.open("http-address", AdminHTTPServer, self.options.http_address, self,
+                                    kind="HTTP", thread_name="nsqadmin-http")
+
+    def _serving(self):
+        if self.notifier is not None:
+            self.notifier.start()
+
+    def _stopped_serving(self):
+        if self.notifier is not None:
+            self.notifier.stop()
 
     def _ssl_context(self):
         """The HTTP client's TLS settings (``--http-client-tls-*``), or ValueError saying which file failed."""
@@ -96,15 +85,3 @@ class NSQAdmin(ListeningApp):
             if "log_level" in changes:
                 self.log.set_level(options.log_level)
             return options
-
-    def stop(self):
-        """Close the listener and every connection, join every thread.  Idempotent."""
-        with self._state_lock:
-            if self._stopped:
-                return
-            self._stopped = True
-            listeners = self._listeners
-        if listeners is not None:
-            listeners.stop()
-            if self.notifier is not None:
-                self.notifier.stop()

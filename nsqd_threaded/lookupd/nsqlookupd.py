@@ -17,38 +17,24 @@ Threads (all named, all joined by :meth:`stop`):
 Nothing is module-global: any number of instances can run in one process.
 """
 
-import dataclasses
-import socket
-import threading
-
-from ..command import ListeningApp, Listeners
-from ..internal.logger import Logger
-from ..settings.options import VERSION
+from ..command import ListeningApp
 from .http import LookupdHTTPServer
 from .options import LookupdOptions
 from .registration_db import RegistrationDB
 from .tcp import LookupdTCPServer
 
-class NSQLookupd(ListeningApp):
-    """One lookup daemon.  :meth:`start` binds both listeners (or raises), :meth:`stop` undoes everything.
 
-    ``_state_lock`` guards the started/stopped state so that concurrent
-    start()/stop() calls run once each.
-    """
+class NSQLookupd(ListeningApp):
+    """One lookup daemon.  :meth:`start` binds both listeners (or raises), :meth:`stop` undoes everything."""
+
+    program = "nsqlookupd-threaded"
+    servers = ("_tcp", "_http")
+    listen_order = ("HTTP", "TCP")
+    _tcp = None
 
     def __init__(self, options=None, logger=None, **overrides):
-        options = dataclasses.replace(options or LookupdOptions(), **overrides)
-        options.validate()
-        self.options = options
-        self.version = VERSION
-        self.hostname = socket.gethostname()
-        self.log = logger or Logger(prefix=options.log_prefix, level=options.log_level)
+        self._setup(options, LookupdOptions, logger, overrides)
         self.db = RegistrationDB()
-        self._state_lock = threading.Lock()  # guards _tcp, _http, _listeners, _stopped
-        self._tcp = None
-        self._http = None
-        self._listeners = None
-        self._stopped = False
 
     @classmethod
     def local(cls, logger=None, **overrides):
@@ -58,37 +44,11 @@ class NSQLookupd(ListeningApp):
         overrides.setdefault("broadcast_address", "127.0.0.1")
         return cls(logger=logger, **overrides)
 
-    # -- lifecycle ---------------------------------------------------------------------
-
-    def start(self):
-        """Bind both listeners and start serving; an OSError names the failed address."""
-        with self._state_lock:
-            if self._listeners is not None or self._stopped:
-                raise RuntimeError("NSQLookupd can be started once")
-            self.log.info("nsqlookupd-threaded v%s", self.version)
-            listeners = Listeners(self.log)
-            try:
-                self._tcp = listeners.open("tcp-address", LookupdTCPServer, self.options.tcp_address, self,
-                                           kind="TCP", thread_name="nsqlookupd-tcp")
-                self._http = listeners.open("http-address", LookupdHTTPServer, self.options.http_address, self,
-                                            kind="HTTP", thread_name="nsqlookupd-http")
-            except BaseException:
-                listeners.close_unstarted()
-                self._tcp = self._http = None
-                raise
-            listeners.start(order=["HTTP", "TCP"])
-            self._listeners = listeners
-        return self
-
-    def stop(self):
-        """Close listeners and every connection, then join every thread.  Idempotent."""
-        with self._state_lock:
-            if self._stopped:
-                return
-            self._stopped = True
-            listeners = self._listeners
-        if listeners is not None:
-            listeners.stop()
+    def _open(self, listeners):
+        self._tcp = listeners.open("tcp-address", LookupdTCPServer, self.options.tcp_address, self,
+                                   kind="TCP", thread_name="nsqlookupd-tcp")
+        self._http = listeners.open("http-address", LookupdHTTPServer, self.options.http_address, self,
+                                    kind="HTTP", thread_name="nsqlookupd-http")
 
     # -- addresses (the HTTP ones are ListeningApp's) ---------------------------------
 
