@@ -128,11 +128,7 @@ def nsqd_session(request):
         request.config.stash[_SESSION] = broker
         return broker.start()
 
-    broker = _start(flags, make)
-    try:
-        yield broker
-    finally:
-        broker.stop()
+    yield from _running(flags, make)
 
 
 @pytest.fixture
@@ -146,11 +142,7 @@ def nsqd_process(request):
         _track(request.node, broker)
         return broker.start()
 
-    broker = _start(flags, make)
-    try:
-        yield broker
-    finally:
-        broker.stop()
+    yield from _running(flags, make)
 
 
 def _marker_kwargs(node, name):
@@ -192,11 +184,16 @@ def nsq_cluster(request):
             for broker in cluster.brokers:
                 _track(request.node, broker, 0)
 
-    _start(flags, make)
+    yield from _running(flags, make)
+
+
+def _running(flags, make):
+    """A fixture's body (``yield from``): :func:`_start` it, yield it, stop it at the end."""
+    started = _start(flags, make)
     try:
-        yield cluster
+        yield started
     finally:
-        cluster.stop()
+        started.stop()
 
 
 def _start(flags, make):

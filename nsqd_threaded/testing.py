@@ -240,7 +240,26 @@ class _Served:
 
 
 class _ServedBroker(_Served):
-    """A served nsqd: also its /stats."""
+    """A served nsqd: its settings, log, data directory and addresses; also its /stats."""
+
+    def _init_broker(self, values, log_stream, tmp_dir):
+        """``__init__``'s common part: resolved ``values``, the log, where the data directory goes."""
+        self._values = values
+        self._log = LogBuffer(log_stream)
+        self._tmp_dir = tmp_dir
+        self._lock = threading.Lock()
+        self._own_data_path = "data_path" not in values  # a temporary one, made at start
+        self.data_path = values.get("data_path")
+        self._tcp_address = None
+        self._http_address = None
+
+    def __enter__(self):
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
 
     def stats(self, **params):
         """``/stats?format=json`` (plus ``topic=``, ``channel=`` ... params) as a dict."""
@@ -259,16 +278,10 @@ class Broker(_ServedBroker):
     """
 
     def __init__(self, *flags, log_stream=None, tmp_dir=None, **options):
-        self._values, self._warnings = _resolve(flags, options)
-        self._log = LogBuffer(log_stream)
-        self._tmp_dir = tmp_dir
-        self._lock = threading.Lock()
-        self._own_data_path = "data_path" not in self._values
-        self.data_path = self._values.get("data_path")
+        values, self._warnings = _resolve(flags, options)
+        self._init_broker(values, log_stream, tmp_dir)
         self.nsqd = None  # the NSQD (kept after stop() for inspection)
         self.running = False
-        self._tcp_address = None
-        self._http_address = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -333,14 +346,6 @@ class Broker(_ServedBroker):
             self._start_nsqd(self._options(_address_text(self._tcp_address), http))
         return self
 
-    def __enter__(self):
-        if not self.running:
-            self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
     def __repr__(self):
         state = "running" if self.running else "stopped"
         return "<Broker tcp=%s http=%s %s>" % (self.tcp_addr, self.http_addr, state)
@@ -378,23 +383,16 @@ class BrokerProcess(_ServedBroker):
         stop_timeout=10.0,
         **options
     ):
-        self._values = resolve_options(flags, options)  # checks the flags before any process starts
+        self._init_broker(resolve_options(flags, options), log_stream, tmp_dir)  # checks the flags first
         self._flags = list(flags) + _values_to_flags({k: self._values[k] for k in options})
         self.command = list(command) if command else [sys.executable, "-m", "nsqd_threaded"]
         self._env = env
-        self._tmp_dir = tmp_dir
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
-        self._log = LogBuffer(log_stream)
-        self._lock = threading.Lock()
-        self._own_data_path = "data_path" not in self._values
-        self.data_path = self._values.get("data_path")
         self._http_enabled = self._values.get("http_address", "x") != ""
         self.proc = None
         self._reader = None
         self._finalizer = None
-        self._tcp_address = None
-        self._http_address = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -525,14 +523,6 @@ class BrokerProcess(_ServedBroker):
                 if self._own_data_path and self.data_path is not None:
                     shutil.rmtree(self.data_path, ignore_errors=True)
                     self.data_path = None
-
-    def __enter__(self):
-        if not self.running:
-            self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
 
     def __repr__(self):
         pid = self.proc.pid if self.proc else None
