@@ -930,8 +930,8 @@ class Runner:
     def __init__(self, keep=False, log=print):
         self.keep = keep
         self.log = log
-        self.prefix = "nsqf-%d-" % os.getpid()
         self.root = tempfile.mkdtemp(prefix="nsqf-%d-" % os.getpid())
+        self.prefix = os.path.basename(self.root) + "-"  # unique per runner, also within one process
         self.live = []  # clusters not yet closed
         self.counter = 0
         atexit.register(self.close)
