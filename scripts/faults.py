@@ -517,9 +517,10 @@ class Cluster:
         if not ok:
             raise RuntimeError("lookupd on %s did not start: %s" % (host, out))
 
-    def start_broker(self, host, msg_timeout="60s", proxy=False, tmpfs_mb=None, extra=()):
-        """nsqd on ``host`` registering with l1; ours ``--durable``, Go ``--mem-queue-size=0 --sync-every=1``.
-        With ``proxy`` it listens on 127.0.0.1 and a fault proxy takes its advertised port."""
+    def start_broker(self, host, msg_timeout="60s", proxy=False, tmpfs_mb=None, extra=(), durable=True):
+        """nsqd on ``host`` registering with l1; ours ``--durable``, Go ``--mem-queue-size=0 --sync-every=1``
+        (both with their defaults when not ``durable``).  With ``proxy`` it listens on 127.0.0.1 and a
+        fault proxy takes its advertised port."""
         if host not in self.net.hosts:
             self.net.add_host(host)
         data = self.path("data-" + host)
@@ -530,9 +531,9 @@ class Cluster:
                  "--broadcast-address=" + address, "--lookupd-tcp-address=%s:%d" % (self.net.address("l1"), LOOKUPD_TCP),
                  "--data-path=" + data, "--msg-timeout=" + msg_timeout]
         if self.impl == "go":
-            argv = [os.path.join(self.go_dir, "nsqd")] + flags + ["--mem-queue-size=0", "--sync-every=1"]
+            argv = [os.path.join(self.go_dir, "nsqd")] + flags + (["--mem-queue-size=0", "--sync-every=1"] if durable else [])
         else:
-            argv = [sys.executable, "-m", "nsqd_threaded"] + flags + ["--durable"]
+            argv = [sys.executable, "-m", "nsqd_threaded"] + flags + (["--durable"] if durable else [])
         argv += list(extra)
         self.brokers[host] = dict(argv=argv, tmpfs_mb=tmpfs_mb, data=data)
         self._launch_broker(host)
@@ -621,6 +622,11 @@ class Cluster:
         then stop the clients; the check of the histories."""
         self.wait_for("the producer", lambda: all(self.producer_done(p[len("producer-"):])
                                                   for p in self.procs if p.startswith("producer-")), 120)
+        # A producer still publishing is stopped first (it waits for its answers), so that nothing
+        # is acked after the drain was checked.
+        for name, proc in self.procs.items():
+            if name.startswith("producer-") and proc.alive():
+                proc.stop(timeout=60.0)
         self.wait_for("the drain", self.drained, drain_timeout)
         time.sleep(0.5)  # the last FINs
         for name, proc in self.procs.items():
@@ -652,6 +658,7 @@ def check(cluster):
                 delivery["answer"] = e
     lost = sorted(acked - set(deliveries), key=int)
     dup_reasons = {}
+    dup_first = {}  # consumer -> duplicates whose earlier delivery it had
     duplicates = 0
     for seq, ds in deliveries.items():
         for before, after in zip(ds, ds[1:]):
@@ -671,9 +678,10 @@ def check(cluster):
                 why = "redelivered after a restart (attempts not advanced)"
             duplicates += 1
             dup_reasons[why] = dup_reasons.get(why, 0) + 1
+            dup_first[before["who"]] = dup_first.get(before["who"], 0) + 1
     result = {
         "published": len(pubs), "acked": len(acked), "pub_failed": failed, "delivered": len(deliveries),
-        "lost": len(lost), "lost_sample": lost[:10], "duplicates": duplicates, "dup_reasons": dup_reasons,
+        "lost": len(lost), "lost_sample": lost[:10], "duplicates": duplicates, "dup_reasons": dup_reasons, "dup_first": dup_first,
         "timeline": [(round(t, 3), w) for t, w in cluster.timeline],
     }
     result.update(recovery(cluster, pubs, consumer_events))
@@ -762,7 +770,12 @@ def sc_lookupd_cut(c, short):
     time.sleep(17 if short else 30)
     c.net.heal("b1", "l1")
     c.mark("heal b1-l1")
-    return c.finish(60)
+    t_heal = now()
+    result = c.finish(60)
+    via_b1 = [e["t"] for e in c.events("consumer-") if e["ev"] == "msg" and e["t"] >= t_heal
+              and e["conn"].startswith(c.net.address("b1") + ":")]
+    result["consumer_on_b1_after_heal"] = bool(via_b1)
+    return result
 
 
 def sc_consumer_cut(c, short):
@@ -783,13 +796,13 @@ def sc_consumer_cut(c, short):
     return c.finish(60)
 
 
-def sc_broker_kill(c, short):
+def sc_broker_kill(c, short, durable=True):
     """(4) b1 killed with SIGKILL mid-stream (messages queued and in flight), restarted on its data."""
     count, rate = (1500, 300) if short else (6000, 300)
     kills = 1 if short else 3
     c.start_lookupd()
     for b in ("b1", "b2"):
-        c.start_broker(b)
+        c.start_broker(b, durable=durable)
         c.create_topic(b)
     c.start_producer("p1", ["b1", "b2"], count, rate)
     c.wait_for("30% acked", lambda: c.acked() >= count * 0.3, 60)
@@ -802,6 +815,12 @@ def sc_broker_kill(c, short):
         c.restart_broker("b1")
         c.mark("restart b1")
     return c.finish(90)
+
+
+def sc_broker_kill_memory(c, short):
+    """(4b) as broker_kill, with the brokers' defaults (no ``--durable``; Go's 10,000-message memory
+    queue): what sat in memory is lost, bounded by the backlog and the messages in flight."""
+    return sc_broker_kill(c, short, durable=False)
 
 
 def sc_sigstop(c, short):
@@ -860,7 +879,7 @@ def sc_lossy(c, short):
     held a further 200 ms (a retransmission), for the whole run."""
     seconds = 45 if short else 300
     rate = 500  # offered; what a window of 32 over ~100 ms round trips carries is the figure
-    count = seconds * rate
+    count = seconds * rate  # more than that carries: the producer is stopped after ``seconds``
     proxy = dict(delay_ms=50, jitter_ms=20, loss=0.02, rto_ms=200)
     c.start_lookupd()
     for b in ("b1", "b2"):
@@ -870,6 +889,9 @@ def sc_lossy(c, short):
     t0 = now()
     c.start_producer("p1", ["b1", "b2"], count, rate, window=32)
     c.mark("lossy links (proxy) from the start")
+    time.sleep(seconds)
+    c.procs["producer-p1"].stop(timeout=60.0)
+    c.mark("producer stopped after %d s" % seconds)
     result = c.finish(90)
     pubs = [e for e in c.events("producer-") if e["ev"] == "pub" and e["ok"]]
     if pubs:
@@ -935,12 +957,13 @@ SCENARIOS = {
     "lookupd_cut": sc_lookupd_cut,
     "consumer_cut": sc_consumer_cut,
     "broker_kill": sc_broker_kill,
+    "broker_kill_memory": sc_broker_kill_memory,
     "sigstop": sc_sigstop,
     "full_disk": sc_full_disk,
     "lossy": sc_lossy,
     "soak": sc_soak,
 }
-ORDER = ["producer_cut", "consumer_cut", "broker_kill", "lookupd_cut", "sigstop", "full_disk", "lossy", "soak"]
+ORDER = ["producer_cut", "consumer_cut", "broker_kill", "broker_kill_memory", "lookupd_cut", "sigstop", "full_disk", "lossy", "soak"]
 
 
 # -- running --------------------------------------------------------------------------------
@@ -999,6 +1022,22 @@ def can_make_namespaces():
     return True, ""
 
 
+def clean_stale():
+    """Delete the namespaces ``nsqf-<pid>-...`` whose run (``pid``) is no longer alive; their names."""
+    out = run_cmd(["ip", "netns", "list"], check=False).stdout
+    removed = []
+    for line in out.splitlines():
+        name = line.split()[0] if line.split() else ""
+        parts = name.split("-")
+        if len(parts) < 3 or parts[0] != "nsqf" or not parts[1].isdigit():
+            continue
+        if os.path.exists("/proc/%s" % parts[1]):
+            continue  # that run is alive (or its pid was reused: left alone either way)
+        run_cmd(["ip", "netns", "del", name], check=False)
+        removed.append(name)
+    return removed
+
+
 def fmt_cell(r):
     if r is None:
         return "-"
@@ -1016,6 +1055,9 @@ def fmt_cell(r):
     if "listed_during_fault" in r:
         parts.append("in /nodes throughout" if r["listed_during_fault"] else
                      "off /nodes %ss after cut" % r.get("unlisted_after_s"))
+    if "consumer_on_b1_after_heal" in r:
+        parts.append("consumer took from b1 after the heal" if r["consumer_on_b1_after_heal"]
+                     else "consumer took nothing from b1 after the heal")
     if "soak" in r:
         parts.append("RSS/threads/fds %s" % r["soak"])
     if "log_errors" in r:
@@ -1044,7 +1086,13 @@ def main_cli(argv=None):
     parser.add_argument("--report", action="store_true", help="print a markdown table at the end")
     parser.add_argument("--json", metavar="FILE", help="write every result to FILE")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, histories)")
+    parser.add_argument("--clean-stale", action="store_true",
+                        help="remove the namespaces of earlier runs whose process is gone (a SIGKILLed run), then exit")
     args = parser.parse_args(argv)
+    if args.clean_stale:
+        for name in clean_stale():
+            print("removed", name)
+        return 0
     scenarios = ORDER if "all" in args.scenario else args.scenario
     for s in scenarios:
         if s not in SCENARIOS:
@@ -1060,7 +1108,8 @@ def main_cli(argv=None):
     def on_signal(signum, frame):
         raise KeyboardInterrupt("signal %d" % signum)
 
-    signal.signal(signal.SIGTERM, on_signal)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     impls = ([] if args.no_ours else ["ours"]) + (["go"] if args.go else [])
     results = {}
     try:

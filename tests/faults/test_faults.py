@@ -9,7 +9,11 @@ made, namespaces and processes, also when it fails (checked after each one).
 
 import importlib.util
 import os
+import signal
 import subprocess
+import sys
+import tempfile
+import time
 
 import pytest
 
@@ -72,6 +76,7 @@ def test_consumer_cut_mid_delivery_its_messages_go_to_the_other_consumer(runner)
     assert result["duplicates"] > 0, result  # c1 held messages whose FIN never arrived
     assert set(result["dup_reasons"]) <= {"timeout (its FIN was lost)", "timeout (FIN failed: connection gone)",
                                           "redelivered unanswered (timeout, or requeued by a closing consumer)"}, result
+    assert result["dup_first"] == {"c1": result["duplicates"]}, result  # only the cut consumer's
     assert result["first_redelivery_s"] is not None and result["first_redelivery_s"] < 8.0, result
 
 
@@ -112,3 +117,38 @@ def test_checker_counts_lost_and_classifies_duplicates(tmp_path):
     assert result["acked"] == 3 and result["pub_failed"] == 1
     assert result["lost"] == 1 and result["lost_sample"] == ["3"]
     assert result["dup_reasons"] == {"timeout (its FIN was lost)": 1, "published twice (a retry after a lost answer)": 1}
+
+
+def _processes_mentioning(text):
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    if text.encode() in f.read():
+                        found.append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+def test_ctrl_c_mid_scenario_removes_every_namespace_and_process():
+    """SIGINT while a scenario runs: the script stops its brokers and clients, removes its namespaces
+    and its work directory, and exits."""
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO_ROOT, "scripts", "faults.py"), "--scenario",
+                             "consumer_cut", "--short"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    prefix = "nsqf-%d-" % proc.pid
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and len(_processes_mentioning(prefix)) < 4:
+            time.sleep(0.2)  # lookupd, nsqd, consumers... (their paths carry the prefix)
+        assert {n for n in _namespaces() if n.startswith(prefix)}, "no namespace made"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(40)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not {n for n in _namespaces() if n.startswith(prefix)}, proc.stdout.read()
+    assert not _processes_mentioning(prefix)
+    assert not [d for d in os.listdir(tempfile.gettempdir()) if d.startswith(prefix)]
