@@ -933,8 +933,10 @@ def sc_soak(c, short, minutes=None):
         warm = samples[len(samples) // 4]
         last = samples[-1]
         result["soak"] = {k: [warm[k], last[k]] for k in warm}
-    log = open(c.path("nsqd-b1.log"), errors="replace").read()
-    result["log_errors"] = sum(1 for line in log.splitlines() if "Traceback" in line or " ERROR" in line)
+    with open(c.path("nsqd-b1.log"), errors="replace") as f:
+        bad = [line.strip() for line in f if "Traceback" in line or "ERROR" in line]
+    result["log_errors"] = len(bad)
+    result["log_error_lines"] = bad[:3]
     return result
 
 
@@ -1061,7 +1063,8 @@ def fmt_cell(r):
     if "soak" in r:
         parts.append("RSS/threads/fds %s" % r["soak"])
     if "log_errors" in r:
-        parts.append("%d log errors" % r["log_errors"])
+        parts.append("%d log errors%s" % (r["log_errors"], (" (%s)" % " / ".join(r["log_error_lines"]))
+                                          if r.get("log_error_lines") else ""))
     return "; ".join(parts)
 
 
