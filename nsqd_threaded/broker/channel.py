@@ -139,8 +139,11 @@ class Subscriber(Protocol):
     def pump_idle(self):
         """True while the consumer's pump sleeps with nothing in hand and no wake-up pending."""
 
-    def hold_output(self):
-        """Reserve the consumer's output for :meth:`deliver_held` if it is free now (never blocks); True if reserved."""
+    def hold_output(self, own=False):
+        """Reserve the consumer's output for :meth:`deliver_held` if it is free now (never blocks); True if reserved.
+
+        ``own``: the caller is the consumer's own connection thread (its FINs), which may write to it
+        too: no answer of its own must go first."""
 
     def deliver_held(self, msgs):
         """Write ``msgs`` (taken while the output was held) without blocking, then release the output."""
@@ -319,6 +322,19 @@ class Channel(BackedQueue):
                 waiting[client] = None  # the pump has nothing to do: still waiting
         return to_wake
 
+    def _refill_held_locked(self, client):
+        """Take what a consumer whose output is held may have now; ``(messages, wake the pump?)``.
+
+        The pump is woken as well when more is queued than one direct
+        delivery takes and the consumer is still ready for it.
+        """
+        try:
+            msgs = self._take_for_locked(client, DIRECT_DELIVERY_MAX) or []
+        except BaseException:
+            client.deliver_held([])  # (a failed disk read: the output is released all the same)
+            raise
+        return msgs, not client.blocked and bool(self._memory or self._backend.depth())
+
     def _requeue_locked(self, msgs):
         """Back to the tail of the queue (REQ 0, timeout, deferred due); never loses one.
 
@@ -461,7 +477,15 @@ class Channel(BackedQueue):
         """FIN a run of IDs under one lock acquisition.
 
         Raises FinishError, once the others are finished, if some could not be.
+
+        A FIN that makes a blocked consumer ready again while messages wait
+        delivers the next ones from the FINing thread itself (the consumer's
+        connection thread, whose output is free while its pump sleeps), as a
+        publisher's thread delivers a PUB: the slot is refilled without a
+        hand-off to the pump, message by message if the consumer FINs one at
+        a time.
         """
+        held = None
         with self._lock:
             done, refused = self._in_flight.remove_owned(msg_ids, client.id)
             if done:
@@ -473,8 +497,12 @@ class Channel(BackedQueue):
                 client.finish_count += len(done)
                 self._backend.ack([msg.id for msg in done])  # (the channel is listed: it had these in flight)
                 wake = self._release_locked(client, len(done))
+                if wake and client.pump_idle() and client.hold_output(own=True):
+                    held, wake = self._refill_held_locked(client)
             else:
                 wake = False
+        if held is not None:
+            client.deliver_held(held)  # (releases the output; the rest, if any, goes to the pump)
         if wake:
             client.wake()
         if refused:

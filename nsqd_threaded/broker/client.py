@@ -154,7 +154,7 @@ class Client:
         self.deflate = transport.compression == "deflate"
         self.snappy = transport.compression == "snappy"
 
-    def hold_output(self):
+    def hold_output(self, own=False):
         """Direct delivery (see :mod:`nsqd_threaded.broker.channel`): a client without a socket never takes it."""
         return False
 

@@ -108,14 +108,16 @@ class ClientConnection(Client):
 
     # -- direct delivery: a publisher's thread writes --------------------------
 
-    def hold_output(self):
+    def hold_output(self, own=False):
         """Reserve the output for :meth:`deliver_held` if it is free now (the channel's lock is held).
 
         Only a plain connection takes direct deliveries: a TLS or
         compressed stream is written by the pump alone.  Nor does a consumer
-        publishing on its own connection: its ``OK`` comes first, as from nsqd.
+        publishing on its own connection: its ``OK`` comes first, as from nsqd
+        (``own``: the connection thread asks for its FINs, which have no answer).
         """
-        if self._encode is not None or not _DONTWAIT or threading.get_ident() == self._connection_thread:
+        if self._encode is not None or not _DONTWAIT or (
+                not own and threading.get_ident() == self._connection_thread):
             return False
         # Acquire (only a try: the channel's lock is held); released by deliver_held.
         return self._write_lock.acquire(False)

@@ -8,7 +8,7 @@ import pytest
 from nsqd_threaded.broker.channel import DIRECT_DELIVERY_MAX, ChannelError, DirectDeliveries, FinishError
 from nsqd_threaded.wire.message import Message
 
-from support.core import DrivenSubscriber, HoldingSubscriber, make_owner
+from support.core import DrivenSubscriber, HoldingSubscriber, OutputClient, make_owner
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -408,3 +408,55 @@ def test_requeue_and_touch_raise_channel_error_with_nsqd_reasons(owners):
     a.client.in_flight_count = 0
     channel.touch(b.client, mb[0].id)
     assert channel.deferred_count() == 1 and channel.in_flight_count() == 1
+
+
+class SleepingPumpClient(OutputClient):
+    """An OutputClient whose pump sleeps with nothing in hand (``pump_idle``), as a blocked consumer's does."""
+
+    def pump_idle(self):
+        return True
+
+
+def sleeping_pump_consumer(nsqd, channel, ready, output_free=True):
+    consumer = HoldingSubscriber(nsqd, channel, ready=ready, output_free=output_free)
+    channel.remove_client(consumer.client)
+    consumer.client = SleepingPumpClient(consumer.client.id, ("127.0.0.1", 0), nsqd.options)
+    consumer.client.set_ready(ready)
+    consumer.client.output_free = output_free
+    channel.add_client(consumer.client)
+    return consumer
+
+
+def test_a_fin_refills_a_blocked_consumer_from_its_own_thread(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    channel.put_messages(msgs(6))
+    consumer = sleeping_pump_consumer(nsqd, channel, ready=3)
+    got = consumer.take()
+    assert nums(got) == [0, 1, 2] and consumer.client.blocked
+    consumer.client.wakes = 0
+    channel.finish_many(consumer.client, [got[0].id])  # one slot free, messages waiting
+    assert [nums(batch) for batch in consumer.client.delivered] == [[3]]
+    assert consumer.client.wakes == 0 and not consumer.client.held and consumer.client.blocked
+    channel.finish_many(consumer.client, [got[1].id, got[2].id])  # a run of FINs: one delivery of two
+    assert [nums(batch) for batch in consumer.client.delivered] == [[3], [4, 5]]
+    assert consumer.client.wakes == 0 and channel.in_flight_count() == 3
+
+
+def test_a_fin_wakes_the_pump_when_the_output_is_busy_or_more_remains(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    channel.put_messages(msgs(3))
+    busy = sleeping_pump_consumer(nsqd, channel, ready=1, output_free=False)
+    first = busy.take()
+    busy.client.wakes = 0
+    channel.finish_many(busy.client, [first[0].id])
+    assert busy.client.delivered == [] and busy.client.wakes == 1  # the pump takes it
+
+    channel = channel_of(nsqd, name="more")
+    channel.put_messages(msgs(3 * DIRECT_DELIVERY_MAX))
+    consumer = sleeping_pump_consumer(nsqd, channel, ready=DIRECT_DELIVERY_MAX + 1)
+    got = consumer.take()
+    consumer.client.wakes = 0
+    channel.finish_many(consumer.client, [m.id for m in got])  # every slot free: more than one delivery's worth
+    assert len(consumer.client.delivered[0]) == DIRECT_DELIVERY_MAX and consumer.client.wakes == 1

@@ -78,7 +78,7 @@ class OutputClient(Client):
         self.delivered = []
         self.wakes = 0
 
-    def hold_output(self):
+    def hold_output(self, own=False):
         if not self.output_free or self.held:
             return False
         self.held = True
