@@ -128,6 +128,8 @@ class Connection:
         # TLS/compression layers once IDENTIFY negotiated them (see nsqd_threaded.wire.transport)
         self._transport = None
         self._encode = None  # guarded by _write_lock
+        # bytes post() left for the thread holding _write_lock (a deque: its appends and pops are atomic)
+        self._posted = collections.deque()
         self._decode = None  # the reading thread's
         try:
             self._sock = dial(address, timeout)
@@ -139,13 +141,60 @@ class Connection:
         return "<Connection %s%s>" % (format_address(self.address), " closed" if self.closed else "")
 
     def send(self, data):
+        """Write ``data`` (after whatever :meth:`post` left queued); ConnectionClosed if it cannot."""
+        with self._write_lock:
+            self._write_locked(data)
+        if self._posted:
+            self._flush_posted()
+
+    def post(self, data):
+        """Write ``data`` now, or leave it to the thread writing at this moment; ConnectionClosed if closed.
+
+        For the answers to messages (FIN, REQ, TOUCH), which many handler threads
+        send at once: rather than each waiting its turn for the write lock (and
+        for the GIL on every hand-over), a thread that finds the lock taken queues
+        its bytes, and the writer sends them with its own before it lets go.  The
+        bytes of one thread keep their order.  A write that fails is raised to
+        the thread that was writing; nsqd gives the messages of a lost
+        connection to another consumer anyway.
+        """
+        if self.closed:
+            raise ConnectionClosed("connection to %s is closed" % format_address(self.address))
+        self._posted.append(data)
+        self._flush_posted()
+
+    def _flush_posted(self):
+        # A poster appends before it tries the lock, and a writer looks at the queue
+        # after it lets go of the lock: so one of them always sends what was queued.
+        posted = self._posted
+        while posted:
+            if not self._write_lock.acquire(blocking=False):
+                return  # the writer sends it
+            try:
+                self._write_locked(b"")
+            finally:
+                self._write_lock.release()
+
+    def _write_locked(self, data):
+        """With ``_write_lock`` held: write what was posted, then ``data``."""
         try:
-            with self._write_lock:
-                if self.closed:
-                    raise ConnectionClosed("connection to %s is closed" % format_address(self.address))
-                if self._encode is not None:
-                    data = self._encode(data)
-                self._sock.sendall(data)
+            if self.closed:
+                raise ConnectionClosed("connection to %s is closed" % format_address(self.address))
+            posted = self._posted
+            if posted:
+                chunks = []
+                try:
+                    while True:
+                        chunks.append(posted.popleft())
+                except IndexError:
+                    pass
+                chunks.append(data)
+                data = b"".join(chunks)
+            if not data:
+                return
+            if self._encode is not None:
+                data = self._encode(data)
+            self._sock.sendall(data)
         except OSError as e:
             if isinstance(e, ConnectionClosed):
                 raise

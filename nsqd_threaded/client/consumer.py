@@ -53,7 +53,7 @@ class ReceivedMessage:
 
         A consumer that backs off takes it as a success (go-nsq's resume signal)."""
         self.responded = True
-        self.connection.send(b"FIN %s\n" % self.id)
+        self.connection.post(b"FIN %s\n" % self.id)
         consumer = self._consumer
         if consumer is not None and consumer.backs_off:
             consumer._backoff_signal(_RESUME)
@@ -69,13 +69,13 @@ class ReceivedMessage:
         consumer = self._consumer
         if delay_ms < 0:
             delay_ms = consumer.requeue_delay_for(self) if consumer is not None else 0
-        self.connection.send(b"REQ %s %d\n" % (self.id, delay_ms))
+        self.connection.post(b"REQ %s %d\n" % (self.id, delay_ms))
         if consumer is not None and consumer.backs_off:
             consumer._backoff_signal(_BACKOFF if backoff else _CONTINUE)
 
     def touch(self):
         """``TOUCH``: restart its msg_timeout."""
-        self.connection.send(b"TOUCH %s\n" % self.id)
+        self.connection.post(b"TOUCH %s\n" % self.id)
 
     def enable_async(self):
         """The handler will answer later (from another thread): no automatic FIN/REQ."""
@@ -715,6 +715,9 @@ class Consumer:
         While a backoff period runs (a timer is pending) signals change nothing,
         so a burst of failures is one step, not many.
         """
+        if signal == _RESUME and self._backoff_level == 0 and self._backoff_timer is None:
+            # Nothing to lower (every FIN says so): no lock.  A failure racing this is simply ordered after it.
+            return
         with self._backoff_lock:
             if self._backoff_timer is not None or self._closing:
                 return

@@ -17,8 +17,8 @@ only that fraction (the rest are FINed unsent); ``--status-every`` logs
 timer_metrics' line every so many requests.
 """
 
-import http.client
 import random
+import ssl
 import threading
 import time
 import urllib.parse
@@ -26,7 +26,7 @@ import urllib.parse
 from .. import command
 from ..client import Consumer
 from ..settings.options import DURATION, FLOAT, INT, STR, STR_LIST, VERSION, OptionError, Setting
-from . import common, upstream
+from . import common, http_conn, upstream
 
 TOOL = "nsq_to_http"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -134,15 +134,59 @@ class Endpoint:
         except ValueError:
             raise OptionError("invalid address %r: bad port" % url) from None
         self.url = url
-        self.key = (parts.scheme, parts.hostname, port)
+        self.key = (parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80))
         self.host_header = parts.netloc.rpartition("@")[2]
         # the request target of a POST; a GET's comes from the template after substitution
-        self.target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+        self.target = request_target(parts)
+        # a GET template whose %s is in the target: the target is the parts around it and the escaped body
+        self.around = self.target.split("%s", 1) if self.target.count("%s") == 1 else None
 
-    def connection(self, connect_timeout):
-        scheme, host, port = self.key
-        cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
-        return cls(host, port, timeout=connect_timeout)
+    def get_target(self, escaped):
+        """The request target of a GET whose ``%s`` is ``escaped``."""
+        if self.around is not None:
+            return self.around[0] + escaped + self.around[1]
+        return request_target(urllib.parse.urlsplit(self.url.replace("%s", escaped, 1)))
+
+
+# what may stand in a request target as it is: printable ASCII but the space
+_TARGET_SAFE = "".join(chr(c) for c in range(33, 127))
+
+
+def request_target(parts):
+    """The request target of a split URL: its path (``/`` if none) and query, the rest of it %-escaped."""
+    target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+    return target if target.isascii() and " " not in target else urllib.parse.quote(target, safe=_TARGET_SAFE)
+
+
+# Go's http.Request.Write writes these itself: a --header of that name is not sent.
+_TRANSPORT_HEADERS = ("Host", "Content-Length", "Transfer-Encoding", "Trailer")
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def request_headers(method, user_agent, content_type, custom):
+    """The header lines after Host, as Go's client writes them: bytes, each ending in CRLF.
+
+    Go's order of setting (User-Agent, Content-Type, then each ``--header``, which
+    may replace them), then ``Accept-Encoding: gzip`` as Go's transport adds it
+    when the request has none.  A value's line breaks become spaces, as Go's do.
+    Raises ValueError for a header name that is not an HTTP token (Go's client
+    refuses such a request).
+    """
+    headers = {"User-Agent": user_agent}
+    if method == "POST":
+        headers["Content-Type"] = content_type
+    headers.update(custom)
+    if "Accept-Encoding" not in headers and "Range" not in headers:
+        headers["Accept-Encoding"] = "gzip"
+    lines = []
+    for name, value in headers.items():
+        if name in _TRANSPORT_HEADERS:
+            continue
+        if not name or not set(name) <= _TOKEN_CHARS:
+            raise ValueError("invalid header field name %r" % name)
+        value = value.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+        lines.append(b"%s: %s\r\n" % (name.encode("ascii"), value.encode("utf-8")))
+    return b"".join(lines)
 
 
 class ToHTTP:
@@ -165,6 +209,15 @@ class ToHTTP:
         self.endpoints = {address: Endpoint(address) for address in self.addresses}
         self.headers = parse_headers(o.headers)
         self.user_agent = "nsq_to_http v%s" % VERSION
+        try:
+            lines = request_headers(self.method, self.user_agent, o.content_type, self.headers)
+            self.header_error = None
+        except ValueError as e:
+            lines, self.header_error = b"", str(e)  # every request fails, as Go's do
+        # per endpoint: the request's bytes up to the body's length (POST) or up to the target (GET)
+        self._heads = {a: self._head(e, lines) for a, e in self.endpoints.items()}
+        self._ssl_context = ssl.create_default_context() if any(
+            e.key[0] == "https" for e in self.endpoints.values()) else None
         self.pool = upstream.pool_for(o.mode, self.addresses)  # None: every endpoint gets every message
         single = len(self.addresses) == 1
         self.per_address = {a: upstream.TimerMetrics(0 if single else o.status_every, "[%s]:" % a, self.log)
@@ -173,6 +226,12 @@ class ToHTTP:
         self._local = threading.local()
         self._random = random.Random()
         self.consumer = None
+
+    def _head(self, endpoint, lines):
+        host = b"Host: %s\r\n" % endpoint.host_header.encode("idna" if not endpoint.host_header.isascii() else "ascii")
+        if self.method == "POST":
+            return b"POST %s HTTP/1.1\r\n%s%sContent-Length: " % (endpoint.target.encode("ascii"), host, lines)
+        return b" HTTP/1.1\r\n%s%s\r\n" % (host, lines)
 
     def start(self):
         o = self.options
@@ -217,50 +276,48 @@ class ToHTTP:
 
     def publish(self, address, body):
         """One request for ``body`` to ``address``; RequestFailed unless it succeeded."""
+        if self.header_error is not None:
+            raise RequestFailed("%s %s: %s" % (self.method, address, self.header_error))
         endpoint = self.endpoints[address]
-        headers = {"User-Agent": self.user_agent}
         if self.method == "POST":
-            target, payload, wanted = endpoint.target, body, range(200, 300)
-            headers["Content-Type"] = self.options.content_type
+            request = b"%s%d\r\n\r\n%s" % (self._heads[address], len(body), body)
+            status = self._request(endpoint, request)
+            if not 200 <= status < 300:
+                raise RequestFailed("got status code %d" % status)
         else:
-            url = address.replace("%s", query_escape(body), 1)
-            parts = urllib.parse.urlsplit(url)
-            target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
-            payload, wanted = None, (200,)
-        headers.update(self.headers)
-        status = self._request(endpoint, target, payload, headers)
-        if status not in wanted:
-            raise RequestFailed("got status code %d" % status)
+            target = endpoint.get_target(query_escape(body)).encode("ascii")
+            status = self._request(endpoint, b"GET %s%s" % (target, self._heads[address]))
+            if status != 200:
+                raise RequestFailed("got status code %d" % status)
 
-    def _request(self, endpoint, target, payload, headers):
+    def _request(self, endpoint, request):
+        """Send ``request`` (its bytes) over this thread's connection to ``endpoint``: the status."""
         conns = getattr(self._local, "conns", None)
         if conns is None:
             conns = self._local.conns = {}
+        o = self.options
         for attempt in (0, 1):
             conn = conns.pop(endpoint.key, None)
             reused = conn is not None
-            if conn is None:
-                conn = endpoint.connection(self.options.http_client_connect_timeout)
             try:
-                if conn.sock is None:
-                    conn.connect()
-                conn.sock.settimeout(self.options.http_client_request_timeout)
-                conn.request(self.method, target, body=payload, headers=headers)
-                response = conn.getresponse()
-                response.read()
-            except (OSError, http.client.HTTPException) as e:
-                conn.close()
+                if conn is None:
+                    conn = http_conn.HTTPConnection(endpoint.key[1], endpoint.key[2], self._ssl_context
+                                                    if endpoint.key[0] == "https" else None)
+                    conn.connect(o.http_client_connect_timeout)
+                status, keep_alive = conn.exchange(request, o.http_client_request_timeout)
+            except (OSError, ValueError) as e:  # ProtocolError is a ValueError
+                if conn is not None:
+                    conn.close()
                 # a kept-alive connection the server had closed: once more on a new one, as Go's transport does
-                if reused and attempt == 0 and isinstance(e, (http.client.RemoteDisconnected, ConnectionResetError,
+                if reused and attempt == 0 and isinstance(e, (http_conn.Closed, ConnectionResetError,
                                                               BrokenPipeError)):
                     continue
-                raise RequestFailed("%s %s: %s" % (self.method, endpoint.url, command.error_text(e)
-                                                   if isinstance(e, OSError) else e or type(e).__name__)) from None
-            if response.will_close:
-                conn.close()
-            else:
+                raise RequestFailed("%s %s: %s" % (self.method, endpoint.url, command.error_text(e))) from None
+            if keep_alive:
                 conns[endpoint.key] = conn
-            return response.status
+            else:
+                conn.close()
+            return status
         raise AssertionError("unreachable")
 
 

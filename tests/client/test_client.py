@@ -374,6 +374,20 @@ def test_handler_threads_process_everything_once(broker):
     assert len(workers) >= 1 and all(w.startswith("nsq-handler[t/c") for w in workers)
 
 
+@pytest.mark.parametrize("transport", [{}, {"deflate": True}, {"snappy": True}], ids=["plain", "deflate", "snappy"])
+def test_many_handler_threads_answering_at_once_lose_no_fin(broker, transport):
+    """FINs posted by 32 threads on one connection (a writer sends the others' with its own) all arrive."""
+    n = 3000
+    with Producer(broker.tcp_address) as p:
+        for i in range(0, n, 500):
+            p.mpub("t", [b"%04d" % j for j in range(i, i + 500)])
+    with Consumer(broker.tcp_address, "t", "c", lambda msg: None, max_in_flight=200, concurrency=32, **transport):
+        wait_for(lambda: (lambda c: (c["depth"], c["in_flight_count"]) == (0, 0))(channel_stats(broker, "t", "c")),
+                 timeout=60, what="every message FINed")
+    stats = channel_stats(broker, "t", "c")
+    assert (stats["message_count"], stats["requeue_count"], stats["timeout_count"]) == (n, 0, 0)
+
+
 def test_async_handler_answers_later(broker):
     answered = threading.Event()
 

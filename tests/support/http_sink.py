@@ -1,6 +1,7 @@
-"""A real HTTP endpoint on 127.0.0.1:0 that records every request (for nsq_to_http's tests and benchmark)."""
+"""Real HTTP endpoints on 127.0.0.1:0 for nsq_to_http's tests: a recording Sink, a ScriptedServer of raw answers."""
 
 import http.server
+import socket
 import threading
 
 
@@ -84,3 +85,88 @@ class Sink:
         with self._grew:
             if not self._grew.wait_for(lambda: predicate(self.requests), timeout):
                 raise AssertionError("no %s within %ss; got %r" % (what, timeout, self.requests[-10:]))
+
+
+CLOSE = object()  # in a script: close the connection instead of answering
+
+
+def then_close(answer):
+    """In a script: send ``answer``, then close the connection."""
+    return (answer,)
+
+
+class ScriptedServer:
+    """Answers each request (a head and its Content-Length body) with the next bytes of ``script``.
+
+    ``connections`` counts the accepted connections, ``requests`` the requests
+    read; ``_lock`` guards both and the script's position.
+    """
+
+    def __init__(self, script, context=None):
+        self.script = list(script)
+        self.context = context
+        self.connections = 0
+        self.requests = []
+        self._lock = threading.Lock()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+        self._threads = []
+        self._acceptor = threading.Thread(target=self._accept, name="scripted-http-accept")
+
+    def __enter__(self):
+        self._acceptor.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+        self._acceptor.join(10)
+        for t in self._threads:
+            t.join(10)
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.connections += 1
+            t = threading.Thread(target=self._serve, args=(conn,), name="scripted-http-conn")
+            self._threads.append(t)
+            t.start()
+
+    def _serve(self, conn):
+        conn.settimeout(10)
+        try:
+            if self.context is not None:
+                conn = self.context.wrap_socket(conn, server_side=True)
+            buf = b""
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                with self._lock:
+                    self.requests.append(head + b"\r\n\r\n" + buf[:length])
+                    answer = self.script.pop(0) if self.script else CLOSE
+                buf = buf[length:]
+                if answer is CLOSE:
+                    return
+                conn.sendall(answer[0] if isinstance(answer, tuple) else answer)
+                if isinstance(answer, tuple):
+                    return
+        except OSError:
+            return
+        finally:
+            conn.close()

@@ -9,7 +9,7 @@ import pytest
 from nsqd_threaded.client import Producer
 from nsqd_threaded.testing import Broker
 
-from support.http_sink import Sink
+from support.http_sink import ScriptedServer, Sink, then_close
 from support.tools import Tool, go_tool, run
 from support.wire import wait_for
 
@@ -214,3 +214,21 @@ def test_same_requests_as_gos_nsq_to_http(broker):
             seen[who] = sorted((r.method, r.path, r.body, r.header("Content-Type"), r.header("X-Key"),
                                 r.header("User-Agent")) for r in sink.requests)
     assert seen["ours"] == seen["gos"]
+
+
+def test_a_kept_alive_connection_the_endpoint_closed_is_retried_on_a_new_one(broker):
+    """An endpoint that closes each connection after one answer (without saying so): nothing is requeued."""
+    bodies = [b"ka%02d" % i for i in range(10)]
+    make_channels(broker, "t", "nsq_to_http")
+    publish(broker, "t", bodies)
+    answers = [then_close(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")] * len(bodies)
+    with ScriptedServer(answers) as server:
+        tool = Tool("to-http", "--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr,
+                    "--post=http://127.0.0.1:%d/k" % server.port, "-n", "1")
+        try:
+            wait_for(drained(broker, "t", "nsq_to_http"), what="every message FINed (%s)" % tool.err[-2000:])
+        finally:
+            assert stop(tool) == 0
+    assert sorted(r.rpartition(b"\r\n\r\n")[2] for r in server.requests) == bodies
+    assert server.connections == len(bodies)
+    assert b"Handler returned error" not in tool.err
