@@ -29,6 +29,11 @@ in one of two ways:
   timeout, or a consumer whose output is busy): the pump takes the messages
   itself.  That hand-off happens once per batch.
 
+A FIN that frees RDY slots of a blocked consumer while messages wait is
+served the first way too, by the consumer's own connection thread
+(:meth:`Channel.finish_many`): the freed slots are refilled without waking
+the pump.
+
 Order is kept either way: a consumer's output is reserved before its
 messages are taken and released only once they are written, so whoever
 takes the next ones writes them after.  :class:`DirectDeliveries` states
