@@ -16,7 +16,7 @@ import pytest
 
 from nsqd_threaded.testing import Broker, Cluster
 
-from support.admin import NotificationSink, call, start_admin
+from support.admin import NotificationSink, call
 from support.wire import Conn, wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -31,19 +31,6 @@ def cluster():
     with Cluster(3) as c:
         yield c
 
-
-@pytest.fixture
-def admin_factory():
-    started = []
-
-    def make(**options):
-        admin = start_admin(**options)
-        started.append(admin)
-        return admin
-
-    yield make
-    for admin in started:
-        admin.stop()
 
 
 @pytest.fixture

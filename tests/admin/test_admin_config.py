@@ -11,7 +11,7 @@ from nsqd_threaded.admin.api import without_bodies
 from nsqd_threaded.settings.options import OptionError
 from nsqd_threaded.testing import Cluster
 
-from support.admin import call, start_admin
+from support.admin import call
 from support.wire import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -27,19 +27,6 @@ def cluster():
         wait_for(lambda: c.lookupd.lookup("orders"), what="the registration")
         yield c
 
-
-@pytest.fixture
-def admin_factory():
-    started = []
-
-    def make(**options):
-        admin = start_admin(**options)
-        started.append(admin)
-        return admin
-
-    yield make
-    for admin in started:
-        admin.stop()
 
 
 def raw(admin, method, path, body=None, headers=None):

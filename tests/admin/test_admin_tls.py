@@ -11,7 +11,7 @@ import pytest
 
 from nsqd_threaded.testing import Cluster
 
-from support.admin import call, start_admin
+from support.admin import call
 from support.transport import certs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.timeout(120)
@@ -42,19 +42,6 @@ def tls_cluster(certs):
             assert https(broker, certs, "POST", "/pub?topic=orders", b"over tls")[0] == 200
         yield cluster
 
-
-@pytest.fixture
-def admin_factory():
-    started = []
-
-    def make(**options):
-        admin = start_admin(**options)
-        started.append(admin)
-        return admin
-
-    yield make
-    for admin in started:
-        admin.stop()
 
 
 def test_a_tls_cluster_is_administered_with_its_ca(tls_cluster, certs, admin_factory):

@@ -82,3 +82,37 @@ def run(*args, argv=None, input=None, timeout=60):
     result = subprocess.run(argv, input=input, stdin=None if input is not None else subprocess.DEVNULL,
                             capture_output=True, env=env, timeout=timeout)
     return result.returncode, result.stdout, result.stderr.decode("utf-8", "replace")
+
+
+# -- a broker's channels, as the tools' tests set them up and read them -----------------
+
+
+def make_channels(broker, topic, *names):
+    """Create the channels (before publishing: a channel gets only what is published after it exists)."""
+    for name in names:
+        broker.nsqd.get_topic(topic).get_channel(name)
+
+
+def channel_counts(broker, topic, name):
+    """``(depth, in flight, deferred)`` of a channel from /stats, None if it does not exist."""
+    for t in broker.stats(topic=topic)["topics"] or ():
+        for c in t["channels"] or ():
+            if c["channel_name"] == name:
+                return c["depth"], c["in_flight_count"], c["deferred_count"]
+    return None
+
+
+def drain(broker, topic, channel, n=None):
+    """The bodies of ``n`` messages of the channel (every one left, if None), FINed as read."""
+    from nsqd_threaded.client import Consumer
+
+    if n is None:
+        n = channel_counts(broker, topic, channel)[0]
+    got = []
+    if n:
+        with Consumer(broker.tcp_addr, topic, channel, max_in_flight=200) as consumer:
+            while len(got) < n:
+                msg = consumer.get(timeout=20)
+                got.append(msg.body)
+                msg.fin()
+    return got

@@ -9,18 +9,12 @@ import pytest
 from nsqd_threaded.client import Consumer, Producer
 from nsqd_threaded.testing import Broker
 
-from support.tools import Tool, go_tool, run
+from support.tools import Tool, go_tool, make_channels, run
 from support.wire import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
 BODIES = [b"hello", b"with spaces and | bars", b"\x00\x01binary\xff", b"tab\there", b"x" * 5000, "ünïcode".encode()]
-
-
-@pytest.fixture
-def broker():
-    with Broker() as b:
-        yield b
 
 
 def channel(broker, topic, name):
@@ -29,11 +23,6 @@ def channel(broker, topic, name):
             if c["channel_name"] == name:
                 return c
     return None
-
-
-def make_channels(broker, topic, *names):
-    for name in names:
-        broker.nsqd.get_topic(topic).get_channel(name)
 
 
 def expected_tail(bodies, topic=None):

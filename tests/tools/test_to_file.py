@@ -7,24 +7,13 @@ import socket
 
 import pytest
 
-from nsqd_threaded.client import Consumer, Producer
+from nsqd_threaded.client import Producer
 from nsqd_threaded.testing import Broker
 
-from support.tools import Tool, go_tool, run
+from support.tools import Tool, channel_counts, drain, go_tool, make_channels, run
 from support.wire import wait_for
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def broker():
-    with Broker() as b:
-        yield b
-
-
-def make_channels(broker, topic, *names):
-    for name in names:
-        broker.nsqd.get_topic(topic).get_channel(name)
 
 
 def read_all(directory):
@@ -41,27 +30,6 @@ def read_all(directory):
 
 def lines(contents):
     return [line for data in contents.values() for line in data.splitlines()]
-
-
-def channel_counts(broker, topic, name):
-    for t in broker.stats(topic=topic)["topics"] or ():
-        for c in t["channels"] or ():
-            if c["channel_name"] == name:
-                return c["depth"], c["in_flight_count"], c["deferred_count"]
-    return None
-
-
-def drain(broker, topic, channel):
-    """Every message left in the channel (FINed as read)."""
-    got = []
-    depth = channel_counts(broker, topic, channel)[0]
-    if depth:
-        with Consumer(broker.tcp_addr, topic, channel, max_in_flight=200) as consumer:
-            while len(got) < depth:
-                msg = consumer.get(timeout=20)
-                got.append(msg.body)
-                msg.fin()
-    return got
 
 
 def test_every_message_exactly_once_across_rotated_gzipped_files_after_sigterm(broker, tmp_path):

@@ -7,10 +7,9 @@ import urllib.parse
 import pytest
 
 from nsqd_threaded.client import Producer
-from nsqd_threaded.testing import Broker
 
 from support.http_sink import ScriptedServer, Sink, then_close
-from support.tools import Tool, go_tool, run
+from support.tools import Tool, channel_counts, go_tool, make_channels, run
 from support.wire import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -18,25 +17,6 @@ pytestmark = pytest.mark.timeout(120)
 BODIES = [b"hello", b"with spaces & a=b?c", "ünïcode/é".encode(), b"\x00\xffbinary", b"x" * 3000, b"~-_.!*'()"]
 # go-nsq's requeue delay and backoff, made short so that retries happen within a test
 FAST_RETRY = ["--consumer-opt=default_requeue_delay,50ms", "--consumer-opt=backoff_multiplier,50ms"]
-
-
-@pytest.fixture
-def broker():
-    with Broker() as b:
-        yield b
-
-
-def make_channels(broker, topic, *names):
-    for name in names:
-        broker.nsqd.get_topic(topic).get_channel(name)
-
-
-def channel_counts(broker, topic, name):
-    for t in broker.stats(topic=topic)["topics"] or ():
-        for c in t["channels"] or ():
-            if c["channel_name"] == name:
-                return c["depth"], c["in_flight_count"], c["deferred_count"]
-    return None
 
 
 def publish(broker, topic, bodies):

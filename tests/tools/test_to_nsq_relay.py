@@ -5,11 +5,11 @@ import signal
 
 import pytest
 
-from nsqd_threaded.client import Consumer, Producer
+from nsqd_threaded.client import Producer
 from nsqd_threaded.testing import Broker
 from nsqd_threaded.tools.nsq_to_nsq import decode_object, encode_go_json
 
-from support.tools import Tool, go_tool, run
+from support.tools import Tool, channel_counts, drain, go_tool, run
 from support.wire import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -27,28 +27,9 @@ def dest():
         yield b
 
 
-def channel_counts(broker, topic, name):
-    for t in broker.stats(topic=topic)["topics"] or ():
-        for c in t["channels"] or ():
-            if c["channel_name"] == name:
-                return c["depth"], c["in_flight_count"], c["deferred_count"]
-    return None
-
-
 def message_count(broker, topic):
     topic = broker.nsqd.get_existing_topic(topic)
     return 0 if topic is None else topic.message_count
-
-
-def drain(broker, topic, channel, n):
-    got = []
-    if n:
-        with Consumer(broker.tcp_addr, topic, channel, max_in_flight=200) as consumer:
-            while len(got) < n:
-                msg = consumer.get(timeout=20)
-                got.append(msg.body)
-                msg.fin()
-    return got
 
 
 def prepare(broker, topic, channel, bodies):
