@@ -3,6 +3,7 @@
 import pytest
 
 from support.admin import start_admin
+from support.webdriver import Chrome, require_browser
 
 
 @pytest.fixture
@@ -18,3 +19,13 @@ def admin_factory():
     yield make
     for admin in started:
         admin.stop()
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """Headless Chromium driven over chromedriver, with a fresh profile (skipped without them unless CI is set)."""
+    require_browser()
+    profile = tmp_path / "chromium-profile"
+    profile.mkdir()
+    with Chrome(profile) as chrome:
+        yield chrome

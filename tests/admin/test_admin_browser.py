@@ -9,19 +9,9 @@ import pytest
 from nsqd_threaded.testing import Cluster
 
 from support.admin import start_admin
-from support.webdriver import Chrome, require_browser
 from support.wire import Conn, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
-
-
-@pytest.fixture
-def browser(tmp_path):
-    require_browser()
-    profile = tmp_path / "chromium-profile"
-    profile.mkdir()
-    with Chrome(profile) as chrome:
-        yield chrome
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import pytest
 from nsqd_threaded.testing import Cluster
 
 from support.admin import call, start_admin
-from support.webdriver import Chrome, require_browser
 from support.wire import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -168,15 +167,6 @@ class AttackerSite:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join()
-
-
-@pytest.fixture
-def browser(tmp_path):
-    require_browser()
-    profile = tmp_path / "chromium-profile"
-    profile.mkdir()
-    with Chrome(profile) as chrome:
-        yield chrome
 
 
 @pytest.mark.browser

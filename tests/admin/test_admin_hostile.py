@@ -25,7 +25,6 @@ from nsqd_threaded.testing import Cluster
 
 from support.admin import call, start_admin
 from support.hostile import Catcher, HostileNode, payload
-from support.webdriver import Chrome, require_browser
 from support.wire import Conn, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -285,15 +284,6 @@ document.querySelectorAll("svg").forEach(function (s) {
 });
 return {pwned: window.__pwned === undefined ? null : String(window.__pwned), injected: found};
 """
-
-
-@pytest.fixture
-def browser(tmp_path):
-    require_browser()
-    profile = tmp_path / "chromium-profile"
-    profile.mkdir()
-    with Chrome(profile) as chrome:
-        yield chrome
 
 
 def script_problems(log):
