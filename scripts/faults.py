@@ -735,15 +735,20 @@ def recovery(cluster, pubs, consumer_events):
 # -- scenarios ------------------------------------------------------------------------------
 
 
-def sc_producer_cut(c, short):
-    """(1) The producer is cut from b1 mid-stream and fails over to b2; healed later."""
-    count, rate = (1500, 300) if short else (6000, 300)
+def start_two_brokers(c, count, rate):
+    """The common cluster: a lookupd, brokers b1 and b2 with the topic, consumer c1, producer p1 over both."""
     c.start_lookupd()
     for b in ("b1", "b2"):
         c.start_broker(b)
         c.create_topic(b)
     c.start_consumer("c1")
     c.start_producer("p1", ["b1", "b2"], count, rate)
+
+
+def sc_producer_cut(c, short):
+    """(1) The producer is cut from b1 mid-stream and fails over to b2; healed later."""
+    count, rate = (1500, 300) if short else (6000, 300)
+    start_two_brokers(c, count, rate)
     c.wait_for("30% acked", lambda: c.acked() >= count * 0.3, 60)
     c.net.cut("p1", "b1")
     c.mark("cut p1-b1")
@@ -826,12 +831,7 @@ def sc_broker_kill_memory(c, short):
 def sc_sigstop(c, short):
     """(6a) b1 paused with SIGSTOP (8 s short, 20 s full), then resumed."""
     count, rate = (3000, 200) if short else (8000, 200)
-    c.start_lookupd()
-    for b in ("b1", "b2"):
-        c.start_broker(b)
-        c.create_topic(b)
-    c.start_consumer("c1")
-    c.start_producer("p1", ["b1", "b2"], count, rate)
+    start_two_brokers(c, count, rate)
     c.wait_for("20% acked", lambda: c.acked() >= count * 0.2, 60)
     c.procs["nsqd-b1"].signal(signal.SIGSTOP)
     c.mark("stop b1 (SIGSTOP)")
