@@ -316,3 +316,31 @@ def test_a_busy_producer_gets_heartbeats_without_a_pump_thread(nsqd):
                 assert (ft, data) == (0, b"OK")
         assert beats == 1
         assert _pump_threads(nsqd) == []
+
+
+def test_a_consumer_holding_most_of_its_rdy_gets_each_freed_slot_at_once(nsqd):
+    """SUB, RDY 200, 200 received and held, 48 FINed: 48 more come at once, as from nsqd
+    (no threshold of free slots: the consumer still holds 152)."""
+    with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as sub:
+        pub.mpub("held", [b"%d" % i for i in range(400)])
+        sub.sub("held", "c", rdy=200)
+        msgs = [sub.read_message() for _ in range(200)]
+        sub.assert_silent(0.2)
+        sub.send(b"".join(b"FIN " + m[2] + b"\n" for m in msgs[:48]))
+        more = [sub.read_message() for _ in range(48)]  # (each read bounded by the connection's timeout)
+        assert [m[3] for m in more] == [b"%d" % i for i in range(200, 248)]
+        sub.assert_silent(0.2)  # never more in flight than RDY
+
+
+def test_rdy_raised_while_nothing_is_queued_keeps_the_consumer_receiving(nsqd):
+    """A consumer that once used up its RDY, then got a higher RDY while the channel was empty, is
+    a waiting consumer again: the next publishes reach it without a FIN."""
+    with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as sub:
+        sub.sub("raised", "c", rdy=1)
+        pub.pub("raised", b"0")
+        sub.read_message()
+        sub.cmd(b"RDY 5")
+        sub.assert_silent(0.2)
+        for i in range(1, 5):
+            pub.pub("raised", b"%d" % i)
+        assert [sub.read_message()[3] for _ in range(4)] == [b"1", b"2", b"3", b"4"]
