@@ -41,13 +41,13 @@ Differences from go-diskqueue, all invisible in the files it reads:
 """
 
 import os
-import re
 import struct
 import time
 
 from .backend import Backend, BackendError
 from .deferred import SIDECAR_COMPACT_MIN, DeferredSidecar
 from .files import remove_quietly, replace_atomically, strerror, write_all
+from .meta_file import format_meta, parse_meta
 from ..wire.message import RECORD_HEADER, Message
 
 _LEN = struct.Struct(">i")  # a record's length prefix
@@ -55,7 +55,6 @@ MSG_HEADER_LENGTH = RECORD_HEADER.size  # (26) the smallest record
 
 READ_CHUNK = 256 * 1024  # bytes read per refill (more if one record is bigger)
 
-_META_INT = re.compile(rb"[ \t]*([+-]?[0-9]+)")
 
 
 class _NullLogger:
@@ -75,33 +74,6 @@ else:  # pragma: no cover - Windows
     def _pread(fd, size, offset):
         os.lseek(fd, offset, os.SEEK_SET)
         return os.read(fd, size)
-
-
-def parse_meta(data):
-    """Parse metadata as Go's ``Fscanf("%d\\n%d,%d\\n%d,%d\\n")`` does.
-
-    Returns ``(fields, error)``: the integers parsed before the first
-    mismatch (up to 5: depth, read file, read pos, write file, write pos) and
-    None or a description of the mismatch.
-    """
-    fields = []
-    pos = 0
-    for sep in (b"\n", b",", b"\n", b",", b"\n"):
-        m = _META_INT.match(data, pos)
-        if not m:
-            return fields, "expected integer at byte %d" % pos
-        fields.append(int(m.group(1)))
-        pos = m.end()
-        if data[pos : pos + 1] != sep:
-            if sep == b"\n" and len(fields) == 5 and pos == len(data):
-                break  # a missing final newline is accepted
-            return fields, "unexpected %r at byte %d" % (data[pos : pos + 1], pos)
-        pos += 1
-    return fields, None
-
-
-def format_meta(depth, read_file_num, read_pos, write_file_num, write_pos):
-    return b"%d\n%d,%d\n%d,%d\n" % (depth, read_file_num, read_pos, write_file_num, write_pos)
 
 
 class DiskQueue(Backend):

@@ -8,7 +8,8 @@ import pytest
 
 from nsqd_threaded.storage import diskqueue as dq_mod
 from nsqd_threaded.storage.backend import BackendError
-from nsqd_threaded.storage.diskqueue import DiskQueue, parse_meta
+from nsqd_threaded.storage.diskqueue import DiskQueue
+from nsqd_threaded.storage.meta_file import parse_meta
 from nsqd_threaded.wire.message import Message
 
 from support.diskqueue import TS, env, go_record, ids, mid, msg  # noqa: F401 (fixtures among them)

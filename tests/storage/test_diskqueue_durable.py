@@ -5,7 +5,7 @@ import os
 import pytest
 
 from nsqd_threaded.storage.backend import BackendError
-from nsqd_threaded.storage.diskqueue import parse_meta
+from nsqd_threaded.storage.meta_file import parse_meta
 
 from support.durable import REC, drain, env, ids, mid, msg  # noqa: F401 (fixtures among them)
 

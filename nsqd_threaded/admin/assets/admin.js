@@ -9,7 +9,7 @@
 // * inside: poll the broker's /debug/state (through nsqadmin) every data-inside-poll-ms and draw it.
 //
 // Everything a node sent is data, never markup: the DOM is built with createElement and textContent
-// (the helper el() below), never innerHTML; a figure that is not a number is drawn as "invalid".
+// (the helper el() below), never by parsing HTML text; a figure that is not a number is drawn as "invalid".
 (function () {
   "use strict";
   var body = document.body;
