@@ -31,6 +31,8 @@ import urllib.request
 
 from nsqd_threaded.wire import protocol_v2
 
+from support.wire import wait_for
+
 GO_BIN = os.environ.get("NSQ_GO_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared",
                                                     "reference", "go-nsq-1.3.0"))
 GO_NSQD = os.path.join(GO_BIN, "nsqd")
@@ -63,16 +65,20 @@ class GoBroker:
              "--data-path=" + self._dir.name],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 20
-        while True:
+        def listening():
+            if self._proc.poll() is not None:
+                raise RuntimeError("Go nsqd exited with %s" % self._proc.returncode)
             try:
                 socket.create_connection(self.tcp_address, timeout=1).close()
-                return
+                return True
             except OSError:
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    self.close()
-                    raise RuntimeError("Go nsqd did not start")
-                time.sleep(0.02)
+                return False
+
+        try:
+            wait_for(listening, timeout=20, interval=0.02, what="Go nsqd to listen")
+        except BaseException:
+            self.close()
+            raise
 
     def prepare(self, topics, channel="c"):
         """Create the sessions' channels, then wait for the queue scanner's first refresh.
@@ -363,7 +369,7 @@ class Session:
         before = sum(c.received for c in self.live())
         held = sum(len(c.held) for c in self.live())
         capacity = sum(c.rdy for c in self.live())
-        time.sleep(MSG_TIMEOUT_MS / 1000.0 + 0.6)
+        self._stop.wait(MSG_TIMEOUT_MS / 1000.0 + 0.6)  # (the timeout passes at the broker meanwhile)
         for c in self.live():
             c.expire_before(start)
         after = sum(c.received for c in self.live())
@@ -387,12 +393,10 @@ class Session:
         while time.monotonic() < deadline:
             if self.shortfall() == 0 and time.monotonic() >= start + extra:
                 break
-            time.sleep(0.005)
+            self._stop.wait(0.005)
         self.latencies.append(max(0.0, time.monotonic() - start - extra))  # (the wait for Go's timeout aside)
         # Then quiet: an over-RDY delivery, or one more message than can be held, would show now.
-        quiet_until = time.monotonic() + QUIET
-        while time.monotonic() < quiet_until:
-            time.sleep(0.01)
+        self._stop.wait(QUIET)
         return (
             self.shortfall(),
             sum(c.over_rdy for c in self.consumers),
@@ -490,7 +494,7 @@ def play(broker, script, topic="delivery"):
                     for i, c in enumerate(session.consumers):
                         if c.alive:
                             session.fin(i, 1000)
-                    time.sleep(0.02)
+                    session._stop.wait(0.02)
                 observations.append(Observation(n, session.published - session.finished, 0, (), None))
                 continue
             else:
