@@ -16,7 +16,9 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -255,4 +257,30 @@ def run_workers(target, args, runfor, connections=None):
     results = [result.get(timeout=runfor + 60) for _ in procs]
     for p in procs:
         p.join()
+    return results
+
+
+# -- drain benchmarks: the same job on several brokers, alternately -------------------------
+
+
+def drain_rounds(brokers, rounds, messages, run):
+    """Run ``run(kind, argv0, root)`` for each ``(kind, argv0, root)`` broker, alternating the order
+    from round to round; ``run`` returns ``(seconds, broker CPU us per message, ...)``.  Prints each
+    run, then a table of medians (msg/s, CPU) with the ratio to the first broker; returns the results."""
+    quiet = Quiet()
+    print("load average at start: %.2f" % quiet.start_load, flush=True)
+    results = {kind: [] for kind, _, _ in brokers}
+    for rnd in range(rounds):
+        for kind, argv0, root in (brokers if rnd % 2 == 0 else brokers[::-1]):
+            row = run(kind, argv0, root)
+            results[kind].append(row)
+            print("round %d %-4s %.2f s (%.0f msg/s), %.1f us broker CPU/msg%s"
+                  % (rnd + 1, kind, row[0], messages / row[0], row[1],
+                     "".join(", %s" % extra for extra in row[2:])), file=sys.stderr, flush=True)
+    first = brokers[0][0]
+    reference = messages / statistics.median(r[0] for r in results[first])
+    print("%-5s %12s %14s %10s" % ("", "msg/s", "CPU us/msg", "of " + first))
+    for kind, rows in results.items():
+        rate = messages / statistics.median(r[0] for r in rows)
+        print("%-5s %12.0f %14.1f %10.2f" % (kind, rate, statistics.median(r[1] for r in rows), rate / reference))
     return results

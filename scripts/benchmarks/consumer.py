@@ -14,7 +14,6 @@ Medians per broker and the ratio to Go.
 
 import argparse
 import os
-import statistics
 import sys
 import threading
 import time
@@ -22,7 +21,7 @@ import time
 from nsqd_threaded.client import Consumer, Producer
 
 from . import ROOT
-from .common import BrokerProc, Quiet
+from .common import BrokerProc, drain_rounds
 
 
 def one_run(kind, argv0, root, messages, max_in_flight):
@@ -67,26 +66,13 @@ def main():
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs our broker")
     ap.add_argument("--baseline", metavar="TREE", help="also run this project from another tree")
     a = ap.parse_args()
-    quiet = Quiet()
     brokers = [("ours", a.python, ROOT)]
     if a.go:
         brokers.insert(0, ("go", os.path.join(a.go, "nsqd"), None))
     if a.baseline:
         brokers.append(("base", a.python, os.path.abspath(a.baseline)))
-    results = {kind: [] for kind, _, _ in brokers}
-    print("load average at start: %.2f" % quiet.start_load, flush=True)
-    for rnd in range(a.rounds):
-        for kind, argv0, root in (brokers if rnd % 2 == 0 else brokers[::-1]):
-            seconds, cpu = one_run(kind, argv0, root, a.messages, a.max_in_flight)
-            results[kind].append((seconds, cpu))
-            print("round %d %-4s %.2f s (%.0f msg/s), %.1f us broker CPU/msg"
-                  % (rnd + 1, kind, seconds, a.messages / seconds, cpu), file=sys.stderr, flush=True)
-    reference = results[brokers[0][0]]
-    ref_rate = a.messages / statistics.median(s for s, _ in reference)
-    print("%-5s %12s %14s %10s" % ("", "msg/s", "CPU us/msg", "of " + brokers[0][0]))
-    for kind, rows in results.items():
-        rate = a.messages / statistics.median(s for s, _ in rows)
-        print("%-5s %12.0f %14.1f %10.2f" % (kind, rate, statistics.median(c for _, c in rows), rate / ref_rate))
+    drain_rounds(brokers, a.rounds, a.messages,
+                 lambda kind, argv0, root: one_run(kind, argv0, root, a.messages, a.max_in_flight))
 
 
 if __name__ == "__main__":

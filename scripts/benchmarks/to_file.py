@@ -19,7 +19,6 @@ import argparse
 import glob
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ import time
 from nsqd_threaded.client import Producer
 
 from . import ROOT
-from .common import BrokerProc, Quiet
+from .common import BrokerProc, drain_rounds
 
 TOPIC = "archive"
 CHANNEL = "nsq_to_file"  # nsq_to_file's default channel
@@ -80,7 +79,7 @@ def one_run(kind, argv0, root, go_dir, messages):
         for path in glob.glob(os.path.join(out_dir, "*")):
             with open(path, "rb") as f:
                 lines += f.read().count(b"\n")
-        return seconds, cpu / messages * 1e6, lines
+        return seconds, cpu / messages * 1e6, "%d lines written" % lines
     finally:
         if tool is not None and tool.poll() is None:
             tool.kill()
@@ -99,23 +98,11 @@ def main():
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs our broker")
     ap.add_argument("--baseline", metavar="TREE", help="also run this project from another tree")
     a = ap.parse_args()
-    quiet = Quiet()
     brokers = [("go", os.path.join(a.go, "nsqd"), None), ("ours", a.python, ROOT)]
     if a.baseline:
         brokers.append(("base", a.python, os.path.abspath(a.baseline)))
-    results = {kind: [] for kind, _, _ in brokers}
-    print("load average at start: %.2f" % quiet.start_load, flush=True)
-    for rnd in range(a.rounds):
-        for kind, argv0, root in (brokers if rnd % 2 == 0 else brokers[::-1]):
-            seconds, cpu, lines = one_run(kind, argv0, root, a.go, a.messages)
-            results[kind].append((seconds, cpu, lines))
-            print("round %d %-4s %.2f s (%.0f msg/s), %.1f us CPU/msg, %d lines written"
-                  % (rnd + 1, kind, seconds, a.messages / seconds, cpu, lines), file=sys.stderr, flush=True)
-    go_rate = a.messages / statistics.median(s for s, _, _ in results["go"])
-    print("%-5s %12s %14s %10s" % ("", "msg/s", "CPU us/msg", "of Go"))
-    for kind, rows in results.items():
-        rate = a.messages / statistics.median(s for s, _, _ in rows)
-        print("%-5s %12.0f %14.1f %10.2f" % (kind, rate, statistics.median(c for _, c, _ in rows), rate / go_rate))
+    drain_rounds(brokers, a.rounds, a.messages,
+                 lambda kind, argv0, root: one_run(kind, argv0, root, a.go, a.messages))
 
 
 if __name__ == "__main__":
