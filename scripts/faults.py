@@ -735,6 +735,15 @@ def recovery(cluster, pubs, consumer_events):
 # -- scenarios ------------------------------------------------------------------------------
 
 
+def cut_for(c, a, b, seconds):
+    """Partition hosts ``a`` and ``b`` for ``seconds``, then heal; both moments marked in the history."""
+    c.net.cut(a, b)
+    c.mark("cut %s-%s" % (a, b))
+    time.sleep(seconds)
+    c.net.heal(a, b)
+    c.mark("heal %s-%s" % (a, b))
+
+
 def start_two_brokers(c, count, rate):
     """The common cluster: a lookupd, brokers b1 and b2 with the topic, consumer c1, producer p1 over both."""
     c.start_lookupd()
@@ -750,11 +759,7 @@ def sc_producer_cut(c, short):
     count, rate = (1500, 300) if short else (6000, 300)
     start_two_brokers(c, count, rate)
     c.wait_for("30% acked", lambda: c.acked() >= count * 0.3, 60)
-    c.net.cut("p1", "b1")
-    c.mark("cut p1-b1")
-    time.sleep(5 if short else 15)
-    c.net.heal("p1", "b1")
-    c.mark("heal p1-b1")
+    cut_for(c, "p1", "b1", 5 if short else 15)
     return c.finish(60)
 
 
@@ -770,11 +775,7 @@ def sc_lookupd_cut(c, short):
     c.start_consumer("c1")
     c.start_producer("p1", ["b1", "b2"], count, rate)
     c.wait_for("500 acked", lambda: c.acked() >= 500, 60)
-    c.net.cut("b1", "l1")
-    c.mark("cut b1-l1")
-    time.sleep(17 if short else 30)
-    c.net.heal("b1", "l1")
-    c.mark("heal b1-l1")
+    cut_for(c, "b1", "l1", 17 if short else 30)
     t_heal = now()
     result = c.finish(60)
     via_b1 = [e["t"] for e in c.events("consumer-") if e["ev"] == "msg" and e["t"] >= t_heal
@@ -793,11 +794,7 @@ def sc_consumer_cut(c, short):
     c.start_consumer("c2", max_in_flight=20, work_ms=50)
     c.start_producer("p1", ["b1"], count, rate)
     c.wait_for("30% acked", lambda: c.acked() >= count * 0.3, 60)
-    c.net.cut("c1", "b1")
-    c.mark("cut c1-b1")
-    time.sleep(8 if short else 20)
-    c.net.heal("c1", "b1")
-    c.mark("heal c1-b1")
+    cut_for(c, "c1", "b1", 8 if short else 20)
     return c.finish(60)
 
 
