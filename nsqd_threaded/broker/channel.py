@@ -330,15 +330,23 @@ class Channel(BackedQueue):
     def _refill_held_locked(self, client):
         """Take what a consumer whose output is held may have now; ``(messages, wake the pump?)``.
 
-        The pump is woken as well when more is queued than one direct
-        delivery takes and the consumer is still ready for it.
+        Its pump sleeps with nothing in hand.  It is woken as well when more
+        is queued than one direct delivery takes and the consumer is still
+        ready for it.  A consumer left with a free slot and nothing queued is
+        a waiting one, as its pump would make it: otherwise no put would ever
+        deliver to it or wake it.
         """
         try:
             msgs = self._take_for_locked(client, DIRECT_DELIVERY_MAX) or []
         except BaseException:
             client.deliver_held([])  # (a failed disk read: the output is released all the same)
             raise
-        return msgs, not client.blocked and bool(self._memory or self._backend.depth())
+        if client.blocked:
+            return msgs, False  # its FINs wake the pump
+        if self._memory or self._backend.depth():
+            return msgs, True
+        self._waiting[client] = None
+        return msgs, False
 
     def _requeue_locked(self, msgs):
         """Back to the tail of the queue (REQ 0, timeout, deferred due); never loses one.
@@ -502,7 +510,7 @@ class Channel(BackedQueue):
                 client.finish_count += len(done)
                 self._backend.ack([msg.id for msg in done])  # (the channel is listed: it had these in flight)
                 wake = self._release_locked(client, len(done))
-                if wake and client.pump_idle() and client.hold_output(own=True):
+                if wake and not self.paused and client.pump_idle() and client.hold_output(own=True):
                     held, wake = self._refill_held_locked(client)
             else:
                 wake = False

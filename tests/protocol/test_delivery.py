@@ -344,3 +344,33 @@ def test_rdy_raised_while_nothing_is_queued_keeps_the_consumer_receiving(nsqd):
         for i in range(1, 5):
             pub.pub("raised", b"%d" % i)
         assert [sub.read_message()[3] for _ in range(4)] == [b"1", b"2", b"3", b"4"]
+
+
+def test_a_fin_that_empties_the_queue_leaves_the_consumer_waiting_for_the_next_publish(nsqd):
+    """Two FINs read together free two slots of a blocked consumer while one message is queued:
+    the FINing thread delivers it, a slot is still free and nothing remains, so the consumer is a
+    waiting one again and the next publish reaches it (it once stalled until the heartbeat)."""
+    with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as sub:
+        sub.sub("refill", "c", rdy=3)
+        pub.mpub("refill", [b"0", b"1", b"2"])
+        first = [sub.read_message() for _ in range(3)]
+        pub.pub("refill", b"3")  # queued: no free slot
+        sub.assert_silent(0.2)
+        sub.sock.sendall(b"FIN " + first[0][2] + b"\nFIN " + first[1][2] + b"\n")
+        assert sub.read_message()[3] == b"3"
+        pub.pub("refill", b"4")
+        assert sub.read_message()[3] == b"4"
+
+
+def test_a_fin_on_a_paused_channel_delivers_nothing(nsqd):
+    """A FIN that frees the slot of a blocked consumer of a paused channel delivers nothing
+    from the FINing thread; unpausing delivers what waits."""
+    with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as sub:
+        sub.sub("paused_fin", "c", rdy=1)
+        pub.mpub("paused_fin", [b"0", b"1"])
+        first = sub.read_message()
+        channel_of(nsqd, "paused_fin", "c").pause()
+        sub.cmd(b"FIN " + first[2])
+        sub.assert_silent(0.3)
+        channel_of(nsqd, "paused_fin", "c").unpause()
+        assert sub.read_message()[3] == b"1"
