@@ -426,6 +426,8 @@ def scripted_sessions():
         ],
         # A consumer joins a backlog; a publish arrives while everyone is full.
         "join-backlog": [("publish", 30), ("connect", 5), ("connect", 7), ("publish", 1), ("fin", 0, 5), ("fin", 1, 3)],
+        # FINs read together free more slots than messages wait: the consumer is then waiting for the next publish.
+        "refill-empties": [("connect", 3), ("publish", 4), ("fin", 0, 2), ("publish", 1), ("fin", 0, 1), ("publish", 2)],
     }
 
 
