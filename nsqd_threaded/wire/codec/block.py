@@ -238,58 +238,22 @@ def _compress_fragment(src, out):
                         whole = from_bytes(src, "little")
                     diff = (whole ^ (whole >> (offset << 3))).to_bytes(end, "little")[:end - offset]
                     diffs[offset] = diff
+            # b: where the match at ip ends.
             if diff is not None:
-                # diff[i] is src[i + offset] ^ src[i]: follow the offset
-                # across gaps of a few literal bytes.
-                while True:
-                    b = zeros(diff, ip - offset + 4).end() + offset
-                    size = b - ip
-                    if size < 12 and offset < 2048:
-                        out += _COPY1(1 | ((size - 4) << 2) | ((offset >> 8) << 5), offset & 0xFF)
-                    elif size <= 64:
-                        out += _COPY2(2 | ((size - 1) << 2), offset)
-                    else:
-                        _emit_copy(out, offset, size)
-                    followed += size
-                    if b >= limit:
-                        break
-                    i = b - offset + 1
-                    i = diff.find(_RESUME, i, i + _REPEAT_GAP + _REPEAT_RUN)
-                    if i < 0:
-                        break
-                    ip = i + offset
-                    if ip >= limit:
-                        break
-                    gap_bytes += ip - b
-                    if followed >= _REPEAT_TRIAL and gap_bytes * _REPEAT_WORTH > followed:
-                        # Not rigid records: the literals would hide shorter matches.
-                        diffs.clear()
-                        repeat_max = 0
-                        break
-                    out.append((ip - b - 1) << 2)
-                    out += mv[b:ip]
-                ip = lit = b
-                if ip >= limit:
-                    break
-                # Remember ip - 1 and try ip at once, as the reference does.
-                ip1 = ip - 1
-                table[words[ip1 & 3][ip1 >> 2]] = ip1
-                word = words[ip & 3][ip >> 2]
-                cand = get(word)
-                table[word] = ip
-                if cand is None:
-                    break
-                continue
-            # Extend the match.  CPython: the lowest set bit of the XOR of two
-            # windows (read as little-endian ints) is the first differing byte;
-            # PyPy's JIT makes a plain byte loop faster still.
-            a = cand + 4
-            b = ip + 4
-            if bytewise:
+                # diff[i] is src[i + offset] ^ src[i]: the match ends where its run of zeros does.
+                b = zeros(diff, ip - offset + 4).end() + offset
+            elif bytewise:
+                # Extend the match byte by byte: PyPy's JIT makes this loop the fastest.
+                a = cand + 4
+                b = ip + 4
                 while b < end and src[a] == src[b]:
                     a += 1
                     b += 1
             else:
+                # CPython: the lowest set bit of the XOR of two windows (read as
+                # little-endian ints) is the first differing byte.
+                a = cand + 4
+                b = ip + 4
                 window = 32
                 while b < end:
                     if b + window > end:
@@ -311,6 +275,24 @@ def _compress_fragment(src, out):
             ip = lit = b
             if ip >= limit:
                 break
+            if diff is not None:
+                # Follow the offset across a gap of a few literal bytes: the
+                # match resumes at the next run of zeros in diff.
+                followed += size
+                i = diff.find(_RESUME, b - offset + 1, b - offset + 1 + _REPEAT_GAP + _REPEAT_RUN)
+                if i >= 0 and i + offset < limit:
+                    ip = i + offset
+                    gap_bytes += ip - b
+                    if followed < _REPEAT_TRIAL or gap_bytes * _REPEAT_WORTH <= followed:
+                        out.append((ip - b - 1) << 2)
+                        out += mv[b:ip]
+                        lit = ip
+                        cand = ip - offset
+                        continue
+                    # Not rigid records: the literals would hide shorter matches.
+                    diffs.clear()
+                    repeat_max = 0
+                    ip = b
             # Remember ip - 1 and try ip at once, as the reference does.
             ip1 = ip - 1
             table[words[ip1 & 3][ip1 >> 2]] = ip1
