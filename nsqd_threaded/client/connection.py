@@ -378,6 +378,36 @@ class Connection:
         self._sock.close()
 
 
+class ConnectOptions:
+    """How a Producer or a Consumer connects to nsqd, decided in one place for both.
+
+    ``ConnectOptions(timeout=10.0, identify=None, auth_secret=None, tls_v1=False,
+    tls_options=None, snappy=False, deflate=False, deflate_level=None)`` takes their
+    common keywords: ``identify`` adds to this client's IDENTIFY fields
+    (:func:`identify_fields`), the transport keywords are those of
+    :func:`transport_options` (a bad combination raises ValueError here, before any
+    connection), ``auth_secret`` is sent with AUTH when nsqd requires it.  Immutable
+    after construction, so the connection threads share it without a lock.
+    """
+
+    __slots__ = ("timeout", "identify", "tls_context", "auth_secret")
+
+    def __init__(self, timeout=10.0, identify=None, auth_secret=None, tls_v1=False, tls_options=None,
+                 snappy=False, deflate=False, deflate_level=None):
+        features, self.tls_context = transport_options(tls_v1, tls_options, snappy, deflate, deflate_level)
+        self.identify = identify_fields(identify, features)
+        self.timeout = timeout
+        self.auth_secret = auth_secret
+
+    def open(self, address):
+        """A new :class:`Connection` to ``address``: connected, nothing sent yet."""
+        return Connection(address, self.timeout)
+
+    def handshake(self, conn):
+        """IDENTIFY on ``conn`` with the upgrades nsqd agrees to, then AUTH if nsqd requires it."""
+        conn.handshake(self.identify, self.tls_context, self.auth_secret)
+
+
 def identify_fields(extra, features=None):
     """The IDENTIFY body: this client's defaults, then the transport ``features``, then the caller's ``extra``."""
     fields = {

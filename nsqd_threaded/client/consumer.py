@@ -9,15 +9,13 @@ import urllib.parse
 
 from ..wire import protocol_v2
 from .connection import (
-    Connection,
     ConnectionClosed,
+    ConnectOptions,
     HEARTBEAT,
     NSQError,
     address_list,
-    format_address,
-    identify_fields,
-    transport_options,
     encode_name,
+    format_address,
     parse_addresses,
 )
 from .lookupd import lookup_addresses, parse_lookupd_address
@@ -169,11 +167,7 @@ class Consumer:
         rdy_redistribute_interval=5.0,
         low_rdy_idle_timeout=10.0,
         auth_secret=None,
-        tls_v1=False,
-        tls_options=None,
-        snappy=False,
-        deflate=False,
-        deflate_level=None,
+        tls_v1=False, tls_options=None, snappy=False, deflate=False, deflate_level=None,  # the transport: ConnectOptions
         on_message=None,
         max_attempts=0,
         on_give_up=None,
@@ -191,35 +185,38 @@ class Consumer:
         self.topic = topic
         self.channel = channel
         self._sub = b"SUB %s %s\n" % (encode_name(topic, "topic"), encode_name(channel, "channel"))
+        # Connecting: to each address (again after a loss) and to each node lookupd lists.
+        self._connect = ConnectOptions(timeout, identify, auth_secret, tls_v1, tls_options, snappy, deflate, deflate_level)
+        self.timeout = timeout
+        self.auth_secret = auth_secret
+        self.reconnect_backoff = reconnect_backoff
+        self.lookupd_poll_interval = lookupd_poll_interval
+        # Flow: max_in_flight split as RDY over the connections, re-split for the idle ones.
         if max_in_flight < 1:  # 0 would subscribe and never ask for a message
             raise ValueError("max_in_flight must be >= 1 (it is %r): with 0 no message would ever arrive"
                              % (max_in_flight,))
+        self.max_in_flight = max_in_flight
+        self.rdy_redistribute_interval = rdy_redistribute_interval
+        self.low_rdy_idle_timeout = low_rdy_idle_timeout
+        # Handing messages over: to handler threads, an iterator, or on_message; errors to on_error.
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.handler = handler
-        self.max_in_flight = max_in_flight
         self.concurrency = concurrency
-        self.requeue_delay_ms = requeue_delay_ms
-        self.reconnect_backoff = reconnect_backoff
-        self.timeout = timeout
-        self.on_error = on_error
-        self.lookupd_poll_interval = lookupd_poll_interval
-        self.rdy_redistribute_interval = rdy_redistribute_interval
-        self.low_rdy_idle_timeout = low_rdy_idle_timeout
-        features, self._tls_context = transport_options(tls_v1, tls_options, snappy, deflate, deflate_level)
-        self._identify = identify_fields(identify, features)
-        self.auth_secret = auth_secret
         self.on_message = on_message
-        self.max_attempts = max_attempts
-        self.on_give_up = on_give_up
-        self.backoff_multiplier = backoff_multiplier
-        self.max_backoff_duration = max_backoff_duration
+        self.on_error = on_error
+        # Failures: go-nsq's backoff (RDY throttling), requeue delays, giving up after max_attempts.
         if backoff_strategy not in ("exponential", "full_jitter"):
             raise ValueError("backoff_strategy must be exponential or full_jitter")
         self.backoff_strategy = backoff_strategy
+        self.backoff_multiplier = backoff_multiplier
+        self.max_backoff_duration = max_backoff_duration
         self.backs_off = max_backoff_duration > 0
+        self.requeue_delay_ms = requeue_delay_ms
         self.default_requeue_delay = default_requeue_delay
         self.max_requeue_delay = max_requeue_delay
+        self.max_attempts = max_attempts
+        self.on_give_up = on_give_up
         self.given_up = 0  # messages FINed for exceeding max_attempts
         # guards _backoff_level, _backoff_timer (a pending test RDY) and _random
         self._backoff_lock = threading.Lock()
@@ -534,14 +531,14 @@ class Consumer:
                 self._changed.notify_all()
 
     def _subscribe(self, address, rdy):
-        conn = Connection(address, self.timeout)
+        conn = self._connect.open(address)
         with self._lock:
             if self._closing:
                 conn.close()
                 raise ConnectionClosed("consumer is closing")
             self._conns.add(conn)
         try:
-            conn.handshake(self._identify, self._tls_context, self.auth_secret)
+            self._connect.handshake(conn)
             conn.send(self._sub)
             answer = conn.read_answer()
             if answer != b"OK":

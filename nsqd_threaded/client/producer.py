@@ -8,17 +8,15 @@ import time
 
 from ..wire import protocol_v2
 from .connection import (
-    Connection,
     ConnectionClosed,
+    ConnectOptions,
     HEARTBEAT,
     NSQError,
     address_list,
     encode_bodies,
     encode_body,
-    format_address,
-    identify_fields,
-    transport_options,
     encode_name,
+    format_address,
     parse_addresses,
 )
 from .lookupd import lookup_addresses, parse_lookupd_address
@@ -57,9 +55,9 @@ class _Node:
         conn = self.conn
         if conn is None:
             try:
-                conn = Connection(self.address, producer.timeout)
+                conn = producer._connect.open(self.address)
                 try:
-                    conn.handshake(producer._identify, producer._tls_context, producer.auth_secret)
+                    producer._connect.handshake(conn)
                 except BaseException:
                     conn.close()
                     raise
@@ -216,11 +214,7 @@ class Producer:
         reconnect_backoff=(0.1, 5.0),
         lookupd_poll_interval=60.0,
         auth_secret=None,
-        tls_v1=False,
-        tls_options=None,
-        snappy=False,
-        deflate=False,
-        deflate_level=None
+        tls_v1=False, tls_options=None, snappy=False, deflate=False, deflate_level=None  # the transport: ConnectOptions
     ):
         direct = parse_addresses(addresses) if addresses else []
         self.lookupd_http_addresses = [parse_lookupd_address(a) for a in address_list(lookupd_http_addresses)]
@@ -231,8 +225,7 @@ class Producer:
         self.timeout = timeout
         self.reconnect_backoff = reconnect_backoff
         self.lookupd_poll_interval = lookupd_poll_interval
-        features, self._tls_context = transport_options(tls_v1, tls_options, snappy, deflate, deflate_level)
-        self._identify = identify_fields(identify, features)
+        self._connect = ConnectOptions(timeout, identify, auth_secret, tls_v1, tls_options, snappy, deflate, deflate_level)
         self.auth_secret = auth_secret
         self._lock = threading.Lock()
         self._nodes = [_Node(self, a) for a in direct]
