@@ -269,50 +269,50 @@ def render_text_body(stats, now):
         lines.append("\nMemory:\n")
         for key, value in stats["memory"].items():
             lines.append("   %-25s\t%d\n" % (key, value))
-    topics = stats["topics"]
-    if not topics:
-        lines.append("\nTopics: None\n")
-    else:
-        lines.append("\nTopics:")
-        for t in topics:
+    for t in _section(lines, "Topics", stats["topics"], ""):
+        lines.append(
+            "\n%s[%-15s] depth: %-5d be-depth: %-5d msgs: %-8d e2e%%: %s\n"
+            % (
+                "*P " if t["paused"] else "   ",
+                t["topic_name"],
+                t["depth"],
+                t["backend_depth"],
+                t["message_count"],
+                _e2e_text(t["e2e_processing_latency"]),
+            )
+        )
+        for c in t["channels"]:
             lines.append(
-                "\n%s[%-15s] depth: %-5d be-depth: %-5d msgs: %-8d e2e%%: %s\n"
+                "%s[%-25s] depth: %-5d be-depth: %-5d inflt: %-4d def: %-4d re-q: %-5d "
+                "timeout: %-5d msgs: %-8d e2e%%: %s\n"
                 % (
-                    "*P " if t["paused"] else "   ",
-                    t["topic_name"],
-                    t["depth"],
-                    t["backend_depth"],
-                    t["message_count"],
-                    _e2e_text(t["e2e_processing_latency"]),
+                    "   *P " if c["paused"] else "      ",
+                    c["channel_name"],
+                    c["depth"],
+                    c["backend_depth"],
+                    c["in_flight_count"],
+                    c["deferred_count"],
+                    c["requeue_count"],
+                    c["timeout_count"],
+                    c["message_count"],
+                    _e2e_text(c["e2e_processing_latency"]),
                 )
             )
-            for c in t["channels"]:
-                lines.append(
-                    "%s[%-25s] depth: %-5d be-depth: %-5d inflt: %-4d def: %-4d re-q: %-5d "
-                    "timeout: %-5d msgs: %-8d e2e%%: %s\n"
-                    % (
-                        "   *P " if c["paused"] else "      ",
-                        c["channel_name"],
-                        c["depth"],
-                        c["backend_depth"],
-                        c["in_flight_count"],
-                        c["deferred_count"],
-                        c["requeue_count"],
-                        c["timeout_count"],
-                        c["message_count"],
-                        _e2e_text(c["e2e_processing_latency"]),
-                    )
-                )
-                for cl in c["clients"] or []:
-                    lines.append("        %s\n" % client_text(cl, now))
-    producers = stats["producers"]
-    if not producers:
-        lines.append("\nProducers: None\n")
-    else:
-        lines.append("\nProducers:\n")
-        for p in producers:
-            lines.append("   %s\n" % client_text(p, now))
+            for cl in c["clients"] or []:
+                lines.append("        %s\n" % client_text(cl, now))
+    for p in _section(lines, "Producers", stats["producers"], "\n"):
+        lines.append("   %s\n" % client_text(p, now))
     return "".join(lines)
+
+
+def _section(lines, title, items, after_title):
+    """Append nsqd's heading of a section (``Title: None`` when it has no ``items``); the items to print."""
+    # after_title: nsqd ends the Producers heading with a newline, not the Topics one (each topic line starts with one).
+    if not items:
+        lines.append("\n%s: None\n" % title)
+        return ()
+    lines.append("\n%s:%s" % (title, after_title))
+    return items
 
 
 def client_text(cl, now):

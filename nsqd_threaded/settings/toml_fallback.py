@@ -60,15 +60,21 @@ class _TomlParser:
             end = self.text.find("\n", self.pos)
             self.pos = len(self.text) if end < 0 else end
 
-    def end_of_line(self):
-        """After a statement: only spaces and a comment may follow on its line."""
+    def skip_to_newline(self):
+        """Skip spaces and a comment, then one newline (``\\n`` or ``\\r\\n``); False if none follows."""
         self.skip_space()
         self.skip_comment()
         if self.peek(2) == "\r\n":
             self.pos += 2
         elif self.peek() == "\n":
             self.pos += 1
-        elif self.pos < len(self.text):
+        else:
+            return False
+        return True
+
+    def end_of_line(self):
+        """After a statement: only spaces and a comment may follow on its line."""
+        if not self.skip_to_newline() and self.pos < len(self.text):
             raise self.error("unexpected %r after value" % self.peek())
 
     def document(self):
@@ -134,24 +140,30 @@ class _TomlParser:
             self.skip_space()
             parts.append(self.simple_key())
 
-    def simple_key(self):
+    def quoted_string(self):
+        """The basic or literal string that starts here, or None when none does."""
         c = self.peek()
         if c == '"':
             return self.basic_string()
         if c == "'":
             return self.literal_string()
+        return None
+
+    def simple_key(self):
+        key = self.quoted_string()
+        if key is not None:
+            return key
         m = _BARE_KEY.match(self.text, self.pos)
         if not m:
-            raise self.error("expected a key, found %r" % c)
+            raise self.error("expected a key, found %r" % self.peek())
         self.pos = m.end()
         return m.group()
 
     def value(self):
+        text = self.quoted_string()
+        if text is not None:
+            return text
         c = self.peek()
-        if c == '"':
-            return self.basic_string()
-        if c == "'":
-            return self.literal_string()
         if c == "[":
             return self.array()
         if c == "{":
@@ -224,15 +236,8 @@ class _TomlParser:
 
     def skip_array_space(self):
         """Inside arrays, newlines and comments are whitespace."""
-        while True:
-            self.skip_space()
-            self.skip_comment()
-            if self.peek(2) == "\r\n":
-                self.pos += 2
-            elif self.peek() == "\n":
-                self.pos += 1
-            else:
-                return
+        while self.skip_to_newline():
+            pass
 
     def scalar(self):
         m = _SCALAR.match(self.text, self.pos)

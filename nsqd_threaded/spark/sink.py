@@ -42,10 +42,18 @@ def _encode(value):
 
 
 class _Publisher:
-    """Per-task state: one Producer (round robin over the nodes), chunks per topic, a window of MPUBs."""
+    """Per-task state: one Producer (round robin over the nodes), chunks per topic, a window of MPUBs.
+
+    Used as ``with _Publisher(...) as p: p.add(...)`` then ``p.finish()``: a failure
+    inside the ``with`` closes the producer; :meth:`finish` closes it in any case.
+    ``topic``, ``topic_column`` and ``body_column`` say where a row's topic and body are.
+    """
 
     def __init__(self, settings, task_id):
         self.settings = settings
+        self.topic = settings["topic"]
+        self.topic_column = settings["topicColumn"]
+        self.body_column = settings["bodyColumn"]
         self.producer = Producer(
             settings["nsqd"] or None,
             lookupd_http_addresses=settings["lookupd"] or None,
@@ -53,6 +61,13 @@ class _Publisher:
         self.chunks = {}  # topic -> [bodies, bytes]
         self.futures = []
         self.per_topic = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.producer.close()
 
     def add(self, topic, body):
         chunk = self.chunks.get(topic)
@@ -89,30 +104,21 @@ class _Publisher:
 
 def _publish_rows(settings, rows):
     """Rows (pyspark Rows) to messages."""
-    publisher = _Publisher(settings, None)
-    try:
-        topic = settings["topic"]
-        topic_column = settings["topicColumn"]
-        body_column = settings["bodyColumn"]
+    with _Publisher(settings, None) as publisher:
+        body_column, topic_column = publisher.body_column, publisher.topic_column
         for row in rows:
             if body_column is not None:
                 body = _encode(row[body_column])
             else:
                 body = json.dumps(row.asDict(recursive=True), default=_json_default).encode("utf-8")
-            publisher.add(row[topic_column] if topic_column else topic, body)
-    except BaseException:
-        publisher.producer.close()
-        raise
+            publisher.add(row[topic_column] if topic_column else publisher.topic, body)
     return publisher.finish()
 
 
 def _publish_batches(settings, batches):
     """Arrow record batches to messages (the fast path when Spark offers it)."""
-    publisher = _Publisher(settings, None)
-    try:
-        topic = settings["topic"]
-        topic_column = settings["topicColumn"]
-        body_column = settings["bodyColumn"]
+    with _Publisher(settings, None) as publisher:
+        body_column, topic_column = publisher.body_column, publisher.topic_column
         add = publisher.add
         for batch in batches:
             if body_column is not None:
@@ -124,10 +130,7 @@ def _publish_batches(settings, batches):
                     add(t, body)
             else:
                 for body in bodies:
-                    add(topic, body)
-    except BaseException:
-        publisher.producer.close()
-        raise
+                    add(publisher.topic, body)
     return publisher.finish()
 
 

@@ -316,55 +316,42 @@ def negotiate_identify(fields, opts, client_timeout_ms=60000):
     texts follow nsqd: heartbeat, output buffer timeout, output buffer size,
     sample rate, msg timeout.  ``opts`` is an :class:`~nsqd_threaded.settings.options.Options`.
     """
-
-    def invalid(what, v):
-        return ProtocolError("E_BAD_BODY", "IDENTIFY %s (%d) is invalid" % (what, v))
-
     s = {}
-    hb = fields.get("heartbeat_interval", 0)
-    if hb == -1:
-        s["heartbeat_interval_ms"] = 0
-    elif hb == 0:
-        s["heartbeat_interval_ms"] = client_timeout_ms // 2
-    elif 1000 <= hb <= ms(opts.max_heartbeat_interval):
-        s["heartbeat_interval_ms"] = hb
-    else:
-        raise invalid("heartbeat interval", hb)
-
-    obt = fields.get("output_buffer_timeout", 0)
-    if obt == -1:
-        s["output_buffer_timeout_ms"] = 0
-    elif obt == 0:
-        s["output_buffer_timeout_ms"] = ms(opts.output_buffer_timeout)
-    elif ms(opts.min_output_buffer_timeout) <= obt <= ms(opts.max_output_buffer_timeout):
-        s["output_buffer_timeout_ms"] = obt
-    else:
-        raise invalid("output buffer timeout", obt)
-
-    obs = fields.get("output_buffer_size", 0)
-    if obs == -1:
-        s["output_buffer_size"] = 1
-        s["output_buffer_timeout_ms"] = 0
-    elif obs == 0:
-        s["output_buffer_size"] = 16384
-    elif 64 <= obs <= opts.max_output_buffer_size:
-        s["output_buffer_size"] = obs
-    else:
-        raise invalid("output buffer size", obs)
-
+    s["heartbeat_interval_ms"] = _negotiate(
+        fields, "heartbeat_interval", "heartbeat interval", 0, client_timeout_ms // 2,
+        1000, ms(opts.max_heartbeat_interval))
+    s["output_buffer_timeout_ms"] = _negotiate(
+        fields, "output_buffer_timeout", "output buffer timeout", 0, ms(opts.output_buffer_timeout),
+        ms(opts.min_output_buffer_timeout), ms(opts.max_output_buffer_timeout))
+    s["output_buffer_size"] = _negotiate(
+        fields, "output_buffer_size", "output buffer size", 1, 16384, 64, opts.max_output_buffer_size)
+    if fields.get("output_buffer_size") == -1:
+        s["output_buffer_timeout_ms"] = 0  # no buffering: every write is flushed at once
     sr = fields.get("sample_rate", 0)
     if not 0 <= sr <= 99:
-        raise invalid("sample rate", sr)
+        raise _invalid("sample rate", sr)
     s["sample_rate"] = sr
-
-    mt = fields.get("msg_timeout", 0)
-    if mt == 0:
-        s["msg_timeout_ms"] = ms(opts.msg_timeout)
-    elif 1000 <= mt <= ms(opts.max_msg_timeout):
-        s["msg_timeout_ms"] = mt
-    else:
-        raise invalid("msg timeout", mt)
+    s["msg_timeout_ms"] = _negotiate(
+        fields, "msg_timeout", "msg timeout", None, ms(opts.msg_timeout), 1000, ms(opts.max_msg_timeout))
     return s
+
+
+def _negotiate(fields, name, what, off, default, low, high):
+    """nsqd's rule for one IDENTIFY field: -1 asks for ``off`` (where ``off`` is not None),
+    0 or absent for the broker's ``default``; any other value must lie in [low, high]
+    (else E_BAD_BODY naming ``what``)."""
+    value = fields.get(name, 0)
+    if value == -1 and off is not None:
+        return off
+    if value == 0:
+        return default
+    if low <= value <= high:
+        return value
+    raise _invalid(what, value)
+
+
+def _invalid(what, value):
+    return ProtocolError("E_BAD_BODY", "IDENTIFY %s (%d) is invalid" % (what, value))
 
 
 def deflate_level(negotiated, requested, max_level):
