@@ -13,17 +13,15 @@ import dataclasses
 
 from ..settings.options import (
     BOOL,
-    DEPRECATED,
+    COMMAND_SETTINGS,
     DURATION,
-    LOG_LEVEL,
-    META,
     OptionError,
     STR,
     STR_LIST,
     UNSUPPORTED as U,
-    BY_FIELD as _NSQD,
     Setting,
     check_settings,
+    daemon_settings,
     options_class,
 )
 
@@ -72,13 +70,7 @@ SETTINGS = (
             "/config endpoint", check=_cidr),
     Setting("inside-view-bodies", BOOL, False, "(not in Go nsqadmin) ask brokers for message bodies "
             "(nsqd --debug-state-bodies) in the inside view, for admin users only (requires --admin-user)"),
-    Setting("log-level", LOG_LEVEL, "info", "set log verbosity: debug, info, warn, error, or fatal",
-            check=_NSQD["log_level"].check),
-    Setting("log-prefix", STR, "[nsqadmin] ", "log message prefix"),
-    Setting("http-read-timeout", DURATION, _NSQD["http_read_timeout"].default,
-            _NSQD["http_read_timeout"].help.replace("nsqd", "nsqadmin"), check=_NSQD["http_read_timeout"].check),
-    Setting("http-idle-timeout", DURATION, _NSQD["http_idle_timeout"].default,
-            _NSQD["http_idle_timeout"].help.replace("nsqd", "nsqadmin"), check=_NSQD["http_idle_timeout"].check),
+    *daemon_settings("nsqadmin"),
     Setting("graphite-url", STR, "", "graphite HTTP address (graphs are drawn from polled /stats instead)", U),
     Setting("proxy-graphite", BOOL, False, "proxy HTTP requests to graphite", U),
     Setting("statsd-counter-format", STR, "", "The counter stats key formatting applied by the implementation "
@@ -95,9 +87,7 @@ SETTINGS = (
     Setting("http-client-tls-insecure-skip-verify", BOOL, False, "configure the HTTP client to skip "
             "verification of TLS certificates"),
     Setting("dev-static-dir", STR, "", "(development use only)", U),
-    Setting("config", STR, "", "path to config file", META),
-    Setting("verbose", BOOL, False, "[deprecated] has no effect, use --log-level", DEPRECATED),
-    Setting("version", BOOL, False, "print version string", META),
+    *COMMAND_SETTINGS,
 )
 
 

@@ -11,15 +11,12 @@ import dataclasses
 import socket
 
 from ..settings.options import (
-    BOOL,
+    COMMAND_SETTINGS,
     DURATION,
-    LOG_LEVEL,
-    META,
-    DEPRECATED,
     STR,
-    BY_FIELD as _NSQD,
     Setting,
     check_settings,
+    daemon_settings,
     options_class,
 )
 
@@ -36,18 +33,8 @@ SETTINGS = (
             "the active list since its last ping"),
     Setting("tombstone-lifetime", DURATION, 45.0, "duration of time a producer will remain tombstoned "
             "if registration remains"),
-    Setting("log-level", LOG_LEVEL, "info", "set log verbosity: debug, info, warn, error, or fatal",
-            check=_NSQD["log_level"].check),
-    Setting("log-prefix", STR, "[nsqlookupd] ", "log message prefix"),
-    Setting("http-read-timeout", DURATION, _NSQD["http_read_timeout"].default,
-            _NSQD["http_read_timeout"].help.replace("nsqd", "nsqlookupd"),
-            check=_NSQD["http_read_timeout"].check),
-    Setting("http-idle-timeout", DURATION, _NSQD["http_idle_timeout"].default,
-            _NSQD["http_idle_timeout"].help.replace("nsqd", "nsqlookupd"),
-            check=_NSQD["http_idle_timeout"].check),
-    Setting("config", STR, "", "path to config file", META),
-    Setting("verbose", BOOL, False, "[deprecated] has no effect, use --log-level", DEPRECATED),
-    Setting("version", BOOL, False, "print version string", META),
+    *daemon_settings("nsqlookupd"),
+    *COMMAND_SETTINGS,
 )
 
 

@@ -480,6 +480,27 @@ INTERNAL_OPTIONS = frozenset(s.field for s in SETTINGS if s.status == INTERNAL)
 # The settings that are Options fields, by field name.
 BY_FIELD = {s.field: s for s in SETTINGS if s.field}
 
+# ``--config``, ``--verbose`` and ``--version``: about the command, not the daemon;
+# the last of nsqlookupd's and nsqadmin's settings, as in Go's --help.
+COMMAND_SETTINGS = tuple(s for flag in ("config", "verbose", "version") for s in SETTINGS if s.flag == flag)
+
+
+def daemon_settings(program):
+    """nsqd's log and HTTP-deadline settings as another daemon (``nsqlookupd``, ``nsqadmin``) has them.
+
+    In that daemon's table order: ``--log-level``, ``--log-prefix`` (default
+    ``[program] ``), ``--http-read-timeout`` and ``--http-idle-timeout`` (their
+    help naming ``program``); defaults and checks are nsqd's.
+    """
+    read, idle = BY_FIELD["http_read_timeout"], BY_FIELD["http_idle_timeout"]
+    prefix = "[%s] " % program
+    return (
+        BY_FIELD["log_level"],
+        dataclasses.replace(BY_FIELD["log_prefix"], default=prefix, go_default=prefix),
+        dataclasses.replace(read, help=read.help.replace("nsqd", program)),
+        dataclasses.replace(idle, help=idle.help.replace("nsqd", program)),
+    )
+
 
 # -- Options -------------------------------------------------------------------
 
