@@ -289,12 +289,14 @@ class AppCommand(GoFlagCommand):
     def __init__(self, program, settings, options_class, make_app, *, log_prefix, daemon=None,
                  prepare=None, start_failure=None, help=None, **kwargs):
         self.program = program
+        # Making the app: options, then the process checks, then the app.
         self.options_class = options_class
-        self.make_app = make_app
-        self.log_prefix = log_prefix
-        self.daemon = daemon
         self.prepare = prepare
+        self.make_app = make_app
+        # Saying why it failed.
         self.start_failure = start_failure or self._default_failure
+        self.daemon = daemon
+        self.log_prefix = log_prefix
         kwargs.setdefault("context_settings", {"max_content_width": 100})
         super().__init__(program, settings, self.resolve, self.serve, help=help, **kwargs)
 

@@ -710,24 +710,23 @@ class Cluster:
         if n < 1:
             raise ValueError("a cluster needs at least one broker")
         self.n = n
-        self._flags = flags
-        self._options = options
         self.processes = processes
         self.start_timeout = start_timeout
-        self._tmp_dir = tmp_dir
-        self._log_stream = log_stream
         self.lookupd = Lookupd(log_stream=log_stream, **(lookupd or {}))
         self.brokers = []
+        # What each broker is made with; start() adds the lookupd's address (known once it listens).
+        self._broker_flags = flags
+        self._broker_options = dict(options, tmp_dir=tmp_dir, log_stream=log_stream)
 
     def start(self):
         self.lookupd.start()
         try:
-            options = dict(self._options)
+            options = dict(self._broker_options)
             options.setdefault("nsqlookupd_tcp_addresses", [self.lookupd.tcp_addr])
             options.setdefault("broadcast_address", LOCALHOST)
             kind = BrokerProcess if self.processes else Broker
             for _ in range(self.n):
-                broker = kind(*self._flags, tmp_dir=self._tmp_dir, log_stream=self._log_stream, **options)
+                broker = kind(*self._broker_flags, **options)
                 self.brokers.append(broker)
                 broker.start()
             self.wait_registered()

@@ -318,9 +318,7 @@ class Consumer:
         return True
 
     def __enter__(self):
-        if not self._started:
-            self.start()
-        return self
+        return self if self._started else self.start()
 
     def __exit__(self, *exc):
         self.close()

@@ -50,23 +50,26 @@ def default_node_id():
 # -- value kinds ---------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Kind:
     """One kind of value: parsed from flag text, coerced from a TOML value, printed as Go does.
 
+    ``type`` is the Python type of a value; ``parse(text)`` reads flag text,
+    ``coerce(value)`` a config-file value, ``format(value)`` prints one.
     ``parse`` and ``coerce`` raise ValueError with a message that does not
     name the setting (the caller adds the flag or key).  A ``multiple`` kind
     may be given several times; each flag value parses to a tuple of items.
-    ``bare`` kinds take Go's bare ``--name`` form (meaning true).
+    ``bare`` kinds take Go's bare ``--name`` form (meaning true).  Compared by
+    identity, as :class:`Setting` is (``setting.kind is DURATION``).
     """
 
-    def __init__(self, name, type_, parse, coerce, format_, multiple=False, bare=False):
-        self.name = name
-        self.type = type_
-        self.parse = parse
-        self.coerce = coerce
-        self.format = format_
-        self.multiple = multiple
-        self.bare = bare
+    name: str
+    type: type
+    parse: object
+    coerce: object
+    format: object
+    multiple: bool = False
+    bare: bool = False
 
     def __repr__(self):
         return "<Kind %s>" % self.name
