@@ -7,7 +7,8 @@ factory; :class:`AppCommand` turns them into a click command that
 * first rewrites Go ``flag`` syntax (:func:`go_style_args`), so a Go command
   line works unchanged;
 * resolves flag > ``--config`` TOML file > default (:func:`resolve`) into the
-  options class (written out, or made from the table by :func:`table_options`);
+  options class (made from the table: a daemon's by
+  :func:`~nsqd_threaded.settings.options.options_class`, a tool's by :func:`table_options`);
 * reports every startup failure as one ``FATAL`` line in the app's log format
   (:func:`fatal`), never a traceback;
 * runs the app (:func:`run_until_signalled`): SIGTERM or SIGINT stop it
@@ -30,7 +31,7 @@ import click
 
 from .internal.logger import Logger
 from .settings import config
-from .settings.options import LOG_LEVELS, UNSUPPORTED, VERSION, OptionError, check_settings
+from .settings.options import LOG_LEVELS, UNSUPPORTED, VERSION, OptionError, check_settings, table_fields
 
 
 class GoValue(click.ParamType):
@@ -348,25 +349,13 @@ def table_options(name, settings, validate=None, doc=None):
     options.  The tools' options are made this way: the table is their only
     statement.
     """
-    fields = []
-    for s in settings:
-        if not s.field:
-            continue
-        if s.factory is not None:
-            default = dataclasses.field(default_factory=s.factory)
-        elif isinstance(s.default, tuple):
-            default = dataclasses.field(default_factory=lambda d=s.default: list(d))
-        else:
-            default = s.default
-        fields.append((s.field, s.kind.type, default))
-
     def check(self):
         check_settings(self, settings)
         if validate is not None:
             validate(self)
         return self
 
-    cls = dataclasses.make_dataclass(name, fields, namespace={"validate": check})
+    cls = dataclasses.make_dataclass(name, table_fields(settings), namespace={"validate": check})
     cls.__doc__ = doc or "%s: one field per setting of its table." % name
     return cls
 

@@ -9,7 +9,6 @@ included; the UI draws its own short-term charts instead).
 
 import ipaddress
 
-import dataclasses
 
 from ..settings.options import (
     BOOL,
@@ -94,35 +93,6 @@ SETTINGS = (
 @options_class(SETTINGS)
 class AdminOptions:
     """nsqadmin's options (flag ``--http-address`` is field ``http_address``)."""
-
-    # One field per SETTINGS entry with a field, in its order, with its default
-    # (options_class refuses a class that disagrees with the table).
-    http_address: str = "0.0.0.0:4171"
-    base_path: str = "/"
-    lookupd_http_addresses: list = dataclasses.field(default_factory=list)
-    nsqd_http_addresses: list = dataclasses.field(default_factory=list)
-    http_client_connect_timeout: float = 2.0
-    http_client_request_timeout: float = 5.0
-    admin_users: list = dataclasses.field(default_factory=list)
-    acl_http_header: str = "X-Forwarded-User"
-    notification_http_endpoint: str = ""
-    allow_config_from_cidr: str = "127.0.0.1/8"
-    inside_view_bodies: bool = False
-    log_level: str = "info"
-    log_prefix: str = "[nsqadmin] "
-    http_read_timeout: float = 30.0
-    http_idle_timeout: float = 60.0
-    graphite_url: str = ""
-    proxy_graphite: bool = False
-    statsd_counter_format: str = ""
-    statsd_gauge_format: str = ""
-    statsd_prefix: str = ""
-    statsd_interval: float = 0.0
-    http_client_tls_cert: str = ""
-    http_client_tls_key: str = ""
-    http_client_tls_root_ca_file: str = ""
-    http_client_tls_insecure_skip_verify: bool = False
-    dev_static_dir: str = ""
 
     def validate(self):
         """Raise OptionError (a ValueError) naming the flag for an unusable value; returns self."""

@@ -7,7 +7,6 @@ since nsqlookupd serves its HTTP API on the same edge.  Durations are float
 seconds.
 """
 
-import dataclasses
 import socket
 
 from ..settings.options import (
@@ -41,18 +40,6 @@ SETTINGS = (
 @options_class(SETTINGS)
 class LookupdOptions:
     """nsqlookupd's options (flag ``--tcp-address`` is field ``tcp_address``)."""
-
-    # One field per SETTINGS entry with a field, in its order, with its default
-    # (options_class refuses a class that disagrees with the table).
-    tcp_address: str = "0.0.0.0:4160"
-    http_address: str = "0.0.0.0:4161"
-    broadcast_address: str = dataclasses.field(default_factory=socket.gethostname)
-    inactive_producer_timeout: float = 300.0
-    tombstone_lifetime: float = 45.0
-    log_level: str = "info"
-    log_prefix: str = "[nsqlookupd] "
-    http_read_timeout: float = 30.0
-    http_idle_timeout: float = 60.0
 
     def validate(self):
         """Raise OptionError (a ValueError) naming the flag for an unusable value; returns self."""

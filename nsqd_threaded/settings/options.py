@@ -508,52 +508,50 @@ def daemon_settings(program):
 # -- Options -------------------------------------------------------------------
 
 
-def options_class(settings):
-    """A class decorator: check that the class declares one field per setting that has one, then make it a dataclass.
+def table_fields(settings):
+    """The dataclass fields of a settings table: ``(name, type, default)`` per setting with a field, in order.
 
-    The fields are written out in the class body (so that ``opts.mem_queue_size``
-    has a definition to read), and must agree with the table: the same names in
-    the same order, each setting's value type and default.  nsqd's
-    :class:`Options` and nsqlookupd's options are both made this way.
+    The type is the setting's kind's; the default is the table's, as a
+    ``dataclasses.field`` with a factory where the setting has one, or a fresh
+    list where the table's default is a tuple (a repeatable flag).
+    """
+    fields = []
+    for s in settings:
+        if not s.field:
+            continue
+        if s.factory is not None:
+            default = dataclasses.field(default_factory=s.factory)
+        elif isinstance(s.default, tuple):
+            default = dataclasses.field(default_factory=list if s.default == () else lambda d=s.default: list(d))
+        else:
+            default = s.default
+        fields.append((s.field, s.kind.type, default))
+    return fields
+
+
+def options_class(settings):
+    """A class decorator: make the class a dataclass with one field per setting of ``settings`` that has one.
+
+    The table is the one statement of each field (name, order, type,
+    default: :func:`table_fields`); the class body holds the docstring and the
+    methods (``validate``), and may not declare fields of its own.  nsqd's
+    :class:`Options`, nsqlookupd's and nsqadmin's options are made this way;
+    the tools' by :func:`nsqd_threaded.command.table_options`, from the same fields.
     """
 
     def make(cls):
-        problems = field_problems(cls, settings)
-        if problems:
-            raise TypeError("%s disagrees with its settings table: %s" % (cls.__name__, "; ".join(problems)))
+        if cls.__dict__.get("__annotations__"):
+            raise TypeError("%s declares fields: its settings table makes them" % cls.__name__)
+        annotations = {}
+        for name, type_, default in table_fields(settings):
+            if name in cls.__dict__:
+                raise TypeError("%s.%s is both a setting and a member" % (cls.__name__, name))
+            annotations[name] = type_
+            setattr(cls, name, default)
+        cls.__annotations__ = annotations
         return dataclasses.dataclass(cls)
 
     return make
-
-
-def field_problems(cls, settings):
-    """How ``cls``'s declared fields differ from ``settings`` (an empty list when they agree)."""
-    if dataclasses.is_dataclass(cls):
-        declared = [(f.name, f.type, f.default, f.default_factory) for f in dataclasses.fields(cls)]
-    else:
-        declared = []
-        for name, annotation in cls.__dict__.get("__annotations__", {}).items():
-            value = cls.__dict__.get(name, dataclasses.MISSING)
-            if isinstance(value, dataclasses.Field):
-                declared.append((name, annotation, value.default, value.default_factory))
-            else:
-                declared.append((name, annotation, value, dataclasses.MISSING))
-    wanted = [s for s in settings if s.field]
-    names = [d[0] for d in declared]
-    if names != [s.field for s in wanted]:
-        return ["fields %s, table %s" % (names, [s.field for s in wanted])]
-    problems = []
-    for (name, annotation, default, factory), s in zip(declared, wanted):
-        if annotation is not s.kind.type:
-            problems.append("%s: declared %s, table %s" % (name, annotation, s.kind.type))
-        if s.factory is not None or isinstance(s.default, tuple):
-            # A table default of () is an empty list (a list field needs a factory).
-            expected = s.factory if s.factory is not None else list
-            if factory is not expected or (s.factory is None and s.default != ()):
-                problems.append("%s: default factory %r, table %r" % (name, factory, s.factory or s.default))
-        elif default != s.default or type(default) is not type(s.default):
-            problems.append("%s: default %r, table %r" % (name, default, s.default))
-    return problems
 
 
 def check_settings(options, settings):
@@ -572,73 +570,6 @@ class Options:
     Build with keywords (``Options(msg_timeout=5.0)``); :meth:`validate`
     decides what is acceptable.
     """
-
-    # One field per SETTINGS entry with a field, in its order, with its default
-    # (options_class refuses a class that disagrees with the table).
-    log_level: str = "info"
-    log_prefix: str = "[nsqd] "
-    node_id: int = dataclasses.field(default_factory=default_node_id)
-    https_address: str = "0.0.0.0:4152"
-    http_address: str = "0.0.0.0:4151"
-    tcp_address: str = "0.0.0.0:4150"
-    auth_http_addresses: list = dataclasses.field(default_factory=list)
-    auth_http_request_method: str = "get"
-    broadcast_address: str = dataclasses.field(default_factory=socket.gethostname)
-    broadcast_tcp_port: int = 0
-    broadcast_http_port: int = 0
-    nsqlookupd_tcp_addresses: list = dataclasses.field(default_factory=list)
-    http_client_connect_timeout: float = 2.0
-    http_client_request_timeout: float = 5.0
-    http_read_timeout: float = 30.0
-    http_idle_timeout: float = 60.0
-    debug_state_bodies: bool = False
-    topology_region: str = ""
-    topology_zone: str = ""
-    enable_experiment: list = dataclasses.field(default_factory=list)
-    data_path: str = ""
-    mem_queue_size: int = 10000
-    max_bytes_per_file: int = 100 * 1024 * 1024
-    sync_every: int = 2500
-    sync_timeout: float = 2.0
-    durable: bool = False
-    queue_scan_worker_pool_max: int = 4
-    queue_scan_selection_count: int = 20
-    msg_timeout: float = 60.0
-    max_msg_timeout: float = 900.0
-    max_msg_size: int = 1024 * 1024
-    max_req_timeout: float = 3600.0
-    max_body_size: int = 5 * 1024 * 1024
-    max_heartbeat_interval: float = 60.0
-    max_rdy_count: int = 2500
-    max_output_buffer_size: int = 64 * 1024
-    max_output_buffer_timeout: float = 30.0
-    min_output_buffer_timeout: float = 0.025
-    output_buffer_timeout: float = 0.25
-    max_channel_consumers: int = 0
-    statsd_address: str = ""
-    statsd_interval: float = 60.0
-    statsd_mem_stats: bool = True
-    statsd_prefix: str = "nsq.%s"
-    statsd_udp_packet_size: int = 508
-    statsd_exclude_ephemeral: bool = False
-    e2e_processing_latency_percentiles: list = dataclasses.field(default_factory=list)
-    e2e_processing_latency_window_time: float = 600.0
-    tls_cert: str = ""
-    tls_key: str = ""
-    tls_client_auth_policy: str = ""
-    tls_root_ca_file: str = ""
-    tls_required: int = 0
-    tls_min_version: int = 0x0301  # tls1.0
-    deflate: bool = True
-    max_deflate_level: int = 6
-    snappy: bool = True
-    client_timeout: float = 60.0
-    queue_scan_interval: float = 0.1
-    queue_scan_refresh_interval: float = 5.0
-    queue_scan_dirty_percent: float = 0.25
-    version: str = VERSION
-    lookupd_ping_interval: float = 15.0
-    lookupd_channel_query_hold: float = 5.0
 
     def validate(self):
         """Raise OptionError, naming the flag, for an unusable value; returns self."""
