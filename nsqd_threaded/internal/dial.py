@@ -2,7 +2,7 @@
 
 import socket
 
-from .gocompat import is_socket_path
+from .gocompat import is_socket_path, unix_sockaddr
 
 
 def dial(address, timeout):
@@ -16,7 +16,7 @@ def dial(address, timeout):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(timeout)
-            sock.connect(address)
+            sock.connect(unix_sockaddr(address))
         except BaseException:
             sock.close()
             raise

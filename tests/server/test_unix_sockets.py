@@ -13,8 +13,11 @@ import shutil
 import socket
 import stat
 import struct
+import subprocess
+import sys
 import tempfile
 import time
+import uuid
 
 import pytest
 
@@ -30,6 +33,7 @@ GO_BIN = os.environ.get("NSQ_GO_BIN", os.path.join(os.path.dirname(__file__), ".
 GO_NSQD = os.path.join(GO_BIN, "nsqd")
 needs_go = pytest.mark.skipif(not os.access(GO_NSQD, os.X_OK), reason="Go nsqd 1.3.0 reference binary not present")
 
+REPO_ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 SUN_PATH_MAX = 100  # sockaddr_un holds 108 bytes: keep well below it
 
 
@@ -267,6 +271,98 @@ def test_addresses_a_socket_path_must_look_like_one():
     # HTTPS is TLS over TCP only, as in Go
     with pytest.raises(ValueError, match="--https-address=/run/nsqd/https.sock: invalid address"):
         Options(https_address="/run/nsqd/https.sock").validate()
+
+
+# -- abstract sockets (Linux): "@name", as Go's net package takes it ----------------------
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract sockets are Linux's")
+
+
+def abstract_names(prefix="nsqd"):
+    """Two names in the abstract namespace no other test (or test run) uses."""
+    tag = "%s-%d-%s" % (prefix, os.getpid(), uuid.uuid4().hex[:8])
+    return "@%s-tcp" % tag, "@%s-http" % tag
+
+
+def abstract_listeners():
+    """The abstract names bound on this host (network namespace), from /proc/net/unix."""
+    with open("/proc/net/unix") as f:
+        return {line.split()[-1] for line in f.read().splitlines()[1:] if line.split()[-1].startswith("@")}
+
+
+@linux_only
+def test_nsqd_on_abstract_sockets_with_our_client(tmp_path):
+    tcp, http_path = abstract_names()
+    with BrokerProcess(tcp_address=tcp, http_address=http_path, tmp_dir=str(tmp_path)) as nsqd:
+        assert (nsqd.tcp_address, nsqd.http_address) == (tcp, http_path)
+        assert {tcp, http_path} <= abstract_listeners()
+        assert "TCP: listening on %s" % tcp in nsqd.log
+        assert http(http_path, "GET", "/ping") == (200, b"OK")
+        producer = Producer(tcp)
+        try:
+            producer.pub("abs", b"no file")
+        finally:
+            producer.close()
+        got = []
+        consumer = Consumer(tcp, "abs", "c", lambda m: got.append(m.body) or True)
+        consumer.start()
+        try:
+            wait_until(lambda: got, 20, "the message")
+            assert got == [b"no file"]
+        finally:
+            consumer.close()
+        # a name in use is refused (there is no stale file to probe or remove)
+        intruder = BrokerProcess(tcp_address=tcp, http_address="127.0.0.1:0", start_timeout=20)
+        with pytest.raises(RuntimeError) as failed:
+            intruder.start()
+        assert "address already in use" in str(failed.value).lower()
+        assert http(http_path, "GET", "/ping") == (200, b"OK")
+    assert not os.path.exists(tcp) and not os.path.exists(http_path)  # no file, not even a relative one
+    assert not {tcp, http_path} & abstract_listeners()  # gone with the broker: the names are free again
+    with BrokerProcess(tcp_address=tcp, http_address=http_path):
+        assert http(http_path, "GET", "/ping") == (200, b"OK")
+
+
+@linux_only
+def test_in_process_broker_and_lookupd_on_abstract_sockets():
+    ltcp, lhttp = abstract_names("lookupd")
+    tcp, _ = abstract_names()
+    with Lookupd(tcp_address=ltcp, http_address=lhttp) as lookupd:
+        assert http(lhttp, "GET", "/ping") == (200, b"OK")
+        with Broker(tcp_address=tcp, nsqlookupd_tcp_addresses=[ltcp], broadcast_address="127.0.0.1",
+                    broadcast_tcp_port=4150, broadcast_http_port=4151) as nsqd:
+            nsqd.http("POST", "/pub?topic=abs", b"x")
+            wait_until(lambda: lookupd.lookup("abs"), 20, "the registration over the abstract socket")
+            Options(tcp_address="@x", http_address="@y").validate()
+
+
+@needs_go
+@linux_only
+def test_go_nsqd_on_abstract_sockets_with_our_client():
+    tcp, http_path = abstract_names("go")
+    with BrokerProcess(command=[GO_NSQD], tcp_address=tcp, http_address=http_path):
+        assert {tcp, http_path} <= abstract_listeners()
+        producer = Producer(tcp)
+        try:
+            producer.pub("g", b"to go, abstractly")
+        finally:
+            producer.close()
+        status, body = http(http_path, "GET", "/stats?format=json&topic=g")
+        assert status == 200 and json.loads(body)["topics"][0]["depth"] == 1
+
+
+def test_nsqadmin_listens_on_tcp_only_as_gos(sock_dir):
+    path = os.path.join(sock_dir, "admin.sock")
+    for command in ([sys.executable, "-m", "nsqd_threaded", "nsqadmin"],
+                    [os.path.join(GO_BIN, "nsqadmin")] if os.access(os.path.join(GO_BIN, "nsqadmin"), os.X_OK)
+                    else None):
+        if command is None:
+            continue
+        for address in (path, "@nsqadmin-%d" % os.getpid()):
+            done = subprocess.run(command + ["--http-address=" + address, "--nsqd-http-address=127.0.0.1:4151"],
+                                  capture_output=True, timeout=60, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+            assert done.returncode != 0 and address in done.stderr.decode(), (command, done.stderr)
+            assert not os.path.exists(path)
 
 
 # -- nsqlookupd on sockets ----------------------------------------------------------
