@@ -413,6 +413,75 @@ def test_a_consumer_asks_a_lookupd_on_a_unix_socket(sock_dir):
                 consumer.close()
 
 
+def channel_depths(broker, topic):
+    stats = broker.stats(topic=topic)
+    return {c["channel_name"]: c["depth"] for t in stats["topics"] or () for c in t["channels"] or ()}
+
+
+@pytest.mark.parametrize("abstract", [False, True], ids=["paths", "abstract"])
+def test_a_new_topic_gets_the_clusters_channels_from_a_lookupd_on_unix_sockets(sock_dir, abstract):
+    """nsqd asks a lookupd whose HTTP API is on a socket for a new topic's channels, as one on TCP.
+
+    The lookupd's IDENTIFY reply names its HTTP socket; without it (port -1) the
+    new topic was held for the hold time (here a minute) and got no channel.
+    """
+    if abstract and not sys.platform.startswith("linux"):
+        pytest.skip("abstract sockets are Linux's")
+    ltcp, lhttp = abstract_names("lookupd") if abstract else paths(sock_dir, "lookupd")
+    with Lookupd(tcp_address=ltcp, http_address=lhttp):
+        cluster = dict(nsqlookupd_tcp_addresses=[ltcp], broadcast_address="127.0.0.1",
+                       lookupd_channel_query_hold=60.0)
+        with Broker(**cluster) as first, Broker(**cluster) as second:
+            assert first.http("POST", "/topic/create?topic=orders")[0] == 200
+            assert first.http("POST", "/channel/create?topic=orders&channel=billing")[0] == 200
+            wait_until(lambda: json.loads(http(lhttp, "GET", "/channels?topic=orders")[1]).get("channels"),
+                       20, "the channel's registration")
+            started = time.monotonic()
+            second.http("POST", "/pub?topic=orders", b"to every channel of the cluster")
+            # the publish was answered once the lookupd answered: the channel is there with the message
+            assert channel_depths(second, "orders") == {"billing": 1}
+            assert time.monotonic() - started < 30  # not held for the minute
+            assert "no available nsqlookupd" not in second.log and "failed to query" not in second.log
+
+
+def test_a_lookupd_on_tcp_cannot_point_nsqd_at_a_local_socket(sock_dir):
+    """Hostile input: ``http_socket`` in the IDENTIFY reply of a lookupd reached over TCP is ignored."""
+    trap_path = os.path.join(sock_dir, "trap.sock")
+    trap = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    trap.bind(trap_path)
+    trap.listen(8)
+    trap.settimeout(0.0)
+    fake = socket.socket()
+    fake.bind(("127.0.0.1", 0))
+    fake.listen(8)
+    fake.settimeout(20)
+    reply = json.dumps({"broadcast_address": "", "hostname": "h", "http_port": -1, "tcp_port": -1,
+                        "version": "1.3.0", "http_socket": trap_path}).encode()
+    try:
+        with Broker(nsqlookupd_tcp_addresses=["127.0.0.1:%d" % fake.getsockname()[1]],
+                    broadcast_address="127.0.0.1", lookupd_channel_query_hold=0.2) as nsqd:
+            conn, _ = fake.accept()
+            try:
+                conn.settimeout(20)
+                data = b""
+                while b"IDENTIFY\n" not in data or len(data) < data.index(b"IDENTIFY\n") + 13:
+                    data += conn.recv(65536)
+                start = data.index(b"IDENTIFY\n") + 9
+                size = struct.unpack(">I", data[start:start + 4])[0]
+                while len(data) < start + 4 + size:
+                    data += conn.recv(65536)
+                conn.sendall(struct.pack(">II", 4 + len(reply), 0) + reply)
+                nsqd.http("POST", "/pub?topic=t", b"x")
+                wait_until(lambda: "no nsqlookupd answered" in nsqd.log, 20, "the hold to end")
+                with pytest.raises(BlockingIOError):
+                    trap.accept()  # nobody dialed the socket the fake lookupd named
+            finally:
+                conn.close()
+    finally:
+        fake.close()
+        trap.close()
+
+
 # -- Go's nsqd on a socket ----------------------------------------------------------
 
 
