@@ -254,7 +254,8 @@ class ToHTTP:
         self._heads = {a: self._head(e, lines) for a, e in self.endpoints.items()}
         self._ssl_context = ssl.create_default_context() if any(
             e.key[0] == "https" for e in self.endpoints.values()) else None
-        self.pool = upstream.pool_for(o.mode, self.addresses)  # None: every endpoint gets every message
+        # None: every endpoint gets every message; so does the only one (no pool to consult per message)
+        self.pool = upstream.pool_for(o.mode, self.addresses) if len(self.addresses) > 1 else None
         single = len(self.addresses) == 1
         self.per_address = {a: upstream.TimerMetrics(0 if single else o.status_every,
                                                      "[%s]:" % self.endpoints[a].redacted, self.log)
