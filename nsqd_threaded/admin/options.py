@@ -10,6 +10,7 @@ included; the UI draws its own short-term charts instead).
 import ipaddress
 
 
+from ..internal.gocompat import is_socket_path
 from ..settings.options import (
     BOOL,
     COMMAND_SETTINGS,
@@ -43,6 +44,13 @@ def _cidr(flag, value):
     return None
 
 
+def _tcp_only(flag, value):
+    # Go's nsqadmin listens with net.Listen("tcp", ...): a socket path is an error there too.
+    if is_socket_path(value):
+        return "%s=%s: invalid address (want host:port; nsqadmin listens on TCP only, as Go's)" % (flag, value)
+    return None
+
+
 def _base_path(flag, value):
     if not value.startswith("/"):
         return "must start with /"
@@ -51,7 +59,7 @@ def _base_path(flag, value):
 
 # Table order is AdminOptions' field order.
 SETTINGS = (
-    Setting("http-address", STR, "0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients"),
+    Setting("http-address", STR, "0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients", check=_tcp_only),
     Setting("base-path", STR, "/", "URL base path", check=_base_path),
     Setting("lookupd-http-address", STR_LIST, (), "lookupd HTTP address (may be given multiple times)",
             field="lookupd_http_addresses", cfg="nsqlookupd_http_addresses"),

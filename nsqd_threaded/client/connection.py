@@ -10,7 +10,7 @@ import time
 
 from ..wire import protocol_v2
 from ..wire import transport
-from ..internal.dial import dial, nodelay
+from ..internal.dial import dial, kernel_timeouts, nodelay
 from ..internal.gocompat import is_socket_path, join_host_port, split_host_port
 from ..settings.options import VERSION
 
@@ -198,6 +198,8 @@ class Connection:
         except OSError as e:
             if isinstance(e, ConnectionClosed):
                 raise
+            if isinstance(e, BlockingIOError):  # SO_SNDTIMEO ran out (kernel_timeouts)
+                e = "timed out"
             self.shutdown()
             raise ConnectionClosed("connection to %s failed: %s" % (format_address(self.address), e)) from None
 
@@ -221,7 +223,10 @@ class Connection:
         if layers is not None and layers.pending():
             self._buf += layers.drain()  # a large inflate stopped at its limit
             return
-        chunk = self._sock.recv(262144)
+        try:
+            chunk = self._sock.recv(262144)
+        except BlockingIOError:  # SO_RCVTIMEO ran out (kernel_timeouts)
+            raise socket.timeout("timed out") from None
         if not chunk:
             raise ConnectionClosed("nsqd at %s closed the connection" % format_address(self.address))
         if self._decode is not None:
@@ -360,8 +365,9 @@ class Connection:
 
     def handshake_done(self):
         """From now on a read may wait 2 heartbeat intervals: nsqd sends one every interval,
-        so a longer silence means the connection is dead."""
-        self._sock.settimeout(self._idle_timeout)
+        so a longer silence means the connection is dead.  The kernel bounds each recv and
+        send (no poll() before each, as a Python socket timeout would make)."""
+        kernel_timeouts(self._sock, self._idle_timeout)
 
     def shutdown(self):
         """Make the pending and future reads end (any thread)."""

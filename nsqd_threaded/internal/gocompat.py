@@ -562,15 +562,31 @@ def join_host_port(host, port):
     return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
 
 
+# On Linux a unix socket name starting with "@" is in the abstract namespace (no file), as Go's
+# net package takes it there; elsewhere it would be a relative path, which is_socket_path refuses.
+_SOCKET_PREFIXES = ("/", "./", "../", "@") if sys.platform.startswith("linux") else ("/", "./", "../")
+
+
 def is_socket_path(address):
-    """True when a listen or dial address names a unix socket: a ``str`` starting with ``/``, ``./`` or ``../``.
+    """True when a listen or dial address names a unix socket: a ``str`` starting with ``/``, ``./`` or
+    ``../``, or on Linux ``@`` (an abstract socket: :func:`is_abstract_socket`).
 
     Go NSQ takes every address that is not ``host:port`` as a socket path, so a
     forgotten port (``--tcp-address=localhost``) silently makes a socket file
     in the working directory; a path here must look like one, and ``host:port``
-    never does (neither a host nor a port contains ``/``).
+    never does (neither a host nor a port contains ``/`` or starts with ``@``).
     """
-    return isinstance(address, str) and address.startswith(("/", "./", "../"))
+    return isinstance(address, str) and address.startswith(_SOCKET_PREFIXES)
+
+
+def is_abstract_socket(address):
+    """True for a Linux abstract-namespace socket name, ``@name``: no file, gone with its last listener."""
+    return is_socket_path(address) and address.startswith("@")
+
+
+def unix_sockaddr(path):
+    """The address ``bind``/``connect`` take for a socket path: ``@name`` becomes ``\0name`` (Go's mapping)."""
+    return "\0" + path[1:] if path.startswith("@") else path
 
 
 def split_host_port(address):

@@ -17,7 +17,10 @@ Threads (all named, all joined by :meth:`stop`):
 Nothing is module-global: any number of instances can run in one process.
 """
 
+import os
+
 from ..command import ListeningApp
+from ..internal.gocompat import is_abstract_socket
 from .http import LookupdHTTPServer
 from .options import LookupdOptions
 from .registration_db import RegistrationDB
@@ -68,6 +71,15 @@ class NSQLookupd(ListeningApp):
         """The HTTP listener's port; -1 on a unix socket."""
         port = self._http.port
         return -1 if port is None else port
+
+    @property
+    def http_socket(self):
+        """The HTTP listener's unix socket, absolute (or ``@name``), None on TCP: what a peer on our
+        unix socket is told in the IDENTIFY reply, to query us from another working directory."""
+        path = self._http.socket_path
+        if path is None or is_abstract_socket(path):
+            return path
+        return os.path.abspath(path)
 
     @property
     def tcp_addr(self):

@@ -115,7 +115,9 @@ class PeerConnection:
             self.log.info("DB: client(%s) REGISTER category:client key: subkey:", self.id)
         lookupd = self.lookupd
         return protocol_v1.identify_response(
-            lookupd.options.broadcast_address, lookupd.hostname, lookupd.tcp_port, lookupd.http_port, lookupd.version
+            lookupd.options.broadcast_address, lookupd.hostname, lookupd.tcp_port, lookupd.http_port, lookupd.version,
+            # only to a peer on our unix socket: it is on this host, where the path means the same
+            http_socket=lookupd.http_socket if self.sock.family == socket.AF_UNIX else None,
         )
 
     def register(self, params):

@@ -13,7 +13,7 @@ import threading
 import time
 import traceback
 
-from ..internal.gocompat import is_socket_path, join_host_port, split_host_port
+from ..internal.gocompat import is_abstract_socket, is_socket_path, join_host_port, split_host_port, unix_sockaddr
 
 
 def split_address(address):
@@ -375,7 +375,8 @@ class Listener(ConnectionRegistryMixIn, ConnectionThreadsMixIn, socketserver.TCP
     On a unix socket, a stale socket file is replaced and a live one refused
     (:func:`clear_stale_socket`); the file gets the permissions the umask
     leaves (as Go's), and ``server_close()`` removes it while it is still the
-    one this listener made.  Peers are known as ``("@", n)``
+    one this listener made.  An abstract socket (``@name``, Linux) has no
+    file: a name in use refuses the bind.  Peers are known as ``("@", n)``
     (:data:`UNIX_PEER_HOST`, ``n`` counting from 1).
     """
 
@@ -403,6 +404,11 @@ class Listener(ConnectionRegistryMixIn, ConnectionThreadsMixIn, socketserver.TCP
     def server_bind(self):
         if self.socket_path is None:
             super().server_bind()
+            return
+        if is_abstract_socket(self.socket_path):
+            # no file to clear or remove: the name goes with the socket; a live one refuses the bind (EADDRINUSE)
+            self.socket.bind(unix_sockaddr(self.socket_path))
+            self.server_address = self.socket_path
             return
         if clear_stale_socket(self.socket_path):
             self.log.warn("%s: removed the stale socket file %s (no process listened on it)",

@@ -94,10 +94,20 @@ class LookupPeer:
 
     @property
     def http_address(self):
-        """``broadcast_address:http_port`` from the last IDENTIFY reply, or None."""
+        """Where to query the lookupd's HTTP API, from the last IDENTIFY reply: ``broadcast_address:http_port``,
+        or the unix socket it named (``http_socket``, which our lookupd sends a peer on its own unix socket
+        when its HTTP API is on one too: it answers ``http_port`` -1); None when there is nowhere to ask."""
         info = self.info
-        if info is None or not info["broadcast_address"] or info["http_port"] < 0:
-            return None  # (-1: the lookupd's HTTP API is on a unix socket, unknown here)
+        if info is None:
+            return None
+        socket_path = info["http_socket"]
+        # Only from a lookupd reached over a unix socket (it is on this host) and only an absolute or
+        # abstract name: a peer elsewhere cannot point this broker at a local socket.
+        if socket_path and is_socket_path(self.address) and socket_path.startswith(("/", "@")) \
+                and is_socket_path(socket_path):
+            return socket_path
+        if not info["broadcast_address"] or info["http_port"] < 0:
+            return None
         return join_host_port(info["broadcast_address"], info["http_port"])
 
     # -- the peer thread ---------------------------------------------------------------
@@ -398,7 +408,8 @@ def query_topic_channels(addresses, topic, connect_timeout, request_timeout, thr
 
 
 def _get_channels(address, topic, connect_timeout, request_timeout):
-    host, port = split_host_port(address)
+    # a unix socket path is dialed as one (request() ignores the port)
+    host, port = (address, None) if is_socket_path(address) else split_host_port(address)
     # A zero timeout means none, as for Go's http.Client.
     deadline = time.monotonic() + request_timeout if request_timeout else None
     url = "/channels?topic=" + urllib.parse.quote_plus(topic)

@@ -8,10 +8,10 @@ through TLS or compression once negotiated.
 """
 
 import socket
-import struct
 import sys
 import time
 
+from ..internal.dial import timeval as _timeval
 from ..wire import protocol_v2
 from ..wire.transport import TransportError
 from .idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED
@@ -299,9 +299,3 @@ class Reader:
         self._pos = pos
 
 
-def _timeval(seconds):
-    """A struct timeval for SO_RCVTIMEO/SO_SNDTIMEO (zero: no timeout)."""
-    if seconds is None:
-        return struct.pack("@ll", 0, 0)
-    sec, usec = divmod(max(1, int(seconds * 1e6)), 1000000)
-    return struct.pack("@ll", sec, usec)

@@ -274,8 +274,8 @@ def _tcp_listen_address(flag, value):
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
         if flag != "--https-address" and "/" not in value:
-            return "%s=%s: invalid address (want host:port, or a unix socket path starting with / or ./)" % (
-                flag, value)
+            return ("%s=%s: invalid address (want host:port, or a unix socket path starting with / or ./, "
+                    "or @name)" % (flag, value))
         return "%s=%s: invalid address (want host:port)" % (flag, value)
     if int(port) > 65535:
         return "%s=%s: invalid port %s (want 0-65535)" % (flag, value, port)

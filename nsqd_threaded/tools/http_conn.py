@@ -15,6 +15,8 @@ Go's tool does (it reads the body to the end and drops it).
 
 import socket
 
+from ..internal.dial import kernel_timeouts
+
 # Bounds on what a server may send before its body: no buffer grows without limit.
 MAX_HEADER_BYTES = 1 << 20
 MAX_LINE = 65536  # a chunk-size line or a trailer line
@@ -38,7 +40,7 @@ class HTTPConnection:
     unknown state).
     """
 
-    __slots__ = ("host", "port", "ssl_context", "sock", "_buf", "_pos")
+    __slots__ = ("host", "port", "ssl_context", "sock", "_buf", "_pos", "_timeout")
 
     def __init__(self, host, port, ssl_context=None):
         self.host = host
@@ -47,6 +49,7 @@ class HTTPConnection:
         self.sock = None
         self._buf = b""  # received and not yet consumed, from _pos on
         self._pos = 0
+        self._timeout = False  # the timeout set on sock (False: none set yet)
 
     def connect(self, timeout):
         """Connect (and the TLS handshake) within ``timeout`` seconds each; OSError if it fails."""
@@ -60,6 +63,7 @@ class HTTPConnection:
             raise
         self.sock = sock
         self._buf, self._pos = b"", 0
+        self._timeout = False
 
     def close(self):
         sock, self.sock = self.sock, None
@@ -75,7 +79,19 @@ class HTTPConnection:
         ``keep_alive`` False the caller closes the connection.
         """
         sock = self.sock
-        sock.settimeout(timeout)
+        if timeout != self._timeout:  # (the same for every request of a connection: set once)
+            if self.ssl_context is None:
+                # the kernel bounds each recv and send: no poll() before each, as a socket timeout makes
+                kernel_timeouts(sock, timeout)
+            else:
+                sock.settimeout(timeout)
+            self._timeout = timeout
+        try:
+            return self._exchange(sock, request)
+        except BlockingIOError:  # SO_RCVTIMEO/SO_SNDTIMEO ran out
+            raise socket.timeout("timed out") from None
+
+    def _exchange(self, sock, request):
         sock.sendall(request)
         head_end = self._read_head()
         while True:

@@ -37,6 +37,7 @@ import zlib
 
 from .. import command
 from ..client import Consumer
+from ..client.consumer import fin_all
 from ..client.lookupd import parse_lookupd_address, query_lookupd
 from ..settings.options import BOOL, DURATION, INT, LOG_LEVEL, STR, STR_LIST, OptionError, Setting, parse_log_level
 from . import common
@@ -168,6 +169,9 @@ class FileLogger:
                                  on_message=self._queue.put, **kwargs)
         self.max_in_flight = kwargs["max_in_flight"]
         self._held = []  # written, not yet synced (nor FINed)
+        self._pending = []  # the bodies of _held's last messages, not yet written to the file
+        self._name_second = None  # the second _name was made for
+        self._name = None
         self._out = None  # the open file
         self._compress = None  # the gzip member being written
         self.filename = None  # the name the format gave, before <REV>
@@ -249,15 +253,27 @@ class FileLogger:
             self.consumer.close()  # what was not FINed goes back to the channel
 
     def _write(self, msg):
+        """Take ``msg`` into the open file: its line is written with the others at the next sync
+        (one write, and one compress call, per batch rather than per message)."""
         if self._out is None:
             self._update_file()
-        data = msg.body + b"\n"
-        self.size += len(data)
+        body = msg.body
+        self.size += len(body) + 1
+        self._pending.append(body)
+        self._held.append(msg)
+
+    def _flush_pending(self):
+        """Write the lines taken since the last sync (compressed in one call with --gzip)."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        pending.append(b"")  # each line ends with its newline
+        data = b"\n".join(pending)
         if self._compress is not None:
             data = self._compress.compress(data)
         if data:
             self._out.write(data)
-        self._held.append(msg)
 
     def _sync(self):
         """Make what was written durable (finishing the gzip member), then FIN it."""
@@ -265,23 +281,25 @@ class FileLogger:
             return
         self.log.info("%s syncing %d records to disk", self._where(), len(self._held))
         if self._out is not None:
+            self._flush_pending()
             if self._compress is not None:
                 self._out.write(self._compress.flush(zlib.Z_FINISH))
                 self._compress = self._new_member()
             self._out.flush()
             os.fsync(self._out.fileno())
         held, self._held = self._held, []
-        for msg in held:
-            try:
-                msg.fin()
-            except OSError:
-                pass  # its connection is gone: nsqd delivers it again
+        fin_all(held)  # one write per connection; a message whose connection is gone nsqd delivers again
 
     def _new_member(self):
         return zlib.compressobj(self.options.gzip_level, zlib.DEFLATED, 31)  # 31: a gzip member
 
     def _current_filename(self):
-        return self.format.replace("<DATETIME>", strftime(self.options.datetime_format, time.localtime()))
+        # --datetime-format resolves to the second at most: the name is made once a second, not per message
+        now = int(time.time())
+        if now != self._name_second:
+            self._name_second = now
+            self._name = self.format.replace("<DATETIME>", strftime(self.options.datetime_format, time.localtime(now)))
+        return self._name
 
     def _needs_rotation(self):
         o = self.options

@@ -17,7 +17,9 @@ only that fraction (the rest are FINed unsent); ``--status-every`` logs
 timer_metrics' line every so many requests.
 """
 
+import base64
 import random
+import re
 import ssl
 import threading
 import time
@@ -123,19 +125,30 @@ class RequestFailed(Exception):
 
 
 class Endpoint:
-    """One ``--get``/``--post`` URL: where to connect and what to ask for."""
+    """One ``--get``/``--post`` URL: where to connect and what to ask for.
+
+    A ``user:password@`` in the URL becomes HTTP basic auth, as Go's net/http
+    client makes it (``authorization``: the ``Authorization`` value, None
+    without one); ``redacted`` is the URL with the password as ``***``, the
+    only form of it that logs and status lines show.
+    """
 
     def __init__(self, url):
         parts = urllib.parse.urlsplit(url)
+        userinfo, at, host = parts.netloc.rpartition("@")
+        self.redacted = redact(url, userinfo) if at else url
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise OptionError("invalid address %r: an http:// or https:// URL is required" % url)
+            raise OptionError("invalid address %r: an http:// or https:// URL is required" % self.redacted)
         try:
             port = parts.port
         except ValueError:
-            raise OptionError("invalid address %r: bad port" % url) from None
+            raise OptionError("invalid address %r: bad port" % self.redacted) from None
         self.url = url
         self.key = (parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80))
-        self.host_header = parts.netloc.rpartition("@")[2]
+        self.host_header = host
+        self.authorization = basic_auth(userinfo) if at else None
+        if at and self.authorization is None:
+            raise OptionError("invalid address %r: invalid userinfo" % self.redacted)
         # the request target of a POST; a GET's comes from the template after substitution
         self.target = request_target(parts)
         # a GET template whose %s is in the target: the target is the parts around it and the escaped body
@@ -146,6 +159,29 @@ class Endpoint:
         if self.around is not None:
             return self.around[0] + escaped + self.around[1]
         return request_target(urllib.parse.urlsplit(self.url.replace("%s", escaped, 1)))
+
+
+def redact(url, userinfo):
+    """``url`` with the password of its ``userinfo`` as ``***`` (as Go's client errors show a URL)."""
+    user, colon, _ = userinfo.partition(":")
+    return url.replace(userinfo + "@", user + ":***@", 1) if colon else url
+
+
+_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def basic_auth(userinfo):
+    """The ``Authorization`` value for a URL's ``user[:password]`` (%-escapes decoded), or None if malformed.
+
+    As Go's client: ``Basic`` and the base64 of ``user:password`` (an absent
+    password is empty).  A ``%`` that starts no escape is malformed (Go's
+    url.Parse refuses the URL).
+    """
+    if _ESCAPE.search(userinfo):
+        return None
+    user, _, password = userinfo.partition(":")
+    credentials = urllib.parse.unquote_to_bytes(user) + b":" + urllib.parse.unquote_to_bytes(password)
+    return "Basic " + base64.b64encode(credentials).decode("ascii")
 
 
 # what may stand in a request target as it is: printable ASCII but the space
@@ -218,9 +254,11 @@ class ToHTTP:
         self._heads = {a: self._head(e, lines) for a, e in self.endpoints.items()}
         self._ssl_context = ssl.create_default_context() if any(
             e.key[0] == "https" for e in self.endpoints.values()) else None
-        self.pool = upstream.pool_for(o.mode, self.addresses)  # None: every endpoint gets every message
+        # None: every endpoint gets every message; so does the only one (no pool to consult per message)
+        self.pool = upstream.pool_for(o.mode, self.addresses) if len(self.addresses) > 1 else None
         single = len(self.addresses) == 1
-        self.per_address = {a: upstream.TimerMetrics(0 if single else o.status_every, "[%s]:" % a, self.log)
+        self.per_address = {a: upstream.TimerMetrics(0 if single else o.status_every,
+                                                     "[%s]:" % self.endpoints[a].redacted, self.log)
                             for a in self.addresses}
         self.aggregate = upstream.TimerMetrics(o.status_every, "[aggregate]:", self.log)
         self._local = threading.local()
@@ -229,6 +267,9 @@ class ToHTTP:
 
     def _head(self, endpoint, lines):
         host = b"Host: %s\r\n" % endpoint.host_header.encode("idna" if not endpoint.host_header.isascii() else "ascii")
+        if endpoint.authorization is not None and "Authorization" not in self.headers:
+            # Go's client adds it last, and only when no --header set one
+            lines += b"Authorization: %s\r\n" % endpoint.authorization.encode("ascii")
         if self.method == "POST":
             return b"POST %s HTTP/1.1\r\n%s%sContent-Length: " % (endpoint.target.encode("ascii"), host, lines)
         return b" HTTP/1.1\r\n%s%s\r\n" % (host, lines)
@@ -277,7 +318,7 @@ class ToHTTP:
     def publish(self, address, body):
         """One request for ``body`` to ``address``; RequestFailed unless it succeeded."""
         if self.header_error is not None:
-            raise RequestFailed("%s %s: %s" % (self.method, address, self.header_error))
+            raise RequestFailed("%s %s: %s" % (self.method, self.endpoints[address].redacted, self.header_error))
         endpoint = self.endpoints[address]
         if self.method == "POST":
             request = b"%s%d\r\n\r\n%s" % (self._heads[address], len(body), body)
@@ -312,7 +353,7 @@ class ToHTTP:
                 if reused and attempt == 0 and isinstance(e, (http_conn.Closed, ConnectionResetError,
                                                               BrokenPipeError)):
                     continue
-                raise RequestFailed("%s %s: %s" % (self.method, endpoint.url, command.error_text(e))) from None
+                raise RequestFailed("%s %s: %s" % (self.method, endpoint.redacted, command.error_text(e))) from None
             if keep_alive:
                 conns[endpoint.key] = conn
             else:

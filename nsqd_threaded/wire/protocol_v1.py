@@ -118,8 +118,13 @@ def decode_peer_info(body):
     return fields
 
 
-def identify_response(broadcast_address, hostname, tcp_port, http_port, version):
-    """The IDENTIFY reply (a Go map: keys sorted), size prefix included."""
+def identify_response(broadcast_address, hostname, tcp_port, http_port, version, http_socket=None):
+    """The IDENTIFY reply (a Go map: keys sorted), size prefix included.
+
+    ``http_socket`` (not in Go's reply, which Go's nsqd ignores): the unix
+    socket of a lookupd's HTTP API, whose ``http_port`` is -1, so that an
+    nsqd on the same host can still ask it for a new topic's channels.
+    """
     doc = {
         "broadcast_address": broadcast_address,
         "hostname": hostname,
@@ -127,7 +132,9 @@ def identify_response(broadcast_address, hostname, tcp_port, http_port, version)
         "tcp_port": tcp_port,
         "version": version,
     }
-    return encode_response(go_json(doc).encode("utf-8"))
+    if http_socket is not None:
+        doc["http_socket"] = http_socket
+    return encode_response(go_json({k: doc[k] for k in sorted(doc)}).encode("utf-8"))
 
 
 # -- nsqd's side: the commands it sends, the replies it reads -------------------------
@@ -198,4 +205,5 @@ def parse_peer_info(data):
         "http_port": port("http_port"),
         "version": text("version"),
         "broadcast_address": text("broadcast_address"),
+        "http_socket": text("http_socket"),  # "" from Go's lookupd, or one on TCP
     }

@@ -1,6 +1,7 @@
 """The operator tools side by side: each of ours and Go's against the same broker (ours), alternately.
 
     scripts/bench apps --go DIR [--messages 200000] [--http-messages 20000] [--rounds 3] [--jobs tail,...]
+                       [--warmup N] [--http-warmup N] [--python PYTHON]
 
 Jobs (each run on a fresh broker of ours, default flags, ephemeral 127.0.0.1 ports):
 
@@ -16,6 +17,12 @@ Jobs (each run on a fresh broker of ours, default flags, ephemeral 127.0.0.1 por
 The time runs from the tool's start until its job is done; the tool's CPU
 (user + system, from /proc) is read before it is stopped.  Medians per tool,
 messages per second, CPU microseconds per message, and the ratio ours / Go.
+
+Steady state (``--warmup N``, ``--http-warmup N`` for nsq_to_http): the job
+gets N more messages, queued with the others, and the measure starts once
+the tool has taken N of them (the channel's depth, or to_nsq's published
+count, says so): its start-up, connections and, on PyPy, the JIT's warm-up
+are left out, and the time and CPU are those of the last ``--messages``.
 """
 
 import argparse
@@ -107,8 +114,11 @@ def tool_argv(who, job, a):
 
 
 def one_run(who, job, a, workdir):
-    """One tool doing one job: ``(seconds, tool CPU us per message, messages)``."""
+    """One tool doing one job: ``(seconds, tool CPU us per message, messages)``, the warm-up left out."""
     n = a.http_messages if job == "to_http" else a.messages
+    warmup = a.http_warmup if job == "to_http" else a.warmup
+    measured = n
+    n += warmup  # what the tool gets: the warm-up, then the measured messages
     broker = BrokerProc("ours", a.python, ["--mem-queue-size=%d" % (n + 1000)], http=True)
     sink = tool = None
     stdin = subprocess.DEVNULL
@@ -137,21 +147,40 @@ def one_run(who, job, a, workdir):
         start = time.monotonic()
         tool = subprocess.Popen(tool_argv(who, job, a) + args, stdin=stdin, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+        cpu_start = 0.0
         if job == "to_nsq":
+            if warmup and _after_warmup(lambda: (broker.stats(TOPIC) or {}).get("message_count", 0) >= warmup,
+                                        tool, who, job):
+                try:
+                    start, cpu_start = time.monotonic(), cpu_seconds(tool.pid)
+                    measured = n - (broker.stats(TOPIC) or {}).get("message_count", 0)
+                except OSError:  # it ended just now: the whole run is measured
+                    start, cpu_start, measured = start, 0.0, n
             tool.wait(600)
             seconds = time.monotonic() - start
             cpu = None
             wait(lambda: (broker.stats(TOPIC) or {}).get("message_count", 0) >= n, 60, "every line published")
         else:
-            done = (lambda: (channel(broker) or {}).get("depth", 1) == 0) if job.startswith("to_file") else \
-                (lambda: (lambda ch: ch is not None and ch["depth"] == 0 and ch["in_flight_count"] == 0)(channel(broker)))
-            wait(done, 600, "%s %s drained the channel" % (who, job))
+            to_file = job.startswith("to_file")
+
+            def left(ch):
+                """What the tool has still to do: to_file's job ends when the depth is 0, the others' at their FINs."""
+                if ch is None:
+                    return n
+                return ch["depth"] if to_file else ch["depth"] + ch["in_flight_count"]
+
+            if warmup:
+                _after_warmup(lambda: (channel(broker) or {"depth": n})["depth"] <= n - warmup, tool, who, job)
+                start, cpu_start = time.monotonic(), cpu_seconds(tool.pid)
+                measured = left(channel(broker))
+            wait(lambda: left(channel(broker)) == 0, 600, "%s %s drained the channel" % (who, job))
             seconds = time.monotonic() - start
             cpu = cpu_seconds(tool.pid)
             tool.send_signal(signal.SIGTERM)
             tool.wait(60)
         if cpu is None:  # to_nsq has exited: its CPU is what the kernel accounted to the child
             cpu = _child_cpu()
+        cpu -= cpu_start
         if job.startswith("to_file"):
             lines = 0
             for name in os.listdir(out_dir):
@@ -166,7 +195,7 @@ def one_run(who, job, a, workdir):
             relayed = (broker.stats("relayed") or {}).get("message_count", 0)
             if relayed != n:
                 print("WARNING: %s relayed %d of %d" % (who, relayed, n), file=sys.stderr)
-        return seconds, cpu / n * 1e6, n
+        return seconds, cpu / measured * 1e6, measured
     finally:
         for proc in (tool, sink):
             if proc is not None and proc.poll() is None:
@@ -181,6 +210,21 @@ def one_run(who, job, a, workdir):
             for name in dirs:
                 os.rmdir(os.path.join(root, name))
         os.rmdir(out_dir)
+
+
+def _after_warmup(predicate, tool, who, job):
+    """Wait until the tool has taken its warm-up messages; False if it had already exited (then the
+    whole run is measured, start-up included)."""
+    deadline = time.monotonic() + 600
+    while not predicate():
+        if tool.poll() is not None:
+            print("WARNING: %s %s ended before its warm-up was over: measured from its start" % (who, job),
+                  file=sys.stderr)
+            return False
+        if time.monotonic() > deadline:
+            raise RuntimeError("timed out: %s %s warming up" % (who, job))
+        time.sleep(0.005)
+    return True
 
 
 _CHILD_CPU = [0.0]
@@ -199,6 +243,9 @@ def main():
     ap.add_argument("--go", required=True, help="directory of Go's tools (nsq_tail, to_nsq, nsq_to_file ...)")
     ap.add_argument("--messages", type=int, default=200000)
     ap.add_argument("--http-messages", type=int, default=20000, help="messages for nsq_to_http (20,000)")
+    ap.add_argument("--warmup", type=int, default=0, help="messages each tool processes before the measure "
+                    "starts (steady state; 0: measured from the tool's start)")
+    ap.add_argument("--http-warmup", type=int, default=0, help="the same for nsq_to_http")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--jobs", default=",".join(JOBS), help="comma-separated subset of " + ",".join(JOBS))
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs our broker and our tools")
@@ -223,13 +270,15 @@ def main():
                           % (rnd + 1, job, who, seconds, n / seconds, cpu), file=sys.stderr, flush=True)
     finally:
         os.rmdir(workdir)
+    if a.warmup or a.http_warmup:
+        print("steady state: after a warm-up of %d messages (nsq_to_http: %d)" % (a.warmup, a.http_warmup))
     print("%-13s %12s %12s %10s %10s %8s" % ("job", "Go msg/s", "ours msg/s", "Go us/msg", "ours us/msg", "ours/Go"))
     for job in jobs:
         rate = {}
         cpu = {}
         for who in ("go", "ours"):
             rows = results[(job, who)]
-            rate[who] = rows[0][2] / statistics.median(s for s, _, _ in rows)
+            rate[who] = statistics.median(m / s for s, _, m in rows)
             cpu[who] = statistics.median(c for _, c, _ in rows)
         print("%-13s %12.0f %12.0f %10.1f %10.1f %8.2f" % (job, rate["go"], rate["ours"], cpu["go"], cpu["ours"],
                                                            rate["ours"] / rate["go"]))

@@ -237,3 +237,28 @@ def test_pynsq_reader_through_our_lookupd(nsq_cluster):
         loop.close()
     for broker in nsq_cluster:
         wait_until(lambda: ready_counts(broker, "py", "c") == [], what="the reader to leave")
+
+
+def test_fin_all_answers_messages_of_two_nodes_in_one_write_each(nsqd_factory):
+    from nsqd_threaded.client.consumer import fin_all
+
+    first, second = nsqd_factory(), nsqd_factory()
+    for node, bodies in ((first, [b"a1", b"a2", b"a3"]), (second, [b"b1", b"b2"])):
+        with Producer(node.tcp_addr) as producer:
+            producer.mpub("batch", bodies)
+    with Consumer([first.tcp_addr, second.tcp_addr], "batch", "c", max_in_flight=10) as consumer:
+        got = [consumer.get(timeout=20) for _ in range(5)]
+        fin_all(got)
+        assert all(m.responded for m in got)
+        assert sorted(m.body for m in got) == [b"a1", b"a2", b"a3", b"b1", b"b2"]
+
+        def finished(node):
+            channel = node.stats(topic="batch")["topics"][0]["channels"][0]
+            return channel["in_flight_count"] == 0 and channel["depth"] == 0 and channel["requeue_count"] == 0
+
+        deadline = time.monotonic() + 20
+        while not (finished(first) and finished(second)):
+            assert time.monotonic() < deadline, "the FINs did not arrive"
+            time.sleep(0.02)
+        with pytest.raises(TimeoutError):
+            consumer.get(timeout=0.2)  # nothing comes back

@@ -195,7 +195,7 @@ def test_v1_command_encoding():
         protocol_v1.decode_response_size(b"\x00\x00\x00\x0b", 10)
     assert protocol_v1.parse_peer_info(b'{"tcp_port":4160,"http_port":4161,"version":"1.3.0",'
                                   b'"broadcast_address":"h","hostname":"x"}') == {
-        "tcp_port": 4160, "http_port": 4161, "version": "1.3.0", "broadcast_address": "h"}
+        "tcp_port": 4160, "http_port": 4161, "version": "1.3.0", "broadcast_address": "h", "http_socket": ""}
     with pytest.raises(ValueError):
         protocol_v1.parse_peer_info(b"E_BAD_BODY IDENTIFY missing fields")
 

@@ -13,8 +13,11 @@ import shutil
 import socket
 import stat
 import struct
+import subprocess
+import sys
 import tempfile
 import time
+import uuid
 
 import pytest
 
@@ -30,6 +33,7 @@ GO_BIN = os.environ.get("NSQ_GO_BIN", os.path.join(os.path.dirname(__file__), ".
 GO_NSQD = os.path.join(GO_BIN, "nsqd")
 needs_go = pytest.mark.skipif(not os.access(GO_NSQD, os.X_OK), reason="Go nsqd 1.3.0 reference binary not present")
 
+REPO_ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 SUN_PATH_MAX = 100  # sockaddr_un holds 108 bytes: keep well below it
 
 
@@ -269,6 +273,98 @@ def test_addresses_a_socket_path_must_look_like_one():
         Options(https_address="/run/nsqd/https.sock").validate()
 
 
+# -- abstract sockets (Linux): "@name", as Go's net package takes it ----------------------
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract sockets are Linux's")
+
+
+def abstract_names(prefix="nsqd"):
+    """Two names in the abstract namespace no other test (or test run) uses."""
+    tag = "%s-%d-%s" % (prefix, os.getpid(), uuid.uuid4().hex[:8])
+    return "@%s-tcp" % tag, "@%s-http" % tag
+
+
+def abstract_listeners():
+    """The abstract names bound on this host (network namespace), from /proc/net/unix."""
+    with open("/proc/net/unix") as f:
+        return {line.split()[-1] for line in f.read().splitlines()[1:] if line.split()[-1].startswith("@")}
+
+
+@linux_only
+def test_nsqd_on_abstract_sockets_with_our_client(tmp_path):
+    tcp, http_path = abstract_names()
+    with BrokerProcess(tcp_address=tcp, http_address=http_path, tmp_dir=str(tmp_path)) as nsqd:
+        assert (nsqd.tcp_address, nsqd.http_address) == (tcp, http_path)
+        assert {tcp, http_path} <= abstract_listeners()
+        assert "TCP: listening on %s" % tcp in nsqd.log
+        assert http(http_path, "GET", "/ping") == (200, b"OK")
+        producer = Producer(tcp)
+        try:
+            producer.pub("abs", b"no file")
+        finally:
+            producer.close()
+        got = []
+        consumer = Consumer(tcp, "abs", "c", lambda m: got.append(m.body) or True)
+        consumer.start()
+        try:
+            wait_until(lambda: got, 20, "the message")
+            assert got == [b"no file"]
+        finally:
+            consumer.close()
+        # a name in use is refused (there is no stale file to probe or remove)
+        intruder = BrokerProcess(tcp_address=tcp, http_address="127.0.0.1:0", start_timeout=20)
+        with pytest.raises(RuntimeError) as failed:
+            intruder.start()
+        assert "address already in use" in str(failed.value).lower()
+        assert http(http_path, "GET", "/ping") == (200, b"OK")
+    assert not os.path.exists(tcp) and not os.path.exists(http_path)  # no file, not even a relative one
+    assert not {tcp, http_path} & abstract_listeners()  # gone with the broker: the names are free again
+    with BrokerProcess(tcp_address=tcp, http_address=http_path):
+        assert http(http_path, "GET", "/ping") == (200, b"OK")
+
+
+@linux_only
+def test_in_process_broker_and_lookupd_on_abstract_sockets():
+    ltcp, lhttp = abstract_names("lookupd")
+    tcp, _ = abstract_names()
+    with Lookupd(tcp_address=ltcp, http_address=lhttp) as lookupd:
+        assert http(lhttp, "GET", "/ping") == (200, b"OK")
+        with Broker(tcp_address=tcp, nsqlookupd_tcp_addresses=[ltcp], broadcast_address="127.0.0.1",
+                    broadcast_tcp_port=4150, broadcast_http_port=4151) as nsqd:
+            nsqd.http("POST", "/pub?topic=abs", b"x")
+            wait_until(lambda: lookupd.lookup("abs"), 20, "the registration over the abstract socket")
+            Options(tcp_address="@x", http_address="@y").validate()
+
+
+@needs_go
+@linux_only
+def test_go_nsqd_on_abstract_sockets_with_our_client():
+    tcp, http_path = abstract_names("go")
+    with BrokerProcess(command=[GO_NSQD], tcp_address=tcp, http_address=http_path):
+        assert {tcp, http_path} <= abstract_listeners()
+        producer = Producer(tcp)
+        try:
+            producer.pub("g", b"to go, abstractly")
+        finally:
+            producer.close()
+        status, body = http(http_path, "GET", "/stats?format=json&topic=g")
+        assert status == 200 and json.loads(body)["topics"][0]["depth"] == 1
+
+
+def test_nsqadmin_listens_on_tcp_only_as_gos(sock_dir):
+    path = os.path.join(sock_dir, "admin.sock")
+    for command in ([sys.executable, "-m", "nsqd_threaded", "nsqadmin"],
+                    [os.path.join(GO_BIN, "nsqadmin")] if os.access(os.path.join(GO_BIN, "nsqadmin"), os.X_OK)
+                    else None):
+        if command is None:
+            continue
+        for address in (path, "@nsqadmin-%d" % os.getpid()):
+            done = subprocess.run(command + ["--http-address=" + address, "--nsqd-http-address=127.0.0.1:4151"],
+                                  capture_output=True, timeout=60, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+            assert done.returncode != 0 and address in done.stderr.decode(), (command, done.stderr)
+            assert not os.path.exists(path)
+
+
 # -- nsqlookupd on sockets ----------------------------------------------------------
 
 
@@ -315,6 +411,75 @@ def test_a_consumer_asks_a_lookupd_on_a_unix_socket(sock_dir):
                 assert got == [b"via lookupd"]
             finally:
                 consumer.close()
+
+
+def channel_depths(broker, topic):
+    stats = broker.stats(topic=topic)
+    return {c["channel_name"]: c["depth"] for t in stats["topics"] or () for c in t["channels"] or ()}
+
+
+@pytest.mark.parametrize("abstract", [False, True], ids=["paths", "abstract"])
+def test_a_new_topic_gets_the_clusters_channels_from_a_lookupd_on_unix_sockets(sock_dir, abstract):
+    """nsqd asks a lookupd whose HTTP API is on a socket for a new topic's channels, as one on TCP.
+
+    The lookupd's IDENTIFY reply names its HTTP socket; without it (port -1) the
+    new topic was held for the hold time (here a minute) and got no channel.
+    """
+    if abstract and not sys.platform.startswith("linux"):
+        pytest.skip("abstract sockets are Linux's")
+    ltcp, lhttp = abstract_names("lookupd") if abstract else paths(sock_dir, "lookupd")
+    with Lookupd(tcp_address=ltcp, http_address=lhttp):
+        cluster = dict(nsqlookupd_tcp_addresses=[ltcp], broadcast_address="127.0.0.1",
+                       lookupd_channel_query_hold=60.0)
+        with Broker(**cluster) as first, Broker(**cluster) as second:
+            assert first.http("POST", "/topic/create?topic=orders")[0] == 200
+            assert first.http("POST", "/channel/create?topic=orders&channel=billing")[0] == 200
+            wait_until(lambda: json.loads(http(lhttp, "GET", "/channels?topic=orders")[1]).get("channels"),
+                       20, "the channel's registration")
+            started = time.monotonic()
+            second.http("POST", "/pub?topic=orders", b"to every channel of the cluster")
+            # the publish was answered once the lookupd answered: the channel is there with the message
+            assert channel_depths(second, "orders") == {"billing": 1}
+            assert time.monotonic() - started < 30  # not held for the minute
+            assert "no available nsqlookupd" not in second.log and "failed to query" not in second.log
+
+
+def test_a_lookupd_on_tcp_cannot_point_nsqd_at_a_local_socket(sock_dir):
+    """Hostile input: ``http_socket`` in the IDENTIFY reply of a lookupd reached over TCP is ignored."""
+    trap_path = os.path.join(sock_dir, "trap.sock")
+    trap = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    trap.bind(trap_path)
+    trap.listen(8)
+    trap.settimeout(0.0)
+    fake = socket.socket()
+    fake.bind(("127.0.0.1", 0))
+    fake.listen(8)
+    fake.settimeout(20)
+    reply = json.dumps({"broadcast_address": "", "hostname": "h", "http_port": -1, "tcp_port": -1,
+                        "version": "1.3.0", "http_socket": trap_path}).encode()
+    try:
+        with Broker(nsqlookupd_tcp_addresses=["127.0.0.1:%d" % fake.getsockname()[1]],
+                    broadcast_address="127.0.0.1", lookupd_channel_query_hold=0.2) as nsqd:
+            conn, _ = fake.accept()
+            try:
+                conn.settimeout(20)
+                data = b""
+                while b"IDENTIFY\n" not in data or len(data) < data.index(b"IDENTIFY\n") + 13:
+                    data += conn.recv(65536)
+                start = data.index(b"IDENTIFY\n") + 9
+                size = struct.unpack(">I", data[start:start + 4])[0]
+                while len(data) < start + 4 + size:
+                    data += conn.recv(65536)
+                conn.sendall(struct.pack(">II", 4 + len(reply), 0) + reply)
+                nsqd.http("POST", "/pub?topic=t", b"x")
+                wait_until(lambda: "no nsqlookupd answered" in nsqd.log, 20, "the hold to end")
+                with pytest.raises(BlockingIOError):
+                    trap.accept()  # nobody dialed the socket the fake lookupd named
+            finally:
+                conn.close()
+    finally:
+        fake.close()
+        trap.close()
 
 
 # -- Go's nsqd on a socket ----------------------------------------------------------

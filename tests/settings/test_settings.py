@@ -246,7 +246,8 @@ def test_asks_for_nothing():
         ({"node_id": 1024}, "--node-id must be [0,1024)"),
         ({"tcp_address": "127.0.0.1:99999"}, "--tcp-address=127.0.0.1:99999: invalid port 99999 (want 0-65535)"),
         ({"http_address": "localhost"},
-         "--http-address=localhost: invalid address (want host:port, or a unix socket path starting with / or ./)"),
+         "--http-address=localhost: invalid address (want host:port, or a unix socket path starting with / or ./, "
+         "or @name)"),
         ({"https_address": "/run/nsqd.sock"}, "--https-address=/run/nsqd.sock: invalid address (want host:port)"),
         ({"msg_timeout": 0.0}, "--msg-timeout must be > 0 (got 0.0)"),
         ({"http_read_timeout": 0.0}, "--http-read-timeout must be > 0 (got 0.0)"),

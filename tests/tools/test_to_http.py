@@ -1,5 +1,6 @@
 """nsq_to_http against a real broker and real local HTTP endpoints (and Go's tool when present)."""
 
+import base64
 import signal
 import socket
 import urllib.parse
@@ -212,3 +213,79 @@ def test_a_kept_alive_connection_the_endpoint_closed_is_retried_on_a_new_one(bro
     assert sorted(r.rpartition(b"\r\n\r\n")[2] for r in server.requests) == bodies
     assert server.connections == len(bodies)
     assert b"Handler returned error" not in tool.err
+
+
+def basic(credentials):
+    return "Basic " + base64.b64encode(credentials).decode()
+
+
+def test_userinfo_in_the_url_is_sent_as_basic_auth_and_never_logged(broker):
+    """``user:password@`` is HTTP basic auth, as Go's net/http makes it; logs and status lines show ``***``."""
+    bodies = [b"auth%02d" % i for i in range(30)]
+    make_channels(broker, "t", "nsq_to_http")
+    publish(broker, "t", bodies)
+    dead_port = closed_port()
+    with Sink() as live:
+        host = live.url[len("http://"):]
+        live_url = "http://alice:s3cr%%40t pw@%s/in" % host
+        dead_url = "http://bob:hunter2@127.0.0.1:%d/" % dead_port
+        tool = Tool("to-http", "--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr, "--post=" + dead_url,
+                    "--post=" + live_url, "-n", "1", "--status-every=10", *FAST_RETRY)
+        try:
+            live.wait(lambda reqs: len(reqs) == len(bodies), what="every message at the live endpoint")
+            wait_for(drained(broker, "t", "nsq_to_http"), what="every message FINed")
+            tool.wait_output(lambda out, err: b"]: finished 10 - " in err, what="a per-endpoint status line")
+        finally:
+            assert stop(tool) == 0
+    assert sorted(r.body for r in live.requests) == bodies
+    # %-escapes decoded, as Go's url.Parse does: the password is "s3cr@t pw"
+    assert {r.header("Authorization") for r in live.requests} == {basic(b"alice:s3cr@t pw")}
+    assert {r.header("Host") for r in live.requests} == {host}  # the userinfo is not part of Host
+    logged = tool.out + tool.err
+    assert b"hunter2" not in logged and b"s3cr" not in logged
+    assert ("POST http://bob:***@127.0.0.1:%d/" % dead_port).encode() in tool.err  # the failure, redacted
+    assert ("[http://alice:***@%s/in]: finished 10 - " % host).encode() in tool.err
+
+
+def test_get_with_a_user_and_no_password_and_a_header_that_wins(broker):
+    make_channels(broker, "t", "a", "b")
+    publish(broker, "t", [b"one", b"two"])
+    with Sink() as sink:
+        url = "http://carol@%s/q?d=%%s" % sink.url[len("http://"):]
+        tool = Tool("to-http", "--topic=t", "--channel=a", "--nsqd-tcp-address=" + broker.tcp_addr, "--get=" + url)
+        try:
+            sink.wait(lambda reqs: len(reqs) == 2, what="both messages")
+        finally:
+            assert stop(tool) == 0
+        assert {r.header("Authorization") for r in sink.requests} == {basic(b"carol:")}
+        # A --header Authorization is sent instead, as Go's client only adds one when none is set.
+        tool = Tool("to-http", "--topic=t", "--channel=b", "--nsqd-tcp-address=" + broker.tcp_addr, "--get=" + url,
+                    "--header=authorization: Bearer tok")
+        try:
+            sink.wait(lambda reqs: len(reqs) == 4, what="both messages again")
+        finally:
+            assert stop(tool) == 0
+        assert {r.header("Authorization") for r in sink.requests[2:]} == {"Bearer tok"}
+    code, _, err = run("to-http", "--topic=t", "--nsqd-tcp-address=127.0.0.1:1", "--post=http://u:p%zz@h/")
+    assert code == 1 and "invalid userinfo" in err and "p%zz" not in err
+
+
+def test_same_basic_auth_as_gos_nsq_to_http(broker):
+    go = go_tool("nsq_to_http")
+    if go is None:
+        pytest.skip("Go's nsq_to_http is not here")
+    make_channels(broker, "t", "ours", "gos")
+    publish(broker, "t", [b"x"])
+    seen = {}
+    with Sink() as sink:
+        url = "http://us%%3Aer:p%%40ss:w%%2Frd@%s/a" % sink.url[len("http://"):]
+        for who in ("ours", "gos"):
+            args = ["--topic=t", "--channel=" + who, "--nsqd-tcp-address=" + broker.tcp_addr, "--post=" + url]
+            tool = Tool("to-http", *args) if who == "ours" else Tool(argv=[go] + args)
+            try:
+                sink.wait(lambda reqs: len(reqs) == len(seen) + 1, what="%s's request (%s)" % (who, tool.err[-2000:]))
+            finally:
+                assert stop(tool) == 0
+            seen[who] = (sink.requests[-1].header("Authorization"), sink.requests[-1].header("Host"))
+    assert seen["ours"] == seen["gos"]
+    assert seen["ours"][0] == basic(b"us:er:p@ss:w/rd")
