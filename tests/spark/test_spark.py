@@ -265,7 +265,7 @@ def test_source_defaults_take_half_the_in_flight_budget_per_batch():
 
     base = {"nsqd": "127.0.0.1:4150", "topic": "t", "channel": "c"}
     defaults = source_options(base)
-    assert defaults["maxInFlight"] == 100000 and defaults["maxBatchSize"] == 50000
+    assert defaults["maxInFlight"] == 200000 and defaults["maxBatchSize"] == 100000
     assert defaults["connectionsPerNode"] is None  # worked out from nsqd's max_rdy_count when the query starts
     assert source_options(dict(base, maxinflight="3000"))["maxBatchSize"] == 1500
     assert source_options(dict(base, maxinflight="3000", maxbatchsize="10"))["maxBatchSize"] == 10
