@@ -14,8 +14,9 @@ The driver's work per message is kept to the least, since every message passes
 through that one Python process: each connection's reader thread ``recv_into``s a
 large buffer and keeps the message frames of one read as they came, in one ``bytes``
 object with an array of where each frame starts (a *run*); batches are lists of runs;
-a partition carries its runs' frames joined into one buffer, which pickles as one
-object however many messages it holds; FIN/TOUCH/REQ are one write per run.  The
+a partition carries its runs' ``bytes`` objects as they are (a few hundred per
+partition, however many messages: Spark pickles partitions with cloudpickle, whose
+cost grows with the number of objects); FIN/TOUCH/REQ are one write per run.  The
 frames are decoded into columns on the executors, in :meth:`read`.
 """
 
@@ -58,11 +59,12 @@ _INT32_MAX = (1 << 31) - 1  # "to the end" for pyarrow's binary_slice
 
 
 class NsqPartition(InputPartition):
-    """A data-carrying partition: ``frames`` is nsqd's message frames back to back (as
-    they came off the wire, headers included), ``nodes`` is ``[(node, count)]``: the
-    first ``count`` frames came from the nsqd ``node`` (``host:port``), the next ones
-    from the next node.  One buffer rather than an object per message: Spark pickles
-    partitions with cloudpickle, which costs a Python call per object."""
+    """A data-carrying partition: ``frames`` is a list of ``bytes``, each nsqd's message
+    frames back to back (as they came off the wire, headers included; one per read of a
+    connection), ``nodes`` is ``[(node, count)]``: the first ``count`` frames came from the
+    nsqd ``node`` (``host:port``), the next ones from the next node.  A few large objects
+    rather than one per message: Spark pickles partitions with cloudpickle, which costs a
+    Python call per object, and joining them would cost the driver a copy."""
 
     def __init__(self, frames, nodes, topic, channel):
         super().__init__(None)
@@ -445,7 +447,7 @@ class NsqStreamReader(DataSourceStreamReader):
                 runs.extend(self._batches[batch_end][1])
         total = sum(len(starts) - 1 for _, _, starts in runs)
         if not total:
-            return [NsqPartition(b"", [], s["topic"], s["channel"])]
+            return [NsqPartition([], [], s["topic"], s["channel"])]
         k = min(s["numPartitions"], total)
         size = -(-total // k)
         result = []
@@ -454,28 +456,29 @@ class NsqStreamReader(DataSourceStreamReader):
             part, _ = _take(pending, size, drop_closed=False)
             pieces, nodes = [], []
             for link, frames, starts in part:
-                lo, hi = starts[0], starts[-1]
-                pieces.append(frames if lo == 0 and hi == len(frames) else memoryview(frames)[lo:hi])
+                first, last = starts[0], starts[-1]  # (a split run's part: a slice of its bytes)
+                pieces.append(frames if first == 0 and last == len(frames) else frames[first:last])
                 if nodes and nodes[-1][0] == link.node:
                     nodes[-1][1] += len(starts) - 1
                 else:
                     nodes.append([link.node, len(starts) - 1])
-            result.append(NsqPartition(b"".join(pieces), [tuple(n) for n in nodes], s["topic"], s["channel"]))
+            result.append(NsqPartition(pieces, [tuple(n) for n in nodes], s["topic"], s["channel"]))
         return result
 
     def read(self, partition):
         """Executor side: the partition's frames decoded into one Arrow record batch.
 
-        One pass in Python over the frames' headers finds where each frame starts and
+        The frames are joined into one buffer (here, not on the driver, which plans
+        every partition); one pass in Python over their headers finds where each frame starts and
         reads its timestamp and attempts; Arrow then sees the frames as one binary
         column over the partition's buffer (no copy) and cuts the IDs and bodies out.
         """
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        frames = partition.frames
-        if not frames:
+        if not partition.frames:
             return iter(())
+        frames = b"".join(partition.frames)
         offsets = array.array("i")
         stamps, attempts = [], []
         pos, end = 0, len(frames)

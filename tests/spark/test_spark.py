@@ -55,8 +55,8 @@ def test_stream_10k_messages_to_parquet_once_each(spark, tmp_path):
 
 
 def test_default_options_carry_every_column_of_each_message(spark, tmp_path):
-    """Default options: connections enough for maxInFlight (40 at nsqd's max_rdy_count of 2500),
-    batches of whatever arrived; the columns decoded from each raw record on the executors."""
+    """Default options: connections enough for maxInFlight (80 at nsqd's max_rdy_count of 2500),
+    batches of whatever arrived; the columns decoded from the message frames on the executors."""
     bodies = [b"%05d " % i + b"x" * (i % 300) for i in range(20000)]  # sizes 6-305 bytes
     with Broker() as broker:
         before = datetime.datetime.now(datetime.timezone.utc)
@@ -77,7 +77,7 @@ def test_default_options_carry_every_column_of_each_message(spark, tmp_path):
     slack = datetime.timedelta(seconds=1)
     assert before - slack <= min(stamps) and max(stamps) <= after + slack
     assert {r.attempts for r in rows} == {1}
-    assert len(clients) == 40
+    assert len(clients) == 80
 
 
 def test_the_source_reconnects_when_nsqd_restarts(spark, tmp_path):
