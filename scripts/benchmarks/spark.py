@@ -414,6 +414,8 @@ def main():
                         help="seconds of bench_reader (short enough not to drain --messages) or bench_writer")
     parser.add_argument("--no-warmup", action="store_true", help="time the session's first query")
     parser.add_argument("--progress", action="store_true", help="print where Spark's batches spent their time")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session (again for more)")
     parser.add_argument("--cpu-breakdown", action="store_true", help="print the Spark side's CPU process by process")
     parser.add_argument("--warmup-messages", type=int, default=100000)
     parser.add_argument("--broker-python", default=sys.executable, help="the interpreter that runs the broker")
@@ -426,7 +428,9 @@ def main():
         try:
             if cluster:
                 args.master = cluster.master if args.master == "cluster" else args.master
-            spark = session(tmp, args.master, cluster.conf() if cluster else {})
+            conf = cluster.conf() if cluster else {}
+            conf.update(item.split("=", 1) for item in args.conf)
+            spark = session(tmp, args.master, conf)
             try:
                 command = [args.broker_python, "-m", "nsqd_threaded"]
                 with BrokerProcess("--mem-queue-size=%d" % max(args.messages, args.warmup_messages),
