@@ -418,6 +418,8 @@ def main():
                         help="a Spark setting for the session (again for more)")
     parser.add_argument("--cpu-breakdown", action="store_true", help="print the Spark side's CPU process by process")
     parser.add_argument("--warmup-messages", type=int, default=100000)
+    parser.add_argument("--broker-flag", action="append", default=[], metavar="--FLAG=VALUE",
+                        help="a flag for the broker, such as --max-rdy-count=25000 (again for more)")
     parser.add_argument("--broker-python", default=sys.executable, help="the interpreter that runs the broker")
     args = parser.parse_args()
     if not (args.master.startswith("local") or args.master.startswith("spark://") or args.master == "cluster"):
@@ -434,7 +436,7 @@ def main():
             try:
                 command = [args.broker_python, "-m", "nsqd_threaded"]
                 with BrokerProcess("--mem-queue-size=%d" % max(args.messages, args.warmup_messages),
-                                   command=command, tmp_dir=tmp) as broker:
+                                   *args.broker_flag, command=command, tmp_dir=tmp) as broker:
                     meter = CpuMeter([os.getpid()] + (cluster.daemon_pids if cluster else []), broker.proc.pid)
                     (bench_source if args.what == "source" else bench_sink)(spark, broker, args, meter)
             finally:
