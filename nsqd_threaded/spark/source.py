@@ -28,6 +28,7 @@ import logging
 import socket
 import struct
 import threading
+import time
 import urllib.parse
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -123,12 +124,12 @@ class NsqStreamReader(DataSourceStreamReader):
     Driver side, lazily on first use: ``connectionsPerNode`` connections to each nsqd
     (by default as many as it takes for nsqd's ``max_rdy_count`` per connection to add
     up to ``maxInFlight``), each with its reader thread, which appends the message frames
-    of each read to ``_queued`` as one run ``(link, frames, starts)`` (see :func:`_take`);
+    of each read to ``_queued`` as one run ``(link, frames, starts, touched)`` (see :func:`_take`);
     :meth:`latestOffset` moves
     up to ``maxBatchSize`` of them into ``_batches`` under the next seq; :meth:`commit`
     hands every batch up to the committed seq to the ``nsq-spark-fin`` thread, which FINs
     them on the connections that delivered them.
-    The ``nsq-spark-touch`` thread TOUCHes everything received and not FINed (queued or
+    The ``nsq-spark-touch`` thread TOUCHes what was received and not FINed (queued or
     planned) every ``msgTimeoutMs``/3, so a slow batch does not let nsqd redeliver it.
     With lookupd, the ``nsq-spark-lookup`` thread asks it for the topic's nodes every
     ``lookupdPollIntervalMs`` and connects to new ones.
@@ -150,7 +151,7 @@ class NsqStreamReader(DataSourceStreamReader):
         self._lock = threading.Lock()
         self._queued = collections.deque()  # runs received, not yet in a batch
         self._queued_count = 0
-        self._batches = {}  # end seq -> (start seq, [(link, frames, starts)])
+        self._batches = {}  # end seq -> (start seq, [(link, frames, starts, touched)])
         self._links = set()  # the live connections
         self._nodes = {}  # address -> connections per node started for it
         self._threads = []  # every thread this reader started (joined by stop)
@@ -338,13 +339,13 @@ class NsqStreamReader(DataSourceStreamReader):
                     else:
                         if first >= 0:
                             starts.append(pos - first)
-                            runs.append((link, bytes(view[first:pos]), starts))
+                            runs.append((link, bytes(view[first:pos]), starts, [time.monotonic()]))
                             first = -1
                         self._control_frame(link, frame_type, bytes(view[pos + 8:stop]))
                     pos = stop
                 if first >= 0:
                     starts.append(pos - first)
-                    runs.append((link, bytes(view[first:pos]), starts))
+                    runs.append((link, bytes(view[first:pos]), starts, [time.monotonic()]))
                 start = pos
                 if start == end:
                     start = end = 0
@@ -377,15 +378,26 @@ class NsqStreamReader(DataSourceStreamReader):
             raise ValueError("unknown frame type %d" % frame_type)
 
     def _touch_loop(self):
-        """TOUCH every received, not FINed message each msgTimeout/3 (one write per run)."""
+        """TOUCH what was received and not FINed each msgTimeout/3 (one write per run).
+
+        Only runs received or last TOUCHed at least half an interval ago: in a steady
+        flow most messages are FINed within a second or two, long before their timeout,
+        and TOUCHing them too would add a command per held message every interval.  A
+        run is TOUCHed at the first tick when it is that old, at most 1.5 intervals (half
+        its timeout) after it came, and then every tick.  The two parts of a split run
+        share their stamp, so both are judged before any is stamped again.
+        """
         interval = self.settings["msgTimeoutMs"] / 3000.0
         while not self._stopping.wait(interval):
             with self._lock:
                 held = list(self._queued)
                 for _, runs in self._batches.values():
                     held.extend(runs)
-            for link, frames, starts in held:
+            now = time.monotonic()
+            due = [run for run in held if now - run[3][0] >= interval / 2]
+            for link, frames, starts, touched in due:
                 link.send_each(frames, starts, b"TOUCH ")
+                touched[0] = now
 
     # -- the Spark API -----------------------------------------------------------------
 
@@ -445,7 +457,7 @@ class NsqStreamReader(DataSourceStreamReader):
             runs = []
             for batch_end in sorted(k for k in self._batches if lo < k <= hi):
                 runs.extend(self._batches[batch_end][1])
-        total = sum(len(starts) - 1 for _, _, starts in runs)
+        total = sum(len(run[2]) - 1 for run in runs)
         if not total:
             return [NsqPartition([], [], s["topic"], s["channel"])]
         k = min(s["numPartitions"], total)
@@ -455,7 +467,7 @@ class NsqStreamReader(DataSourceStreamReader):
         while pending:
             part, _ = _take(pending, size, drop_closed=False)
             pieces, nodes = [], []
-            for link, frames, starts in part:
+            for link, frames, starts, _ in part:
                 first, last = starts[0], starts[-1]  # (a split run's part: a slice of its bytes)
                 pieces.append(frames if first == 0 and last == len(frames) else frames[first:last])
                 if nodes and nodes[-1][0] == link.node:
@@ -538,7 +550,7 @@ class NsqStreamReader(DataSourceStreamReader):
                 runs, self._fins = self._fins, []
             if not runs:
                 return
-            for link, frames, starts in runs:
+            for link, frames, starts, _ in runs:
                 link.send_each(frames, starts, b"FIN ")
 
     def stop(self):
@@ -552,7 +564,7 @@ class NsqStreamReader(DataSourceStreamReader):
             queued, self._queued = self._queued, collections.deque()
             self._queued_count = 0
             links = list(self._links)
-        for link, frames, starts in queued:
+        for link, frames, starts, _ in queued:
             link.send_each(frames, starts, b"REQ ", b" 0")
         for link in links:
             link.shutdown()
@@ -568,26 +580,26 @@ def _take(runs, cap, drop_closed=True):
     run if need be; with ``drop_closed``, runs of connections that ended are dropped
     (nsqd took those messages back).  Returns ``(taken runs, count)``.
 
-    A run is ``(link, frames, starts)``: ``frames`` a ``bytes`` of message frames back to
+    A run is ``(link, frames, starts, touched)``: ``frames`` a ``bytes`` of message frames back to
     back, ``starts`` an ``array('i')`` of n+1 positions in it, message i's frame being
-    ``frames[starts[i]:starts[i+1]]``.  The two parts of a split run share ``frames``.
+    ``frames[starts[i]:starts[i+1]]``; ``touched`` a one-item list, the ``time.monotonic()`` when the
+    run came or was last TOUCHed.  The two parts of a split run share ``frames`` and ``touched``.
     """
     taken = []
     count = 0
     while runs and count < cap:
-        link, frames, starts = runs[0]
+        link, frames, starts, touched = runs[0]
         if drop_closed and link.closed:
             runs.popleft()
             continue
         room = cap - count
         n = len(starts) - 1
         if n <= room:
-            runs.popleft()
-            taken.append((link, frames, starts))
+            taken.append(runs.popleft())
             count += n
         else:
-            taken.append((link, frames, starts[:room + 1]))
-            runs[0] = (link, frames, starts[room:])
+            taken.append((link, frames, starts[:room + 1], touched))
+            runs[0] = (link, frames, starts[room:], touched)
             count += room
     return taken, count
 
