@@ -22,7 +22,7 @@ class NsqOptionError(ValueError):
 # source_options and NsqStreamReader.
 SOURCE_INTEGERS = (
     ("maxBatchSize", None, 1),
-    ("maxInFlight", 100000, 1),
+    ("maxInFlight", 200000, 1),
     ("connectionsPerNode", None, 1),
     ("msgTimeoutMs", 60000, 1000),
     ("numPartitions", 2, 1),

@@ -12,12 +12,15 @@ connects in ``__init__`` and pickling drops sockets, threads and locks.
 
 The driver's work per message is kept to the least, since every message passes
 through that one Python process: each connection's reader thread ``recv_into``s a
-large buffer and keeps every message as its raw record (timestamp, attempts, ID,
-body: one ``bytes`` object), handing over the records of one read at a time;
-batches and partitions are lists of such runs; FIN/TOUCH/REQ are one write per run.
-The records are decoded into columns on the executors, in :meth:`read`.
+large buffer and keeps the message frames of one read as they came, in one ``bytes``
+object with an array of where each frame starts (a *run*); batches are lists of runs;
+a partition carries its runs' ``bytes`` objects as they are (a few hundred per
+partition, however many messages: Spark pickles partitions with cloudpickle, whose
+cost grows with the number of objects); FIN/TOUCH/REQ are one write per run.  The
+frames are decoded into columns on the executors, in :meth:`read`.
 """
 
+import array
 import collections
 import datetime
 import json
@@ -25,6 +28,7 @@ import logging
 import socket
 import struct
 import threading
+import time
 import urllib.parse
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -49,17 +53,24 @@ _RETRY_SECONDS = 1.0  # before reconnecting a connection that ended
 _MAX_RETRY_SECONDS = 15.0  # the longest wait between attempts while a node stays down
 _READ_SIZE = 1 << 20  # each connection's receive buffer (grows for a larger frame)
 _FRAME_HEADER = struct.Struct(">ii")
-_MESSAGE_HEADER = struct.Struct(">qH")  # a record's timestamp (ns) and attempts; then the ID, the body
+# A message frame: size, frame type, timestamp (ns), attempts; then the 16-byte ID and the body.
+_MESSAGE_FRAME = struct.Struct(">iiqH")
+_ID_START, _BODY_START = 18, 34  # offsets in a message frame
 _INT32_MAX = (1 << 31) - 1  # "to the end" for pyarrow's binary_slice
 
 
 class NsqPartition(InputPartition):
-    """A data-carrying partition: ``runs`` are ``(node, records)``, ``node`` the nsqd's
-    ``host:port`` and ``records`` raw message records (timestamp, attempts, ID, body)."""
+    """A data-carrying partition: ``frames`` is a list of ``bytes``, each nsqd's message
+    frames back to back (as they came off the wire, headers included; one per read of a
+    connection), ``nodes`` is ``[(node, count)]``: the first ``count`` frames came from the
+    nsqd ``node`` (``host:port``), the next ones from the next node.  A few large objects
+    rather than one per message: Spark pickles partitions with cloudpickle, which costs a
+    Python call per object, and joining them would cost the driver a copy."""
 
-    def __init__(self, runs, topic, channel):
+    def __init__(self, frames, nodes, topic, channel):
         super().__init__(None)
-        self.runs = runs
+        self.frames = frames
+        self.nodes = nodes
         self.topic = topic
         self.channel = channel
 
@@ -91,11 +102,11 @@ class _Link:
         self.shutdown()
         return False
 
-    def send_each(self, records, verb, suffix=b""):
-        """``verb ID suffix`` for each record, in one write."""
-        if not records:
+    def send_each(self, frames, starts, verb, suffix=b""):
+        """``verb ID suffix`` for each message of a run (see :func:`_take`), in one write."""
+        if len(starts) < 2:
             return True
-        ids = [r[10:26] for r in records]
+        ids = [frames[i + _ID_START:i + _BODY_START] for i in starts[:-1]]
         return self.send(verb + (suffix + b"\n" + verb).join(ids) + suffix + b"\n")
 
     def shutdown(self):
@@ -112,12 +123,13 @@ class NsqStreamReader(DataSourceStreamReader):
 
     Driver side, lazily on first use: ``connectionsPerNode`` connections to each nsqd
     (by default as many as it takes for nsqd's ``max_rdy_count`` per connection to add
-    up to ``maxInFlight``), each with its reader thread, which appends the records of
-    each read to ``_queued`` as one run ``(link, records)``; :meth:`latestOffset` moves
+    up to ``maxInFlight``), each with its reader thread, which appends the message frames
+    of each read to ``_queued`` as one run ``(link, frames, starts, touched)`` (see :func:`_take`);
+    :meth:`latestOffset` moves
     up to ``maxBatchSize`` of them into ``_batches`` under the next seq; :meth:`commit`
     hands every batch up to the committed seq to the ``nsq-spark-fin`` thread, which FINs
     them on the connections that delivered them.
-    The ``nsq-spark-touch`` thread TOUCHes everything received and not FINed (queued or
+    The ``nsq-spark-touch`` thread TOUCHes what was received and not FINed (queued or
     planned) every ``msgTimeoutMs``/3, so a slow batch does not let nsqd redeliver it.
     With lookupd, the ``nsq-spark-lookup`` thread asks it for the topic's nodes every
     ``lookupdPollIntervalMs`` and connects to new ones.
@@ -139,7 +151,7 @@ class NsqStreamReader(DataSourceStreamReader):
         self._lock = threading.Lock()
         self._queued = collections.deque()  # runs received, not yet in a batch
         self._queued_count = 0
-        self._batches = {}  # end seq -> (start seq, [(link, records)])
+        self._batches = {}  # end seq -> (start seq, [(link, frames, starts, touched)])
         self._links = set()  # the live connections
         self._nodes = {}  # address -> connections per node started for it
         self._threads = []  # every thread this reader started (joined by stop)
@@ -285,7 +297,8 @@ class NsqStreamReader(DataSourceStreamReader):
         return link
 
     def _read(self, link):
-        """The reader loop: every read's message records go to ``_queued`` as one run."""
+        """The reader loop: every read's message frames go to ``_queued`` as one run (two
+        when a control frame, such as a heartbeat, came between them)."""
         sock = link.sock
         buf = bytearray(_READ_SIZE)
         view = memoryview(buf)
@@ -306,8 +319,9 @@ class NsqStreamReader(DataSourceStreamReader):
                 if not n:
                     raise OSError("nsqd closed the connection")
                 end += n
-                records = []
+                runs = []
                 pos = start
+                first = -1  # where the current run of message frames began
                 while end - pos >= 8:
                     size, frame_type = unpack(buf, pos)
                     stop = pos + 4 + size
@@ -316,17 +330,30 @@ class NsqStreamReader(DataSourceStreamReader):
                     if stop > end:
                         break
                     if frame_type == protocol_v2.FRAME_TYPE_MESSAGE:
-                        records.append(bytes(view[pos + 8:stop]))
+                        if size < _BODY_START - 4:
+                            raise ValueError("malformed message frame")
+                        if first < 0:
+                            first = pos
+                            starts = array.array("i")
+                        starts.append(pos - first)
                     else:
+                        if first >= 0:
+                            starts.append(pos - first)
+                            runs.append((link, bytes(view[first:pos]), starts, [time.monotonic()]))
+                            first = -1
                         self._control_frame(link, frame_type, bytes(view[pos + 8:stop]))
                     pos = stop
+                if first >= 0:
+                    starts.append(pos - first)
+                    runs.append((link, bytes(view[first:pos]), starts, [time.monotonic()]))
                 start = pos
                 if start == end:
                     start = end = 0
-                if records:
+                if runs:
                     with self._lock:
-                        self._queued.append((link, records))
-                        self._queued_count += len(records)
+                        for run in runs:
+                            self._queued.append(run)
+                            self._queued_count += len(run[2]) - 1
         finally:
             with self._lock:
                 self._links.discard(link)
@@ -351,15 +378,26 @@ class NsqStreamReader(DataSourceStreamReader):
             raise ValueError("unknown frame type %d" % frame_type)
 
     def _touch_loop(self):
-        """TOUCH every received, not FINed message each msgTimeout/3 (one write per run)."""
+        """TOUCH what was received and not FINed each msgTimeout/3 (one write per run).
+
+        Only runs received or last TOUCHed at least half an interval ago: in a steady
+        flow most messages are FINed within a second or two, long before their timeout,
+        and TOUCHing them too would add a command per held message every interval.  A
+        run is TOUCHed at the first tick when it is that old, at most 1.5 intervals (half
+        its timeout) after it came, and then every tick.  The two parts of a split run
+        share their stamp, so both are judged before any is stamped again.
+        """
         interval = self.settings["msgTimeoutMs"] / 3000.0
         while not self._stopping.wait(interval):
             with self._lock:
                 held = list(self._queued)
                 for _, runs in self._batches.values():
                     held.extend(runs)
-            for link, records in held:
-                link.send_each(records, b"TOUCH ")
+            now = time.monotonic()
+            due = [run for run in held if now - run[3][0] >= interval / 2]
+            for link, frames, starts, touched in due:
+                link.send_each(frames, starts, b"TOUCH ")
+                touched[0] = now
 
     # -- the Spark API -----------------------------------------------------------------
 
@@ -419,52 +457,72 @@ class NsqStreamReader(DataSourceStreamReader):
             runs = []
             for batch_end in sorted(k for k in self._batches if lo < k <= hi):
                 runs.extend(self._batches[batch_end][1])
-        total = sum(len(records) for _, records in runs)
+        total = sum(len(run[2]) - 1 for run in runs)
         if not total:
-            return [NsqPartition([], s["topic"], s["channel"])]
+            return [NsqPartition([], [], s["topic"], s["channel"])]
         k = min(s["numPartitions"], total)
         size = -(-total // k)
         result = []
         pending = collections.deque(runs)
         while pending:
             part, _ = _take(pending, size, drop_closed=False)
-            result.append(NsqPartition([(link.node, records) for link, records in part], s["topic"], s["channel"]))
+            pieces, nodes = [], []
+            for link, frames, starts, _ in part:
+                first, last = starts[0], starts[-1]  # (a split run's part: a slice of its bytes)
+                pieces.append(frames if first == 0 and last == len(frames) else frames[first:last])
+                if nodes and nodes[-1][0] == link.node:
+                    nodes[-1][1] += len(starts) - 1
+                else:
+                    nodes.append([link.node, len(starts) - 1])
+            result.append(NsqPartition(pieces, [tuple(n) for n in nodes], s["topic"], s["channel"]))
         return result
 
     def read(self, partition):
-        """Executor side: the partition's records decoded into one Arrow record batch.
+        """Executor side: the partition's frames decoded into one Arrow record batch.
 
-        The IDs and bodies are cut out of the records by Arrow (one copy of each record
-        into an Arrow buffer); only the 10-byte headers go through Python.
+        The frames are joined into one buffer (here, not on the driver, which plans
+        every partition); one pass in Python over their headers finds where each frame starts and
+        reads its timestamp and attempts; Arrow then sees the frames as one binary
+        column over the partition's buffer (no copy) and cuts the IDs and bodies out.
         """
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        if not partition.runs:
+        if not partition.frames:
             return iter(())
-        records, nodes = [], []
-        for node, run in partition.runs:
-            records.extend(run)
-            nodes.extend([node] * len(run))
+        frames = b"".join(partition.frames)
+        offsets = array.array("i")
         stamps, attempts = [], []
-        for stamp, attempt in _MESSAGE_HEADER.iter_unpack(b"".join([r[:10] for r in records])):
+        pos, end = 0, len(frames)
+        unpack = _MESSAGE_FRAME.unpack_from
+        while pos < end:
+            size, _, stamp, attempt = unpack(frames, pos)
+            offsets.append(pos)
             stamps.append(stamp)
             attempts.append(attempt)
+            pos += 4 + size
+        offsets.append(pos)
+        n = len(stamps)
         if hasattr(pc, "binary_slice"):
-            raw = pa.array(records, pa.binary())
-            bodies, ids = pc.binary_slice(raw, 26, _INT32_MAX), pc.binary_slice(raw, 10, 26)
+            whole = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(frames)])
+            bodies = pc.binary_slice(whole, _BODY_START, _INT32_MAX)
+            ids = pc.binary_slice(whole, _ID_START, _BODY_START)
         else:  # pyarrow before 13
-            bodies, ids = pa.array([r[26:] for r in records]), pa.array([r[10:26] for r in records])
-        n = len(records)
+            bodies = pa.array([frames[offsets[i] + _BODY_START:offsets[i + 1]] for i in range(n)], pa.binary())
+            ids = pa.array([frames[offsets[i] + _ID_START:offsets[i] + _BODY_START] for i in range(n)], pa.binary())
+        names, which = [], array.array("i")
+        for node, count in partition.nodes:
+            which.extend(array.array("i", [len(names)]) * count)
+            names.append(node)
         batch = pa.RecordBatch.from_arrays(
             [
                 bodies,
                 ids.cast(pa.string()),
                 pa.array(attempts, pa.int32()),
                 pc.divide(pa.array(stamps, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
-                pa.array(nodes, pa.string()),
-                pa.array([partition.topic] * n, pa.string()),
-                pa.array([partition.channel] * n, pa.string()),
+                pc.take(pa.array(names, pa.string()), pa.array(which, pa.int32())),
+                pa.repeat(pa.scalar(partition.topic, pa.string()), n),
+                pa.repeat(pa.scalar(partition.channel, pa.string()), n),
             ],
             schema=_arrow_schema(),
         )
@@ -492,8 +550,8 @@ class NsqStreamReader(DataSourceStreamReader):
                 runs, self._fins = self._fins, []
             if not runs:
                 return
-            for link, records in runs:
-                link.send_each(records, b"FIN ")
+            for link, frames, starts, _ in runs:
+                link.send_each(frames, starts, b"FIN ")
 
     def stop(self):
         """The query ended: stop consuming.  REQ what was received and never planned."""
@@ -506,8 +564,8 @@ class NsqStreamReader(DataSourceStreamReader):
             queued, self._queued = self._queued, collections.deque()
             self._queued_count = 0
             links = list(self._links)
-        for link, records in queued:
-            link.send_each(records, b"REQ ", b" 0")
+        for link, frames, starts, _ in queued:
+            link.send_each(frames, starts, b"REQ ", b" 0")
         for link in links:
             link.shutdown()
         for thread in self._threads:
@@ -518,24 +576,30 @@ class NsqStreamReader(DataSourceStreamReader):
 
 
 def _take(runs, cap, drop_closed=True):
-    """Pop up to ``cap`` records off the front of a deque of ``(link, records)`` runs,
-    splitting the last run if need be; with ``drop_closed``, runs of connections that
-    ended are dropped (nsqd took those messages back).  Returns ``(taken runs, count)``."""
+    """Pop up to ``cap`` messages off the front of a deque of runs, splitting the last
+    run if need be; with ``drop_closed``, runs of connections that ended are dropped
+    (nsqd took those messages back).  Returns ``(taken runs, count)``.
+
+    A run is ``(link, frames, starts, touched)``: ``frames`` a ``bytes`` of message frames back to
+    back, ``starts`` an ``array('i')`` of n+1 positions in it, message i's frame being
+    ``frames[starts[i]:starts[i+1]]``; ``touched`` a one-item list, the ``time.monotonic()`` when the
+    run came or was last TOUCHed.  The two parts of a split run share ``frames`` and ``touched``.
+    """
     taken = []
     count = 0
     while runs and count < cap:
-        link, records = runs[0]
+        link, frames, starts, touched = runs[0]
         if drop_closed and link.closed:
             runs.popleft()
             continue
         room = cap - count
-        if len(records) <= room:
-            runs.popleft()
-            taken.append((link, records))
-            count += len(records)
+        n = len(starts) - 1
+        if n <= room:
+            taken.append(runs.popleft())
+            count += n
         else:
-            taken.append((link, records[:room]))
-            runs[0] = (link, records[room:])
+            taken.append((link, frames, starts[:room + 1], touched))
+            runs[0] = (link, frames, starts[room:], touched)
             count += room
     return taken, count
 

@@ -55,8 +55,8 @@ def test_stream_10k_messages_to_parquet_once_each(spark, tmp_path):
 
 
 def test_default_options_carry_every_column_of_each_message(spark, tmp_path):
-    """Default options: connections enough for maxInFlight (40 at nsqd's max_rdy_count of 2500),
-    batches of whatever arrived; the columns decoded from each raw record on the executors."""
+    """Default options: connections enough for maxInFlight (80 at nsqd's max_rdy_count of 2500),
+    batches of whatever arrived; the columns decoded from the message frames on the executors."""
     bodies = [b"%05d " % i + b"x" * (i % 300) for i in range(20000)]  # sizes 6-305 bytes
     with Broker() as broker:
         before = datetime.datetime.now(datetime.timezone.utc)
@@ -77,7 +77,7 @@ def test_default_options_carry_every_column_of_each_message(spark, tmp_path):
     slack = datetime.timedelta(seconds=1)
     assert before - slack <= min(stamps) and max(stamps) <= after + slack
     assert {r.attempts for r in rows} == {1}
-    assert len(clients) == 40
+    assert len(clients) == 80
 
 
 def test_the_source_reconnects_when_nsqd_restarts(spark, tmp_path):
@@ -265,7 +265,7 @@ def test_source_defaults_take_half_the_in_flight_budget_per_batch():
 
     base = {"nsqd": "127.0.0.1:4150", "topic": "t", "channel": "c"}
     defaults = source_options(base)
-    assert defaults["maxInFlight"] == 100000 and defaults["maxBatchSize"] == 50000
+    assert defaults["maxInFlight"] == 200000 and defaults["maxBatchSize"] == 100000
     assert defaults["connectionsPerNode"] is None  # worked out from nsqd's max_rdy_count when the query starts
     assert source_options(dict(base, maxinflight="3000"))["maxBatchSize"] == 1500
     assert source_options(dict(base, maxinflight="3000", maxbatchsize="10"))["maxBatchSize"] == 10
