@@ -26,7 +26,8 @@ import threading
 import time
 
 from ..storage.backend import BackendError
-from ..wire.message import DEFERRED, MESSAGES, RECORD_HEADER, RECORDS, Message, as_records, batch_form, copy_batch
+from ..wire.message import (DEFERRED, MESSAGES, RECORD_HEADER, RECORDS, Message, as_records, batch_form, copy_batch,
+                            new_records)
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .backed_queue import BackedQueue
 from .channel import Channel, ChannelError, DirectDeliveries
@@ -104,21 +105,16 @@ class Topic(BackedQueue):
             body = bodies[0]
             self._put([RECORD_HEADER.pack(now, 0, self._guid.new_ids(1)[0]) + body], len(body), RECORDS)
             return
-        ids = self._guid.new_ids(len(bodies))
         size = len(bodies[0]) if len(bodies) == 1 else sum(map(len, bodies))
         if defer_ns:
-            msgs = list(map(Message, ids, bodies, itertools.repeat(now), itertools.repeat(0),
-                            itertools.repeat(defer_ns)))
+            msgs = list(map(Message, self._guid.new_ids(len(bodies)), bodies, itertools.repeat(now),
+                            itertools.repeat(0), itertools.repeat(defer_ns)))
             self._put(msgs, size, DEFERRED)
         elif self._consumed():
-            self._put(list(map(Message, ids, bodies, itertools.repeat(now))), size, MESSAGES)
+            self._put(list(map(Message, self._guid.new_ids(len(bodies)), bodies, itertools.repeat(now))),
+                      size, MESSAGES)
         else:
-            pack = RECORD_HEADER.pack
-            if len(bodies) == 1:  # PUB
-                records = [pack(now, 0, ids[0]) + bodies[0]]
-            else:
-                records = [pack(now, 0, i) + b for i, b in zip(ids, bodies)]
-            self._put(records, size, RECORDS)
+            self._put(new_records(now, self._guid.new_id_blocks(len(bodies)), bodies), size, RECORDS)
 
     def _consumed(self):
         """A hint, read without the lock: does a channel have a consumer?"""

@@ -430,9 +430,13 @@ class ProtocolV2:
         bodies = []
         reader = self.reader
         max_msg_size = self.options.max_msg_size
+        expected = body_size - 4  # (the items' bytes by body_size: a bound on the parser's copy)
         while len(bodies) < count:
             buf, pos, end = reader.buffered()
-            pos = protocol_v2.parse_mpub_messages(buf, pos, end, len(bodies), count, max_msg_size, bodies)
+            parsed = protocol_v2.parse_mpub_messages(buf, pos, end, len(bodies), count, max_msg_size, bodies,
+                                                     expected)
+            expected -= parsed - pos
+            pos = parsed
             reader.advance(pos)
             if len(bodies) == count:
                 break

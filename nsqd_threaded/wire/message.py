@@ -18,8 +18,8 @@
 
 This module is the one place that tells the forms apart (a record is an
 object of type ``bytes``; anything else is a Message) and converts between
-them: :func:`from_records`, :func:`as_records`, :func:`copy_batch`,
-:func:`batch_form`.  A batch of queue entries is described by its form:
+them: :func:`new_records`, :func:`from_records`, :func:`as_records`,
+:func:`copy_batch`, :func:`batch_form`.  A batch of queue entries is described by its form:
 
 * :data:`RECORDS`: records only.  Immutable, so every channel of a fan-out
   queues the same objects, and none has a delay.
@@ -33,6 +33,7 @@ The disk queue's write loop (``DiskQueue.put``) repeats the test inline,
 once per message, where a call would cost more than the write.
 """
 
+import struct
 import time
 
 from .protocol_v2 import MESSAGE_HEADER, encode_message
@@ -40,6 +41,7 @@ from .protocol_v2 import MESSAGE_HEADER, encode_message
 # A record's header: timestamp, attempts, ID (the protocol's message header).
 RECORD_HEADER = MESSAGE_HEADER
 RECORD_HEADER_SIZE = RECORD_HEADER.size
+_TIMESTAMP_ATTEMPTS = struct.Struct(">qH")  # the header up to the ID
 
 
 class Message:
@@ -94,6 +96,27 @@ def copy_batch(entries, form):
     if form is MESSAGES:  # (fewer arguments: each copy cheaper)
         return [Message(m.id, m.body, m.timestamp) for m in entries]
     return [m if type(m) is bytes else Message(m.id, m.body, m.timestamp, 0, m.deferred_ns) for m in entries]
+
+
+def new_records(timestamp, id_blocks, bodies):
+    """The records of new messages (attempts 0, one timestamp): ``bodies`` with the IDs
+    of ``id_blocks``, ``[(prefix, suffixes)]`` as ``GUIDFactory.new_id_blocks`` makes them
+    (the IDs are ``prefix + suffix``, 16 bytes).
+
+    The 10 bytes before the ID are the batch's, and one tick's IDs share a
+    prefix: a record is two concatenations, no struct packing per message.
+    """
+    start = _TIMESTAMP_ATTEMPTS.pack(timestamp, 0)
+    if len(id_blocks) == 1:
+        prefix, suffixes = id_blocks[0]
+        head = start + prefix
+        return [head + s + b for s, b in zip(suffixes, bodies)]
+    records = []
+    rest = iter(bodies)
+    for prefix, suffixes in id_blocks:
+        head = start + prefix
+        records += [head + s + b for s, b in zip(suffixes, rest)]  # (zip takes no body past the suffixes)
+    return records
 
 
 def from_records(items):

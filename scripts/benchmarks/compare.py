@@ -33,7 +33,8 @@ pub-disk  single PUB, 2 connections, default flags, a topic without channels
 rtt       publish one, wait for its delivery, FIN, repeat: p99
 fanout    one topic, 10 channels, one consumer on each, a bench_writer
           publishing meanwhile: messages delivered per second, all channels
-memory    RSS growth per queued 200 B message (``--mem-queue-size`` above it)
+memory    RSS growth per queued 200 B message (``--mem-queue-size`` above it),
+          in a topic with no channel, then in a channel with a consumer at RDY 0
 ========  ==================================================================
 """
 
@@ -163,7 +164,9 @@ def run_phase(phase, kind, argv0, root, tools, a):
             out["rtt-cpu"] = (b.cpu_seconds() - cpu) / a.rtt_count * 1e6
             return out
         if phase == "memory":
-            return {"memory": memory.run(b.address, b.pid, a.count)[0]}
+            out["memory"] = memory.run(b.address, b.pid, a.count)[0]
+            out["memory-consumer"] = memory.run(b.address, b.pid, a.count, topic="mem_consumed", consumer=True)[0]
+            return out
     finally:
         b.stop()
     raise ValueError(phase)
@@ -185,6 +188,7 @@ ROWS = [  # name, label, unit, higher is better; each rate is followed by the br
     ("fanout", "fan-out, 10 channels, delivered", "msg/s", True),
     ("fanout-cpu", "  CPU per delivered message", "us", False),
     ("memory", "RSS per queued 200 B message", "B", False),
+    ("memory-consumer", "  in a channel with a consumer at RDY 0", "B", False),
 ]
 
 

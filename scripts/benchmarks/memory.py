@@ -2,7 +2,11 @@
 
 Publishes N messages (MPUB, batches of 200) to a topic with no channel, with
 --mem-queue-size above N so every message stays in memory, and reads the
-broker's RSS from /proc before and after.
+broker's RSS from /proc before and after.  ``--consumer``: the topic has a
+channel with a subscribed consumer at RDY 0 (a consumer that takes nothing),
+so the messages wait in the channel's memory queue in the form a broker
+keeps them in while a channel has consumers (ours: Message objects, not
+records).  Works against Go nsqd too (its RSS).
 """
 
 import argparse
@@ -21,8 +25,15 @@ def rss(pid):
     raise RuntimeError("no VmRSS")
 
 
-def run(address, pid, count=1000000, size=200, topic="mem"):
+def run(address, pid, count=1000000, size=200, topic="mem", consumer=False):
     host, port = address.rsplit(":", 1)
+    sub = None
+    if consumer:  # subscribed with RDY 0 (the default): the channel exists and has a consumer
+        sub = socket.create_connection((host, int(port)))
+        sub.sendall(b"  V2SUB " + topic.encode() + b" ch\n")
+        got = b""
+        while len(got) < 10:
+            got += sub.recv(10 - len(got))
     sock = socket.create_connection((host, int(port)))
     sock.sendall(b"  V2")
     before = rss(pid)
@@ -36,6 +47,8 @@ def run(address, pid, count=1000000, size=200, topic="mem"):
     time.sleep(0.5)  # let the allocator settle before reading RSS (a measurement, not a test)
     after = rss(pid)
     sock.close()
+    if sub is not None:
+        sub.close()
     return (after - before) / count, before, after
 
 
@@ -44,8 +57,10 @@ def main():
     ap.add_argument("--nsqd-tcp-address", required=True)
     ap.add_argument("--pid", type=int, required=True, help="the broker's process id")
     ap.add_argument("--count", type=int, default=1000000)
+    ap.add_argument("--consumer", action="store_true",
+                    help="queue in a channel that has a consumer at RDY 0 (else: a topic with no channel)")
     a = ap.parse_args()
-    per, before, after = run(a.nsqd_tcp_address, a.pid, a.count)
+    per, before, after = run(a.nsqd_tcp_address, a.pid, a.count, consumer=a.consumer)
     print("RSS %.1f MB -> %.1f MB: %.0f bytes per queued message" % (before / 1e6, after / 1e6, per))
 
 

@@ -52,3 +52,16 @@ def test_ids_increase_across_calls():
     f = GUIDFactory(3)
     ids = [i for _ in range(50) for i in f.new_ids(37)]
     assert ids == sorted(set(ids))
+
+
+def test_blocks_are_the_ids_formatted_in_full():
+    """prefix + suffix is the ID's 16 hex digits, across a tick boundary and for single IDs."""
+    ts = TWEPOCH + 77
+    f = GUIDFactory(1023, Clock([ts, ts, ts + 1, ts + 1]))
+    blocks = f.new_id_blocks(4096 + 3)
+    assert [len(suffixes) for _, suffixes in blocks] == [4096, 3]
+    ids = [prefix + s for prefix, suffixes in blocks for s in suffixes]
+    ids += f.new_ids(1) + f.new_ids(2)
+    values = [(77 << 22) | (1023 << 12) | seq for seq in range(4096)]
+    values += [(78 << 22) | (1023 << 12) | seq for seq in range(6)]
+    assert ids == [b"%016x" % v for v in values]

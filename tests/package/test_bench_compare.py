@@ -114,7 +114,9 @@ def test_mpub_into_a_channel_comes_in_segments_that_fit_the_memory_queue(bench_c
         def mpub(self, address, topic, runfor):
             stats = self.broker.stats(topic)
             self.segments.append((runfor, stats["channels"][0]["depth"]))
-            assert super().mpub(address, topic, runfor) > 0
+            # A tenth of a second of real load: the plan is under test, not the broker's speed (a broker
+            # taking over 2,000,000 msg/s would fill the memory queue in a whole minimum segment).
+            assert super().mpub(address, topic, min(runfor, 0.1)) > 0
             return 2 * bench_compare.MPUB_CHAN_MEM_QUEUE  # then as if the broker took 2,000,000 msg/s
 
     flags = ["--mem-queue-size=%d" % bench_compare.MPUB_CHAN_MEM_QUEUE]

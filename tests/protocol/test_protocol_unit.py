@@ -461,6 +461,53 @@ def test_parse_mpub_messages_errors(items, index, error):
     assert "%s %s" % (info.value.code, info.value.description) == error
 
 
+def test_parse_mpub_messages_agrees_with_the_item_by_item_rule_on_random_buffers():
+    """Runs of one size (taken by column) and mixed sizes (walked) give what reading item by item gives:
+    the same bodies, position and error, from any start and any cut, in bytes and bytearray, whatever
+    ``expected`` says (after an error, ``out`` is not looked at: the MPUB fails as a whole)."""
+    import random
+
+    def by_item(buf, pos, end, index, count, limit):
+        out = []
+        while index < count and end - pos >= 4:
+            size = struct.unpack_from(">i", buf, pos)[0]
+            if size <= 0:
+                return out, pos, "E_BAD_MESSAGE MPUB invalid message(%d) body size %d" % (index, size)
+            if size > limit:
+                return out, pos, "E_BAD_MESSAGE MPUB message too big %d > %d" % (size, limit)
+            if end - pos - 4 < size:
+                break
+            out.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+            index += 1
+        return out, pos, None
+
+    rng = random.Random(11)
+    for _ in range(3000):
+        sizes = []
+        while len(sizes) < rng.randrange(0, 30):
+            sizes += [rng.choice((1, 2, 3, 7, 10, 11, 0, -1, 256))] * rng.choice((1, 1, 2, 5, 20))
+        items = b"".join(struct.pack(">i", s) + bytes(rng.randrange(256) for _ in range(max(s, 0)))
+                         for s in sizes)
+        lead = rng.randrange(0, 3)
+        buf = b"x" * lead + items + b"NOP\n"
+        end = rng.randrange(lead, len(buf) + 1)
+        index = rng.randrange(0, 3)
+        count = index + rng.randrange(0, len(sizes) + 2)
+        limit = rng.choice((10, 300))
+        expected = rng.choice((None, 0, -3, len(items), rng.randrange(1, len(items) + 2)))
+        want, want_pos, want_error = by_item(buf, lead, end, index, count, limit)
+        for form in (bytes, bytearray):
+            out = []
+            try:
+                pos = protocol_v2.parse_mpub_messages(form(buf), lead, end, index, count, limit, out, expected)
+            except ProtocolError as e:
+                assert "%s %s" % (e.code, e.description) == want_error, (sizes, lead, end, index, count)
+            else:
+                assert want_error is None and (out, pos) == (want, want_pos), (sizes, lead, end, index, count)
+                assert all(type(b) is bytes for b in out)
+
+
 def test_parse_mpub_messages_size_equal_to_max_is_allowed():
     items = b"\x00\x00\x00\x0a" + b"z" * 10
     out = []
