@@ -8,6 +8,7 @@ endpoints that hold, trickle, reset or never send their answers.
 import os
 import signal
 import socket
+import ssl
 import struct
 import threading
 
@@ -17,6 +18,7 @@ from nsqd_threaded.client import Producer
 from nsqd_threaded.tools.http_conn import Closed, ProtocolError, ResponseReader
 
 from support.tools import Tool, channel_counts, make_channels
+from support.transport import certs  # noqa: F401 (a fixture)
 from support.wire import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -52,8 +54,9 @@ class Endpoint:
     ``held`` (requests being answered now) and ``peak`` (the most at once).
     """
 
-    def __init__(self, respond):
+    def __init__(self, respond, context=None):
         self.respond = respond
+        self.context = context
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.requests = []
@@ -65,7 +68,7 @@ class Endpoint:
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(256)
-        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.url = "%s://127.0.0.1:%d" % ("http" if context is None else "https", self.listener.getsockname()[1])
         self._threads = []
         self._acceptor = threading.Thread(target=self._accept, name="endpoint-accept")
 
@@ -104,6 +107,8 @@ class Endpoint:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buf = b""
         try:
+            if self.context is not None:
+                conn = self.context.wrap_socket(conn, server_side=True)
             while True:
                 while b"\r\n\r\n" not in buf:
                     data = conn.recv(65536)
@@ -382,3 +387,43 @@ def test_sigterm_finishes_the_requests_under_way_and_requeues_the_rest(broker):
     assert depth + deferred + len(e.answered) == len(bodies)  # each sent and FINed, or back in the queue
     assert len(set(e.answered)) == len(e.answered)
     assert b"Handler returned error" not in tool.err
+
+
+def server_context(certs):  # noqa: F811
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certs.server_cert, certs.server_key)
+    return context
+
+
+def test_https_endpoints_through_non_blocking_tls(broker, certs, monkeypatch):  # noqa: F811
+    """TLS handshakes and trickled answers in the event loop; a server of an unknown CA is refused."""
+    def respond(number, sock):
+        for i in range(0, len(OK), 5):
+            sock.sendall(OK[i:i + 5])
+        return True
+
+    monkeypatch.setenv("SSL_CERT_FILE", certs.ca)  # the tool's default context trusts the test CA
+    bodies = [b"tls%02d" % i for i in range(20)]
+    make_channels(broker, "t", "nsq_to_http")
+    publish(broker, "t", bodies)
+    with Endpoint(respond, server_context(certs)) as e:
+        tool = Tool("to-http", "--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr, "--post=%s/in" % e.url,
+                    "-n", "4")
+        try:
+            wait_for(lambda: channel_counts(broker, "t", "nsq_to_http") == (0, 0, 0),
+                     what="every message FINed (%s)" % tool.err[-2000:])
+        finally:
+            assert stop(tool) == 0
+    assert sorted(e.answered) == bodies and e.connections <= 4
+    assert b"Handler returned error" not in tool.err
+
+    monkeypatch.setenv("SSL_CERT_FILE", certs.other_ca)
+    publish(broker, "t", [b"untrusted"])
+    with Endpoint(respond, server_context(certs)) as e:
+        tool = Tool("to-http", "--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr, "--post=%s/in" % e.url,
+                    "-n", "1", *FAST_RETRY)
+        try:
+            tool.wait_output(lambda out, err: b"Handler returned error" in err, timeout=30, what="a refused server")
+        finally:
+            assert stop(tool) == 0
+    assert e.requests == [] and b"CERTIFICATE_VERIFY_FAILED" in tool.err.upper().replace(b" ", b"_")
