@@ -104,8 +104,9 @@ class HTTPPublishers:
         self.requeue_delay_ms = requeue_delay_ms
         # handed over by reader threads (deque appends are atomic); the driver pops them
         self._incoming = collections.deque()
-        # True while a wake-up byte is on its way or the driver will look at _incoming anyway: a racy
-        # hint (no lock), safe because the driver clears it before it empties _incoming
+        # True while a wake-up byte is on its way or the driver will look at _incoming anyway: a hint
+        # without a lock, safe because the driver clears it after reading the wake-up bytes and before
+        # it empties _incoming (see _loop)
         self._wake_pending = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -175,12 +176,14 @@ class HTTPPublishers:
             for key, mask in select(timeout):
                 conn = key.data
                 if conn is None:
-                    self._wake_pending = False  # before _incoming is emptied (see submit)
                     try:
                         while self._wake_r.recv(4096):
                             pass
                     except BlockingIOError:
                         pass
+                    # Only now, after the bytes are read and before _incoming is emptied: a submitter that
+                    # saw it True had appended before, one that sees it False sends a byte nobody reads yet.
+                    self._wake_pending = False
                 else:
                     self._step(conn)
             self._take()
@@ -325,9 +328,9 @@ class HTTPPublishers:
                         return
                     out = conn.out = out[sent:]
                 conn.out = None
-                conn.state = state = _RECEIVING
+                conn.state = _RECEIVING
                 self._watch(conn, _READ)
-                # the answer may be here already (a reply is often quicker than a return to select)
+                return  # the answer is not here yet: a recv now would only fail (a system call and an exception)
             if state == _RECEIVING:
                 sock = conn.sock
                 while True:
