@@ -427,3 +427,23 @@ def test_https_endpoints_through_non_blocking_tls(broker, certs, monkeypatch):  
         finally:
             assert stop(tool) == 0
     assert e.requests == [] and b"CERTIFICATE_VERIFY_FAILED" in tool.err.upper().replace(b" ", b"_")
+
+
+def test_a_stream_of_messages_through_many_connections_is_all_sent_once(broker):
+    """Thousands of hand-overs from the reader thread to the driver (a lost wake-up would stall it)."""
+    def respond(number, sock):
+        sock.sendall(OK)
+        return True
+
+    bodies = [b"s%05d" % i for i in range(3000)]
+    make_channels(broker, "t", "nsq_to_http")
+    with Endpoint(respond) as e:
+        tool = Tool("to-http", "--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr, "--post=" + e.url, "-n", "20")
+        try:
+            for start in range(0, len(bodies), 500):  # in bursts, so that the driver also waits in between
+                publish(broker, "t", bodies[start:start + 500])
+            wait_for(lambda: channel_counts(broker, "t", "nsq_to_http") == (0, 0, 0), timeout=90,
+                     what="every message FINed (%s)" % tool.err[-2000:])
+        finally:
+            assert stop(tool) == 0
+    assert sorted(e.answered) == bodies and e.connections <= 20
