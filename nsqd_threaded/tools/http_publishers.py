@@ -41,6 +41,9 @@ _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 # a connection's states
 _CONNECTING, _HANDSHAKE, _SENDING, _RECEIVING, _IDLE = range(5)
 
+# how long a host's resolved addresses are used for new connections, in seconds
+RESOLVE_EVERY = 30.0
+
 # how often in-progress requests are checked against their deadlines (a timeout fires at most this late)
 TIMEOUT_CHECK = 0.05
 
@@ -54,7 +57,7 @@ class RequestFailed(Exception):
 class _Conn:
     """One non-blocking connection to an endpoint (``key``: scheme, host, port) and the request on it."""
 
-    __slots__ = ("key", "sock", "state", "events", "reader", "out", "job", "reused", "tls")
+    __slots__ = ("key", "sock", "state", "events", "reader", "out", "job", "reused", "tls", "rest")
 
     def __init__(self, key, sock, tls):
         self.key = key
@@ -66,6 +69,7 @@ class _Conn:
         self.out = None  # the request's bytes not sent yet (a memoryview)
         self.job = None
         self.reused = False
+        self.rest = ()  # the host's other addresses, tried in turn while connecting
 
 
 class _Job:
@@ -119,7 +123,7 @@ class HTTPPublishers:
         self._waiting = collections.deque()  # messages taken, not yet started (more than n at once)
         self._jobs = set()  # in progress
         self._idle = {}  # endpoint key -> kept-alive connections, most recent last
-        self._addrinfo = {}  # (host, port) -> the first getaddrinfo answer
+        self._addresses = {}  # (host, port) -> (resolved at, getaddrinfo's answers)
 
     def start(self):
         self._selector.register(self._wake_r, _READ, None)
@@ -254,23 +258,41 @@ class HTTPPublishers:
         self._watch(conn, _WRITE)
 
     def _connect(self, endpoint):
+        """A new connection to ``endpoint``, its connect started (to the first of the host's addresses)."""
         scheme, host, port = endpoint.key
-        info = self._addrinfo.get((host, port))
-        if info is None:
-            # (blocking, as a resolver is: once per host and port, then kept for the life of the tool)
-            info = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
-            self._addrinfo[(host, port)] = info
-        family, type_, proto, _, sockaddr = info
-        sock = socket.socket(family, type_, proto)
-        try:
-            sock.setblocking(False)
-            err = sock.connect_ex(sockaddr)
-            if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
-                raise OSError(err, os.strerror(err))
-        except BaseException:
+        now = time.monotonic()
+        resolved = self._addresses.get((host, port))
+        if resolved is None or now - resolved[0] > RESOLVE_EVERY:
+            # blocking, as the resolver is; new connections are rare (kept alive), and the answer is kept a while
+            resolved = self._addresses[(host, port)] = (now, socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+        infos = resolved[1]
+        conn = _Conn(endpoint.key, None, scheme == "https")
+        conn.rest = list(infos)
+        self._dial(conn)
+        return conn
+
+    def _dial(self, conn):
+        """Start the connect to the next of ``conn.rest`` (as create_connection, the next after a failure)."""
+        while True:
+            family, type_, proto, _, sockaddr = conn.rest.pop(0)
+            try:
+                sock = socket.socket(family, type_, proto)
+            except OSError:
+                if not conn.rest:
+                    raise
+                continue  # (an address family this host has no support for)
+            try:
+                sock.setblocking(False)
+                err = sock.connect_ex(sockaddr)
+            except BaseException:
+                sock.close()
+                raise
+            if err in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+                conn.sock = sock
+                return
             sock.close()
-            raise
-        return _Conn(endpoint.key, sock, scheme == "https")
+            if not conn.rest:
+                raise OSError(err, os.strerror(err))
 
     def _watch(self, conn, events):
         if events == conn.events:
@@ -294,7 +316,13 @@ class HTTPPublishers:
             if state == _CONNECTING:
                 err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 if err:
-                    raise OSError(err, os.strerror(err))
+                    if not conn.rest:
+                        raise OSError(err, os.strerror(err))
+                    self._unwatch(conn)
+                    conn.sock.close()
+                    self._dial(conn)  # the next address, within the same connect timeout
+                    self._watch(conn, _WRITE)
+                    return
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if conn.tls:
                     self._unwatch(conn)  # the wrapped socket is another object on the same descriptor
