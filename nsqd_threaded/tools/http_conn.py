@@ -9,6 +9,12 @@ head and body in one ``sendall``, reads the status line and the headers as
 bytes, and skips the body (``Content-Length``, chunked, or until close) so
 that the connection can carry the next request.
 
+Reading is apart from the socket (as h11 does it): :class:`ResponseReader`
+is a pure state machine fed the bytes received, and :func:`parse_head` a
+pure function of a response head.  The blocking :class:`HTTPConnection`
+feeds it from ``recv``; nsq_to_http's event loop (:mod:`.http_publishers`)
+feeds it from non-blocking sockets.
+
 The response body is never kept: nsq_to_http only looks at the status, as
 Go's tool does (it reads the body to the end and drops it).
 """
@@ -32,23 +38,188 @@ class Closed(ConnectionError):
     """The server closed the connection before the response's first byte (a kept-alive one may be retried)."""
 
 
+# ResponseReader's states
+_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_CLOSE, _DONE = range(8)
+
+
+def parse_head(head):
+    """``(status, keep_alive, content_length or None, chunked)`` of a status line and headers (no blank line).
+
+    Pure: ProtocolError for what is not HTTP/1.x as this client reads it.
+    """
+    lines = head.split(b"\r\n")
+    version, _, rest = lines[0].partition(b" ")
+    code = rest[:3]
+    if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit() or rest[3:4] not in (b"", b" "):
+        raise ProtocolError("malformed status line %r" % lines[0][:100])
+    status = int(code)
+    keep_alive = version != b"HTTP/1.0"
+    length = None
+    chunked = False
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon:
+            raise ProtocolError("malformed header line %r" % line[:100])
+        name = name.lower()
+        if name == b"content-length":
+            value = value.strip()
+            if not value.isdigit() or (length is not None and int(value) != length):
+                raise ProtocolError("bad Content-Length %r" % value[:100])
+            length = int(value)
+        elif name == b"transfer-encoding":
+            # Go's rule: chunked is the only encoding it knows (and then Content-Length is ignored)
+            if value.strip().lower() != b"chunked":
+                raise ProtocolError("unsupported Transfer-Encoding %r" % value[:100])
+            chunked = True
+        elif name == b"connection":
+            tokens = [t.strip() for t in value.lower().split(b",")]
+            if b"close" in tokens:
+                keep_alive = False
+            elif b"keep-alive" in tokens:
+                keep_alive = True
+    return status, keep_alive, length, chunked
+
+
+class ResponseReader:
+    """The answers of one connection, read from the bytes fed to it: no socket, no clock.
+
+    Call :meth:`start` before each response, then :meth:`feed` each block
+    received (``b""`` at the end of the connection) until it returns
+    ``(status, keep_alive)``; None means more bytes are needed.  Bytes past
+    the end of a response stay buffered for the next.  Raises
+    :class:`ProtocolError` for a malformed answer, :class:`Closed` when the
+    connection ended before the response's first byte and ConnectionError when
+    it ended in the middle.  Interim answers (1xx but 101) are skipped; the
+    body is dropped.
+    """
+
+    __slots__ = ("_buf", "_pos", "_state", "_left", "_status", "_keep_alive", "_first")
+
+    def __init__(self):
+        self._buf = b""  # received and not yet consumed, from _pos on
+        self._pos = 0
+        self.start()
+
+    def start(self):
+        """Expect the next response."""
+        self._state = _HEAD
+        self._left = 0
+        self._status = self._keep_alive = None
+        self._first = self._pos >= len(self._buf)  # nothing of it received yet: an EOF now is Closed
+
+    def feed(self, data):
+        """Take ``data`` (``b""``: the server closed): ``(status, keep_alive)`` once complete, else None."""
+        if not data:
+            return self._eof()
+        if self._state == _UNTIL_CLOSE:
+            return None  # the body runs to the end of the connection: dropped
+        if self._pos:
+            self._buf = self._buf[self._pos:] + data
+            self._pos = 0
+        else:
+            self._buf += data
+        self._first = False
+        return self.advance()
+
+    def _eof(self):
+        if self._state == _UNTIL_CLOSE:
+            self._state = _DONE
+            return self._status, False
+        if self._first:
+            raise Closed("server closed the connection")
+        raise ConnectionError("server closed the connection mid-response")
+
+    def advance(self):
+        """Go as far as the buffered bytes allow: ``(status, keep_alive)`` once complete, else None."""
+        buf = self._buf
+        while True:
+            state = self._state
+            if state == _HEAD:
+                end = buf.find(b"\r\n\r\n", self._pos)
+                if end < 0:
+                    if len(buf) - self._pos > MAX_HEADER_BYTES:
+                        raise ProtocolError("response headers larger than %d bytes" % MAX_HEADER_BYTES)
+                    return None
+                status, keep_alive, length, chunked = parse_head(buf[self._pos:end])
+                self._pos = end + 4
+                if 100 <= status < 200 and status != 101:
+                    continue  # an interim answer (100 Continue, 103 Early Hints): the real one follows
+                if status == 101:
+                    raise ProtocolError("unexpected 101 Switching Protocols")
+                self._status, self._keep_alive = status, keep_alive
+                if status in (204, 304):
+                    return self._done()  # never a body
+                if chunked:
+                    self._state = _CHUNK_SIZE
+                elif length is not None:
+                    self._state, self._left = _LENGTH, length
+                else:
+                    self._state = _UNTIL_CLOSE
+                    self._buf, self._pos = b"", 0
+                    return None
+            elif state == _LENGTH or state == _CHUNK_DATA:
+                have = len(buf) - self._pos
+                if have < self._left:
+                    self._left -= have
+                    self._buf, self._pos = b"", 0
+                    return None
+                self._pos += self._left
+                self._left = 0
+                if state == _LENGTH:
+                    return self._done()
+                self._state = _CHUNK_END
+            else:
+                line = self._line()
+                if line is None:
+                    return None
+                if state == _CHUNK_SIZE:
+                    size = line.partition(b";")[0].strip()
+                    if not size or size.strip(HEX_DIGITS) or len(size) > 16:  # int(, 16) alone takes 0x, _, signs
+                        raise ProtocolError("bad chunk size %r" % size[:100])
+                    n = int(size, 16)
+                    if n == 0:
+                        self._state = _TRAILERS
+                    else:
+                        self._state, self._left = _CHUNK_DATA, n
+                elif state == _CHUNK_END:
+                    if line:
+                        raise ProtocolError("chunk data not followed by CRLF")
+                    self._state = _CHUNK_SIZE
+                elif not line:  # _TRAILERS: up to the blank line
+                    return self._done()
+            buf = self._buf
+
+    def _line(self):
+        """The next CRLF-terminated line (without it), or None until it is all here."""
+        end = self._buf.find(b"\r\n", self._pos)
+        if end < 0:
+            if len(self._buf) - self._pos > MAX_LINE:
+                raise ProtocolError("line longer than %d bytes in a chunked body" % MAX_LINE)
+            return None
+        line = self._buf[self._pos:end]
+        self._pos = end + 2
+        return line
+
+    def _done(self):
+        self._state = _DONE
+        return self._status, self._keep_alive
+
+
 class HTTPConnection:
     """One connection to ``host``:``port`` (TLS with ``ssl_context``); requests are made one at a time.
 
-    Not thread-safe: nsq_to_http gives each handler thread its own.  After an
-    error the connection must be closed (:meth:`exchange` leaves it in an
-    unknown state).
+    Blocking, and not thread-safe (one user at a time).  After an error the
+    connection must be closed (:meth:`exchange` leaves it in an unknown state).
     """
 
-    __slots__ = ("host", "port", "ssl_context", "sock", "_buf", "_pos", "_timeout")
+    __slots__ = ("host", "port", "ssl_context", "sock", "_reader", "_timeout")
 
     def __init__(self, host, port, ssl_context=None):
         self.host = host
         self.port = port
         self.ssl_context = ssl_context
         self.sock = None
-        self._buf = b""  # received and not yet consumed, from _pos on
-        self._pos = 0
+        self._reader = None
         self._timeout = False  # the timeout set on sock (False: none set yet)
 
     def connect(self, timeout):
@@ -62,7 +233,7 @@ class HTTPConnection:
             sock.close()
             raise
         self.sock = sock
-        self._buf, self._pos = b"", 0
+        self._reader = ResponseReader()
         self._timeout = False
 
     def close(self):
@@ -87,132 +258,12 @@ class HTTPConnection:
                 sock.settimeout(timeout)
             self._timeout = timeout
         try:
-            return self._exchange(sock, request)
+            sock.sendall(request)
+            reader = self._reader
+            reader.start()
+            answer = reader.advance()
+            while answer is None:
+                answer = reader.feed(sock.recv(RECV_SIZE))
+            return answer
         except BlockingIOError:  # SO_RCVTIMEO/SO_SNDTIMEO ran out
             raise socket.timeout("timed out") from None
-
-    def _exchange(self, sock, request):
-        sock.sendall(request)
-        head_end = self._read_head()
-        while True:
-            status, keep_alive, length, chunked = self._parse_head(head_end)
-            if 100 <= status < 200 and status != 101:
-                head_end = self._read_head()  # an interim answer (100 Continue, 103 Early Hints): the real one follows
-                continue
-            break
-        if status == 101:
-            raise ProtocolError("unexpected 101 Switching Protocols")
-        if status in (204, 304):
-            pass  # never a body
-        elif chunked:
-            self._skip_chunked()
-        elif length is not None:
-            self._skip(length)
-        else:
-            self._drain()  # the body runs to the end of the connection
-            keep_alive = False
-        return status, keep_alive
-
-    # -- reading -------------------------------------------------------------------
-
-    def _more(self, first=False):
-        """Append one recv to the buffer (dropping what was consumed); Closed/ConnectionError at EOF."""
-        data = self.sock.recv(RECV_SIZE)
-        if not data:
-            if first:
-                raise Closed("server closed the connection")
-            raise ConnectionError("server closed the connection mid-response")
-        if self._pos:
-            self._buf = self._buf[self._pos:] + data
-            self._pos = 0
-        else:
-            self._buf += data
-
-    def _read_head(self):
-        """Read until the end of a status line and headers; the index just past their blank line."""
-        first = self._pos >= len(self._buf)
-        while True:
-            end = self._buf.find(b"\r\n\r\n", self._pos)
-            if end >= 0:
-                return end + 4
-            if len(self._buf) - self._pos > MAX_HEADER_BYTES:
-                raise ProtocolError("response headers larger than %d bytes" % MAX_HEADER_BYTES)
-            self._more(first)
-            first = False
-
-    def _parse_head(self, head_end):
-        """``(status, keep_alive, content_length or None, chunked)`` of the head ending at ``head_end``."""
-        lines = self._buf[self._pos:head_end - 4].split(b"\r\n")
-        self._pos = head_end
-        version, _, rest = lines[0].partition(b" ")
-        code = rest[:3]
-        if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit() or rest[3:4] not in (b"", b" "):
-            raise ProtocolError("malformed status line %r" % lines[0][:100])
-        status = int(code)
-        keep_alive = version != b"HTTP/1.0"
-        length = None
-        chunked = False
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon:
-                raise ProtocolError("malformed header line %r" % line[:100])
-            name = name.lower()
-            if name == b"content-length":
-                value = value.strip()
-                if not value.isdigit() or (length is not None and int(value) != length):
-                    raise ProtocolError("bad Content-Length %r" % value[:100])
-                length = int(value)
-            elif name == b"transfer-encoding":
-                # Go's rule: chunked is the only encoding it knows (and then Content-Length is ignored)
-                if value.strip().lower() != b"chunked":
-                    raise ProtocolError("unsupported Transfer-Encoding %r" % value[:100])
-                chunked = True
-            elif name == b"connection":
-                tokens = [t.strip() for t in value.lower().split(b",")]
-                if b"close" in tokens:
-                    keep_alive = False
-                elif b"keep-alive" in tokens:
-                    keep_alive = True
-        return status, keep_alive, length, chunked
-
-    def _skip(self, n):
-        """Consume ``n`` body bytes."""
-        while True:
-            have = len(self._buf) - self._pos
-            if have >= n:
-                self._pos += n
-                return
-            n -= have
-            self._buf, self._pos = b"", 0
-            self._more()
-
-    def _line(self):
-        """The next CRLF-terminated line (without it)."""
-        while True:
-            end = self._buf.find(b"\r\n", self._pos)
-            if end >= 0:
-                line = self._buf[self._pos:end]
-                self._pos = end + 2
-                return line
-            if len(self._buf) - self._pos > MAX_LINE:
-                raise ProtocolError("line longer than %d bytes in a chunked body" % MAX_LINE)
-            self._more()
-
-    def _skip_chunked(self):
-        while True:
-            size = self._line().partition(b";")[0].strip()
-            if not size or size.strip(HEX_DIGITS) or len(size) > 16:  # int(, 16) alone takes 0x, _ and signs
-                raise ProtocolError("bad chunk size %r" % size[:100])
-            n = int(size, 16)
-            if n == 0:
-                while self._line():  # trailers, up to the blank line
-                    pass
-                return
-            self._skip(n)
-            if self._line():
-                raise ProtocolError("chunk data not followed by CRLF")
-
-    def _drain(self):
-        self._buf, self._pos = b"", 0
-        while self.sock.recv(RECV_SIZE):
-            pass

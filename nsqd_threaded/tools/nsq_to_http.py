@@ -11,8 +11,9 @@ A message is FINed once its request succeeded.  A failure (no connection, a
 timeout, another status) requeues it with go-nsq's delay
 (``default_requeue_delay`` times its attempts) and backs the consumer off, as
 a go-nsq handler's error does; past ``max_attempts`` (5) it is given up.
-``-n`` handler threads (100) make the requests, each over its own kept-alive
-connections; ``--max-in-flight`` bounds the messages held.  ``--sample`` sends
+Up to ``-n`` (100) requests are under way at once, each over a kept-alive
+connection, all driven by one thread (:mod:`.http_publishers`);
+``--max-in-flight`` bounds the messages held.  ``--sample`` sends
 only that fraction (the rest are FINed unsent); ``--status-every`` logs
 timer_metrics' line every so many requests.
 """
@@ -21,14 +22,13 @@ import base64
 import random
 import re
 import ssl
-import threading
-import time
 import urllib.parse
 
 from .. import command
 from ..client import Consumer
 from ..settings.options import DURATION, FLOAT, INT, STR, STR_LIST, VERSION, OptionError, Setting
-from . import common, http_conn, upstream
+from . import common, upstream
+from .http_publishers import HTTPPublishers, RequestFailed
 
 TOOL = "nsq_to_http"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -118,10 +118,6 @@ def _validate(o):
 
 
 ToHTTPOptions = command.table_options("ToHTTPOptions", SETTINGS, _validate)
-
-
-class RequestFailed(Exception):
-    """A request that did not succeed: no connection, a timeout, or a status other than the one wanted."""
 
 
 class Endpoint:
@@ -226,11 +222,11 @@ def request_headers(method, user_agent, content_type, custom):
 
 
 class ToHTTP:
-    """The nsq_to_http app: one Consumer whose ``-n`` handler threads make the requests.
+    """The nsq_to_http app: one Consumer whose messages :class:`~.http_publishers.HTTPPublishers` sends.
 
-    Each handler thread keeps its own connections (``_local.conns``, by
-    scheme, host and port), so no lock is needed around them; the pool and
-    the timer metrics lock themselves.
+    The consumer's reader threads hand each message to the publishers' driver
+    thread, which makes up to ``-n`` requests at once and alone touches the
+    pool, the timer metrics and the connections (no lock).
     """
 
     def __init__(self, options):
@@ -252,7 +248,7 @@ class ToHTTP:
             lines, self.header_error = b"", str(e)  # every request fails, as Go's do
         # per endpoint: the request's bytes up to the body's length (POST) or up to the target (GET)
         self._heads = {a: self._head(e, lines) for a, e in self.endpoints.items()}
-        self._ssl_context = ssl.create_default_context() if any(
+        self.ssl_context = ssl.create_default_context() if any(
             e.key[0] == "https" for e in self.endpoints.values()) else None
         # None: every endpoint gets every message; so does the only one (no pool to consult per message)
         self.pool = upstream.pool_for(o.mode, self.addresses) if len(self.addresses) > 1 else None
@@ -261,9 +257,9 @@ class ToHTTP:
                                                      "[%s]:" % self.endpoints[a].redacted, self.log)
                             for a in self.addresses}
         self.aggregate = upstream.TimerMetrics(o.status_every, "[aggregate]:", self.log)
-        self._local = threading.local()
         self._random = random.Random()
         self.consumer = None
+        self.publishers = None
 
     def _head(self, endpoint, lines):
         host = b"Host: %s\r\n" % endpoint.host_header.encode("idna" if not endpoint.host_header.isascii() else "ascii")
@@ -277,89 +273,49 @@ class ToHTTP:
     def start(self):
         o = self.options
         kwargs = self.config.consumer_kwargs()
-        self.consumer = Consumer(o.nsqd_tcp_addresses or None, o.topic, o.channel, self._handle,
-                                 lookupd_http_addresses=o.lookupd_http_addresses or None, concurrency=o.n, **kwargs)
-        self.consumer.start()
+        self.publishers = HTTPPublishers(self, o.n, o.http_client_connect_timeout, o.http_client_request_timeout,
+                                         kwargs.get("requeue_delay_ms", -1)).start()
+        self.consumer = Consumer(o.nsqd_tcp_addresses or None, o.topic, o.channel,
+                                 lookupd_http_addresses=o.lookupd_http_addresses or None,
+                                 on_message=self.publishers.submit, **kwargs)
+        try:
+            self.consumer.start()
+        except BaseException:
+            self.publishers.stop(0.0)
+            raise
         return self
 
     def stop(self):
-        """CLS, wait for the requests under way, requeue what was not sent.  Idempotent."""
+        """CLS, finish the requests under way, requeue what was not sent, stop.  Idempotent."""
         if self.consumer is not None:
-            self.consumer.close(max(self.consumer.timeout, self.options.http_client_request_timeout + 1.0))
+            timeout = max(self.consumer.timeout, self.options.http_client_request_timeout + 1.0)
+            self.consumer.stop_receiving(timeout)
+            self.publishers.stop(timeout)
+            self.consumer.close(timeout)
 
-    # -- a handler thread -------------------------------------------------------------
+    # -- for the publishers' driver thread ---------------------------------------------------
 
-    def _handle(self, msg):
-        o = self.options
-        if o.sample < 1.0 and self._random.random() > o.sample:
-            return True
-        started = time.monotonic()
-        try:
-            if self.pool is None:
-                for address in self.addresses:
-                    st = time.monotonic()
-                    self.publish(address, msg.body)
-                    self.per_address[address].status(st)
-            else:
-                choice = self.pool.get()
-                try:
-                    self.publish(choice.host, msg.body)
-                except RequestFailed as e:
-                    choice.mark(e)
-                    raise
-                choice.mark(None)
-                self.per_address[choice.host].status(started)
-        except RequestFailed as e:
-            self.log.warn("Handler returned error (%s) for msg %s", e, msg.id.decode("ascii", "replace"))
-            return False  # REQ with go-nsq's delay, and back off
-        self.aggregate.status(started)
-        return True
+    def sampled_out(self):
+        """True for a message ``--sample`` leaves unsent (it is FINed)."""
+        sample = self.options.sample
+        return sample < 1.0 and self._random.random() > sample
 
-    def publish(self, address, body):
-        """One request for ``body`` to ``address``; RequestFailed unless it succeeded."""
+    def request_for(self, address, body):
+        """The bytes of the request that sends ``body`` to ``address``; RequestFailed if none can be made."""
         if self.header_error is not None:
             raise RequestFailed("%s %s: %s" % (self.method, self.endpoints[address].redacted, self.header_error))
-        endpoint = self.endpoints[address]
         if self.method == "POST":
-            request = b"%s%d\r\n\r\n%s" % (self._heads[address], len(body), body)
-            status = self._request(endpoint, request)
+            return b"%s%d\r\n\r\n%s" % (self._heads[address], len(body), body)
+        target = self.endpoints[address].get_target(query_escape(body)).encode("ascii")
+        return b"GET %s%s" % (target, self._heads[address])
+
+    def check_status(self, status):
+        """RequestFailed unless ``status`` is a success: 2xx for a POST, 200 for a GET (as Go's tool)."""
+        if self.method == "POST":
             if not 200 <= status < 300:
                 raise RequestFailed("got status code %d" % status)
-        else:
-            target = endpoint.get_target(query_escape(body)).encode("ascii")
-            status = self._request(endpoint, b"GET %s%s" % (target, self._heads[address]))
-            if status != 200:
-                raise RequestFailed("got status code %d" % status)
-
-    def _request(self, endpoint, request):
-        """Send ``request`` (its bytes) over this thread's connection to ``endpoint``: the status."""
-        conns = getattr(self._local, "conns", None)
-        if conns is None:
-            conns = self._local.conns = {}
-        o = self.options
-        for attempt in (0, 1):
-            conn = conns.pop(endpoint.key, None)
-            reused = conn is not None
-            try:
-                if conn is None:
-                    conn = http_conn.HTTPConnection(endpoint.key[1], endpoint.key[2], self._ssl_context
-                                                    if endpoint.key[0] == "https" else None)
-                    conn.connect(o.http_client_connect_timeout)
-                status, keep_alive = conn.exchange(request, o.http_client_request_timeout)
-            except (OSError, ValueError) as e:  # ProtocolError is a ValueError
-                if conn is not None:
-                    conn.close()
-                # a kept-alive connection the server had closed: once more on a new one, as Go's transport does
-                if reused and attempt == 0 and isinstance(e, (http_conn.Closed, ConnectionResetError,
-                                                              BrokenPipeError)):
-                    continue
-                raise RequestFailed("%s %s: %s" % (self.method, endpoint.redacted, command.error_text(e))) from None
-            if keep_alive:
-                conns[endpoint.key] = conn
-            else:
-                conn.close()
-            return status
-        raise AssertionError("unreachable")
+        elif status != 200:
+            raise RequestFailed("got status code %d" % status)
 
 
 main = command.AppCommand(
