@@ -13,7 +13,8 @@ to a bridge that lives in a namespace of its own, addressed 10.200.0.0/24.
 Every process runs inside its host's namespace through ``ip netns exec``:
 nsqlookupd and nsqd (ours, ``python -m nsqd_threaded``, or Go's with ``--go``),
 and the clients, which are this script in a client mode (``_producer``,
-``_consumer``, ``_watch``, ``_http``, ``_proxy``) writing a JSON-lines history.
+``_consumer``, ``_pynsq_consumer``, ``_watch``, ``_http``, ``_proxy``) writing a
+JSON-lines history.
 The checker reads the histories: acked messages never delivered (lost),
 messages delivered more than once and why, and recovery times.  What each
 scenario does and the figures are in docs/reliability.md ("Faults across a
@@ -1048,7 +1049,7 @@ def sc_stall_reset(c, short):
     closes a connection silent for twice the heartbeat interval; the clients' own heartbeat checks
     close theirs), then RSTs of every connection, under load. c2 is pynsq's Reader (a third-party
     client): its history is checked with c1's."""
-    count, rate = (3000, 150) if short else (9000, 150)
+    count, rate = (2400, 150) if short else (9000, 150)
     long_stall = 5 if short else 10
     resets = 1 if short else 3
     c.start_lookupd()
