@@ -98,6 +98,7 @@ def test_stall_and_reset_with_a_third_party_consumer_lose_nothing(runner):
     assert result["acked"] > 2000, result
     assert result["lost"] == 0, result
     assert result["short_stall_reconnects"] == 0, result
+    assert result["long_stall_redials"] >= 3, result  # past two heartbeats: every client dropped and redialled
     assert result["pynsq_deliveries"] > 0, result
     assert len(result["reset_back_s"]) == 1, result  # every client came back after the reset
 
