@@ -163,9 +163,12 @@ def client_producer(args):
 def client_consumer(args):
     """Consume through lookupd (or ``--nsqd``), each message held ``--work-ms`` then FIN'd (or REQ'd,
     every ``--req-every``-th first attempt); deliveries and FINs go to the history until SIGTERM."""
+    import logging
+
     sys.path.insert(0, REPO)
     from nsqd_threaded.client import Consumer
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     history = History(args.history)
     stop = _stop_event()
     name = args.name
