@@ -186,12 +186,12 @@ class IdleWatcher:
             except InterruptedError:
                 continue
             chosen = []
+            stopping = False
             for fd, mask in events:
                 if fd == wake_r:
                     os.read(wake_r, 64)
                     with self._lock:
-                        if self._stopping:
-                            return
+                        stopping = self._stopping
                     continue
                 with self._lock:
                     entry = self._parked.pop(fd, None)
@@ -201,11 +201,13 @@ class IdleWatcher:
                 if entry[2] is not None and mask & HANGUP and not _unread(fd):
                     entry[2]()
                 chosen.append(entry)
-            for entry in chosen:
+            for entry in chosen:  # (also when stopping: a chosen thread waits for its release)
                 # Waiting for a permit is bounded: should the permits ever be
                 # held up, threads are released uncounted rather than not at all.
-                entry[1] = self._permits.acquire(timeout=PERMIT_WAIT)
+                entry[1] = not stopping and self._permits.acquire(timeout=PERMIT_WAIT)
                 entry[0].release()
+            if stopping:
+                return
 
 
 def _unread(fd):
