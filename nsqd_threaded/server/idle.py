@@ -145,7 +145,7 @@ class IdleWatcher:
         if registered:
             try:
                 self._epoll.unregister(fd)
-            except OSError:
+            except (OSError, ValueError):  # (ValueError: stop() closed the epoll after releasing us)
                 pass
         if not woken:
             return TIMED_OUT

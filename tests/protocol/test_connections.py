@@ -289,6 +289,42 @@ def test_idle_watcher_leaves_a_close_with_unread_bytes_to_its_thread():
 
 
 @pytest.mark.timeout(60)
+def test_idle_watcher_stop_still_releases_a_thread_chosen_in_the_same_batch():
+    # One permit, held: the watcher spends PERMIT_WAIT on the next wake-up, meanwhile a second
+    # socket becomes readable and stop() is called, so one epoll batch holds both. The parked
+    # thread chosen from it must still be released (it waits on its gate with no timeout).
+    watcher = IdleWatcher(max_running=1)
+    watcher.start()
+    pairs = [socket.socketpair() for _ in range(3)]
+    results = {}
+
+    def park(i):
+        results[i] = watcher.park(pairs[i][0].fileno(), 30)
+
+    threads = [threading.Thread(target=park, args=(i,)) for i in (1, 2)]
+    stopper = threading.Thread(target=watcher.stop)
+    try:
+        pairs[0][1].sendall(b"x")
+        assert watcher.park(pairs[0][0].fileno(), 30) == WOKEN  # the only permit, never returned
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(watcher._parked) == 2, what="two threads parked")
+        pairs[1][1].sendall(b"x")  # the watcher waits for a permit for this one...
+        wait_for(lambda: len(watcher._parked) == 1, what="the first chosen")
+        pairs[2][1].sendall(b"x")  # ...while this one and the stop arrive
+        stopper.start()
+        for t in threads:
+            t.join(20)
+        assert not any(t.is_alive() for t in threads), results
+        assert results == {1: WOKEN_UNCOUNTED, 2: WOKEN_UNCOUNTED}
+    finally:
+        stopper.join(20)
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+@pytest.mark.timeout(60)
 def test_fin_then_close_from_a_parked_consumer_is_processed(nsqd):
     watcher = nsqd.idle_watcher
     if watcher is None:
