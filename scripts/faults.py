@@ -13,7 +13,8 @@ to a bridge that lives in a namespace of its own, addressed 10.200.0.0/24.
 Every process runs inside its host's namespace through ``ip netns exec``:
 nsqlookupd and nsqd (ours, ``python -m nsqd_threaded``, or Go's with ``--go``),
 and the clients, which are this script in a client mode (``_producer``,
-``_consumer``, ``_watch``, ``_http``, ``_proxy``) writing a JSON-lines history.
+``_consumer``, ``_pynsq_consumer``, ``_watch``, ``_http``, ``_proxy``) writing a
+JSON-lines history.
 The checker reads the histories: acked messages never delivered (lost),
 messages delivered more than once and why, and recovery times.  What each
 scenario does and the figures are in docs/reliability.md ("Faults across a
@@ -28,6 +29,7 @@ import random
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -161,9 +163,12 @@ def client_producer(args):
 def client_consumer(args):
     """Consume through lookupd (or ``--nsqd``), each message held ``--work-ms`` then FIN'd (or REQ'd,
     every ``--req-every``-th first attempt); deliveries and FINs go to the history until SIGTERM."""
+    import logging
+
     sys.path.insert(0, REPO)
     from nsqd_threaded.client import Consumer
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     history = History(args.history)
     stop = _stop_event()
     name = args.name
@@ -255,23 +260,42 @@ def client_http(args):
 
 
 def client_proxy(args):
-    """A TCP fault proxy: ``--listen`` to ``--target``; each chunk in each direction is held
-    ``--delay-ms`` +- ``--jitter-ms`` (order kept), and with probability ``--loss`` a further
-    ``--rto-ms`` (what a lost segment costs TCP: it is sent again after a retransmission timeout).
+    """A TCP fault proxy: ``--listen`` to ``--target``, with toxics in the spirit of toxiproxy's.
 
-    A byte stream cannot lose bytes without breaking the protocol, so loss is modelled by its effect
-    on a TCP flow, as toxiproxy does; with a kernel that has netem, real loss is the better tool."""
+    * latency: each chunk in each direction is held ``--delay-ms`` +- ``--jitter-ms`` (order kept),
+      and with probability ``--loss`` a further ``--rto-ms`` (what a lost segment costs TCP: it is
+      sent again after a retransmission timeout). A byte stream cannot lose bytes without breaking
+      the protocol, so loss is modelled by its effect on a TCP flow; with netem, real loss is better.
+    * bandwidth: ``--bandwidth-kbps`` (KiB/s, each direction of each connection): writes are paced.
+    * stall: SIGUSR2 stops forwarding in both directions (connections stay open, bytes are read and
+      held; new connections are accepted and held too); the next SIGUSR2 lets everything flow again.
+    * reset: SIGUSR1 resets every proxied connection, both sides (SO_LINGER 0, then close: an RST
+      to the client and to the broker), as a middlebox dropping its state does.
+
+    With ``--history``, each accepted connection, stall, flow and reset is written there."""
     host, port = args.listen.rsplit(":", 1)
     thost, tport = args.target.rsplit(":", 1)
     stop = _stop_event()
+    history = History(args.history) if args.history else None
+    flowing = threading.Event()  # cleared while stalled
+    flowing.set()
+    toggles = []  # SIGUSR1/SIGUSR2 seen by the handler, acted on by the accept loop
+    signal.signal(signal.SIGUSR1, lambda *_: toggles.append("reset"))
+    signal.signal(signal.SIGUSR2, lambda *_: toggles.append("stall"))
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((host, int(port)))
     listener.listen(512)
-    listener.settimeout(0.5)
+    listener.settimeout(0.1)
     rng = random.Random(args.seed)
     rng_lock = threading.Lock()  # guards rng (one per proxy, used by every pump)
-    threads = []
+    conns_lock = threading.Lock()  # guards conns
+    conns = []  # [client, upstream] of each live proxied connection
+    rate = args.bandwidth_kbps * 1024.0 if args.bandwidth_kbps else None
+
+    def record(ev, **fields):
+        if history is not None:
+            history.write(ev, **fields)
 
     def hold():
         with rng_lock:
@@ -280,12 +304,13 @@ def client_proxy(args):
                 delay += args.rto_ms
         return max(0.0, delay) / 1000.0
 
-    def pump(src, dst):
+    def pump(src, dst, pair):
         # Reader: stamp each chunk with its release time; the writer releases in order.
         chunks = []
         cond = threading.Condition()  # guards chunks
 
         def writer():
+            free_at = time.monotonic()  # the bandwidth limit: when the next byte may go
             while True:
                 with cond:
                     while not chunks:
@@ -296,14 +321,26 @@ def client_proxy(args):
                     time.sleep(wait)
                 if data is None:
                     break
+                while not flowing.is_set() and not stop.is_set():
+                    flowing.wait(0.5)  # stalled: hold the bytes, keep the connection
                 try:
-                    dst.sendall(data)
+                    if rate is None:
+                        dst.sendall(data)
+                    else:
+                        for i in range(0, len(data), 4096):
+                            piece = data[i : i + 4096]
+                            wait = free_at - time.monotonic()
+                            if wait > 0:
+                                time.sleep(wait)
+                            dst.sendall(piece)
+                            free_at = max(free_at, time.monotonic()) + len(piece) / rate
                 except OSError:
                     break
-            try:
-                dst.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+            if not pair.get("reset"):
+                try:
+                    dst.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
 
         w = threading.Thread(target=writer, name="proxy-writer", daemon=True)
         w.start()
@@ -313,6 +350,8 @@ def client_proxy(args):
                 data = src.recv(65536)
             except OSError:
                 data = b""
+            if pair.get("reset"):
+                data = b""
             last = max(last, time.monotonic() + hold())
             with cond:
                 chunks.append((last, data or None))
@@ -321,9 +360,52 @@ def client_proxy(args):
                 break
         w.join()
 
+    def reset_all():
+        with conns_lock:
+            live = list(conns)
+            conns.clear()
+        for pair in live:
+            pair["reset"] = True
+            for sock in pair["socks"]:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    sock.shutdown(socket.SHUT_RD)  # wakes its reader; the close below sends the RST
+                except OSError:
+                    pass
+        for pair in live:
+            for sock in pair["socks"]:
+                sock.close()
+        record("reset", conns=len(live))
+
+    def serve(client, upstream):
+        pair = {"socks": (client, upstream)}
+        with conns_lock:
+            conns.append(pair)
+        threads = [threading.Thread(target=pump, args=(a, b, pair), name="proxy-pump", daemon=True)
+                   for a, b in ((client, upstream), (upstream, client))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with conns_lock:
+            if pair in conns:
+                conns.remove(pair)
+        for sock in pair["socks"]:
+            sock.close()
+
     while not stop.is_set():
+        while toggles:
+            what = toggles.pop(0)
+            if what == "reset":
+                reset_all()
+            elif flowing.is_set():
+                flowing.clear()
+                record("stall")
+            else:
+                flowing.set()
+                record("flow")
         try:
-            client, _ = listener.accept()
+            client, peer = listener.accept()
         except socket.timeout:
             continue
         try:
@@ -333,11 +415,50 @@ def client_proxy(args):
             client.close()
             continue
         client.settimeout(None)
-        for src, dst in ((client, upstream), (upstream, client)):
-            t = threading.Thread(target=pump, args=(src, dst), name="proxy-pump", daemon=True)
-            t.start()
-            threads.append(t)
+        record("accept", peer="%s:%d" % peer[:2])
+        threading.Thread(target=serve, args=(client, upstream), name="proxy-conn", daemon=True).start()
     listener.close()
+    if history is not None:
+        history.close()
+
+
+def client_pynsq_consumer(args):
+    """A third-party consumer: pynsq's Reader (tornado), through lookupd, ``--max-in-flight``, 1 s
+    heartbeats, no attempt limit; each delivery and FIN to the history (the consumer's format)."""
+    import logging
+
+    import nsq
+    import tornado.ioloop
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    history = History(args.history)
+    name = args.name
+    io_loop = tornado.ioloop.IOLoop.current()
+
+    def handle(message):
+        seq = message.body[:20].decode("ascii", "replace")
+        mid = message.id.decode("ascii", "replace")
+        history.write("msg", seq=seq, mid=mid, att=message.attempts, who=name, conn="pynsq")
+        history.write("fin", seq=seq, mid=mid, who=name, ok=True)  # returning True FINs it
+        return True
+
+    reader = nsq.Reader(topic=TOPIC, channel=CHANNEL, message_handler=handle,
+                        lookupd_http_addresses=["http://" + a for a in args.lookupd.split(",")],
+                        lookupd_poll_interval=max(1, int(args.poll)), max_in_flight=args.max_in_flight,
+                        heartbeat_interval=max(1, args.heartbeat_ms // 1000), max_tries=0)
+
+    def on_term(*_):
+        io_loop.add_callback_from_signal(io_loop.stop)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_term)
+    history.write("start", role="consumer", who=name, pid=os.getpid(), client="pynsq " + nsq.__version__)
+    io_loop.start()
+    reader.close()
+    io_loop.call_later(0.5, io_loop.stop)
+    io_loop.start()
+    history.write("done", who=name)
+    history.close()
 
 
 # -- the network ----------------------------------------------------------------------
@@ -550,10 +671,28 @@ class Cluster:
     def restart_broker(self, host):
         self._launch_broker(host)
 
-    def start_proxy(self, host, delay_ms=0, jitter_ms=0, loss=0.0, rto_ms=200):
+    def start_proxy(self, host, delay_ms=0, jitter_ms=0, loss=0.0, rto_ms=200, bandwidth_kbps=0):
         self.start("proxy-" + host, host, self.script(
             "_proxy", "--listen", "%s:%d" % (self.net.address(host), PROXY_TCP), "--target", "127.0.0.1:%d" % NSQD_TCP,
-            "--delay-ms", delay_ms, "--jitter-ms", jitter_ms, "--loss", loss, "--rto-ms", rto_ms))
+            "--delay-ms", delay_ms, "--jitter-ms", jitter_ms, "--loss", loss, "--rto-ms", rto_ms,
+            "--bandwidth-kbps", bandwidth_kbps, "--history", self.path("proxy-%s.jsonl" % host)))
+
+    def proxy_accepts(self, host):
+        """How many connections the proxy of ``host`` has accepted so far."""
+        return sum(1 for e in read_history(self.path("proxy-%s.jsonl" % host)) if e["ev"] == "accept")
+
+    def stall_for(self, host, seconds):
+        """The proxy of ``host`` forwards nothing for ``seconds`` (connections stay open)."""
+        self.procs["proxy-" + host].signal(signal.SIGUSR2)
+        self.mark("stall %s's links %ss" % (host, seconds))
+        time.sleep(seconds)
+        self.procs["proxy-" + host].signal(signal.SIGUSR2)
+        self.mark("%s's links flow" % host)
+
+    def reset_links(self, host):
+        """RST every connection through the proxy of ``host``, both sides."""
+        self.procs["proxy-" + host].signal(signal.SIGUSR1)
+        self.mark("reset %s's connections" % host)
 
     def create_topic(self, host):
         base = "http://%s:%d" % (self.net.address(host), NSQD_HTTP)
@@ -577,6 +716,15 @@ class Cluster:
             "_producer", "--history", self.path("producer-%s.jsonl" % host), "--nsqd", nsqd, "--count", count,
             "--rate", rate, "--window", window, "--timeout", timeout, "--heartbeat-ms", 1000,
             "--dpub-every", dpub_every))
+
+    def start_pynsq_consumer(self, host, max_in_flight=20):
+        """pynsq 0.9.1's Reader (a third-party client) as a consumer through lookupd."""
+        if host not in self.net.hosts:
+            self.net.add_host(host)
+        return self.start("consumer-" + host, host, self.script(
+            "_pynsq_consumer", "--history", self.path("consumer-%s.jsonl" % host), "--name", host,
+            "--lookupd", "%s:%d" % (self.net.address("l1"), LOOKUPD_HTTP), "--poll", 1,
+            "--max-in-flight", max_in_flight, "--heartbeat-ms", 1000))
 
     def start_consumer(self, host, max_in_flight=10, work_ms=20, concurrency=4, req_every=0):
         if host not in self.net.hosts:
@@ -898,6 +1046,57 @@ def sc_lossy(c, short):
     return result
 
 
+def sc_stall_reset(c, short):
+    """(5b) every client link to the brokers through a proxy with toxics: a stall shorter than a
+    heartbeat interval (nothing may be dropped for it), a stall longer than two (Go's rule: the broker
+    closes a connection silent for twice the heartbeat interval; the clients' own heartbeat checks
+    close theirs), then RSTs of every connection, under load. c2 is pynsq's Reader (a third-party
+    client): its history is checked with c1's."""
+    count, rate = (2400, 150) if short else (9000, 150)
+    long_stall = 5 if short else 10
+    resets = 1 if short else 3
+    c.start_lookupd()
+    for b in ("b1", "b2"):
+        c.start_broker(b, proxy=dict(bandwidth_kbps=512))
+        c.create_topic(b)
+    c.start_consumer("c1", max_in_flight=20, work_ms=5)
+    c.start_pynsq_consumer("c2", max_in_flight=20)
+    c.start_producer("p1", ["b1", "b2"], count, rate, window=8)
+    c.wait_for("20% acked", lambda: c.acked() >= count * 0.2, 60)
+    before = c.proxy_accepts("b1")
+    c.stall_for("b1", 0.8)
+    time.sleep(2.5)  # past two heartbeat intervals: a connection the stall broke would be redialled by now
+    short_stall_new = c.proxy_accepts("b1") - before
+    c.wait_for("40% acked", lambda: c.acked() >= count * 0.4, 60)
+    before = c.proxy_accepts("b1")
+    c.stall_for("b1", long_stall)
+    t_flow = now()
+    # Each client's connection dropped by the heartbeat rules and dialled again (maybe during the
+    # stall: the proxy accepts and holds a new connection too).
+    c.wait_for("the clients back on b1", lambda: c.proxy_accepts("b1") >= before + 3, 30)
+    long_stall_redials = c.proxy_accepts("b1") - before
+    back_after_reset = []
+    for i in range(resets):
+        c.wait_for("%d%% acked" % (60 + 10 * i), lambda: c.acked() >= count * (0.6 + 0.1 * i), 60)
+        before = c.proxy_accepts("b1")
+        c.reset_links("b1")
+        t_reset = now()
+        # Every client back on b1 (pynsq dials a node at most once per 10 s: up to that long).
+        if c.wait_for("the clients back on b1 after the reset", lambda: c.proxy_accepts("b1") >= before + 3, 30):
+            back_after_reset.append(round(now() - t_reset, 1))
+    result = c.finish(90)
+    result["reset_back_s"] = back_after_reset
+    result["short_stall_reconnects"] = short_stall_new
+    b1 = c.net.address("b1") + ":"
+    again = [e["t"] for e in c.events("consumer-c1") if e["ev"] == "msg" and e["t"] >= t_flow
+             and e["conn"].startswith(b1)]
+    result["long_stall_redials"] = long_stall_redials
+    result["long_stall_b1_again_s"] = round(min(again) - t_flow, 2) if again else None
+    result["pynsq_deliveries"] = sum(1 for e in c.events("consumer-c2") if e["ev"] == "msg")
+    result["consumer_errors"] = len([e for e in c.events("consumer-") if e["ev"] == "error"])
+    return result
+
+
 def sc_soak(c, short, minutes=None):
     """(7) mixed PUB/DPUB and consume/REQ load with consumers connecting and leaving; the broker's RSS,
     threads and open files sampled each 10 s."""
@@ -960,9 +1159,11 @@ SCENARIOS = {
     "sigstop": sc_sigstop,
     "full_disk": sc_full_disk,
     "lossy": sc_lossy,
+    "stall_reset": sc_stall_reset,
     "soak": sc_soak,
 }
-ORDER = ["producer_cut", "consumer_cut", "broker_kill", "broker_kill_memory", "lookupd_cut", "sigstop", "full_disk", "lossy", "soak"]
+ORDER = ["producer_cut", "consumer_cut", "broker_kill", "broker_kill_memory", "lookupd_cut", "sigstop", "full_disk", "lossy",
+         "stall_reset", "soak"]
 
 
 # -- running --------------------------------------------------------------------------------
@@ -1057,6 +1258,16 @@ def fmt_cell(r):
     if "consumer_on_b1_after_heal" in r:
         parts.append("consumer took from b1 after the heal" if r["consumer_on_b1_after_heal"]
                      else "consumer took nothing from b1 after the heal")
+    if "short_stall_reconnects" in r:
+        parts.append("%s reconnects for the 0.8 s stall" % r["short_stall_reconnects"])
+    if "long_stall_redials" in r:
+        parts.append("%s connections redialled for the long stall" % r["long_stall_redials"])
+    if "long_stall_b1_again_s" in r:
+        parts.append("c1 took from b1 again %ss after the long stall" % r["long_stall_b1_again_s"])
+    if r.get("reset_back_s"):
+        parts.append("all clients back %ss after each reset" % r["reset_back_s"])
+    if r.get("pynsq_deliveries") is not None:
+        parts.append("pynsq consumer took %s" % r["pynsq_deliveries"])
     if "soak" in r:
         parts.append("RSS/threads/fds %s" % r["soak"])
     if "log_errors" in r:
@@ -1140,7 +1351,7 @@ def main_cli(argv=None):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     modes = {"_producer": client_producer, "_consumer": client_consumer, "_watch": client_watch,
-             "_http": client_http, "_proxy": client_proxy}
+             "_http": client_http, "_proxy": client_proxy, "_pynsq_consumer": client_pynsq_consumer}
     if argv and argv[0] in modes:
         p = argparse.ArgumentParser(prog="faults.py " + argv[0])
         p.add_argument("--history")
@@ -1172,6 +1383,7 @@ def main(argv=None):
         p.add_argument("--loss", type=float, default=0)
         p.add_argument("--rto-ms", type=float, default=200)
         p.add_argument("--seed", type=int, default=None)
+        p.add_argument("--bandwidth-kbps", type=float, default=0)
         return modes[argv[0]](p.parse_args(argv[1:]))
     return main_cli(argv)
 

@@ -15,14 +15,32 @@ than ``max_running`` at a time: a released thread holds a permit until its
 next ``recv`` has returned.  A busy connection never idles that long and pays
 nothing; an idle one pays two epoll calls and one hand-off per wake-up.
 
+A parked thread may leave a ``hangup`` callable with its socket.  When the
+peer has closed (``EPOLLRDHUP``/``EPOLLHUP``) and no byte is left unread,
+the watcher calls it itself, for every such socket of a wake-up, before it
+releases any thread: the connection leaves its channel at once, while its
+thread waits its turn for a permit.  After a mass disconnect the broker's
+state (``/stats``) is then current within one pass of this thread instead of
+after thousands of thread wake-ups; the threads still do their teardown
+(which finds the client gone) a permit's worth at a time.  A socket with
+unread bytes is left to its thread: a FIN sent just before the close must be
+processed first.
+
 Linux only (epoll); elsewhere :func:`new_idle_watcher` returns None and
 connection threads simply block in ``recv``.
 """
 
+import array
 import os
 import select
 import threading
 import time
+
+try:
+    import fcntl
+    import termios
+except ImportError:  # no POSIX ioctl: no epoll either, so no watcher (see new_idle_watcher)
+    fcntl = termios = None
 
 from ..internal.process import malloc_trim, widen_futex_hash
 
@@ -31,6 +49,10 @@ MAX_RUNNING = 32  # released parked threads that may be running at once
 PERMIT_WAIT = 1.0  # seconds the watcher waits for a permit before releasing a thread without one
 TRIM_AFTER_CLOSED = 256  # connections closed since the last trim that make one worth it
 TRIM_QUIET = 1.0  # seconds without a close before the watcher trims
+MIN_EVENTS = 64  # the smallest batch asked of epoll
+if hasattr(select, "epoll"):
+    WATCHED = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT  # what a parked socket waits for
+    HANGUP = select.EPOLLRDHUP | select.EPOLLHUP  # the peer closed (or reset) the connection
 
 # IdleWatcher.park results
 TIMED_OUT = 0
@@ -42,7 +64,7 @@ class IdleWatcher:
     """Parks idle connection threads; owned by an NSQD (:meth:`start` / :meth:`stop`).
 
     ``_lock`` guards ``_parked`` (fd -> [the parked thread's lock, permit
-    granted]), ``_stopping`` and ``_closed``.  ``_permits`` bounds the released
+    granted, its hangup callable or None]), ``_stopping`` and ``_closed``.  ``_permits`` bounds the released
     threads still running up to their next ``recv``.
 
     The watcher also gives memory back after a mass disconnect: once
@@ -87,14 +109,19 @@ class IdleWatcher:
         os.close(self._wake_r)
         os.close(self._wake_w)
 
-    def park(self, fd, timeout):
+    def park(self, fd, timeout, hangup=None):
         """Sleep until ``fd`` is readable or ``timeout`` seconds pass (None: no limit).
 
         Returns TIMED_OUT, WOKEN (the caller holds a permit: it must call
         :meth:`resumed` once its ``recv`` has returned or failed) or
         WOKEN_UNCOUNTED (no permit to return).
+
+        ``hangup``: called on the watcher thread, before this thread is
+        released, when the peer has closed and nothing is left to read on
+        ``fd`` (the caller's recv will see the end).  It must be quick, must
+        not raise, and must tolerate the caller's own teardown running after it.
         """
-        entry = [threading.Lock(), False]  # the thread's gate, and whether a permit came with its release
+        entry = [threading.Lock(), False, hangup]  # the gate, whether a permit came with its release, hangup
         gate = entry[0]
         gate.acquire()
         with self._lock:
@@ -102,7 +129,7 @@ class IdleWatcher:
                 return TIMED_OUT
             self._parked[fd] = entry
         try:
-            self._epoll.register(fd, select.EPOLLIN | select.EPOLLONESHOT)
+            self._epoll.register(fd, WATCHED)
             registered = True
         except OSError:  # closed under us: let recv report it
             registered = False
@@ -118,7 +145,7 @@ class IdleWatcher:
         if registered:
             try:
                 self._epoll.unregister(fd)
-            except OSError:
+            except (OSError, ValueError):  # (ValueError: stop() closed the epoll after releasing us)
                 pass
         if not woken:
             return TIMED_OUT
@@ -153,24 +180,44 @@ class IdleWatcher:
                     trim(0)  # the disconnects are over: give freed memory back
                     continue
             try:
-                events = self._epoll.poll(timeout)
+                # Room for every parked socket: a mass disconnect's hang-ups are all
+                # handled in this one pass, before any permit wait (len() is a hint).
+                events = self._epoll.poll(timeout, max(MIN_EVENTS, len(self._parked) + 1))
             except InterruptedError:
                 continue
-            for fd, _ in events:
+            chosen = []
+            stopping = False
+            for fd, mask in events:
                 if fd == wake_r:
                     os.read(wake_r, 64)
                     with self._lock:
-                        if self._stopping:
-                            return
+                        stopping = self._stopping
                     continue
                 with self._lock:
                     entry = self._parked.pop(fd, None)
                 if entry is None:
                     continue  # its thread timed out and left
+                # Chosen: its thread waits on its gate, so fd stays open until released.
+                if entry[2] is not None and mask & HANGUP and not _unread(fd):
+                    entry[2]()
+                chosen.append(entry)
+            for entry in chosen:  # (also when stopping: a chosen thread waits for its release)
                 # Waiting for a permit is bounded: should the permits ever be
                 # held up, threads are released uncounted rather than not at all.
-                entry[1] = self._permits.acquire(timeout=PERMIT_WAIT)
+                entry[1] = not stopping and self._permits.acquire(timeout=PERMIT_WAIT)
                 entry[0].release()
+            if stopping:
+                return
+
+
+def _unread(fd):
+    """Bytes received on socket ``fd`` and not yet read (FIONREAD); 1 if it cannot tell."""
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, count, True)
+    except OSError:
+        return 1
+    return count[0]
 
 
 def new_idle_watcher():

@@ -6,8 +6,8 @@ own thread (``nsqd-lookup[host:port]``) and its own ``queue.Queue`` of V1
 commands: creating or deleting a topic or channel only puts one encoded
 command on each peer's queue (never blocks), and each peer sends them in
 order and pings every 15 s.  A lookupd that refuses the connection or goes
-away is dialled again after a short back-off (1 s, doubling, at most the
-ping interval), and each connect IDENTIFYs and REGISTERs everything; Go
+away is dialled again after a short back-off (0.25 s, doubling, at most
+1 s, jittered), and each connect IDENTIFYs and REGISTERs everything; Go
 waits for the next PING instead.
 
 The V1 commands are encoded by :mod:`~nsqd_threaded.wire.protocol_v1`.
@@ -15,6 +15,7 @@ The V1 commands are encoded by :mod:`~nsqd_threaded.wire.protocol_v1`.
 
 import json
 import queue
+import random
 import socket
 import threading
 import time
@@ -36,7 +37,11 @@ from ..wire.protocol_v1 import (
 DIAL_TIMEOUT = 1.0  # seconds to connect to a lookupd
 IO_TIMEOUT = 1.0  # read / write deadline of each call on a lookupd connection
 PING_INTERVAL = 15.0  # Go's ticker; Options.lookupd_ping_interval (internal) overrides it for tests
-RECONNECT_DELAY = 1.0  # the first wait before dialling a lookupd again; doubles up to the ping interval
+RECONNECT_DELAY = 0.25  # the first wait before dialling a lookupd again; doubles up to RECONNECT_MAX
+# The longest wait between dials. Kept short so that a lookupd back from a restart or a healed
+# partition has this broker in /nodes within about DIAL_TIMEOUT + RECONNECT_MAX; a refused or
+# timed-out dial costs one SYN, so a dial a second while a lookupd is away is cheap.
+RECONNECT_MAX = 1.0
 WATCH_INTERVAL = 1.0  # how often an idle connection is checked for a lookupd that closed it
 
 _STOP = object()  # queue sentinel: the peer thread exits
@@ -116,8 +121,10 @@ class LookupPeer:
         """Connect, then send queued commands and a PING every interval, until stopped.
 
         While disconnected (refused, or the lookupd went away), the thread dials
-        again after a short back-off (RECONNECT_DELAY, doubling, capped at the
-        ping interval) instead of waiting for the next PING as Go does; queued
+        again after a short back-off (RECONNECT_DELAY, doubling, capped at
+        RECONNECT_MAX or the ping interval if shorter, each wait drawn from its
+        upper half so brokers restarted together do not dial in lockstep)
+        instead of waiting for the next PING as Go does; queued
         commands are dropped meanwhile (the connect registers the state of that
         moment).  A connected but idle socket is checked every WATCH_INTERVAL for
         a lookupd that closed it, so a restarted lookupd is re-registered within
@@ -125,19 +132,21 @@ class LookupPeer:
         """
         self._log.info("LOOKUP(%s): adding peer", self.address)
         next_ping = time.monotonic() + self._ping_interval
-        delay = min(RECONNECT_DELAY, self._ping_interval)
+        first_delay = min(RECONNECT_DELAY, self._ping_interval)
+        max_delay = min(RECONNECT_MAX, self._ping_interval)
+        delay = first_delay
         next_dial = time.monotonic()
         while not self._stopping.is_set():
             now = time.monotonic()
             if self._sock is None and now >= next_dial:
                 if self._connect():
-                    delay = min(RECONNECT_DELAY, self._ping_interval)
+                    delay = first_delay
                     next_ping = time.monotonic() + self._ping_interval
                     self._nsqd.lookupd_connected()
                 else:
                     self._drop_pending()
-                    next_dial = time.monotonic() + delay
-                    delay = min(delay * 2, self._ping_interval)
+                    next_dial = time.monotonic() + random.uniform(delay / 2, delay)
+                    delay = min(delay * 2, max_delay)
                 continue
             if self._sock is None:
                 wake = next_dial

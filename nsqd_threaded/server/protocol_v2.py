@@ -12,6 +12,7 @@ its body is read).  Everything that can be computed without I/O lives in
 import ssl
 import threading
 import time
+import traceback
 
 from ..broker import auth
 from ..broker.channel import ChannelError, FinishError
@@ -34,7 +35,9 @@ class ProtocolV2:
         self.options = nsqd.options
         self.client = client
         self.limits = limits
-        self.reader = Reader(sock, nsqd.idle_watcher, lambda: client.disconnected, client.tick_heartbeat)
+        # The hangup closes over nsqd and client, not self (a cycle would wait for a full collection).
+        self.reader = Reader(sock, nsqd.idle_watcher, lambda: client.disconnected, client.tick_heartbeat,
+                             lambda: leave_on_hangup(nsqd, client))
         self._valid_topics = {}  # raw name -> str, for names already validated
         self.transport = None  # the TLS/compression layers, once IDENTIFY has negotiated one
         self._topics = {}  # name -> Topic
@@ -460,6 +463,22 @@ class ProtocolV2:
 def thread_refusal(reason="can't start new thread"):
     """The error frame that refuses a connection the host has no thread for (see docs/deploy.md)."""
     return protocol_v2.error_frame(ProtocolError("E_INVALID", "cannot start a client thread - %s" % reason))
+
+
+def leave_on_hangup(nsqd, client):
+    """The idle watcher saw this parked client's peer close: stop its pump and unsubscribe now.
+
+    Runs on the watcher thread, so that after a mass disconnect every client
+    leaves its channel in one pass instead of as its thread's turn comes; the
+    connection thread's teardown (:func:`handle_connection`) repeats both
+    steps, which then find nothing to do.  Never raises (the watcher must go on).
+    """
+    try:
+        with nsqd.teardown_lock:
+            client.stop_pump()
+            nsqd.remove_client(client)
+    except Exception:  # noqa: BLE001 - logged; the connection thread's teardown still runs
+        nsqd.log.error("client(%s): leaving on hangup failed\n%s", client, traceback.format_exc())
 
 
 def handle_connection(nsqd, sock, address, limits=None):

@@ -37,7 +37,7 @@ class Reader:
     Used by the connection thread only.
     """
 
-    def __init__(self, sock, idle_watcher=None, disconnected=None, ticker=None):
+    def __init__(self, sock, idle_watcher=None, disconnected=None, ticker=None, hangup=None):
         """``disconnected``: a callable, true once the connection is being closed
         (checked before each recv and each decode: a stream that inflates to
         gigabytes from what is already received must not outlive the broker).
@@ -48,6 +48,10 @@ class Reader:
         due and returns when to call it next, or None for never (the pump
         sends them now, or heartbeats are off).  Without a deadline (no
         heartbeats) it is not called.
+
+        ``hangup``: given to the idle watcher with each park (see
+        :meth:`IdleWatcher.park <nsqd_threaded.server.idle.IdleWatcher.park>`):
+        the watcher calls it when the peer has closed the parked connection.
         """
         self._sock = sock
         self._disconnected = disconnected
@@ -61,6 +65,7 @@ class Reader:
         # With a watcher, a recv also times out after IDLE_AFTER seconds and
         # the thread parks there (see nsqd_threaded.server.idle).
         self._idle = idle_watcher
+        self._hangup = hangup
         self._holds_permit = False
         if idle_watcher is not None:
             self._set_timeout(None)
@@ -218,7 +223,7 @@ class Reader:
             if idle is None:
                 woken = WOKEN_UNCOUNTED  # the blocking recv waits, for IDLE_AFTER seconds at most
             else:
-                woken = idle.park(self._sock.fileno(), wait)
+                woken = idle.park(self._sock.fileno(), wait, self._hangup)
                 if woken == TIMED_OUT:
                     if tick_at is not None and _monotonic() >= tick_at:
                         continue  # a heartbeat is due, not the deadline

@@ -10,6 +10,7 @@ made, namespaces and processes, also when it fails (checked after each one).
 import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -86,6 +87,89 @@ def test_broker_killed_and_restarted_durable_loses_no_acked_message(runner):
     result = runner.run("broker_kill", "ours")
     assert result["acked"] > 1000, result
     assert result["lost"] == 0, result
+
+
+def test_stall_and_reset_with_a_third_party_consumer_lose_nothing(runner):
+    """(5b) every client link to b1 through the fault proxy: a 0.8 s stall (within Go's heartbeat
+    rules: no connection may drop), a 5 s stall (past two heartbeats: dropped and redialled), then an
+    RST of every connection, both sides. c1 is our Consumer, c2 pynsq's Reader: both histories are
+    checked together; nothing acked is lost and the third-party client got its share."""
+    result = runner.run("stall_reset", "ours")
+    assert result["acked"] > 2000, result
+    assert result["lost"] == 0, result
+    assert result["short_stall_reconnects"] == 0, result
+    assert result["long_stall_redials"] >= 3, result  # past two heartbeats: every client dropped and redialled
+    assert result["pynsq_deliveries"] > 0, result
+    assert len(result["reset_back_s"]) == 1, result  # every client came back after the reset
+
+
+def _proxy(args):
+    argv = [sys.executable, os.path.join(REPO_ROOT, "scripts", "faults.py"), "_proxy"] + args
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_proxy_stall_holds_bytes_and_reset_sends_rst_both_ways(tmp_path):
+    """The proxy's toxics on loopback: while stalled nothing is forwarded but the connection stays
+    open, and everything held arrives once it flows; a reset is an RST to both ends."""
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen(4)
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    listen = "127.0.0.1:%d" % probe.getsockname()[1]
+    probe.close()
+    history = str(tmp_path / "proxy.jsonl")
+    proc = _proxy(["--listen", listen, "--target", "127.0.0.1:%d" % upstream.getsockname()[1],
+                   "--history", history, "--bandwidth-kbps", "64"])
+    client = server = None
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client = socket.create_connection(("127.0.0.1", int(listen.split(":")[1])), timeout=10)
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline, "the proxy never listened"
+                time.sleep(0.05)
+        upstream.settimeout(10)
+        server, _ = upstream.accept()
+        server.settimeout(10)
+        client.sendall(b"before")
+        assert server.recv(64) == b"before"
+        # 48 KiB at 64 KiB/s: paced (a lower bound only: a loaded machine is only ever slower)
+        started = time.monotonic()
+        client.sendall(b"x" * 49152)
+        got = 0
+        while got < 49152:
+            got += len(server.recv(65536))
+        assert time.monotonic() - started >= 0.5
+
+        proc.send_signal(signal.SIGUSR2)  # stall
+        deadline = time.monotonic() + 10
+        while not any(e["ev"] == "stall" for e in faults.read_history(history)):
+            assert time.monotonic() < deadline, "no stall"
+            time.sleep(0.02)
+        client.sendall(b"held")
+        server.settimeout(0.5)
+        with pytest.raises(socket.timeout):
+            server.recv(64)  # held by the proxy, the connection open
+        server.settimeout(10)
+        proc.send_signal(signal.SIGUSR2)  # flow
+        assert server.recv(64) == b"held"
+
+        proc.send_signal(signal.SIGUSR1)  # reset
+        with pytest.raises(ConnectionResetError):
+            client.recv(64)
+        with pytest.raises(ConnectionResetError):
+            server.recv(64)
+        events = [e["ev"] for e in faults.read_history(history)]
+        assert events == ["accept", "stall", "flow", "reset"], events
+    finally:
+        for s in (client, server, upstream):
+            if s is not None:
+                s.close()
+        proc.terminate()
+        proc.wait(10)
 
 
 def test_checker_counts_lost_and_classifies_duplicates(tmp_path):

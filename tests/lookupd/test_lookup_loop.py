@@ -559,3 +559,27 @@ def test_against_go_nsqlookupd(make_nsqd, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_reregisters_within_a_second_or_two_after_a_long_outage(make_nsqd, make_lookupd):
+    # A lookupd that refuses connections for a while (stopped), then accepts again on the same port
+    # (a restart, or a partition healing): the broker must not have backed off into Go's 15 s ping
+    # cadence, so it is in /nodes again promptly (docs/divergences.md).
+    lk = make_lookupd()
+    tcp, http_addr = lk.tcp_address, lk.http_address
+    addr = "127.0.0.1:%d" % tcp[1]
+    nsqd = make_nsqd(nsqlookupd_tcp_addresses=[addr], broadcast_address="127.0.0.1")
+    nsqd.get_topic("t")
+
+    def nodes(lookupd):
+        return json.loads(http("GET", lookupd.http_url + "/nodes")[1])["producers"]
+
+    wait_until(lambda: len(nodes(lk)) == 1, what="registered")
+    lk.stop()
+    log = nsqd.log.stream
+    start = len(log.getvalue())
+    connecting = "LOOKUP connecting to %s" % addr
+    # Five refused dials: with an uncapped doubling back-off (1, 2, 4, 8 s) the next would be 16 s away.
+    wait_until(lambda: log.getvalue()[start:].count(connecting) >= 5, timeout=40, what="refused dials")
+    back = make_lookupd(tcp_address="127.0.0.1:%d" % tcp[1], http_address="127.0.0.1:%d" % http_addr[1])
+    wait_until(lambda: len(nodes(back)) == 1, timeout=4.0, what="re-registration after the outage")

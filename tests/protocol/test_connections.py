@@ -2,10 +2,12 @@
 
 import gc
 import http.client
+import json
 import platform
 import socket
 import struct
 import threading
+import urllib.request
 import weakref
 
 import pytest
@@ -235,6 +237,151 @@ def test_idle_watcher_releases_without_a_permit_rather_than_never():
         for a, b in pairs:
             a.close()
             b.close()
+
+
+def test_idle_watcher_runs_hangup_before_releasing_the_thread():
+    # The peer closed and nothing is left to read: the watcher itself calls the hangup,
+    # before the parked thread is released (so a mass close updates the broker's state
+    # in one pass of the watcher, not as each thread gets its turn).
+    watcher = IdleWatcher()
+    watcher.start()
+    a, b = socket.socketpair()
+    returned = threading.Event()
+    calls = []
+
+    def hangup():
+        calls.append((threading.current_thread().name, returned.is_set()))
+
+    try:
+        threading.Timer(0.05, b.close).start()
+        woken = watcher.park(a.fileno(), 30, hangup)
+        returned.set()
+        assert woken == WOKEN
+        assert calls == [("nsqd-idle-watch", False)]
+        assert a.recv(1) == b""
+        watcher.resumed()
+    finally:
+        watcher.stop()
+        a.close()
+        b.close()
+
+
+def test_idle_watcher_leaves_a_close_with_unread_bytes_to_its_thread():
+    # A FIN sent just before the close must be read and processed by the thread first.
+    watcher = IdleWatcher()
+    watcher.start()
+    a, b = socket.socketpair()
+    calls = []
+    try:
+        def fin_and_close():
+            b.sendall(b"FIN 0123456789abcdef\n")
+            b.close()
+
+        threading.Timer(0.05, fin_and_close).start()
+        assert watcher.park(a.fileno(), 30, lambda: calls.append(1)) == WOKEN
+        assert calls == []
+        assert a.recv(64) == b"FIN 0123456789abcdef\n"
+        watcher.resumed()
+    finally:
+        watcher.stop()
+        a.close()
+        b.close()
+
+
+@pytest.mark.timeout(60)
+def test_idle_watcher_stop_still_releases_a_thread_chosen_in_the_same_batch():
+    # One permit, held: the watcher spends PERMIT_WAIT on the next wake-up, meanwhile a second
+    # socket becomes readable and stop() is called, so one epoll batch holds both. The parked
+    # thread chosen from it must still be released (it waits on its gate with no timeout).
+    watcher = IdleWatcher(max_running=1)
+    watcher.start()
+    pairs = [socket.socketpair() for _ in range(3)]
+    results = {}
+
+    def park(i):
+        results[i] = watcher.park(pairs[i][0].fileno(), 30)
+
+    threads = [threading.Thread(target=park, args=(i,)) for i in (1, 2)]
+    stopper = threading.Thread(target=watcher.stop)
+    try:
+        pairs[0][1].sendall(b"x")
+        assert watcher.park(pairs[0][0].fileno(), 30) == WOKEN  # the only permit, never returned
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(watcher._parked) == 2, what="two threads parked")
+        pairs[1][1].sendall(b"x")  # the watcher waits for a permit for this one...
+        wait_for(lambda: len(watcher._parked) == 1, what="the first chosen")
+        pairs[2][1].sendall(b"x")  # ...while this one and the stop arrive
+        stopper.start()
+        for t in threads:
+            t.join(20)
+        assert not any(t.is_alive() for t in threads), results
+        assert results == {1: WOKEN_UNCOUNTED, 2: WOKEN_UNCOUNTED}
+    finally:
+        stopper.join(20)
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+@pytest.mark.timeout(60)
+def test_fin_then_close_from_a_parked_consumer_is_processed(nsqd):
+    watcher = nsqd.idle_watcher
+    if watcher is None:
+        pytest.skip("no epoll here: connections are not parked")
+    sub = Conn(nsqd.tcp_address)
+    try:
+        sub.sub("finclose", "c", rdy=1)
+        channel = channel_of(nsqd, "finclose", "c")
+        wait_for(lambda: len(watcher._parked) >= 1, timeout=IDLE_AFTER * 20, what="parked")
+        with Conn(nsqd.tcp_address) as pub:
+            pub.pub("finclose", b"m")  # delivered by the pump while the connection thread stays parked
+        _, _, mid, _ = sub.read_message()
+        sub.send(b"FIN " + mid + b"\n")
+        sub.sock.shutdown(socket.SHUT_WR)
+    finally:
+        sub.close()
+    wait_for(lambda: not channel.clients(), what="the consumer gone")
+    wait_for(lambda: channel.in_flight_count() == 0 and channel.depth() == 0, what="nothing in flight")
+    assert channel.requeue_count == 0  # its FIN was processed, not its message requeued
+
+
+@pytest.mark.timeout(120)
+def test_mass_close_of_parked_subscribers_empties_stats_and_ends_their_threads(nsqd):
+    # At a small scale, the row of scripts/reliability.py (sub_new_channels): subscribers to
+    # their own channels (ephemeral here, so leaving deletes them), idle long enough to park,
+    # all close at once. They leave /stats, their channels go, and every thread ends.
+    watcher = nsqd.idle_watcher
+    n = 200
+
+    def connection_threads():
+        return [t for t in threading.enumerate() if t.name.startswith("nsqd-conn[")]
+
+    subs = [socket.create_connection(nsqd.tcp_address) for _ in range(n)]
+    for i, s in enumerate(subs):
+        s.sendall(b"  V2SUB massidle c%d#ephemeral\n" % i)
+    topic = None
+
+    def subscribed():
+        t = nsqd.get_existing_topic("massidle")
+        return t is not None and sum(len(c.clients()) for c in t.channels()) == n
+
+    wait_for(subscribed, timeout=60, what="all subscribed")
+    topic = nsqd.get_existing_topic("massidle")
+    if watcher is not None:
+        wait_for(lambda: len(watcher._parked) >= n, timeout=60, what="all parked")
+    for s in subs:
+        s.close()
+
+    def stats_clients():
+        doc = json.loads(urllib.request.urlopen("http://%s:%d/stats?format=json" % nsqd.http_address,
+                                                timeout=30).read())
+        return sum(len(c["clients"]) for t in doc["topics"] for c in t["channels"])
+
+    wait_for(lambda: stats_clients() == 0, timeout=60, what="/stats without clients")
+    wait_for(lambda: not topic.channels(), timeout=60, what="the ephemeral channels deleted")
+    wait_for(lambda: not connection_threads(), timeout=60, what="every connection thread ended")
+    assert ping(nsqd) == (200, b"OK")
 
 
 # -- after a mass close ---------------------------------------------------------
