@@ -51,8 +51,10 @@ TRIM_AFTER_CLOSED = 256  # connections closed since the last trim that make one 
 TRIM_QUIET = 1.0  # seconds without a close before the watcher trims
 MIN_EVENTS = 64  # the smallest batch asked of epoll
 if hasattr(select, "epoll"):
-    WATCHED = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT  # what a parked socket waits for
-    HANGUP = select.EPOLLRDHUP | select.EPOLLHUP  # the peer closed (or reset) the connection
+    # PyPy 3.9's select module lacks EPOLLRDHUP; its epoll passes the bits on, so Linux's value serves.
+    _EPOLLRDHUP = getattr(select, "EPOLLRDHUP", 0x2000)
+    WATCHED = select.EPOLLIN | _EPOLLRDHUP | select.EPOLLONESHOT  # what a parked socket waits for
+    HANGUP = _EPOLLRDHUP | select.EPOLLHUP  # the peer closed (or reset) the connection
 
 # IdleWatcher.park results
 TIMED_OUT = 0
