@@ -7,6 +7,7 @@ that another broker must not take, the files' permissions and their removal at
 a graceful stop, and nsqlookupd on sockets with an nsqd registering through one.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -75,6 +76,33 @@ def wait_until(predicate, timeout, what):
             return value
         time.sleep(0.02)
     raise AssertionError("timed out waiting for " + what)
+
+
+def publish(address, topic, body):
+    """One PUB through our Producer to ``address`` (a socket path, an @name or host:port)."""
+    producer = Producer(address)
+    try:
+        producer.pub(topic, body)
+    finally:
+        producer.close()
+
+
+@contextlib.contextmanager
+def one_message_back(address, topic, body, what):
+    """PUBs ``body`` to ``topic`` at ``address`` and asserts our Consumer (channel c) gets it, and only it.
+
+    Yields the consumer, still subscribed; closes it on the way out.
+    """
+    publish(address, topic, body)
+    got = []
+    consumer = Consumer(address, topic, "c", lambda m: got.append(m.body) or True)
+    consumer.start()
+    try:
+        wait_until(lambda: got, 20, what)
+        assert got == [body]
+        yield consumer
+    finally:
+        consumer.close()
 
 
 # -- a raw protocol V2 peer --------------------------------------------------------
@@ -204,11 +232,7 @@ def test_a_stale_socket_file_from_a_killed_broker_is_replaced(sock_dir, tmp_path
     data = str(tmp_path / "data")
     os.mkdir(data)
     first = BrokerProcess(tcp_address=tcp, http_address=http_path, data_path=data).start()
-    producer = Producer(tcp)
-    try:
-        producer.pub("kept", b"before the crash")
-    finally:
-        producer.close()
+    publish(tcp, "kept", b"before the crash")
     first.kill()  # SIGKILL: the files stay, nobody listens on them
     assert stat.S_ISSOCK(os.lstat(tcp).st_mode) and stat.S_ISSOCK(os.lstat(http_path).st_mode)
     second = BrokerProcess(tcp_address=tcp, http_address=http_path, data_path=data).start()
@@ -231,11 +255,7 @@ def test_a_live_socket_is_not_taken(sock_dir, tmp_path):
         assert "another process is listening on %s" % tcp in str(failed.value)
         assert intruder.returncode not in (None, 0)
         # the live broker keeps its socket and serves on
-        producer = Producer(tcp)
-        try:
-            producer.pub("still", b"here")
-        finally:
-            producer.close()
+        publish(tcp, "still", b"here")
         assert live.stats(topic="still")["topics"][0]["depth"] == 1
 
 
@@ -298,19 +318,8 @@ def test_nsqd_on_abstract_sockets_with_our_client(tmp_path):
         assert {tcp, http_path} <= abstract_listeners()
         assert "TCP: listening on %s" % tcp in nsqd.log
         assert http(http_path, "GET", "/ping") == (200, b"OK")
-        producer = Producer(tcp)
-        try:
-            producer.pub("abs", b"no file")
-        finally:
-            producer.close()
-        got = []
-        consumer = Consumer(tcp, "abs", "c", lambda m: got.append(m.body) or True)
-        consumer.start()
-        try:
-            wait_until(lambda: got, 20, "the message")
-            assert got == [b"no file"]
-        finally:
-            consumer.close()
+        with one_message_back(tcp, "abs", b"no file", "the message"):
+            pass
         # a name in use is refused (there is no stale file to probe or remove)
         intruder = BrokerProcess(tcp_address=tcp, http_address="127.0.0.1:0", start_timeout=20)
         with pytest.raises(RuntimeError) as failed:
@@ -342,11 +351,7 @@ def test_go_nsqd_on_abstract_sockets_with_our_client():
     tcp, http_path = abstract_names("go")
     with BrokerProcess(command=[GO_NSQD], tcp_address=tcp, http_address=http_path):
         assert {tcp, http_path} <= abstract_listeners()
-        producer = Producer(tcp)
-        try:
-            producer.pub("g", b"to go, abstractly")
-        finally:
-            producer.close()
+        publish(tcp, "g", b"to go, abstractly")
         status, body = http(http_path, "GET", "/stats?format=json&topic=g")
         assert status == 200 and json.loads(body)["topics"][0]["depth"] == 1
 
@@ -489,21 +494,9 @@ def test_a_lookupd_on_tcp_cannot_point_nsqd_at_a_local_socket(sock_dir):
 def test_go_nsqd_on_unix_sockets_with_our_client(sock_dir):
     tcp, http_path = paths(sock_dir, "go")
     with BrokerProcess(command=[GO_NSQD], tcp_address=tcp, http_address=http_path) as go:
-        producer = Producer(tcp)
-        try:
-            producer.pub("g", b"to go")
-        finally:
-            producer.close()
-        got = []
-        consumer = Consumer(tcp, "g", "c", lambda m: got.append(m.body) or True)
-        consumer.start()
-        try:
-            wait_until(lambda: got, 20, "the message from Go's nsqd")
-            assert got == [b"to go"]
+        with one_message_back(tcp, "g", b"to go", "the message from Go's nsqd"):
             client = go.stats(topic="g")["topics"][0]["channels"][0]["clients"][0]
             assert client["remote_address"] == "@"  # Go's view of a unix peer
-        finally:
-            consumer.close()
         info = json.loads(http(http_path, "GET", "/info")[1])
         assert (info["tcp_port"], info["http_port"]) == (-1, -1)
 

@@ -1,4 +1,4 @@
-"""Real HTTP endpoints on 127.0.0.1:0 for nsq_to_http's tests: a recording Sink, a ScriptedServer of raw answers."""
+"""Real HTTP endpoints on 127.0.0.1:0 for nsq_to_http's tests: a recording Sink, a raw Endpoint, a ScriptedServer."""
 
 import http.server
 import socket
@@ -87,33 +87,40 @@ class Sink:
                 raise AssertionError("no %s within %ss; got %r" % (what, timeout, self.requests[-10:]))
 
 
-CLOSE = object()  # in a script: close the connection instead of answering
+class Endpoint:
+    """A raw HTTP endpoint on 127.0.0.1 whose ``respond(number, sock)`` answers request ``number`` (0 on).
 
-
-def then_close(answer):
-    """In a script: send ``answer``, then close the connection."""
-    return (answer,)
-
-
-class ScriptedServer:
-    """Answers each request (a head and its Content-Length body) with the next bytes of ``script``.
-
-    ``connections`` counts the accepted connections, ``requests`` the requests
-    read; ``_lock`` guards both and the script's position.
+    Each request (a head and its Content-Length body) is read whole, then
+    handed to ``respond``, which writes what it likes to ``sock`` (plain, or
+    TLS through ``context``) and returns False to end the connection.
+    ``url`` and ``port`` say where it listens.  ``_lock`` (and the
+    ``_changed`` condition on it) guards ``requests`` (each whole request as
+    sent, in arrival order), ``bodies`` (their bodies), ``answered`` (the
+    bodies of those ``respond`` kept the connection after), ``connections``
+    (accepted), ``held`` (requests being answered now) and ``peak`` (the
+    most at once).  Every thread it starts is joined on exit: a ``respond``
+    that holds an answer must let go by then.
     """
 
-    def __init__(self, script, context=None):
-        self.script = list(script)
+    def __init__(self, respond, context=None, timeout=30.0):
+        self.respond = respond
         self.context = context
-        self.connections = 0
-        self.requests = []
+        self.timeout = timeout
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self.requests = []
+        self.bodies = []
+        self.answered = []
+        self.connections = 0
+        self.held = 0
+        self.peak = 0
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(8)
+        self.listener.listen(256)  # nsq_to_http opens up to -n (100) connections at once
         self.port = self.listener.getsockname()[1]
+        self.url = "%s://127.0.0.1:%d" % ("http" if context is None else "https", self.port)
         self._threads = []
-        self._acceptor = threading.Thread(target=self._accept, name="scripted-http-accept")
+        self._acceptor = threading.Thread(target=self._accept, name="endpoint-accept")
 
     def __enter__(self):
         self._acceptor.start()
@@ -126,24 +133,32 @@ class ScriptedServer:
         for t in self._threads:
             t.join(10)
 
+    def wait(self, predicate, timeout=30.0, what="requests"):
+        """Wait until ``predicate(self)`` holds (checked whenever a request arrives or is answered)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: predicate(self), timeout):
+                raise AssertionError("no %s within %ss (requests %d, held %d)"
+                                     % (what, timeout, len(self.requests), self.held))
+
     def _accept(self):
         while True:
             try:
                 conn, _ = self.listener.accept()
             except OSError:
                 return
-            with self._lock:
+            with self._changed:
                 self.connections += 1
-            t = threading.Thread(target=self._serve, args=(conn,), name="scripted-http-conn")
+            t = threading.Thread(target=self._serve, args=(conn,), name="endpoint-conn")
             self._threads.append(t)
             t.start()
 
     def _serve(self, conn):
-        conn.settimeout(10)
+        conn.settimeout(self.timeout)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a trickled answer goes out as written
+        buf = b""
         try:
             if self.context is not None:
                 conn = self.context.wrap_socket(conn, server_side=True)
-            buf = b""
             while True:
                 while b"\r\n\r\n" not in buf:
                     data = conn.recv(65536)
@@ -157,16 +172,53 @@ class ScriptedServer:
                         length = int(line.split(b":")[1])
                 while len(buf) < length:
                     buf += conn.recv(65536)
-                with self._lock:
-                    self.requests.append(head + b"\r\n\r\n" + buf[:length])
-                    answer = self.script.pop(0) if self.script else CLOSE
-                buf = buf[length:]
-                if answer is CLOSE:
-                    return
-                conn.sendall(answer[0] if isinstance(answer, tuple) else answer)
-                if isinstance(answer, tuple):
+                body, buf = buf[:length], buf[length:]
+                with self._changed:
+                    number = len(self.requests)
+                    self.requests.append(head + b"\r\n\r\n" + body)
+                    self.bodies.append(body)
+                    self.held += 1
+                    self.peak = max(self.peak, self.held)
+                    self._changed.notify_all()
+                keep = False  # a respond that raises ends the connection
+                try:
+                    keep = self.respond(number, conn)
+                finally:
+                    with self._changed:
+                        self.held -= 1
+                        if keep is not False:
+                            self.answered.append(body)
+                        self._changed.notify_all()
+                if keep is False:
                     return
         except OSError:
             return
         finally:
             conn.close()
+
+
+CLOSE = object()  # in a script: close the connection instead of answering
+
+
+def then_close(answer):
+    """In a script: send ``answer``, then close the connection."""
+    return (answer,)
+
+
+class ScriptedServer(Endpoint):
+    """An ``Endpoint`` that answers request ``n`` with ``script[n]``: bytes, ``then_close(bytes)`` or ``CLOSE``.
+
+    Past the script's end it closes the connection.  ``requests`` holds the
+    whole requests read, ``connections`` counts the accepted connections.
+    """
+
+    def __init__(self, script, context=None):
+        self.script = list(script)
+        super().__init__(self._play, context, timeout=10.0)
+
+    def _play(self, number, sock):
+        answer = self.script[number] if number < len(self.script) else CLOSE
+        if answer is CLOSE:
+            return False
+        sock.sendall(answer[0] if isinstance(answer, tuple) else answer)
+        return not isinstance(answer, tuple)
