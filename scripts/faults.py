@@ -406,7 +406,8 @@ def client_proxy(args):
                 record("flow")
         try:
             client, peer = listener.accept()
-        except socket.timeout:
+        except (socket.timeout, BlockingIOError):
+            # (PyPy 3.9: a signal during a timed accept raises EAGAIN, not a timeout)
             continue
         try:
             upstream = socket.create_connection((thost, int(tport)), timeout=2.0)
