@@ -20,6 +20,8 @@ import pytest
 
 import nsqd_threaded
 
+from support.wire import wait_for
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nsqd_threaded.__file__)))
 
 
@@ -123,14 +125,13 @@ def test_proxy_stall_holds_bytes_and_reset_sends_rst_both_ways(tmp_path):
                    "--history", history, "--bandwidth-kbps", "64"])
     client = server = None
     try:
-        deadline = time.monotonic() + 20
-        while True:
+        def connected():
             try:
-                client = socket.create_connection(("127.0.0.1", int(listen.split(":")[1])), timeout=10)
-                break
+                return socket.create_connection(("127.0.0.1", int(listen.split(":")[1])), timeout=10)
             except ConnectionRefusedError:
-                assert time.monotonic() < deadline, "the proxy never listened"
-                time.sleep(0.05)
+                return None
+
+        client = wait_for(connected, 20, interval=0.05, what="the proxy to listen")
         upstream.settimeout(10)
         server, _ = upstream.accept()
         server.settimeout(10)
@@ -145,10 +146,8 @@ def test_proxy_stall_holds_bytes_and_reset_sends_rst_both_ways(tmp_path):
         assert time.monotonic() - started >= 0.5
 
         proc.send_signal(signal.SIGUSR2)  # stall
-        deadline = time.monotonic() + 10
-        while not any(e["ev"] == "stall" for e in faults.read_history(history)):
-            assert time.monotonic() < deadline, "no stall"
-            time.sleep(0.02)
+        wait_for(lambda: any(e["ev"] == "stall" for e in faults.read_history(history)), 10, interval=0.02,
+                 what="the stall in the proxy's history")
         client.sendall(b"held")
         server.settimeout(0.5)
         with pytest.raises(socket.timeout):

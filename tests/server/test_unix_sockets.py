@@ -27,6 +27,8 @@ from nsqd_threaded.internal.httpclient import request
 from nsqd_threaded.settings.options import Options
 from nsqd_threaded.testing import Broker, BrokerProcess, Lookupd
 
+from support.wire import wait_for
+
 pytestmark = pytest.mark.timeout(90)
 
 GO_BIN = os.environ.get("NSQ_GO_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared",
@@ -69,13 +71,7 @@ def umask():
 
 
 def wait_until(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for " + what)
+    return wait_for(predicate, timeout, interval=0.02, what=what)
 
 
 def publish(address, topic, body):
