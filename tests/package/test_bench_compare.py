@@ -7,7 +7,6 @@ Go's binaries are not needed: the phases run with this project's load scripts.
 import argparse
 import importlib
 import os
-import socket
 import subprocess
 import sys
 
@@ -51,10 +50,19 @@ def test_go_durations_in_microseconds(tools, text, us):
 
 
 def test_the_listening_address_of_a_process_comes_from_proc(common):
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        assert common.listening_address(os.getpid()) == "127.0.0.1:%d" % listener.getsockname()[1]
+    # A child with exactly one listener: this process may hold others (PySpark's gateway, for one).
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import socket,sys\n"
+         "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+         "print(s.getsockname()[1], flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(child.stdout.readline())
+        assert common.listening_address(child.pid) == "127.0.0.1:%d" % port
+        assert common.listening_address(child.pid, exclude="127.0.0.1:%d" % port) is None
+    finally:
+        child.stdin.close()
+        child.wait(timeout=10)
 
 
 def test_cpu_seconds_of_this_process(common):
