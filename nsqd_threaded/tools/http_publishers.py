@@ -16,8 +16,10 @@ so there is no lock.
 A connection is kept alive after an answer that allows it and reused, most
 recent first, by the next request to the same scheme, host and port.  An idle
 connection stays registered for reading: a server that closes it is noticed
-and the connection dropped.  If a reused one fails before any answer
-(closed, reset), the request is made once more on a new connection.
+and the connection dropped; one left unused for ``idle_timeout`` seconds
+(90, as Go's HTTP transport for nsq_to_http) is closed.  If a reused one
+fails before any answer (closed, reset), the request is made once more on a
+new connection.
 """
 
 import collections
@@ -47,6 +49,9 @@ RESOLVE_EVERY = 30.0
 # how often in-progress requests are checked against their deadlines (a timeout fires at most this late)
 TIMEOUT_CHECK = 0.05
 
+# how long a kept-alive connection may wait unused before it is closed (Go's transport: IdleConnTimeout)
+IDLE_TIMEOUT = 90.0
+
 _RETRYABLE = (http_conn.Closed, ConnectionResetError, BrokenPipeError)
 
 
@@ -57,7 +62,7 @@ class RequestFailed(Exception):
 class _Conn:
     """One non-blocking connection to an endpoint (``key``: scheme, host, port) and the request on it."""
 
-    __slots__ = ("key", "sock", "state", "events", "reader", "out", "job", "reused", "tls", "rest")
+    __slots__ = ("key", "sock", "state", "events", "reader", "out", "job", "reused", "tls", "rest", "idle_since")
 
     def __init__(self, key, sock, tls):
         self.key = key
@@ -70,6 +75,7 @@ class _Conn:
         self.job = None
         self.reused = False
         self.rest = ()  # the host's other addresses, tried in turn while connecting
+        self.idle_since = 0.0  # when it last became idle (monotonic)
 
 
 class _Job:
@@ -106,6 +112,8 @@ class HTTPPublishers:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.requeue_delay_ms = requeue_delay_ms
+        # read by the driver whenever a connection turns idle: set it before the first message
+        self.idle_timeout = IDLE_TIMEOUT
         # handed over by reader threads (deque appends are atomic); the driver pops them
         self._incoming = collections.deque()
         # True while a wake-up byte is on its way or the driver will look at _incoming anyway: a hint
@@ -123,6 +131,7 @@ class HTTPPublishers:
         self._waiting = collections.deque()  # messages taken, not yet started (more than n at once)
         self._jobs = set()  # in progress
         self._idle = {}  # endpoint key -> kept-alive connections, most recent last
+        self._idle_check_at = None  # when the oldest idle connection expires (None: none is idle)
         self._addresses = {}  # (host, port) -> (resolved at, getaddrinfo's answers)
 
     def start(self):
@@ -173,10 +182,10 @@ class HTTPPublishers:
             if self._stopping.is_set():
                 if not self._jobs or time.monotonic() >= self._stop_deadline:
                     return
-            if self._jobs:
-                timeout = max(0.0, next_check - time.monotonic())
-            else:
-                timeout = None
+            wake_at = next_check if self._jobs else None
+            if self._idle_check_at is not None and (wake_at is None or self._idle_check_at < wake_at):
+                wake_at = self._idle_check_at
+            timeout = None if wake_at is None else max(0.0, wake_at - time.monotonic())
             for key, mask in select(timeout):
                 conn = key.data
                 if conn is None:
@@ -191,11 +200,13 @@ class HTTPPublishers:
                 else:
                     self._step(conn)
             self._take()
-            if self._jobs:
+            if self._jobs or self._idle_check_at is not None:
                 now = time.monotonic()
-                if now >= next_check:
+                if self._jobs and now >= next_check:
                     self._expire(now)
                     next_check = now + TIMEOUT_CHECK
+                if self._idle_check_at is not None and now >= self._idle_check_at:
+                    self._expire_idle(now)
 
     def _take(self):
         """Start what came in, up to ``n`` at once; the rest wait their turn."""
@@ -386,7 +397,10 @@ class HTTPPublishers:
         if keep_alive:
             conn.state = _IDLE
             conn.reused = False
+            conn.idle_since = now = time.monotonic()
             self._idle.setdefault(conn.key, []).append(conn)
+            if self._idle_check_at is None:
+                self._idle_check_at = now + self.idle_timeout
         else:
             self._close(conn)
         app = self.app
@@ -444,6 +458,22 @@ class HTTPPublishers:
     def _expire(self, now):
         for job in [j for j in self._jobs if j.conn is not None and j.deadline <= now]:
             self._error(job, job.conn, socket.timeout("timed out"))
+
+    def _expire_idle(self, now):
+        """Close the connections idle for ``idle_timeout``; note when the next one expires."""
+        oldest = None
+        for key, conns in list(self._idle.items()):
+            # most recent last: the expired ones are a prefix
+            expired = 0
+            while expired < len(conns) and conns[expired].idle_since + self.idle_timeout <= now:
+                self._close(conns[expired])
+                expired += 1
+            del conns[:expired]
+            if not conns:
+                del self._idle[key]
+            elif oldest is None or conns[0].idle_since < oldest:
+                oldest = conns[0].idle_since
+        self._idle_check_at = None if oldest is None else oldest + self.idle_timeout
 
     def _drop_idle(self, conn):
         idle = self._idle.get(conn.key)

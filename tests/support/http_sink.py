@@ -97,7 +97,7 @@ class Endpoint:
     ``_changed`` condition on it) guards ``requests`` (each whole request as
     sent, in arrival order), ``bodies`` (their bodies), ``answered`` (the
     bodies of those ``respond`` kept the connection after), ``connections``
-    (accepted), ``held`` (requests being answered now) and ``peak`` (the
+    (accepted), ``closed`` (ended, by either side), ``held`` (requests being answered now) and ``peak`` (the
     most at once).  Every thread it starts is joined on exit: a ``respond``
     that holds an answer must let go by then.
     """
@@ -112,6 +112,7 @@ class Endpoint:
         self.bodies = []
         self.answered = []
         self.connections = 0
+        self.closed = 0
         self.held = 0
         self.peak = 0
         self.listener = socket.socket()
@@ -194,7 +195,11 @@ class Endpoint:
         except OSError:
             return
         finally:
+            # a close from the client side is seen here as the end of the stream
             conn.close()
+            with self._changed:
+                self.closed += 1
+                self._changed.notify_all()
 
 
 CLOSE = object()  # in a script: close the connection instead of answering

@@ -314,3 +314,27 @@ def test_a_stream_of_messages_through_many_connections_is_all_sent_once(broker):
             publish(broker, "t", bodies[start:start + 500])
         wait_all_fined(broker, tool, timeout=90)
     assert sorted(e.answered) == bodies and e.connections <= 20
+
+
+def test_a_kept_alive_connection_left_unused_is_closed_after_the_idle_timeout(broker):
+    """Go's transport closes a connection idle for 90 s; ours too (here made 0.3 s), and a later message
+    opens a new one."""
+    from nsqd_threaded.tools import nsq_to_http
+
+    make_channels(broker, "t", "nsq_to_http")
+    with Endpoint(answer_ok) as e:
+        _, params = nsq_to_http.main.parse(["--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr,
+                                            "--post=" + e.url, "-n", "1"])
+        options, _ = nsq_to_http.main.resolve(params)
+        app = nsq_to_http.ToHTTP(options).start()
+        try:
+            app.publishers.idle_timeout = 0.3  # before any connection turns idle
+            publish(broker, "t", [b"first"])
+            e.wait(lambda s: s.answered == [b"first"], what="the first answer")
+            assert e.connections == 1
+            e.wait(lambda s: s.closed == 1, timeout=10, what="the idle connection closed")
+            publish(broker, "t", [b"second"])
+            e.wait(lambda s: s.answered == [b"first", b"second"], what="the second answer")
+            assert e.connections == 2
+        finally:
+            app.stop()
