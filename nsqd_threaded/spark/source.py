@@ -16,7 +16,8 @@ large buffer and keeps the message frames of one read as they came, in one ``byt
 object with an array of where each frame starts (a *run*); batches are lists of runs;
 a partition carries its runs' ``bytes`` objects as they are (a few hundred per
 partition, however many messages: Spark pickles partitions with cloudpickle, whose
-cost grows with the number of objects); FIN/TOUCH/REQ are one write per run.  The
+cost grows with the number of objects); a committed batch's FINs (a TOUCH round's, the
+REQs at stop) are one write per connection, which nsqd applies as one run.  The
 frames are decoded into columns on the executors, in :meth:`read`.
 """
 
@@ -102,11 +103,14 @@ class _Link:
         self.shutdown()
         return False
 
-    def send_each(self, frames, starts, verb, suffix=b""):
-        """``verb ID suffix`` for each message of a run (see :func:`_take`), in one write."""
-        if len(starts) < 2:
+    def send_each(self, runs, verb, suffix=b""):
+        """``verb ID suffix`` for each message of ``runs`` (``(frames, starts)`` pairs, see
+        :func:`_take`), in one write: nsqd then handles them as one run of commands (one
+        lock acquisition and one wake-up of its pump for a run of FINs), rather than one
+        per read that delivered them."""
+        ids = [frames[i + _ID_START:i + _BODY_START] for frames, starts in runs for i in starts[:-1]]
+        if not ids:
             return True
-        ids = [frames[i + _ID_START:i + _BODY_START] for i in starts[:-1]]
         return self.send(verb + (suffix + b"\n" + verb).join(ids) + suffix + b"\n")
 
     def shutdown(self):
@@ -378,7 +382,7 @@ class NsqStreamReader(DataSourceStreamReader):
             raise ValueError("unknown frame type %d" % frame_type)
 
     def _touch_loop(self):
-        """TOUCH what was received and not FINed each msgTimeout/3 (one write per run).
+        """TOUCH what was received and not FINed each msgTimeout/3 (one write per connection).
 
         Only runs received or last TOUCHed at least half an interval ago: in a steady
         flow most messages are FINed within a second or two, long before their timeout,
@@ -395,9 +399,9 @@ class NsqStreamReader(DataSourceStreamReader):
                     held.extend(runs)
             now = time.monotonic()
             due = [run for run in held if now - run[3][0] >= interval / 2]
-            for link, frames, starts, touched in due:
-                link.send_each(frames, starts, b"TOUCH ")
-                touched[0] = now
+            _send_by_link(due, b"TOUCH ")
+            for run in due:
+                run[3][0] = now
 
     # -- the Spark API -----------------------------------------------------------------
 
@@ -550,8 +554,7 @@ class NsqStreamReader(DataSourceStreamReader):
                 runs, self._fins = self._fins, []
             if not runs:
                 return
-            for link, frames, starts, _ in runs:
-                link.send_each(frames, starts, b"FIN ")
+            _send_by_link(runs, b"FIN ")
 
     def stop(self):
         """The query ended: stop consuming.  REQ what was received and never planned."""
@@ -564,8 +567,7 @@ class NsqStreamReader(DataSourceStreamReader):
             queued, self._queued = self._queued, collections.deque()
             self._queued_count = 0
             links = list(self._links)
-        for link, frames, starts, _ in queued:
-            link.send_each(frames, starts, b"REQ ", b" 0")
+        _send_by_link(queued, b"REQ ", b" 0")
         for link in links:
             link.shutdown()
         for thread in self._threads:
@@ -602,6 +604,15 @@ def _take(runs, cap, drop_closed=True):
             runs[0] = (link, frames, starts[room:], touched)
             count += room
     return taken, count
+
+
+def _send_by_link(runs, verb, suffix=b""):
+    """``verb ID suffix`` for every message of ``runs`` (see :func:`_take`): one write per connection."""
+    by_link = {}
+    for link, frames, starts, _ in runs:
+        by_link.setdefault(link, []).append((frames, starts))
+    for link, pieces in by_link.items():
+        link.send_each(pieces, verb, suffix)
 
 
 def _handshake_answer(sock, pending, link):
