@@ -125,6 +125,21 @@ def test_a_batch_from_several_connections_is_fined_each_message_on_its_own_conne
             reader.stop()
 
 
+def test_a_node_that_refuses_the_larger_output_buffer_is_read_with_its_default():
+    from nsqd_threaded.spark import source
+
+    # The source asks for 64 KiB output buffers; a node whose maximum is lower answers
+    # E_BAD_BODY (and closes), and the connection is made again without asking.
+    with Broker("--max-output-buffer-size=%d" % (source.OUTPUT_BUFFER_SIZE // 2), "--log-level=debug") as broker:
+        _publish(broker.tcp_addr, "t", [b"x"] * 100)
+        driver = Driver({"nsqd": broker.tcp_addr, "topic": "t", "channel": "c", "maxInFlight": "100"})
+        try:
+            driver.run_until(lambda: len(driver.rows) >= 100, "every message")
+        finally:
+            driver.reader.stop()
+        assert "IDENTIFY output buffer size (%d) is invalid" % source.OUTPUT_BUFFER_SIZE in broker.log
+
+
 def test_the_reader_reconnects_after_a_restart_and_reads_what_came_after():
     with Broker() as broker:
         driver = Driver({"nsqd": broker.tcp_addr, "topic": "t", "channel": "c", "maxInFlight": "100"})
