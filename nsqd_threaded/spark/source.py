@@ -16,7 +16,8 @@ large buffer and keeps the message frames of one read as they came, in one ``byt
 object with an array of where each frame starts (a *run*); batches are lists of runs;
 a partition carries its runs' ``bytes`` objects as they are (a few hundred per
 partition, however many messages: Spark pickles partitions with cloudpickle, whose
-cost grows with the number of objects); FIN/TOUCH/REQ are one write per run.  The
+cost grows with the number of objects); a committed batch's FINs (a TOUCH round's, the
+REQs at stop) are one write per connection, which nsqd applies as one run.  The
 frames are decoded into columns on the executors, in :meth:`read`.
 """
 
@@ -51,6 +52,11 @@ _HEARTBEAT_MS = 30000  # asked for in IDENTIFY; two missed ones mean the connect
 _CONNECT_TIMEOUT = 5.0
 _RETRY_SECONDS = 1.0  # before reconnecting a connection that ended
 _MAX_RETRY_SECONDS = 15.0  # the longest wait between attempts while a node stays down
+# Asked for in IDENTIFY: nsqd's pump then writes its messages to a connection in chunks of
+# 64 KiB rather than its default 16 KiB: fewer writes on nsqd's side and fewer, larger reads
+# here.  64 KiB is nsqd's default --max-output-buffer-size (Go's and ours); a node whose
+# maximum is lower refuses it, and the connection is made again without it.
+OUTPUT_BUFFER_SIZE = 65536
 _READ_SIZE = 1 << 20  # each connection's receive buffer (grows for a larger frame)
 _FRAME_HEADER = struct.Struct(">ii")
 # A message frame: size, frame type, timestamp (ns), attempts; then the 16-byte ID and the body.
@@ -102,11 +108,14 @@ class _Link:
         self.shutdown()
         return False
 
-    def send_each(self, frames, starts, verb, suffix=b""):
-        """``verb ID suffix`` for each message of a run (see :func:`_take`), in one write."""
-        if len(starts) < 2:
+    def send_each(self, runs, verb, suffix=b""):
+        """``verb ID suffix`` for each message of ``runs`` (``(frames, starts)`` pairs, see
+        :func:`_take`), in one write: nsqd then handles them as one run of commands (one
+        lock acquisition and one wake-up of its pump for a run of FINs), rather than one
+        per read that delivered them."""
+        ids = [frames[i + _ID_START:i + _BODY_START] for frames, starts in runs for i in starts[:-1]]
+        if not ids:
             return True
-        ids = [frames[i + _ID_START:i + _BODY_START] for i in starts[:-1]]
         return self.send(verb + (suffix + b"\n" + verb).join(ids) + suffix + b"\n")
 
     def shutdown(self):
@@ -260,19 +269,34 @@ class NsqStreamReader(DataSourceStreamReader):
                     else:
                         self._nodes.pop(address, None)
 
-    def _subscribe(self, address):
-        """Magic, IDENTIFY, SUB, RDY (this connection's share, at most nsqd's max_rdy_count): a live link."""
+    def _subscribe(self, address, output_buffer_size=None):
+        """Magic, IDENTIFY, SUB, RDY (this connection's share, at most nsqd's max_rdy_count): a live link.
+
+        IDENTIFY asks for ``output_buffer_size`` (:data:`OUTPUT_BUFFER_SIZE` unless given; 0: none);
+        a node that refuses it (its ``--max-output-buffer-size`` is lower) is connected to again
+        with nsqd's default."""
         s = self.settings
+        if output_buffer_size is None:
+            output_buffer_size = OUTPUT_BUFFER_SIZE
         sock = socket.create_connection(address, _CONNECT_TIMEOUT)
         link = _Link(sock, format_address(address))
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            identify = json.dumps({"feature_negotiation": True, "msg_timeout": s["msgTimeoutMs"],
-                                   "heartbeat_interval": _HEARTBEAT_MS,
-                                   "user_agent": "nsqd_threaded.spark"}).encode()
+            identify = {"feature_negotiation": True, "msg_timeout": s["msgTimeoutMs"],
+                        "heartbeat_interval": _HEARTBEAT_MS, "user_agent": "nsqd_threaded.spark"}
+            if output_buffer_size:
+                identify["output_buffer_size"] = output_buffer_size
+            identify = json.dumps(identify).encode()
             sock.sendall(protocol_v2.MAGIC_V2 + b"IDENTIFY\n" + protocol_v2.encode_size(len(identify)) + identify)
             pending = bytearray()
-            answer = _handshake_answer(sock, pending, link)
+            try:
+                answer = _handshake_answer(sock, pending, link)
+            except NSQError as e:
+                if not (output_buffer_size and e.code == "E_BAD_BODY" and "output buffer size" in e.description):
+                    raise
+                link.shutdown()
+                sock.close()
+                return self._subscribe(address, output_buffer_size=0)
             settings = json.loads(answer.decode("utf-8")) if answer != b"OK" else {}
             if settings.get("auth_required"):
                 raise ValueError("nsqd requires AUTH, which the nsq source does not do")
@@ -378,7 +402,7 @@ class NsqStreamReader(DataSourceStreamReader):
             raise ValueError("unknown frame type %d" % frame_type)
 
     def _touch_loop(self):
-        """TOUCH what was received and not FINed each msgTimeout/3 (one write per run).
+        """TOUCH what was received and not FINed each msgTimeout/3 (one write per connection).
 
         Only runs received or last TOUCHed at least half an interval ago: in a steady
         flow most messages are FINed within a second or two, long before their timeout,
@@ -395,9 +419,9 @@ class NsqStreamReader(DataSourceStreamReader):
                     held.extend(runs)
             now = time.monotonic()
             due = [run for run in held if now - run[3][0] >= interval / 2]
-            for link, frames, starts, touched in due:
-                link.send_each(frames, starts, b"TOUCH ")
-                touched[0] = now
+            _send_by_link(due, b"TOUCH ")
+            for run in due:
+                run[3][0] = now
 
     # -- the Spark API -----------------------------------------------------------------
 
@@ -550,8 +574,7 @@ class NsqStreamReader(DataSourceStreamReader):
                 runs, self._fins = self._fins, []
             if not runs:
                 return
-            for link, frames, starts, _ in runs:
-                link.send_each(frames, starts, b"FIN ")
+            _send_by_link(runs, b"FIN ")
 
     def stop(self):
         """The query ended: stop consuming.  REQ what was received and never planned."""
@@ -564,8 +587,7 @@ class NsqStreamReader(DataSourceStreamReader):
             queued, self._queued = self._queued, collections.deque()
             self._queued_count = 0
             links = list(self._links)
-        for link, frames, starts, _ in queued:
-            link.send_each(frames, starts, b"REQ ", b" 0")
+        _send_by_link(queued, b"REQ ", b" 0")
         for link in links:
             link.shutdown()
         for thread in self._threads:
@@ -602,6 +624,15 @@ def _take(runs, cap, drop_closed=True):
             runs[0] = (link, frames, starts[room:], touched)
             count += room
     return taken, count
+
+
+def _send_by_link(runs, verb, suffix=b""):
+    """``verb ID suffix`` for every message of ``runs`` (see :func:`_take`): one write per connection."""
+    by_link = {}
+    for link, frames, starts, _ in runs:
+        by_link.setdefault(link, []).append((frames, starts))
+    for link, pieces in by_link.items():
+        link.send_each(pieces, verb, suffix)
 
 
 def _handshake_answer(sock, pending, link):

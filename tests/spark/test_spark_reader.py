@@ -100,6 +100,46 @@ def test_batches_hold_at_most_max_batch_size_and_nothing_is_fined_before_its_com
         assert channel_stats(broker, "t", "c")["depth"] == 3000 - second["seq"]
 
 
+def test_a_batch_from_several_connections_is_fined_each_message_on_its_own_connection():
+    # The fin thread writes one run of FINs per connection (its runs gathered from the whole
+    # batch): every message is FINed, by the connection nsqd delivered it on (a FIN on another
+    # would be refused, E_FIN_FAILED, and leave the message in flight).
+    with Broker("--max-rdy-count=500") as broker:
+        _publish(broker.tcp_addr, "t", [b"x%d" % i for i in range(2000)])
+        driver = Driver({"nsqd": broker.tcp_addr, "topic": "t", "channel": "c", "maxInFlight": "2000",
+                         "maxBatchSize": "2000"})
+        reader = driver.reader
+        try:
+            reader.latestOffset()  # connects: 4 connections (2000 / max_rdy_count 500) of RDY 500
+            wait_until(lambda: (channel_stats(broker, "t", "c") or {}).get("in_flight_count") == 2000, 30,
+                       "every connection's RDY filled")
+            end = reader.latestOffset()
+            assert end["seq"] == 2000
+            assert len({link for _, runs in reader._batches.values() for link, *_ in runs}) == 4
+            reader.commit(end)
+            wait_until(lambda: _finished(broker, "t", "c") == 2000, 30, "the batch FINed")
+            clients = channel_stats(broker, "t", "c")["clients"]
+            assert sorted(c["finish_count"] for c in clients) == [500] * 4
+            assert all(c["in_flight_count"] == 0 for c in clients)
+        finally:
+            reader.stop()
+
+
+def test_a_node_that_refuses_the_larger_output_buffer_is_read_with_its_default():
+    from nsqd_threaded.spark import source
+
+    # The source asks for 64 KiB output buffers; a node whose maximum is lower answers
+    # E_BAD_BODY (and closes), and the connection is made again without asking.
+    with Broker("--max-output-buffer-size=%d" % (source.OUTPUT_BUFFER_SIZE // 2), "--log-level=debug") as broker:
+        _publish(broker.tcp_addr, "t", [b"x"] * 100)
+        driver = Driver({"nsqd": broker.tcp_addr, "topic": "t", "channel": "c", "maxInFlight": "100"})
+        try:
+            driver.run_until(lambda: len(driver.rows) >= 100, "every message")
+        finally:
+            driver.reader.stop()
+        assert "IDENTIFY output buffer size (%d) is invalid" % source.OUTPUT_BUFFER_SIZE in broker.log
+
+
 def test_the_reader_reconnects_after_a_restart_and_reads_what_came_after():
     with Broker() as broker:
         driver = Driver({"nsqd": broker.tcp_addr, "topic": "t", "channel": "c", "maxInFlight": "100"})
