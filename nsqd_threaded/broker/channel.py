@@ -53,9 +53,17 @@ from ..wire.message import from_records
 from ..internal.gocompat import ns
 
 
-# The largest put delivered by the publisher's thread (per consumer, too);
-# larger ones, MPUB batches, are taken by the consumers' pumps in parallel.
-DIRECT_DELIVERY_MAX = 64
+# The largest put delivered by the publisher's thread, and the most it takes
+# for one consumer: an MPUB batch of nsqd's usual sizes (bench_writer's 200,
+# go-nsq's) goes directly too.  Waking ten consumers' pumps for every MPUB of
+# a fan-out to ten channels cost a thread hand-off per consumer and batch
+# (each a GIL switch under CPython) and was the largest part of the
+# publisher's time; the pumps' parallel sends did not make up for it.  Larger
+# puts (and what the socket does not take at once) go to the pumps.
+DIRECT_DELIVERY_MAX = 512
+
+# The most a FIN's refill writes from the consumer's own connection thread.
+REFILL_MAX = 64
 
 
 class ChannelError(Exception):
@@ -337,7 +345,7 @@ class Channel(BackedQueue):
         deliver to it or wake it.
         """
         try:
-            msgs = self._take_for_locked(client, DIRECT_DELIVERY_MAX) or []
+            msgs = self._take_for_locked(client, REFILL_MAX) or []
         except BaseException:
             client.deliver_held([])  # (a failed disk read: the output is released all the same)
             raise

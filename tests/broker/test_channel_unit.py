@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from nsqd_threaded.broker.channel import DIRECT_DELIVERY_MAX, ChannelError, DirectDeliveries, FinishError
+from nsqd_threaded.broker.channel import DIRECT_DELIVERY_MAX, REFILL_MAX, ChannelError, DirectDeliveries, FinishError
 from nsqd_threaded.wire.message import Message
 
 from support.core import DrivenSubscriber, HoldingSubscriber, OutputClient, make_owner
@@ -454,9 +454,9 @@ def test_a_fin_wakes_the_pump_when_the_output_is_busy_or_more_remains(owners):
     assert busy.client.delivered == [] and busy.client.wakes == 1  # the pump takes it
 
     channel = channel_of(nsqd, name="more")
-    channel.put_messages(msgs(3 * DIRECT_DELIVERY_MAX))
-    consumer = sleeping_pump_consumer(nsqd, channel, ready=DIRECT_DELIVERY_MAX + 1)
+    channel.put_messages(msgs(3 * REFILL_MAX))
+    consumer = sleeping_pump_consumer(nsqd, channel, ready=REFILL_MAX + 1)
     got = consumer.take()
     consumer.client.wakes = 0
-    channel.finish_many(consumer.client, [m.id for m in got])  # every slot free: more than one delivery's worth
-    assert len(consumer.client.delivered[0]) == DIRECT_DELIVERY_MAX and consumer.client.wakes == 1
+    channel.finish_many(consumer.client, [m.id for m in got])  # every slot free: more than one refill's worth
+    assert len(consumer.client.delivered[0]) == REFILL_MAX and consumer.client.wakes == 1
