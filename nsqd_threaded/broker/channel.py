@@ -54,16 +54,20 @@ from ..internal.gocompat import ns
 
 
 # The largest put delivered by the publisher's thread, and the most it takes
-# for one consumer: an MPUB batch of nsqd's usual sizes (bench_writer's 200,
-# go-nsq's) goes directly too.  Waking ten consumers' pumps for every MPUB of
-# a fan-out to ten channels cost a thread hand-off per consumer and batch
-# (each a GIL switch under CPython) and was the largest part of the
-# publisher's time; the pumps' parallel sends did not make up for it.  Larger
-# puts (and what the socket does not take at once) go to the pumps.
+# for one consumer: an MPUB batch of the usual sizes (bench_writer's 200)
+# goes directly too.  Waking each consumer's pump for every MPUB of a fan-out
+# cost a thread hand-off per consumer and batch (a GIL switch each under
+# CPython: the largest single cost of a fan-out to ten channels).  Larger
+# puts, and what a socket does not take at once, go to the pumps.
 DIRECT_DELIVERY_MAX = 512
 
 # The most a FIN's refill writes from the consumer's own connection thread.
 REFILL_MAX = 64
+
+# A put whose bodies total more (unless it is one message) goes to the pumps,
+# which write in chunks of output_buffer_size: a direct delivery is encoded
+# whole, once per consumer, on the publisher's thread.
+DIRECT_DELIVERY_BYTES = 1 << 20
 
 
 class ChannelError(Exception):
