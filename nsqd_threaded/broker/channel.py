@@ -520,7 +520,8 @@ class Channel(BackedQueue):
                     for msg in done:
                         sample(now - msg.timestamp)
                 client.finish_count += len(done)
-                self._backend.ack([msg.id for msg in done])  # (the channel is listed: it had these in flight)
+                if self._backend.acks_deliveries:  # (no list of IDs for a backend that has nothing to do)
+                    self._backend.ack([msg.id for msg in done])  # (the channel is listed: it had these in flight)
                 wake = self._release_locked(client, len(done))
                 if wake and not self.paused and client.pump_idle() and client.hold_output(own=True):
                     held, wake = self._refill_held_locked(client)
