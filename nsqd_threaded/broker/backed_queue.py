@@ -92,7 +92,7 @@ class BackedQueue:
     def _take_locked(self, n):
         """Up to ``n`` messages, oldest first: the memory queue, then the backend."""
         memory = self._memory
-        if len(memory) >= n:
+        if len(memory) > n:
             return [memory.popleft() for _ in range(n)]
         msgs = list(memory)
         memory.clear()

@@ -53,9 +53,21 @@ from ..wire.message import from_records
 from ..internal.gocompat import ns
 
 
-# The largest put delivered by the publisher's thread (per consumer, too);
-# larger ones, MPUB batches, are taken by the consumers' pumps in parallel.
-DIRECT_DELIVERY_MAX = 64
+# The largest put delivered by the publisher's thread, and the most it takes
+# for one consumer: an MPUB batch of the usual sizes (bench_writer's 200)
+# goes directly too.  Waking each consumer's pump for every MPUB of a fan-out
+# cost a thread hand-off per consumer and batch (a GIL switch each under
+# CPython: the largest single cost of a fan-out to ten channels).  Larger
+# puts, and what a socket does not take at once, go to the pumps.
+DIRECT_DELIVERY_MAX = 512
+
+# The most a FIN's refill writes from the consumer's own connection thread.
+REFILL_MAX = 64
+
+# A put whose bodies total more (unless it is one message) goes to the pumps,
+# which write in chunks of output_buffer_size: a direct delivery is encoded
+# whole, once per consumer, on the publisher's thread.
+DIRECT_DELIVERY_BYTES = 1 << 20
 
 
 class ChannelError(Exception):
@@ -337,7 +349,7 @@ class Channel(BackedQueue):
         deliver to it or wake it.
         """
         try:
-            msgs = self._take_for_locked(client, DIRECT_DELIVERY_MAX) or []
+            msgs = self._take_for_locked(client, REFILL_MAX) or []
         except BaseException:
             client.deliver_held([])  # (a failed disk read: the output is released all the same)
             raise
@@ -508,7 +520,8 @@ class Channel(BackedQueue):
                     for msg in done:
                         sample(now - msg.timestamp)
                 client.finish_count += len(done)
-                self._backend.ack([msg.id for msg in done])  # (the channel is listed: it had these in flight)
+                if self._backend.acks_deliveries:  # (no list of IDs for a backend that has nothing to do)
+                    self._backend.ack([msg.id for msg in done])  # (the channel is listed: it had these in flight)
                 wake = self._release_locked(client, len(done))
                 if wake and not self.paused and client.pump_idle() and client.hold_output(own=True):
                     held, wake = self._refill_held_locked(client)

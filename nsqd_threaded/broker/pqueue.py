@@ -17,6 +17,7 @@ Not thread-safe: the owning Channel's lock guards every call.
 """
 
 import itertools
+from itertools import repeat
 
 from sortedcontainers import SortedList
 
@@ -91,6 +92,18 @@ class TimedIndex:
         another client's otherwise (left in place).
         """
         by_id = self._by_id
+        # Nearly always every ID is here and the owner's (a consumer FINs what it was
+        # sent): one C-level pass pops them all, and a loop checks what it got.
+        removed = list(map(by_id.pop, msg_ids, repeat(None)))
+        for msg in removed:
+            if msg is None or msg.client_id != owner:
+                break
+        else:
+            return removed, []
+        # Otherwise put back what was popped and go ID by ID, as nsqd answers each FIN.
+        for msg_id, msg in zip(msg_ids, removed):
+            if msg is not None:
+                by_id[msg_id] = msg
         get = by_id.get
         removed = []
         refused = []

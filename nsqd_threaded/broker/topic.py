@@ -26,11 +26,11 @@ import threading
 import time
 
 from ..storage.backend import BackendError
-from ..wire.message import (DEFERRED, MESSAGES, RECORD_HEADER, RECORDS, Message, as_records, batch_form, copy_batch,
+from ..wire.message import (DEFERRED, MESSAGES, RECORD_HEADER, RECORDS, Message, as_records, batch_form, copy_batches,
                             new_records)
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .backed_queue import BackedQueue
-from .channel import Channel, ChannelError, DirectDeliveries
+from .channel import DIRECT_DELIVERY_BYTES, Channel, ChannelError, DirectDeliveries
 from .guid import GUIDFactory
 
 PUMP_BATCH = 1024  # backlog entries the pump fans out per hold of the topic lock
@@ -138,7 +138,8 @@ class Topic(BackedQueue):
         after an fsync that concurrent publishers share (group commit).
         """
         token = None
-        deliveries = DirectDeliveries()
+        # (None: every waiting consumer's pump is woken instead; see channel.DIRECT_DELIVERY_BYTES)
+        deliveries = DirectDeliveries() if size <= DIRECT_DELIVERY_BYTES or len(entries) == 1 else None
         try:
             with self._lock:
                 if self.exiting:
@@ -195,7 +196,7 @@ class Topic(BackedQueue):
         if form is RECORDS or len(channels) < 2:
             batches = itertools.repeat(entries)
         else:
-            batches = [entries] + [copy_batch(entries, form) for _ in channels[1:]]
+            batches = [entries] + copy_batches(entries, form, len(channels) - 1)
         deferred = form is DEFERRED
         for channel, batch in zip(channels, batches):
             try:
@@ -217,7 +218,7 @@ class Topic(BackedQueue):
     def _take_locked(self, n):
         """BackedQueue's, asking the backend for records where it can give them."""
         memory = self._memory
-        if len(memory) >= n:
+        if len(memory) > n:
             return [memory.popleft() for _ in range(n)]
         entries = list(memory)
         memory.clear()

@@ -26,7 +26,6 @@ publisher.  Every write sends ``_pending`` first, so the order holds.
 """
 
 import socket
-import sys
 import threading
 import time
 
@@ -131,7 +130,7 @@ class ClientConnection(Client):
         rest = failed = False
         try:
             if msgs:
-                data = next(protocol_v2.message_frames(msgs, sys.maxsize))  # (one chunk: no limit)
+                data = protocol_v2.joined_message_frames(msgs)  # (one chunk: the put's bytes are bounded)
                 if self._pending is not None:
                     self._pending = bytes(self._pending) + data  # the pump has not written the last rest yet
                     rest = True

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from nsqd_threaded.broker.channel import DIRECT_DELIVERY_MAX, ChannelError, DirectDeliveries, FinishError
+from nsqd_threaded.broker.channel import DIRECT_DELIVERY_BYTES, DIRECT_DELIVERY_MAX, REFILL_MAX, ChannelError, DirectDeliveries, FinishError
 from nsqd_threaded.wire.message import Message
 
 from support.core import DrivenSubscriber, HoldingSubscriber, OutputClient, make_owner
@@ -396,6 +396,36 @@ def test_larger_puts_and_the_topic_pump_wake_instead_of_delivering(owners):
     assert consumer.client.wakes == 2 and consumer.client.delivered == []
 
 
+def test_a_publish_of_an_mpub_batch_is_delivered_to_every_channels_waiting_consumer(owners):
+    nsqd = owners()
+    topic = nsqd.get_topic("fan")
+    consumers = [HoldingSubscriber(nsqd, topic.get_channel("c%d" % n)) for n in range(3)]
+    for consumer in consumers:
+        consumer.wait()
+    topic.publish([b"m%03d" % i for i in range(200)])
+    for consumer in consumers:
+        assert [[m.body for m in batch] for batch in consumer.client.delivered] == [
+            [b"m%03d" % i for i in range(200)]]
+        assert consumer.client.wakes == 0 and consumer.channel.in_flight_count() == 200
+    # Each channel has its own messages (attempts, in-flight fields).
+    [a, b, c] = [consumer.client.delivered[0][0] for consumer in consumers]
+    assert a is not b and b is not c and a.id == b.id == c.id
+
+
+def test_a_publish_of_more_bytes_than_a_direct_delivery_takes_wakes_the_pumps(owners):
+    nsqd = owners()
+    topic = nsqd.get_topic("large")
+    consumer = HoldingSubscriber(nsqd, topic.get_channel("c"))
+    consumer.wait()
+    half = b"x" * (DIRECT_DELIVERY_BYTES // 2)
+    topic.publish([half, half + b"x"])
+    assert consumer.client.delivered == [] and consumer.client.wakes == 1
+    consumer.fin(consumer.take())  # (what its pump would do)
+    consumer.wait()
+    topic.publish([half + half])  # one message: delivered whatever its size
+    assert [len(batch) for batch in consumer.client.delivered] == [1] and consumer.client.wakes == 1
+
+
 def test_requeue_and_touch_raise_channel_error_with_nsqd_reasons(owners):
     channel, (a, ma), (b, mb) = two_consumers_one_message_each(owners())
     for call in (lambda: channel.requeue(a.client, mb[0].id, 0), lambda: channel.touch(a.client, mb[0].id)):
@@ -454,9 +484,9 @@ def test_a_fin_wakes_the_pump_when_the_output_is_busy_or_more_remains(owners):
     assert busy.client.delivered == [] and busy.client.wakes == 1  # the pump takes it
 
     channel = channel_of(nsqd, name="more")
-    channel.put_messages(msgs(3 * DIRECT_DELIVERY_MAX))
-    consumer = sleeping_pump_consumer(nsqd, channel, ready=DIRECT_DELIVERY_MAX + 1)
+    channel.put_messages(msgs(3 * REFILL_MAX))
+    consumer = sleeping_pump_consumer(nsqd, channel, ready=REFILL_MAX + 1)
     got = consumer.take()
     consumer.client.wakes = 0
-    channel.finish_many(consumer.client, [m.id for m in got])  # every slot free: more than one delivery's worth
-    assert len(consumer.client.delivered[0]) == DIRECT_DELIVERY_MAX and consumer.client.wakes == 1
+    channel.finish_many(consumer.client, [m.id for m in got])  # every slot free: more than one refill's worth
+    assert len(consumer.client.delivered[0]) == REFILL_MAX and consumer.client.wakes == 1

@@ -63,6 +63,34 @@ def test_remove_returns_the_message_or_none():
     assert index.pop_due(100) == [b]
 
 
+def owned(i, owner):
+    m = msg(i)
+    m.client_id = owner
+    return m
+
+
+def test_remove_owned_takes_a_run_of_the_owners_ids():
+    index = TimedIndex()
+    batch = [owned(i, 7) for i in range(5)]
+    index.add_many(batch, 10)
+    removed, refused = index.remove_owned([m.id for m in batch[1:4]], 7)
+    assert removed == batch[1:4] and refused == []
+    assert sorted(ids(index.values())) == [0, 4]
+
+
+def test_remove_owned_refuses_each_other_id_in_order_and_leaves_it_in_place():
+    index = TimedIndex()
+    mine, theirs = [owned(1, 7), owned(2, 7)], owned(3, 8)
+    index.add_many(mine + [theirs], 10)
+    run = [mine[0].id, theirs.id, b"%016x" % 9, mine[0].id, mine[1].id, theirs.id]
+    removed, refused = index.remove_owned(run, 7)
+    assert removed == mine
+    # the repeated ID: gone by then, so not in flight (as answering each FIN in turn)
+    assert refused == [(theirs.id, theirs), (b"%016x" % 9, None), (mine[0].id, None), (theirs.id, theirs)]
+    assert index.get(theirs.id) is theirs and len(index) == 1
+    assert ids(index.pop_due(10)) == [3]  # still indexed at its deadline
+
+
 def test_pop_due_takes_deadlines_up_to_and_including_now_earliest_first():
     index = TimedIndex()
     for i, deadline in [(1, 30), (2, 10), (3, 20), (4, 40)]:

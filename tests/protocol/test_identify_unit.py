@@ -435,9 +435,10 @@ def test_fin_run_agrees_with_the_line_by_line_rule_on_random_buffers():
     rule = re.compile(rb"FIN [^ \n]{15}[^ \n\r]\n")
     rng = random.Random(7)
     pieces = [b"FIN " + b"0123456789abcdef" + b"\n", b"FIN 0123456789abcde\r\n", b"FIN 0123 56789abcdef\n",
-              b"NOP\n", b"FIN 0123456789ab\ncdef\n", b"REQ 0123456789abcdef 0\n", b"FIN 0123456789abc\rdef\n"]
+              b"NOP\n", b"FIN 0123456789ab\ncdef\n", b"REQ 0123456789abcdef 0\n", b"FIN 0123456789abc\rdef\n",
+              b"FIN FINFINFIN\tFIN\x00FI\n"]  # (an ID that looks like the lines around it)
     for _ in range(3000):
-        buf = bytearray(b"".join(rng.choice(pieces[:1] * 6 + pieces[1:]) for _ in range(rng.randrange(0, 12))))
+        buf = bytearray(b"".join(rng.choice(pieces[:1] * 6 + pieces[-1:] * 3 + pieces[1:]) for _ in range(rng.randrange(0, 12))))
         buf += b"FIN 0123"[: rng.randrange(0, 9)]  # maybe a partial line
         pos = rng.randrange(0, 3)
         ids, end = [], pos

@@ -1,5 +1,6 @@
 """Pure tests of nsqd_threaded.wire.protocol_v2: frames, message payloads, command lines, names, sizes, MPUB bodies."""
 
+import collections
 import struct
 import sys
 
@@ -7,6 +8,7 @@ import pytest
 
 from nsqd_threaded.internal import gocompat
 from nsqd_threaded.wire import protocol_v2
+from nsqd_threaded.wire import message
 from nsqd_threaded.wire.message import Message
 from nsqd_threaded.wire.protocol_v2 import ProtocolError
 
@@ -143,6 +145,12 @@ def test_message_frames_are_joined_into_chunks_of_at_least_the_limit():
         (TS, i, b"%016d" % i, b"x" * 10) for i in range(5)
     ]
     assert list(protocol_v2.message_frames([], 1)) == []
+
+
+def test_joined_message_frames_are_message_frames_in_one_chunk():
+    msgs = [Message(b"%016d" % i, b"x" * i, TS, i) for i in range(5)]
+    assert protocol_v2.joined_message_frames(msgs) == b"".join(protocol_v2.message_frames(msgs, 1))
+    assert protocol_v2.joined_message_frames([]) == b""
 
 
 def test_message_attempts_and_body_edges():
@@ -513,3 +521,30 @@ def test_parse_mpub_messages_size_equal_to_max_is_allowed():
     out = []
     assert protocol_v2.parse_mpub_messages(items, 0, len(items), 0, 1, 10, out) == 14
     assert out == [b"z" * 10]
+
+
+def test_copy_batches_give_each_channel_its_own_messages_with_attempts_zero():
+    originals = [Message(b"%016d" % i, b"body-%d" % i, TS, 3) for i in range(3)]
+    originals.append(Message(b"%016d" % 9, b"later", TS + 1, 2))  # (a timestamp of its own)
+    for form in (message.MESSAGES, message.DEFERRED):
+        copies = message.copy_batches(originals[:3], form, 2) + message.copy_batches(originals, form, 1)
+        assert len(copies) == 3
+        for batch, source in zip(copies, (originals[:3], originals[:3], originals)):
+            assert all(c is not m for c in batch for m in originals)
+            assert [(c.id, c.body, c.timestamp, c.attempts) for c in batch] == [
+                (m.id, m.body, m.timestamp, 0) for m in source]
+        assert copies[0][0] is not copies[1][0]
+    deferred = Message(b"%016d" % 5, b"d", TS, 1, 7000)
+    [[copy, record]] = message.copy_batches([deferred, b"record"], message.DEFERRED, 1)
+    assert (copy.deferred_ns, record) == (7000, b"record")
+    assert message.copy_batches([], message.MESSAGES, 2) == [[], []]
+
+
+def test_from_records_returns_a_list_of_messages_itself_and_copies_anything_else():
+    msgs = [Message(MSG_ID, b"dd", TS)]
+    assert message.from_records(msgs) is msgs
+    queue = collections.deque(msgs)
+    got = message.from_records(queue)
+    assert got == msgs and type(got) is list
+    [converted, kept] = message.from_records([PAYLOAD, msgs[0]])
+    assert (converted.id, converted.body, converted.timestamp, kept) == (MSG_ID, b"dd", TS, msgs[0])
