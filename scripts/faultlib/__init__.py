@@ -13,7 +13,8 @@ Every process runs inside its host's namespace through ``ip netns exec``:
 nsqlookupd and nsqd (ours, ``python -m nsqd_threaded``, or Go's with ``--go``),
 and the clients, which are ``scripts/faults.py`` in a client mode (``_producer``,
 ``_consumer``, ``_pynsq_consumer``, ``_watch``, ``_http``, ``_proxy``) writing a
-JSON-lines history.
+JSON-lines history; with ``--go`` (or ``$NSQ_GO_BIN``) Go's ``nsq_to_file`` joins some
+scenarios as a third-party consumer, its files read back for losses.
 The checker reads the histories: acked messages never delivered (lost),
 messages delivered more than once and why, and recovery times.  What each
 scenario does and the figures are in docs/reliability.md ("Faults across a

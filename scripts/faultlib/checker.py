@@ -1,6 +1,8 @@
 """The checker: lost messages, duplicates and their causes, and recovery times, from the clients'
 histories and the cluster's fault timeline."""
 
+import os
+
 from .history import read_history
 
 
@@ -51,7 +53,33 @@ def check(cluster):
         "timeline": [(round(t, 3), w) for t, w in cluster.timeline],
     }
     result.update(recovery(cluster, pubs, consumer_events))
+    lines = archived(cluster.dir)
+    if lines is not None:
+        # nsq_to_file's files hold bodies only: no message ID, no attempts, so a body written twice
+        # cannot be told apart (a redelivery, a producer's retry); they are counted, not classified.
+        bodies = [line for line in lines if line.isdigit()]
+        missing = sorted(acked - set(bodies), key=int)
+        result["archive"] = {"lines": len(bodies), "lost": len(missing), "lost_sample": missing[:10],
+                             "repeated": len(bodies) - len(set(bodies))}
     return result
+
+
+def archived(workdir):
+    """The lines (bodies) Go's nsq_to_file wrote under ``workdir``'s ``archive-<host>/`` directories,
+    a line not yet ended left out; None when no archiver ran."""
+    dirs = [os.path.join(workdir, d) for d in sorted(os.listdir(workdir)) if d.startswith("archive-")]
+    if not dirs:
+        return None
+    lines = []
+    for d in dirs:
+        for name in sorted(os.listdir(d)):
+            try:
+                with open(os.path.join(d, name), "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue  # moved from the work directory meanwhile (it is the same directory here)
+            lines += data.decode("utf-8", "replace").split("\n")[:-1]
+    return lines
 
 
 def _first_after(times, t0):

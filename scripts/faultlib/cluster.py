@@ -7,11 +7,21 @@ import subprocess
 import sys
 import time
 
-from .checker import check
+from .checker import archived, check
 from .history import now, read_history
 from .network import Network, run_cmd
-from .topology import (CHANNEL, FAULTS_SCRIPT, LOOKUPD_HTTP, LOOKUPD_TCP, NSQD_HTTP, NSQD_TCP, PROXY_TCP, REPO,
-                       TOPIC)
+from .topology import (ARCHIVE_CHANNEL, CHANNEL, FAULTS_SCRIPT, LOOKUPD_HTTP, LOOKUPD_TCP, NSQD_HTTP, NSQD_TCP,
+                       PROXY_TCP, REPO, TOPIC)
+
+
+def find_nsq_to_file(go_dir):
+    """Go's ``nsq_to_file``: in ``go_dir`` (``--go``), else in ``$NSQ_GO_BIN``; None when neither has it."""
+    for d in (go_dir, os.environ.get("NSQ_GO_BIN")):
+        if d:
+            path = os.path.join(d, "nsq_to_file")
+            if os.access(path, os.X_OK):
+                return path
+    return None
 
 
 class Proc:
@@ -77,6 +87,7 @@ class Cluster:
         self.timeline = []  # (time, what)
         self.log = log
         self.net = Network(prefix)
+        self.archiver = None  # Go's nsq_to_file, once want_archiver() found it
         self.env = dict(os.environ, PYTHONPATH=REPO, PYTHONUNBUFFERED="1")
 
     def mark(self, what):
@@ -183,8 +194,11 @@ class Cluster:
         self.mark("reset %s's connections" % host)
 
     def create_topic(self, host):
+        """The topic and the consumers' channel on ``host`` (and the archiver's, when one will run)."""
         base = "http://%s:%d" % (self.net.address(host), NSQD_HTTP)
-        for url in ("/topic/create?topic=" + TOPIC, "/channel/create?topic=%s&channel=%s" % (TOPIC, CHANNEL)):
+        channels = (CHANNEL, ARCHIVE_CHANNEL) if self.archiver else (CHANNEL,)
+        for url in ["/topic/create?topic=" + TOPIC] + ["/channel/create?topic=%s&channel=%s" % (TOPIC, ch)
+                                                        for ch in channels]:
             ok, out = self.http(host, "POST", base + url)
             if not ok:
                 raise RuntimeError("%s %s: %s" % (host, url, out))
@@ -223,6 +237,25 @@ class Cluster:
             "--max-in-flight", max_in_flight, "--work-ms", work_ms, "--concurrency", concurrency,
             "--heartbeat-ms", 1000, "--req-every", req_every))
 
+    def want_archiver(self):
+        """Whether Go's nsq_to_file will run in this cluster (its binary was found); call it before
+        :meth:`create_topic`, so that its channel exists from the first message."""
+        self.archiver = find_nsq_to_file(self.go_dir)
+        return self.archiver is not None
+
+    def start_archiver(self, host="a1"):
+        """Go's nsq_to_file (go-nsq's Consumer) on its own channel, through lookupd (polled every second,
+        1 s heartbeats as the other clients), writing every body as a line under ``archive-<host>/``."""
+        if host not in self.net.hosts:
+            self.net.add_host(host)
+        out = self.path("archive-" + host)
+        os.makedirs(out, exist_ok=True)
+        return self.start("archiver-" + host, host, [
+            self.archiver, "--topic=" + TOPIC, "--channel=" + ARCHIVE_CHANNEL,
+            "--lookupd-http-address=%s:%d" % (self.net.address("l1"), LOOKUPD_HTTP),
+            "--output-dir=" + out, "--work-dir=" + out, "--sync-interval=500ms", "--max-in-flight=50",
+            "--consumer-opt=heartbeat_interval,1s", "--consumer-opt=lookupd_poll_interval,1s"])
+
     # progress
 
     def events(self, prefix):
@@ -253,6 +286,11 @@ class Cluster:
         seen = {e["seq"] for e in self.events("consumer-") if e["ev"] == "msg"}
         return acked <= seen
 
+    def archived_all(self):
+        """Every acked message in the archiver's files (synced every 500 ms)."""
+        acked = {str(e["seq"]) for e in self.events("producer-") if e["ev"] == "pub" and e["ok"]}
+        return acked <= set(archived(self.dir) or ())
+
     def finish(self, drain_timeout):
         """Wait for the producers, then for every acked message to arrive (or ``drain_timeout``),
         then stop the clients; the check of the histories."""
@@ -264,8 +302,10 @@ class Cluster:
             if name.startswith("producer-") and proc.alive():
                 proc.stop(timeout=60.0)
         self.wait_for("the drain", self.drained, drain_timeout)
+        if any(name.startswith("archiver-") for name in self.procs):
+            self.wait_for("the archive", self.archived_all, drain_timeout)
         time.sleep(0.5)  # the last FINs
         for name, proc in self.procs.items():
-            if name.startswith(("consumer-", "watch", "producer-")) and proc.alive():
+            if name.startswith(("consumer-", "archiver-", "watch", "producer-")) and proc.alive():
                 proc.stop(timeout=8.0)
         return check(self)

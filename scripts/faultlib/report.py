@@ -8,6 +8,8 @@ def fmt_cell(r):
         return "-"
     if "error" in r:
         return "error: %s" % r["error"][:80]
+    if "skipped" in r:
+        return "skipped: %s" % r["skipped"]
     parts = ["lost %d of %d acked" % (r["lost"], r["acked"]), "dup %d" % r["duplicates"]]
     if r.get("dup_reasons"):
         parts[-1] += " (%s)" % ", ".join("%d %s" % (n, why) for why, n in sorted(r["dup_reasons"].items()))
@@ -33,6 +35,10 @@ def fmt_cell(r):
         parts.append("all clients back %ss after each reset" % r["reset_back_s"])
     if r.get("pynsq_deliveries") is not None:
         parts.append("pynsq consumer took %s" % r["pynsq_deliveries"])
+    if r.get("archive"):
+        a = r["archive"]
+        parts.append("Go nsq_to_file lost %d of %d acked, %d lines, %d bodies written more than once (not classified:"
+                     " its files hold no IDs or attempts)" % (a["lost"], r["acked"], a["lines"], a["repeated"]))
     if "soak" in r:
         parts.append("RSS/threads/fds %s" % r["soak"])
     if "log_errors" in r:

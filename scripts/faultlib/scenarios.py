@@ -178,16 +178,20 @@ def sc_stall_reset(c, short):
     heartbeat interval (nothing may be dropped for it), a stall longer than two (Go's rule: the broker
     closes a connection silent for twice the heartbeat interval; the clients' own heartbeat checks
     close theirs), then RSTs of every connection, under load. c2 is pynsq's Reader (a third-party
-    client): its history is checked with c1's."""
+    client): its history is checked with c1's. With Go's nsq_to_file at hand (``--go DIR`` or
+    ``$NSQ_GO_BIN``), it runs too, on a channel of its own, and its files are checked for losses."""
     count, rate = (2400, 150) if short else (9000, 150)
     long_stall = 5 if short else 10
     resets = 1 if short else 3
+    clients = 4 if c.want_archiver() else 3  # the connections each broker has: p1, c1, c2 (and a1)
     c.start_lookupd()
     for b in ("b1", "b2"):
         c.start_broker(b, proxy=dict(bandwidth_kbps=512))
         c.create_topic(b)
     c.start_consumer("c1", max_in_flight=20, work_ms=5)
     c.start_pynsq_consumer("c2", max_in_flight=20)
+    if c.archiver:
+        c.start_archiver()
     c.start_producer("p1", ["b1", "b2"], count, rate, window=8)
     c.wait_for("20% acked", lambda: c.acked() >= count * 0.2, 60)
     before = c.proxy_accepts("b1")
@@ -200,7 +204,7 @@ def sc_stall_reset(c, short):
     t_flow = now()
     # Each client's connection dropped by the heartbeat rules and dialled again (maybe during the
     # stall: the proxy accepts and holds a new connection too).
-    c.wait_for("the clients back on b1", lambda: c.proxy_accepts("b1") >= before + 3, 30)
+    c.wait_for("the clients back on b1", lambda: c.proxy_accepts("b1") >= before + clients, 30)
     long_stall_redials = c.proxy_accepts("b1") - before
     back_after_reset = []
     for i in range(resets):
@@ -209,7 +213,7 @@ def sc_stall_reset(c, short):
         c.reset_links("b1")
         t_reset = now()
         # Every client back on b1 (pynsq dials a node at most once per 10 s: up to that long).
-        if c.wait_for("the clients back on b1 after the reset", lambda: c.proxy_accepts("b1") >= before + 3, 30):
+        if c.wait_for("the clients back on b1 after the reset", lambda: c.proxy_accepts("b1") >= before + clients, 30):
             back_after_reset.append(round(now() - t_reset, 1))
     result = c.finish(90)
     result["reset_back_s"] = back_after_reset
@@ -221,6 +225,36 @@ def sc_stall_reset(c, short):
     result["long_stall_b1_again_s"] = round(min(again) - t_flow, 2) if again else None
     result["pynsq_deliveries"] = sum(1 for e in c.events("consumer-c2") if e["ev"] == "msg")
     result["consumer_errors"] = len([e for e in c.events("consumer-") if e["ev"] == "error"])
+    return result
+
+
+def sc_archive_reset(c, short):
+    """(5c) Go's nsq_to_file (go-nsq, a third-party consumer) beside our Consumer, every link to b1
+    through the proxy, every connection reset mid-stream (once short, three times full); the
+    archiver's files read back for lost messages.  Needs nsq_to_file (``--go DIR`` or
+    ``$NSQ_GO_BIN``): skipped without it."""
+    if not c.want_archiver():
+        return {"skipped": "no nsq_to_file (give --go DIR or set NSQ_GO_BIN)"}
+    count, rate = (600, 200) if short else (6000, 200)
+    resets = 1 if short else 3
+    c.start_lookupd()
+    # Go nsqd keeps a reset client's in-flight messages until they time out: 5 s, within the drain.
+    c.start_broker("b1", msg_timeout="5s", proxy=dict(delay_ms=0))
+    c.create_topic("b1")
+    c.start_consumer("c1", max_in_flight=20, work_ms=0)
+    c.start_archiver()
+    c.start_producer("p1", ["b1"], count, rate, window=8)
+    back_after_reset = []
+    for i in range(resets):
+        share = (i + 1) / (resets + 1.0)
+        c.wait_for("%d%% acked" % (share * 100), lambda: c.acked() >= count * share, 30)
+        before = c.proxy_accepts("b1")
+        c.reset_links("b1")
+        t_reset = now()
+        if c.wait_for("the clients back on b1 after the reset", lambda: c.proxy_accepts("b1") >= before + 3, 20):
+            back_after_reset.append(round(now() - t_reset, 1))
+    result = c.finish(30)
+    result["reset_back_s"] = back_after_reset
     return result
 
 
@@ -287,7 +321,8 @@ SCENARIOS = {
     "full_disk": sc_full_disk,
     "lossy": sc_lossy,
     "stall_reset": sc_stall_reset,
+    "archive_reset": sc_archive_reset,
     "soak": sc_soak,
 }
 ORDER = ["producer_cut", "consumer_cut", "broker_kill", "broker_kill_memory", "lookupd_cut", "sigstop", "full_disk", "lossy",
-         "stall_reset", "soak"]
+         "stall_reset", "archive_reset", "soak"]

@@ -24,6 +24,7 @@ from faultlib.cluster import Cluster
 from faultlib.history import History, read_history
 from faultlib.network import can_make_namespaces
 from faultlib.runner import Runner
+from support.tools import go_tool
 from support.wire import wait_for
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nsqd_threaded.__file__)))
@@ -97,6 +98,20 @@ def test_stall_and_reset_with_a_third_party_consumer_lose_nothing(runner):
     assert result["long_stall_redials"] >= 3, result  # past two heartbeats: every client dropped and redialled
     assert result["pynsq_deliveries"] > 0, result
     assert len(result["reset_back_s"]) == 1, result  # every client came back after the reset
+
+
+@pytest.mark.skipif(go_tool("nsq_to_file") is None, reason="Go's nsq_to_file is not here")
+def test_go_nsq_to_file_beside_our_consumer_through_a_reset_loses_nothing(runner):
+    """(5c) Go's nsq_to_file (go-nsq) on a channel of its own and our Consumer, every link to b1
+    through the proxy, every connection reset mid-stream: both come back (go-nsq asks lookupd at
+    once on a closed connection) and the archiver's files hold every acked message."""
+    result = runner.run("archive_reset", "ours", go_dir=os.path.dirname(go_tool("nsq_to_file")))
+    assert "skipped" not in result, result
+    assert result["acked"] > 500, result  # a publish in flight at the reset fails (one broker: no failover)
+    assert result["lost"] == 0, result
+    assert result["archive"]["lost"] == 0, result
+    assert result["archive"]["lines"] >= result["acked"], result
+    assert len(result["reset_back_s"]) == 1, result  # p1, c1 and a1 back on b1
 
 
 def _proxy(args):
@@ -194,6 +209,33 @@ def test_checker_counts_lost_and_classifies_duplicates(tmp_path):
     assert result["acked"] == 3 and result["pub_failed"] == 1
     assert result["lost"] == 1 and result["lost_sample"] == ["3"]
     assert result["dup_reasons"] == {"timeout (its FIN was lost)": 1, "published twice (a retry after a lost answer)": 1}
+
+
+def test_checker_reads_the_archivers_files_back(tmp_path):
+    """Go's nsq_to_file's files, read back: an acked body missing from them is lost (a line not yet
+    ended does not count); a body written twice is counted, not classified."""
+    class Stub:
+        dir = str(tmp_path)
+        timeline = []
+
+        def events(self, prefix):
+            return Cluster.events(self, prefix)
+
+        def path(self, name):
+            return os.path.join(self.dir, name)
+
+    p = History(str(tmp_path / "producer-p1.jsonl"))
+    for seq in (1, 2, 3):
+        p.write("pub", seq=seq, ts=0.0, ok=True, err=None)
+    p.close()
+    (tmp_path / "archive-a1").mkdir()
+    (tmp_path / "archive-a1" / "faults.a1.2026-01-01_00.log").write_text("1\n2\n2\n3")
+    result = check(Stub())
+    assert result["archive"] == {"lines": 3, "lost": 1, "lost_sample": ["3"], "repeated": 1}, result
+    without = tmp_path / "no-archiver"
+    without.mkdir()
+    Stub.dir = str(without)
+    assert "archive" not in check(Stub())  # no archive-<host>/ directory: no archiver ran
 
 
 def _processes_mentioning(text):
