@@ -33,6 +33,8 @@ def fmt_cell(r):
         parts.append("c1 took from b1 again %ss after the long stall" % r["long_stall_b1_again_s"])
     if r.get("reset_back_s"):
         parts.append("all clients back %ss after each reset" % r["reset_back_s"])
+    if r.get("c1_back_after_reset_s"):
+        parts.append("c1 took from b1 again %ss after each reset" % r["c1_back_after_reset_s"])
     if r.get("pynsq_deliveries") is not None:
         parts.append("pynsq consumer took %s" % r["pynsq_deliveries"])
     if r.get("archive"):

@@ -5,7 +5,7 @@ import os
 import signal
 import time
 
-from .history import now
+from .history import now, read_history
 from .network import run_cmd
 from .topology import NSQD_HTTP, TOPIC
 
@@ -173,6 +173,23 @@ def sc_lossy(c, short):
     return result
 
 
+def c1_back_after_resets(c, broker):
+    """For each reset of ``broker``'s connections (when its proxy did it, a little after the signal):
+    how long until c1 (our Consumer) took from ``broker`` a message published after it, so over a new
+    connection (None if it never did).  A message received before the reset may still be handled
+    after it: that one says nothing."""
+    times = [e["t"] for e in read_history(c.path("proxy-%s.jsonl" % broker)) if e["ev"] == "reset"]
+    prefix = c.net.address(broker) + ":"
+    sent = {str(e["seq"]): e["ts"] for e in c.events("producer-") if e["ev"] == "pub"}
+    got = sorted((e["t"], sent.get(e["seq"], 0.0)) for e in c.events("consumer-c1")
+                 if e["ev"] == "msg" and e["conn"].startswith(prefix))
+    out = []
+    for t0 in times:
+        later = [t for t, published in got if published >= t0]
+        out.append(round(later[0] - t0, 2) if later else None)
+    return out
+
+
 def sc_stall_reset(c, short):
     """(5b) every client link to the brokers through a proxy with toxics: a stall shorter than a
     heartbeat interval (nothing may be dropped for it), a stall longer than two (Go's rule: the broker
@@ -217,6 +234,7 @@ def sc_stall_reset(c, short):
             back_after_reset.append(round(now() - t_reset, 1))
     result = c.finish(90)
     result["reset_back_s"] = back_after_reset
+    result["c1_back_after_reset_s"] = c1_back_after_resets(c, "b1")
     result["short_stall_reconnects"] = short_stall_new
     b1 = c.net.address("b1") + ":"
     again = [e["t"] for e in c.events("consumer-c1") if e["ev"] == "msg" and e["t"] >= t_flow
@@ -255,6 +273,7 @@ def sc_archive_reset(c, short):
             back_after_reset.append(round(now() - t_reset, 1))
     result = c.finish(30)
     result["reset_back_s"] = back_after_reset
+    result["c1_back_after_reset_s"] = c1_back_after_resets(c, "b1")
     return result
 
 

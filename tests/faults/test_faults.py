@@ -112,6 +112,8 @@ def test_go_nsq_to_file_beside_our_consumer_through_a_reset_loses_nothing(runner
     assert result["archive"]["lost"] == 0, result
     assert result["archive"]["lines"] >= result["acked"], result
     assert len(result["reset_back_s"]) == 1, result  # p1, c1 and a1 back on b1
+    # our Consumer asks lookupd at once and redials (its lookupd poll is 1 s, its RDY re-split 5 s)
+    assert result["c1_back_after_reset_s"][0] is not None and result["c1_back_after_reset_s"][0] < 3.0, result
 
 
 def _proxy(args):
