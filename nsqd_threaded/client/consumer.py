@@ -674,16 +674,21 @@ class Consumer:
 
     def _cluster_loop(self):
         """The ``nsq-consumer-rdy`` thread: re-split RDY every interval, poll lookupd every poll interval."""
-        next_poll = time.monotonic() + self.lookupd_poll_interval
-        while not self._stop.wait(self.rdy_redistribute_interval):
+        now = time.monotonic()
+        # each on its own clock: a poll interval shorter than the re-split's is kept, not rounded up to it
+        next_poll = now + self.lookupd_poll_interval if self.lookupd_http_addresses else float("inf")
+        next_split = now + self.rdy_redistribute_interval
+        while not self._stop.wait(max(0.0, min(next_poll, next_split) - time.monotonic())):
             now = time.monotonic()
-            if self.lookupd_http_addresses and now >= next_poll:
+            if now >= next_poll:
                 next_poll = now + self.lookupd_poll_interval
                 self._connect_found()
-            try:
-                self._redistribute(time.monotonic())
-            except ConnectionClosed:
-                pass  # that connection's reader notices and cleans up
+            if now >= next_split:
+                next_split = now + self.rdy_redistribute_interval
+                try:
+                    self._redistribute(time.monotonic())
+                except ConnectionClosed:
+                    pass  # that connection's reader notices and cleans up
 
     def _redistribute(self, now):
         """Send each subscribed connection its new RDY: idle ones 1, busy ones the rest, evenly.

@@ -202,6 +202,23 @@ def test_consumer_polls_lookupd_for_new_nodes(nsq_cluster):
         wait_until(lambda: sorted(consumer.rdy.values()) == [2, 2], what="max_in_flight split over both")
 
 
+@pytest.mark.nsq_cluster(n=2)
+def test_a_lookupd_poll_shorter_than_the_rdy_re_split_keeps_its_own_interval(nsq_cluster):
+    """The poll has its own clock: with a 0.2 s poll and an hour between RDY re-splits, a node
+    listed later is found within a few polls, not at the next re-split."""
+    first, second = nsq_cluster[0], nsq_cluster[1]
+    create(first, "ownclock", "c")
+    wait_until(lambda: nsq_cluster.lookupd.lookup("ownclock") == [first.tcp_addr], what="the first producer")
+    consumer = Consumer(
+        None, "ownclock", "c", lookupd_http_addresses=nsq_cluster.lookupd_http_addrs, max_in_flight=4,
+        lookupd_poll_interval=0.2, rdy_redistribute_interval=3600,
+    )
+    with consumer:
+        assert consumer.subscribed == [first.tcp_address]
+        create(second, "ownclock", "c")
+        assert consumer.wait_subscribed(2, timeout=15), consumer.subscribed
+
+
 @pytest.mark.nsq_cluster(n=1)
 def test_consumer_redials_a_lookupd_node_at_once_when_the_broker_drops_it(nsq_cluster):
     """A connection to a node found through lookupd, closed by the broker: lookupd is asked at once
