@@ -122,9 +122,10 @@ class Consumer:
     * ``addresses``: nsqd TCP addresses (one or a list; may be None with lookupd).
     * ``lookupd_http_addresses``: nsqlookupd HTTP addresses, asked ``/lookup?topic=``
       at start and every ``lookupd_poll_interval`` seconds; the consumer connects to
-      every producer they list (``broadcast_address:tcp_port``).  Such a connection is
-      not re-made when it is lost: the next poll finds the node again if it is still
-      registered.
+      every producer they list (``broadcast_address:tcp_port``).  When such a connection
+      is lost (not closed by :meth:`close`), lookupd is asked at once and the node redialled
+      while it is still listed, at once and then every ``reconnect_backoff`` seconds
+      (doubling); a node no longer listed, or whose first connection failed, waits for a poll.
     * With a ``handler``, ``concurrency`` threads call ``handler(message)``: a return of
       ``False`` or an exception sends ``REQ <id> <requeue_delay_ms>``, anything else ``FIN``
       (unless the handler answered itself or called ``message.enable_async()``).
@@ -514,11 +515,16 @@ class Consumer:
     def _run(self, address, rdy, first, persistent):
         """The thread of one address: connect, subscribe, read; again after a loss, with backoff.
 
-        A node found through lookupd (not ``persistent``) is given up after one failed
-        attempt or one lost connection: the next lookupd poll brings it back if listed.
+        A given address (``persistent``) is redialled at once after a loss, then every
+        ``reconnect_backoff`` seconds (doubling) until it works.  A node found through lookupd
+        is given up after a failed first attempt (the next poll brings it back if listed);
+        once it was subscribed, a lost connection makes the thread ask lookupd at once
+        (go-nsq's recheck on a closed connection) and redial while lookupd still lists it,
+        at once and then every ``reconnect_backoff`` seconds, doubling.
         """
         low, high = self.reconnect_backoff
         delay = low
+        subscribed_once = False
         try:
             while not self._stop.is_set():
                 try:
@@ -529,16 +535,19 @@ class Consumer:
                         first = None
                     elif not self._stop.is_set():
                         self._report(e)
-                    if not persistent or self._stop.wait(delay):
+                    if (not persistent and not subscribed_once) or self._stop.wait(delay):
                         return
                     delay = min(delay * 2, high)
+                    if not persistent and not self._recheck_lookupd(address):
+                        return
                     continue
                 if first is not None:
                     first.set()
                     first = None
+                subscribed_once = True
                 fatal = self._read_loop(conn)
-                if not persistent:
-                    return
+                if self._stop.is_set():
+                    return  # a deliberate close: nothing to redial
                 if fatal:
                     # Ended by a fatal error: retrying at once could spin.
                     if self._stop.wait(delay):
@@ -547,6 +556,8 @@ class Consumer:
                 else:
                     delay = low
                 rdy = conn.rdy  # what it had last
+                if not persistent and not self._recheck_lookupd(address):
+                    return
         finally:
             with self._changed:
                 self._known.discard(address)
@@ -637,25 +648,47 @@ class Consumer:
         path = "/lookup?topic=" + urllib.parse.quote(self.topic, safe="")
         return lookup_addresses(self.lookupd_http_addresses, path, self.timeout)
 
+    def _connect_found(self):
+        """Ask every lookupd and connect to the nodes listed that have no connection thread yet;
+        the addresses listed (errors are reported)."""
+        found, errors = self._lookup()
+        for error in errors:
+            self._report(error)
+        with self._lock:
+            new = [a for a in found if a not in self._known]
+            n = len(self._known) + len(new)
+        for address in new:
+            self._spawn(address, self._share(n - 1, n), None, False)
+        return found
+
+    def _recheck_lookupd(self, address):
+        """After losing the connection to ``address`` (found through lookupd): ask lookupd at once,
+        as go-nsq does on a closed connection, connecting any node newly listed; True if lookupd
+        still lists ``address`` (its thread redials it), False to give it up until a poll lists it."""
+        if self._stop.is_set():
+            return False
+        listed = address in self._connect_found()
+        if not listed:
+            log.info("%s: no longer listed by lookupd; not redialling", format_address(address))
+        return listed and not self._stop.is_set()
+
     def _cluster_loop(self):
         """The ``nsq-consumer-rdy`` thread: re-split RDY every interval, poll lookupd every poll interval."""
-        next_poll = time.monotonic() + self.lookupd_poll_interval
-        while not self._stop.wait(self.rdy_redistribute_interval):
+        now = time.monotonic()
+        # each on its own clock: a poll interval shorter than the re-split's is kept, not rounded up to it
+        next_poll = now + self.lookupd_poll_interval if self.lookupd_http_addresses else float("inf")
+        next_split = now + self.rdy_redistribute_interval
+        while not self._stop.wait(max(0.0, min(next_poll, next_split) - time.monotonic())):
             now = time.monotonic()
-            if self.lookupd_http_addresses and now >= next_poll:
+            if now >= next_poll:
                 next_poll = now + self.lookupd_poll_interval
-                found, errors = self._lookup()
-                for error in errors:
-                    self._report(error)
-                with self._lock:
-                    new = [a for a in found if a not in self._known]
-                    n = len(self._known) + len(new)
-                for address in new:
-                    self._spawn(address, self._share(n - 1, n), None, False)
-            try:
-                self._redistribute(time.monotonic())
-            except ConnectionClosed:
-                pass  # that connection's reader notices and cleans up
+                self._connect_found()
+            if now >= next_split:
+                next_split = now + self.rdy_redistribute_interval
+                try:
+                    self._redistribute(time.monotonic())
+                except ConnectionClosed:
+                    pass  # that connection's reader notices and cleans up
 
     def _redistribute(self, now):
         """Send each subscribed connection its new RDY: idle ones 1, busy ones the rest, evenly.

@@ -9,8 +9,9 @@ import time
 import pytest
 
 from nsqd_threaded.client import ConnectionClosed, Consumer, Producer
-from nsqd_threaded.testing import Cluster
+from nsqd_threaded.testing import BrokerProcess, Cluster, Lookupd
 
+from support.hostile import HostileNode
 from support.pynsq import Loop
 from support.wire import SilentNSQD
 
@@ -199,6 +200,112 @@ def test_consumer_polls_lookupd_for_new_nodes(nsq_cluster):
         assert msg.body == b"from the second" and msg.connection.address == second.tcp_address
         msg.fin()
         wait_until(lambda: sorted(consumer.rdy.values()) == [2, 2], what="max_in_flight split over both")
+
+
+@pytest.mark.nsq_cluster(n=2)
+def test_a_lookupd_poll_shorter_than_the_rdy_re_split_keeps_its_own_interval(nsq_cluster):
+    """The poll has its own clock: with a 0.2 s poll and an hour between RDY re-splits, a node
+    listed later is found within a few polls, not at the next re-split."""
+    first, second = nsq_cluster[0], nsq_cluster[1]
+    create(first, "ownclock", "c")
+    wait_until(lambda: nsq_cluster.lookupd.lookup("ownclock") == [first.tcp_addr], what="the first producer")
+    consumer = Consumer(
+        None, "ownclock", "c", lookupd_http_addresses=nsq_cluster.lookupd_http_addrs, max_in_flight=4,
+        lookupd_poll_interval=0.2, rdy_redistribute_interval=3600,
+    )
+    with consumer:
+        assert consumer.subscribed == [first.tcp_address]
+        create(second, "ownclock", "c")
+        assert consumer.wait_subscribed(2, timeout=15), consumer.subscribed
+
+
+@pytest.mark.nsq_cluster(n=1)
+def test_consumer_redials_a_lookupd_node_at_once_when_the_broker_drops_it(nsq_cluster):
+    """A connection to a node found through lookupd, closed by the broker: lookupd is asked at once
+    and the node redialled, long before the next poll (60 s here); a message published after
+    arrives through the new connection."""
+    broker = nsq_cluster[0]
+    create(broker, "redial", "c")
+    wait_until(lambda: nsq_cluster.lookupd.lookup("redial") == [broker.tcp_addr], what="the producer in /lookup")
+    consumer = Consumer(
+        None, "redial", "c", lookupd_http_addresses=nsq_cluster.lookupd_http_addrs,
+        lookupd_poll_interval=60, reconnect_backoff=(0.05, 0.5), timeout=5,
+    )
+    with consumer:
+        assert consumer.subscribed == [broker.tcp_address]
+        (dropped,) = [c for c in broker.nsqd.clients() if c.channel is not None]
+        dropped.close_connection()  # the broker shuts the socket: the consumer reads EOF
+        wait_until(lambda: [c.id for c in broker.nsqd.clients() if c.channel is not None and c.id != dropped.id],
+                   timeout=5, what="the consumer to subscribe again (the next lookupd poll is 60 s away)")
+        with Producer(broker.tcp_address) as producer:
+            producer.pub("redial", b"after the drop")
+        msg = consumer.get(timeout=5)
+        assert msg.body == b"after the drop"
+        msg.fin()
+        assert consumer.subscribed == [broker.tcp_address]
+
+
+def test_consumer_redials_a_listed_node_with_backoff_until_it_is_back(tmp_path):
+    """A broker killed while lookupd still lists it (registered here by a separate lookupd
+    connection, as a node whose own connection survived would be): the consumer's redials are
+    refused, reported, and spaced by ``reconnect_backoff``; once the broker is back on its port the
+    consumer is subscribed again within the back-off's maximum, long before the next poll."""
+    errors = []
+    with Lookupd() as lookupd, BrokerProcess(tmp_dir=str(tmp_path)) as broker:
+        registration = HostileNode()
+        try:
+            registration.register(lookupd.tcp_address, "backoff", "c", tcp_port=broker.tcp_address[1],
+                                  http_port=broker.http_address[1])
+            wait_until(lambda: lookupd.lookup("backoff") == [broker.tcp_addr], what="the node in /lookup")
+            consumer = Consumer(
+                None, "backoff", "c", lookupd_http_addresses=[lookupd.http_addr], lookupd_poll_interval=60,
+                reconnect_backoff=(0.05, 0.4), timeout=5, on_error=lambda e: errors.append((time.monotonic(), e)),
+            )
+            with consumer:
+                assert consumer.subscribed == [broker.tcp_address]
+                broker.kill()
+                wait_until(lambda: len(errors) >= 4, timeout=10, what="four refused redials")
+                assert all(isinstance(e, ConnectionError) for _, e in errors), errors
+                gaps = [b - a for (a, _), (b, _) in zip(errors, errors[1:])]
+                assert gaps[-1] >= 0.15, gaps  # backing off: 0.05, 0.1, 0.2, then 0.4 s (lower bounds)
+                broker.restart()
+                assert consumer.wait_subscribed(timeout=5), "not subscribed again within 5 s"
+                with Producer(broker.tcp_address) as producer:
+                    producer.pub("backoff", b"back")
+                msg = consumer.get(timeout=5)
+                assert msg.body == b"back"
+                msg.fin()
+        finally:
+            registration.close()
+
+
+def test_consumer_stops_redialling_a_node_lookupd_no_longer_lists(tmp_path):
+    """The broker killed and its registration gone: the consumer's connection thread for it asks
+    lookupd after a refused redial, finds it unlisted and ends (the next poll would bring it back)."""
+    errors = []
+    with Lookupd() as lookupd, BrokerProcess(tmp_dir=str(tmp_path)) as broker:
+        registration = HostileNode()
+        try:
+            registration.register(lookupd.tcp_address, "gone", "c", tcp_port=broker.tcp_address[1],
+                                  http_port=broker.http_address[1])
+            wait_until(lambda: lookupd.lookup("gone") == [broker.tcp_addr], what="the node in /lookup")
+            consumer = Consumer(
+                None, "gone", "c", lookupd_http_addresses=[lookupd.http_addr], lookupd_poll_interval=60,
+                reconnect_backoff=(0.2, 0.4), timeout=5, on_error=errors.append,
+            )
+            with consumer:
+                thread_name = "nsq-consumer[%s gone/c]" % broker.tcp_addr
+                assert [t for t in threading.enumerate() if t.name == thread_name]
+                broker.kill()
+                wait_until(lambda: errors, timeout=10, what="a refused redial")
+                for conn in registration.conns:
+                    conn.close()  # the registration's lookupd connection ends: lookupd drops the node
+                wait_until(lambda: lookupd.lookup("gone") == [], what="the node off /lookup")
+                wait_until(lambda: not [t for t in threading.enumerate() if t.name == thread_name], timeout=10,
+                           what="the connection thread to give the node up")
+                assert consumer.subscribed == []
+        finally:
+            registration.close()
 
 
 @pytest.mark.nsq_cluster(n=2)

@@ -1,4 +1,4 @@
-"""Faults across a real network, short: scripts/faults.py's scenarios 1, 3 and 4 against our broker.
+"""Faults across a real network, short: scripts/faults.py's scenarios (scripts/faultlib) against our broker.
 
 Each test builds hosts as network namespaces (a bridge in a namespace of its own, 10.200.0.0/24 only
 inside them), runs nsqlookupd, nsqd (``--durable``) and the package's Producer and Consumer each in
@@ -7,7 +7,6 @@ root, ``ip``, ``unshare`` and ``nsenter`` and are skipped without them.  Every t
 made, namespaces and processes, also when it fails (checked after each one).
 """
 
-import importlib.util
 import os
 import signal
 import socket
@@ -20,20 +19,16 @@ import pytest
 
 import nsqd_threaded
 
+from faultlib.checker import check
+from faultlib.cluster import Cluster
+from faultlib.history import History, read_history
+from faultlib.network import can_make_namespaces
+from faultlib.runner import Runner
+from support.tools import go_tool
 from support.wire import wait_for
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(nsqd_threaded.__file__)))
-
-
-def _load_faults():
-    spec = importlib.util.spec_from_file_location("faults_script", os.path.join(REPO_ROOT, "scripts", "faults.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-faults = _load_faults()
-_can, _why = faults.can_make_namespaces()
+_can, _why = can_make_namespaces()
 pytestmark = [
     pytest.mark.faults,
     pytest.mark.timeout(100),
@@ -49,7 +44,7 @@ def _namespaces():
 @pytest.fixture
 def runner():
     """A Runner whose namespaces, processes and files are all gone after the test (asserted)."""
-    r = faults.Runner(log=lambda line: None)
+    r = Runner(log=lambda line: None)
     try:
         yield r
     finally:
@@ -103,6 +98,23 @@ def test_stall_and_reset_with_a_third_party_consumer_lose_nothing(runner):
     assert result["long_stall_redials"] >= 3, result  # past two heartbeats: every client dropped and redialled
     assert result["pynsq_deliveries"] > 0, result
     assert len(result["reset_back_s"]) == 1, result  # every client came back after the reset
+    assert result["c1_back_after_reset_s"][0] is not None and result["c1_back_after_reset_s"][0] < 3.0, result
+
+
+@pytest.mark.skipif(go_tool("nsq_to_file") is None, reason="Go's nsq_to_file is not here")
+def test_go_nsq_to_file_beside_our_consumer_through_a_reset_loses_nothing(runner):
+    """(5c) Go's nsq_to_file (go-nsq) on a channel of its own and our Consumer, every link to b1
+    through the proxy, every connection reset mid-stream: both come back (go-nsq asks lookupd at
+    once on a closed connection) and the archiver's files hold every acked message."""
+    result = runner.run("archive_reset", "ours", go_dir=os.path.dirname(go_tool("nsq_to_file")))
+    assert "skipped" not in result, result
+    assert result["acked"] > 500, result  # a publish in flight at the reset fails (one broker: no failover)
+    assert result["lost"] == 0, result
+    assert result["archive"]["lost"] == 0, result
+    assert result["archive"]["lines"] >= result["acked"], result
+    assert len(result["reset_back_s"]) == 1, result  # p1, c1 and a1 back on b1
+    # our Consumer asks lookupd at once and redials (its lookupd poll is 1 s, its RDY re-split 5 s)
+    assert result["c1_back_after_reset_s"][0] is not None and result["c1_back_after_reset_s"][0] < 3.0, result
 
 
 def _proxy(args):
@@ -146,7 +158,7 @@ def test_proxy_stall_holds_bytes_and_reset_sends_rst_both_ways(tmp_path):
         assert time.monotonic() - started >= 0.5
 
         proc.send_signal(signal.SIGUSR2)  # stall
-        wait_for(lambda: any(e["ev"] == "stall" for e in faults.read_history(history)), 10, interval=0.02,
+        wait_for(lambda: any(e["ev"] == "stall" for e in read_history(history)), 10, interval=0.02,
                  what="the stall in the proxy's history")
         client.sendall(b"held")
         server.settimeout(0.5)
@@ -161,7 +173,7 @@ def test_proxy_stall_holds_bytes_and_reset_sends_rst_both_ways(tmp_path):
             client.recv(64)
         with pytest.raises(ConnectionResetError):
             server.recv(64)
-        events = [e["ev"] for e in faults.read_history(history)]
+        events = [e["ev"] for e in read_history(history)]
         assert events == ["accept", "stall", "flow", "reset"], events
     finally:
         for s in (client, server, upstream):
@@ -179,27 +191,54 @@ def test_checker_counts_lost_and_classifies_duplicates(tmp_path):
         timeline = []
 
         def events(self, prefix):
-            return faults.Cluster.events(self, prefix)
+            return Cluster.events(self, prefix)
 
         def path(self, name):
             return os.path.join(self.dir, name)
 
-    p = faults.History(str(tmp_path / "producer-p1.jsonl"))
+    p = History(str(tmp_path / "producer-p1.jsonl"))
     for seq in (1, 2, 3):
         p.write("pub", seq=seq, ts=0.0, ok=True, err=None)
     p.write("pub", seq=4, ts=0.0, ok=False, err="E_PUB_FAILED")
     p.close()
-    c = faults.History(str(tmp_path / "consumer-c1.jsonl"))
+    c = History(str(tmp_path / "consumer-c1.jsonl"))
     c.write("msg", seq="1", mid="a", att=1, who="c1", conn="x", t=1.0)
     c.write("fin", seq="1", mid="a", who="c1", ok=True, t=1.1)
     c.write("msg", seq="1", mid="a", att=2, who="c2", conn="x", t=5.0)
     c.write("msg", seq="2", mid="b", att=1, who="c1", conn="x", t=1.0)
     c.write("msg", seq="2", mid="c", att=1, who="c1", conn="y", t=2.0)
     c.close()
-    result = faults.check(Stub())
+    result = check(Stub())
     assert result["acked"] == 3 and result["pub_failed"] == 1
     assert result["lost"] == 1 and result["lost_sample"] == ["3"]
     assert result["dup_reasons"] == {"timeout (its FIN was lost)": 1, "published twice (a retry after a lost answer)": 1}
+
+
+def test_checker_reads_the_archivers_files_back(tmp_path):
+    """Go's nsq_to_file's files, read back: an acked body missing from them is lost (a line not yet
+    ended does not count); a body written twice is counted, not classified."""
+    class Stub:
+        dir = str(tmp_path)
+        timeline = []
+
+        def events(self, prefix):
+            return Cluster.events(self, prefix)
+
+        def path(self, name):
+            return os.path.join(self.dir, name)
+
+    p = History(str(tmp_path / "producer-p1.jsonl"))
+    for seq in (1, 2, 3):
+        p.write("pub", seq=seq, ts=0.0, ok=True, err=None)
+    p.close()
+    (tmp_path / "archive-a1").mkdir()
+    (tmp_path / "archive-a1" / "faults.a1.2026-01-01_00.log").write_text("1\n2\n2\n3")
+    result = check(Stub())
+    assert result["archive"] == {"lines": 3, "lost": 1, "lost_sample": ["3"], "repeated": 1}, result
+    without = tmp_path / "no-archiver"
+    without.mkdir()
+    Stub.dir = str(without)
+    assert "archive" not in check(Stub())  # no archive-<host>/ directory: no archiver ran
 
 
 def _processes_mentioning(text):

@@ -184,7 +184,7 @@ def resolves(name):
 
 
 # Packages of this repository outside nsqd_threaded, by the name they are imported under.
-OUTSIDE_PACKAGE = {"support": ("tests", "support"), "benchmarks": ("scripts", "benchmarks")}
+OUTSIDE_PACKAGE = {"support": ("tests", "support"), "benchmarks": ("scripts", "benchmarks"), "faultlib": ("scripts", "faultlib")}
 
 
 def _in_outside_package(folder, rest):
