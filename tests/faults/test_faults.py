@@ -183,19 +183,23 @@ def test_proxy_stall_holds_bytes_and_reset_sends_rst_both_ways(tmp_path):
         proc.wait(10)
 
 
+class HistoryDir:
+    """A cluster's work directory as the checker reads it (histories written there, no processes)."""
+
+    def __init__(self, path):
+        self.dir = str(path)
+        self.timeline = []
+
+    def events(self, prefix):
+        return Cluster.events(self, prefix)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+
 def test_checker_counts_lost_and_classifies_duplicates(tmp_path):
     """The checker over written histories: an acked message never delivered is lost; a redelivery
     with more attempts after a FIN is a timeout; a second id for one body is a producer retry."""
-    class Stub:
-        dir = str(tmp_path)
-        timeline = []
-
-        def events(self, prefix):
-            return Cluster.events(self, prefix)
-
-        def path(self, name):
-            return os.path.join(self.dir, name)
-
     p = History(str(tmp_path / "producer-p1.jsonl"))
     for seq in (1, 2, 3):
         p.write("pub", seq=seq, ts=0.0, ok=True, err=None)
@@ -208,7 +212,7 @@ def test_checker_counts_lost_and_classifies_duplicates(tmp_path):
     c.write("msg", seq="2", mid="b", att=1, who="c1", conn="x", t=1.0)
     c.write("msg", seq="2", mid="c", att=1, who="c1", conn="y", t=2.0)
     c.close()
-    result = check(Stub())
+    result = check(HistoryDir(tmp_path))
     assert result["acked"] == 3 and result["pub_failed"] == 1
     assert result["lost"] == 1 and result["lost_sample"] == ["3"]
     assert result["dup_reasons"] == {"timeout (its FIN was lost)": 1, "published twice (a retry after a lost answer)": 1}
@@ -217,28 +221,17 @@ def test_checker_counts_lost_and_classifies_duplicates(tmp_path):
 def test_checker_reads_the_archivers_files_back(tmp_path):
     """Go's nsq_to_file's files, read back: an acked body missing from them is lost (a line not yet
     ended does not count); a body written twice is counted, not classified."""
-    class Stub:
-        dir = str(tmp_path)
-        timeline = []
-
-        def events(self, prefix):
-            return Cluster.events(self, prefix)
-
-        def path(self, name):
-            return os.path.join(self.dir, name)
-
     p = History(str(tmp_path / "producer-p1.jsonl"))
     for seq in (1, 2, 3):
         p.write("pub", seq=seq, ts=0.0, ok=True, err=None)
     p.close()
     (tmp_path / "archive-a1").mkdir()
     (tmp_path / "archive-a1" / "faults.a1.2026-01-01_00.log").write_text("1\n2\n2\n3")
-    result = check(Stub())
+    result = check(HistoryDir(tmp_path))
     assert result["archive"] == {"lines": 3, "lost": 1, "lost_sample": ["3"], "repeated": 1}, result
     without = tmp_path / "no-archiver"
     without.mkdir()
-    Stub.dir = str(without)
-    assert "archive" not in check(Stub())  # no archive-<host>/ directory: no archiver ran
+    assert "archive" not in check(HistoryDir(without))  # no archive-<host>/ directory: no archiver ran
 
 
 def _processes_mentioning(text):
