@@ -3,6 +3,7 @@
 Real brokers (child processes where one is SIGKILLed), our nsqlookupd, and pynsq's Reader.
 """
 
+import contextlib
 import threading
 import time
 
@@ -245,67 +246,69 @@ def test_consumer_redials_a_lookupd_node_at_once_when_the_broker_drops_it(nsq_cl
         assert consumer.subscribed == [broker.tcp_address]
 
 
+@contextlib.contextmanager
+def listed_broker(tmp_path, topic):
+    """A lookupd and a broker process that lookupd lists for ``topic``/c through a separate
+    registration (``HostileNode``), so the listing outlives the broker: ``(lookupd, broker,
+    registration)``."""
+    with Lookupd() as lookupd, BrokerProcess(tmp_dir=str(tmp_path)) as broker:
+        registration = HostileNode()
+        try:
+            registration.register(lookupd.tcp_address, topic, "c", tcp_port=broker.tcp_address[1],
+                                  http_port=broker.http_address[1])
+            wait_until(lambda: lookupd.lookup(topic) == [broker.tcp_addr], what="the node in /lookup")
+            yield lookupd, broker, registration
+        finally:
+            registration.close()
+
+
 def test_consumer_redials_a_listed_node_with_backoff_until_it_is_back(tmp_path):
     """A broker killed while lookupd still lists it (registered here by a separate lookupd
     connection, as a node whose own connection survived would be): the consumer's redials are
     refused, reported, and spaced by ``reconnect_backoff``; once the broker is back on its port the
     consumer is subscribed again within the back-off's maximum, long before the next poll."""
     errors = []
-    with Lookupd() as lookupd, BrokerProcess(tmp_dir=str(tmp_path)) as broker:
-        registration = HostileNode()
-        try:
-            registration.register(lookupd.tcp_address, "backoff", "c", tcp_port=broker.tcp_address[1],
-                                  http_port=broker.http_address[1])
-            wait_until(lambda: lookupd.lookup("backoff") == [broker.tcp_addr], what="the node in /lookup")
-            consumer = Consumer(
-                None, "backoff", "c", lookupd_http_addresses=[lookupd.http_addr], lookupd_poll_interval=60,
-                reconnect_backoff=(0.05, 0.4), timeout=5, on_error=lambda e: errors.append((time.monotonic(), e)),
-            )
-            with consumer:
-                assert consumer.subscribed == [broker.tcp_address]
-                broker.kill()
-                wait_until(lambda: len(errors) >= 4, timeout=10, what="four refused redials")
-                assert all(isinstance(e, ConnectionError) for _, e in errors), errors
-                gaps = [b - a for (a, _), (b, _) in zip(errors, errors[1:])]
-                assert gaps[-1] >= 0.15, gaps  # backing off: 0.05, 0.1, 0.2, then 0.4 s (lower bounds)
-                broker.restart()
-                assert consumer.wait_subscribed(timeout=5), "not subscribed again within 5 s"
-                with Producer(broker.tcp_address) as producer:
-                    producer.pub("backoff", b"back")
-                msg = consumer.get(timeout=5)
-                assert msg.body == b"back"
-                msg.fin()
-        finally:
-            registration.close()
+    with listed_broker(tmp_path, "backoff") as (lookupd, broker, registration):
+        consumer = Consumer(
+            None, "backoff", "c", lookupd_http_addresses=[lookupd.http_addr], lookupd_poll_interval=60,
+            reconnect_backoff=(0.05, 0.4), timeout=5, on_error=lambda e: errors.append((time.monotonic(), e)),
+        )
+        with consumer:
+            assert consumer.subscribed == [broker.tcp_address]
+            broker.kill()
+            wait_until(lambda: len(errors) >= 4, timeout=10, what="four refused redials")
+            assert all(isinstance(e, ConnectionError) for _, e in errors), errors
+            gaps = [b - a for (a, _), (b, _) in zip(errors, errors[1:])]
+            assert gaps[-1] >= 0.15, gaps  # backing off: 0.05, 0.1, 0.2, then 0.4 s (lower bounds)
+            broker.restart()
+            assert consumer.wait_subscribed(timeout=5), "not subscribed again within 5 s"
+            with Producer(broker.tcp_address) as producer:
+                producer.pub("backoff", b"back")
+            msg = consumer.get(timeout=5)
+            assert msg.body == b"back"
+            msg.fin()
 
 
 def test_consumer_stops_redialling_a_node_lookupd_no_longer_lists(tmp_path):
     """The broker killed and its registration gone: the consumer's connection thread for it asks
     lookupd after a refused redial, finds it unlisted and ends (the next poll would bring it back)."""
     errors = []
-    with Lookupd() as lookupd, BrokerProcess(tmp_dir=str(tmp_path)) as broker:
-        registration = HostileNode()
-        try:
-            registration.register(lookupd.tcp_address, "gone", "c", tcp_port=broker.tcp_address[1],
-                                  http_port=broker.http_address[1])
-            wait_until(lambda: lookupd.lookup("gone") == [broker.tcp_addr], what="the node in /lookup")
-            consumer = Consumer(
-                None, "gone", "c", lookupd_http_addresses=[lookupd.http_addr], lookupd_poll_interval=60,
-                reconnect_backoff=(0.2, 0.4), timeout=5, on_error=errors.append,
-            )
-            with consumer:
-                thread_name = "nsq-consumer[%s gone/c]" % broker.tcp_addr
-                assert [t for t in threading.enumerate() if t.name == thread_name]
-                broker.kill()
-                wait_until(lambda: errors, timeout=10, what="a refused redial")
-                for conn in registration.conns:
-                    conn.close()  # the registration's lookupd connection ends: lookupd drops the node
-                wait_until(lambda: lookupd.lookup("gone") == [], what="the node off /lookup")
-                wait_until(lambda: not [t for t in threading.enumerate() if t.name == thread_name], timeout=10,
-                           what="the connection thread to give the node up")
-                assert consumer.subscribed == []
-        finally:
-            registration.close()
+    with listed_broker(tmp_path, "gone") as (lookupd, broker, registration):
+        consumer = Consumer(
+            None, "gone", "c", lookupd_http_addresses=[lookupd.http_addr], lookupd_poll_interval=60,
+            reconnect_backoff=(0.2, 0.4), timeout=5, on_error=errors.append,
+        )
+        with consumer:
+            thread_name = "nsq-consumer[%s gone/c]" % broker.tcp_addr
+            assert [t for t in threading.enumerate() if t.name == thread_name]
+            broker.kill()
+            wait_until(lambda: errors, timeout=10, what="a refused redial")
+            for conn in registration.conns:
+                conn.close()  # the registration's lookupd connection ends: lookupd drops the node
+            wait_until(lambda: lookupd.lookup("gone") == [], what="the node off /lookup")
+            wait_until(lambda: not [t for t in threading.enumerate() if t.name == thread_name], timeout=10,
+                       what="the connection thread to give the node up")
+            assert consumer.subscribed == []
 
 
 @pytest.mark.nsq_cluster(n=2)
