@@ -24,7 +24,13 @@ gets 512 MiB (as in the cluster tests).
    ``benchmarks.reader``) drains the channel ``bench_reader`` for ``--reference-runfor``
    seconds: msg/s;
 4. the source drains the channel ``spark``: the clock runs from the query's start until
-   every message is FINed (i.e. committed by Spark): rows/s, and the ratio to step 3.
+   every message is FINed (i.e. committed by Spark): rows/s, and the ratio to step 3;
+   also the rate over the middle half (from a quarter FINed to three quarters), which
+   leaves out the query's start (Spark starting its Python source runner process) and end.
+
+``--rounds N`` repeats steps 2-4 on a fresh topic N times (reference, source, reference,
+source...) and ends with the median and range of the ratios: ``bench_reader``'s own rate
+moves by a fifth between runs on one host, so one ratio is one draw.
 
 The source runs with its DEFAULT options unless ``--batch``, ``--in-flight`` or
 ``--connections`` are given.  The sink is a no-op ``foreachBatch`` (``--sink
@@ -279,8 +285,12 @@ def reference(broker, args, topic, what):
 
 
 def run_query(spark, broker, args, topic, messages, checkpoint, meter=None):
-    """Start the source on ``topic``/spark with the options asked for; seconds until ``messages``
-    are FINed (and the CPU ``meter`` measured over them)."""
+    """Start the source on ``topic``/spark with the options asked for; ``(seconds until
+    ``messages`` are FINed, the CPU ``meter``'s reading over them, the middle half)``: the
+    middle half is ``(seconds, messages)`` from the first /stats poll that found a quarter
+    of them FINed to the first that found three quarters, the steady flow without the
+    query's start (Spark starting its Python source runner, the connections being made)
+    or its end, or None."""
     reader_ = spark.readStream.format("nsq").option("nsqd", broker.tcp_addr).option("topic", topic) \
         .option("channel", "spark")
     for option, value in (("maxBatchSize", args.batch), ("maxInFlight", args.in_flight),
@@ -297,10 +307,14 @@ def run_query(spark, broker, args, topic, messages, checkpoint, meter=None):
     t0 = time.monotonic()
     query = stream.start()
     last = t0
+    quarters = {}  # 1 and 3: (seconds since the start, FINed) when /stats first showed a quarter, three
     try:
         while True:
             c = channel(broker, topic, "spark")
             done = c["message_count"] - c["depth"] - c["in_flight_count"] if c else 0
+            for q in (1, 3):
+                if q not in quarters and done * 4 >= q * messages:
+                    quarters[q] = (time.monotonic() - t0, done)
             if done >= messages:
                 break
             if query.exception() is not None:
@@ -310,7 +324,10 @@ def run_query(spark, broker, args, topic, messages, checkpoint, meter=None):
                 print("  %.0fs: %d FINed" % (last - t0, done), flush=True)
             time.sleep(0.05)  # polling /stats, bounded by the query's progress
         elapsed = time.monotonic() - t0
-        return elapsed, (meter.stop() if meter else None)
+        middle = None
+        if 1 in quarters and 3 in quarters and quarters[3][0] > quarters[1][0]:
+            middle = (quarters[3][0] - quarters[1][0], quarters[3][1] - quarters[1][1])
+        return elapsed, (meter.stop() if meter else None), middle
     finally:
         if args.progress:
             print_progress(query.recentProgress)
@@ -354,21 +371,36 @@ def bench_source(spark, broker, args, meter):
     start_load = load_average()
     if not args.no_warmup:
         fill(broker, "warm", args.warmup_messages, args.size)
-        elapsed, _ = run_query(spark, broker, args, "warm", args.warmup_messages, args.tmp + "/ck-warm")
+        elapsed, _, _ = run_query(spark, broker, args, "warm", args.warmup_messages, args.tmp + "/ck-warm")
         print("warm-up query: %d messages in %.1fs (unmeasured)" % (args.warmup_messages, elapsed), flush=True)
-    fill(broker, "bench", args.messages, args.size, channels=("bench_reader", "spark"))
-    ref = reference(broker, args, "bench", "consume")
-    print("reference: %s %.0f msg/s" % (ref[0], ref[1]), flush=True)
-    elapsed, (spark_cpu, broker_cpu) = run_query(spark, broker, args, "bench", args.messages, args.tmp + "/ck",
-                                                 meter)
-    options = ", ".join("%s %s" % (o, v) for o, v in (("maxBatchSize", args.batch), ("maxInFlight", args.in_flight),
-                                                      ("connectionsPerNode", args.connections)) if v is not None)
-    print("source: %d messages in %.1fs (%s; sink %s)" % (args.messages, elapsed, options or "default options",
-                                                         args.sink))
-    if args.cpu_breakdown:
-        meter.print_breakdown(args.messages)
-    report(args, "source", args.messages / elapsed, _per_row_us(spark_cpu, args.messages),
-           _per_row_us(broker_cpu, args.messages), ref, start_load)
+    ratios = []
+    for n in range(1, args.rounds + 1):
+        topic = "bench" if args.rounds == 1 else "bench%d" % n
+        fill(broker, topic, args.messages, args.size, channels=("bench_reader", "spark"))
+        ref = reference(broker, args, topic, "consume")
+        print("reference: %s %.0f msg/s" % (ref[0], ref[1]), flush=True)
+        elapsed, (spark_cpu, broker_cpu), middle = run_query(spark, broker, args, topic, args.messages,
+                                                            "%s/ck-%d" % (args.tmp, n), meter)
+        options = ", ".join("%s %s" % (o, v) for o, v in (("maxBatchSize", args.batch), ("maxInFlight", args.in_flight),
+                                                          ("connectionsPerNode", args.connections)) if v is not None)
+        print("source: %d messages in %.1fs (%s; sink %s)" % (args.messages, elapsed, options or "default options",
+                                                             args.sink))
+        if middle:
+            print("  the middle half (a quarter to three quarters FINed): %d rows in %.2fs, %.0f rows/s (%.2f of the"
+                  " reference)" % (middle[1], middle[0], middle[1] / middle[0], middle[1] / middle[0] / ref[1]),
+                  flush=True)
+        if args.cpu_breakdown:
+            meter.print_breakdown(args.messages)
+        report(args, "source", args.messages / elapsed, _per_row_us(spark_cpu, args.messages),
+               _per_row_us(broker_cpu, args.messages), ref, start_load)
+        ratios.append(args.messages / elapsed / ref[1])
+        if args.rounds > 1:
+            broker.http("POST", "/topic/delete?topic=" + topic)  # (its messages: memory for the next round)
+    if args.rounds > 1:
+        ratios.sort()
+        print("RESULT source rounds=%d ratio median=%.2f range=%.2f..%.2f (each round: the reference, then the source)"
+              % (args.rounds, ratios[len(ratios) // 2] if len(ratios) % 2 else
+                 (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2, ratios[0], ratios[-1]))
 
 
 def bench_sink(spark, broker, args, meter):
@@ -412,6 +444,9 @@ def main():
     parser.add_argument("--go-tools", metavar="DIR", help="Go's bench_reader/bench_writer from DIR for the reference")
     parser.add_argument("--reference-runfor", type=float, default=1.5,
                         help="seconds of bench_reader (short enough not to drain --messages) or bench_writer")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="source: the reference and the source one after the other, this many times on fresh"
+                             " topics (the ratio's median and range at the end)")
     parser.add_argument("--no-warmup", action="store_true", help="time the session's first query")
     parser.add_argument("--progress", action="store_true", help="print where Spark's batches spent their time")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
