@@ -107,3 +107,25 @@ def test_design_md_shows_the_drawing_of_the_real_imports():
     assert marker in text
     shown = text.split(marker, 1)[1].split("\n```", 1)[0]
     assert shown == layers.drawing(), "regenerate it: python tests/support/layers.py"
+
+
+def test_importing_the_client_does_not_load_the_broker():
+    """``nsqd_threaded.NSQD`` comes on first use: a process that only consumes or publishes
+    (a tool, a freshly started Spark Python worker) does not pay for importing the broker."""
+    import subprocess
+    import sys
+
+    code = ("import sys, nsqd_threaded.client\n"
+            "assert 'nsqd_threaded.server.nsqd' not in sys.modules, 'the broker was imported'\n"
+            "import nsqd_threaded\n"
+            "from nsqd_threaded import NSQD\n"
+            "assert NSQD is sys.modules['nsqd_threaded.server.nsqd'].NSQD\n"
+            "assert 'NSQD' in nsqd_threaded.__all__\n"
+            "try:\n"
+            "    nsqd_threaded.NoSuchName\n"
+            "except AttributeError:\n"
+            "    pass\n"
+            "else:\n"
+            "    raise SystemExit('no AttributeError')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
