@@ -88,6 +88,30 @@ class Topic(BackedQueue):
     def new_ids(self, n):
         return self._guid.new_ids(n)
 
+    def publish_one(self, body):
+        """``publish([body])``, a PUB's; ``body`` is bytes-like (a bytearray slice is
+        kept only as part of a record, otherwise as bytes).
+
+        Into a topic without channels (how a backlog fills) with room in the
+        memory queue, the record is appended here: the same checks and
+        counters as :meth:`_put`, none of its other machinery.  Anything else
+        (channels, a full memory queue, the backend) is :meth:`_put`'s.
+        """
+        if self._channels:
+            self.publish([bytes(body)])
+            return
+        record = RECORD_HEADER.pack(time.time_ns(), 0, self._guid.new_id()) + body
+        with self._lock:
+            if self.exiting:
+                raise TopicError("exiting")
+            memory = self._memory
+            if not self._channels and len(memory) < self._mem_capacity:
+                memory.append(record)  # (no pump to notify: it drains only into channels)
+                self.message_count += 1
+                self.message_bytes += len(body)
+                return
+        self._put([record], len(body), RECORDS)
+
     def publish(self, bodies, defer_ns=0):
         """New messages for these bodies (IDs, one shared timestamp); raises TopicError.
 
@@ -103,7 +127,7 @@ class Topic(BackedQueue):
         if len(bodies) == 1 and not defer_ns and not self._channels:
             # A PUB into a topic without channels (how a backlog fills): its record, no other question.
             body = bodies[0]
-            self._put([RECORD_HEADER.pack(now, 0, self._guid.new_ids(1)[0]) + body], len(body), RECORDS)
+            self._put([RECORD_HEADER.pack(now, 0, self._guid.new_id()) + body], len(body), RECORDS)
             return
         size = len(bodies[0]) if len(bodies) == 1 else sum(map(len, bodies))
         if defer_ns:
