@@ -92,13 +92,15 @@ class Topic(BackedQueue):
         """``publish([body])``, a PUB's; ``body`` is bytes-like (a bytearray slice is
         kept only as part of a record, otherwise as bytes).
 
-        Into a topic without channels (how a backlog fills) with room in the
-        memory queue, the record is appended here: the same checks and
-        counters as :meth:`_put`, none of its other machinery.  Anything else
-        (channels, a full memory queue, the backend) is :meth:`_put`'s.
+        Its form is :meth:`publish`'s, made without the batch's lists.  Into a
+        topic without channels (how a backlog fills) with room in the memory
+        queue, the record is appended here: the same checks and counters as
+        :meth:`_put`, none of its other machinery.  Anything else (channels,
+        a full memory queue, the backend) is :meth:`_put`'s.
         """
-        if self._channels:
-            self.publish([bytes(body)])
+        if self._channels and self._consumed():
+            body = bytes(body)
+            self._put([Message(self._guid.new_id(), body, time.time_ns())], len(body), MESSAGES)
             return
         record = RECORD_HEADER.pack(time.time_ns(), 0, self._guid.new_id()) + body
         with self._lock:
@@ -214,6 +216,18 @@ class Topic(BackedQueue):
         :meth:`Channel.put_messages`).
         Returns the durable-mode sync tokens as ``[(channel, token)]``.
         """
+        if len(self._channels) == 1:
+            # The usual topic, one channel: what the loop below does, without its lists.
+            for channel in self._channels.values():
+                try:
+                    token = channel.put_messages(entries, strict, form is DEFERRED, deliveries)
+                except ChannelError as e:
+                    self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(entries), channel, e)
+                    return []
+                except BackendError as e:
+                    self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(entries), channel, e)
+                    raise
+                return [] if token is None else [(channel, token)]
         channels = list(self._channels.values())
         tokens = []
         error = None
