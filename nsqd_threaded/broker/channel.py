@@ -231,7 +231,6 @@ class Channel(BackedQueue):
         to waiting consumers; the caller must :meth:`~DirectDeliveries.release`
         it once it holds no lock, whatever happens.
         """
-        now = time.time_ns()
         token = None
         with self._lock:
             if self.exiting:
@@ -243,7 +242,7 @@ class Channel(BackedQueue):
                 self.message_count += len(msgs)
                 waiters = self._take_waiters_locked()
             else:
-                immediate = self._index_deferred_locked(msgs, now) if deferred else msgs
+                immediate = self._index_deferred_locked(msgs, time.time_ns()) if deferred else msgs
                 if immediate:
                     self._put_immediate_locked(immediate, strict)
                 self.message_count += len(msgs)

@@ -88,6 +88,32 @@ class Topic(BackedQueue):
     def new_ids(self, n):
         return self._guid.new_ids(n)
 
+    def publish_one(self, body):
+        """``publish([body])``, a PUB's; ``body`` is bytes-like (a bytearray slice is
+        kept only as part of a record, otherwise as bytes).
+
+        Its form is :meth:`publish`'s, made without the batch's lists.  Into a
+        topic without channels (how a backlog fills) with room in the memory
+        queue, the record is appended here: the same checks and counters as
+        :meth:`_put`, none of its other machinery.  Anything else (channels,
+        a full memory queue, the backend) is :meth:`_put`'s.
+        """
+        if self._channels and self._consumed():
+            body = bytes(body)
+            self._put([Message(self._guid.new_id(), body, time.time_ns())], len(body), MESSAGES)
+            return
+        record = RECORD_HEADER.pack(time.time_ns(), 0, self._guid.new_id()) + body
+        with self._lock:
+            if self.exiting:
+                raise TopicError("exiting")
+            memory = self._memory
+            if not self._channels and len(memory) < self._mem_capacity:
+                memory.append(record)  # (no pump to notify: it drains only into channels)
+                self.message_count += 1
+                self.message_bytes += len(body)
+                return
+        self._put([record], len(body), RECORDS)
+
     def publish(self, bodies, defer_ns=0):
         """New messages for these bodies (IDs, one shared timestamp); raises TopicError.
 
@@ -103,7 +129,7 @@ class Topic(BackedQueue):
         if len(bodies) == 1 and not defer_ns and not self._channels:
             # A PUB into a topic without channels (how a backlog fills): its record, no other question.
             body = bodies[0]
-            self._put([RECORD_HEADER.pack(now, 0, self._guid.new_ids(1)[0]) + body], len(body), RECORDS)
+            self._put([RECORD_HEADER.pack(now, 0, self._guid.new_id()) + body], len(body), RECORDS)
             return
         size = len(bodies[0]) if len(bodies) == 1 else sum(map(len, bodies))
         if defer_ns:
@@ -190,6 +216,18 @@ class Topic(BackedQueue):
         :meth:`Channel.put_messages`).
         Returns the durable-mode sync tokens as ``[(channel, token)]``.
         """
+        if len(self._channels) == 1:
+            # The usual topic, one channel: what the loop below does, without its lists.
+            for channel in self._channels.values():
+                try:
+                    token = channel.put_messages(entries, strict, form is DEFERRED, deliveries)
+                except ChannelError as e:
+                    self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(entries), channel, e)
+                    return []
+                except BackendError as e:
+                    self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(entries), channel, e)
+                    raise
+                return [] if token is None else [(channel, token)]
         channels = list(self._channels.values())
         tokens = []
         error = None

@@ -381,11 +381,20 @@ class ProtocolV2:
             size = protocol_v2.decode_size_from(buf, pos)[0]
             start = pos + 4
             if 0 < size <= self.options.max_msg_size and end - start >= size:
-                body = bytes(buf[start : start + size])
-                self.reader.advance(start + size)
+                end = start + size
+                body = buf[start:end]  # one copy (a bytearray: publish_one keeps it only inside a record)
+                self.reader.advance(end)
                 if self._auth_enabled:
                     self._check_auth("PUB", topic_name)
-                return self._publish("PUB", topic_name, [body])
+                topic = self._topics.get(topic_name)
+                if topic is None or topic.exiting:
+                    topic = self._topic(topic_name)
+                try:
+                    topic.publish_one(body)
+                except TopicError as e:
+                    raise ProtocolError("E_PUB_FAILED", "PUB failed %s" % e) from None
+                self.client.count_published(topic_name, 1)
+                return protocol_v2.OK_FRAME
         size = self._read_size("E_BAD_MESSAGE", "PUB failed to read message body size")
         protocol_v2.check_message_size("PUB", size, self.options.max_msg_size)
         body = self._read_body(size, "E_BAD_MESSAGE", "PUB failed to read message body")

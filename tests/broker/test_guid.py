@@ -65,3 +65,25 @@ def test_blocks_are_the_ids_formatted_in_full():
     values = [(77 << 22) | (1023 << 12) | seq for seq in range(4096)]
     values += [(78 << 22) | (1023 << 12) | seq for seq in range(6)]
     assert ids == [b"%016x" % v for v in values]
+
+
+def test_new_id_is_the_id_new_ids_would_make_within_a_tick_across_ticks_and_after_exhaustion():
+    """new_id's shortcut (the last ID plus one) and its fallback give new_ids(1)'s IDs exactly."""
+    ts = TWEPOCH + 500
+    ticks = [ts] * 4100 + [ts + 1] * 3 + [ts + 3]
+    one, many = GUIDFactory(7, Clock(ticks)), GUIDFactory(7, Clock(ticks))
+    for _ in range(len(ticks) - 1):
+        a, b = one.new_id(), many.new_ids(1)[0]
+        assert a == b and type(a) is bytes and len(a) == 16
+    values = [int(i, 16) for i in (one.new_id() for _ in range(5))]
+    assert values == sorted(set(values))
+    assert one.new_ids(2)[0] > b"%016x" % values[-1]
+
+
+def test_new_id_shortcut_follows_an_mpub_block():
+    ts = TWEPOCH + 42
+    f = GUIDFactory(3, Clock([ts]))
+    ids = f.new_ids(10) + [f.new_id() for _ in range(3)]
+    values = [int(i, 16) for i in ids]
+    assert [v & 0xFFF for v in values] == list(range(13))
+    assert all(v >> 22 == 42 and (v >> 12) & 0x3FF == 3 for v in values)

@@ -302,3 +302,43 @@ def test_topics_created_after_start_start_at_once(make_nsqd):
     topic.publish([b"x"])
     channel = topic.get_channel("c")
     wait_until(lambda: channel.depth() == 1, what="the pump")
+
+
+def test_publish_one_queues_a_record_counts_it_and_spills_past_the_memory_queue(owners, tmp_path):
+    """A PUB into a channel-less topic: memory up to --mem-queue-size, then the disk queue, in order."""
+    nsqd = owners(mem_queue_size=3)
+    topic = nsqd.get_topic("one")
+    for body in bodies(5):
+        topic.publish_one(bytearray(body))  # (what the PUB fast path passes: a slice of its read buffer)
+    assert topic.snapshot()[:4] == (5, 2, 5, sum(len(b) for b in bodies(5)))
+    assert os.path.exists(tmp_path / "data" / "one.diskqueue.000000.dat")
+    channel = topic.get_channel("c")
+    topic.start()
+    wait_until(lambda: channel.depth() == 5, what="the pump")
+    got = DrivenSubscriber(nsqd, channel).take_all(5)
+    assert sorted(m.body for m in got) == sorted(bodies(5))
+    assert all(type(m.body) is bytes for m in got)
+    assert len({m.id for m in got}) == 5
+
+
+def test_publish_one_with_a_channel_delivers_bytes_and_refuses_once_exiting(owners):
+    nsqd = owners()
+    topic = nsqd.get_topic("one-chan")
+    channel = topic.get_channel("c")
+    consumer = DrivenSubscriber(nsqd, channel)
+    topic.start()
+    topic.publish_one(bytearray(b"hello"))
+    [msg] = consumer.take_all(1)
+    assert msg.body == b"hello" and type(msg.body) is bytes
+    assert topic.snapshot()[2:4] == (1, 5)
+    topic.close()
+    with pytest.raises(TopicError, match="exiting"):
+        topic.publish_one(bytearray(b"late"))
+    assert topic.snapshot()[2:4] == (1, 5)
+
+
+def test_publish_one_into_a_durable_topic_goes_through_the_disk_queue(owners, tmp_path):
+    nsqd = owners(durable=True)
+    topic = nsqd.get_topic("one-durable")
+    topic.publish_one(bytearray(b"kept"))
+    assert topic.snapshot()[:3] == (1, 1, 1)  # acknowledged only once on disk: nothing in memory
