@@ -16,8 +16,9 @@ gets 512 MiB (as in the cluster tests).
 ``source``, in one run on one broker:
 
 1. a warm-up query (the JVM, the Python workers and the source's code paths are
-   cold in a fresh session: the first batch of the first query takes seconds), on
-   another topic, unmeasured;
+   cold in a fresh session: the first batch of the first query takes seconds, and the
+   JVM compiles Spark's per-batch code over the first dozens of batches), of
+   ``--warmup-messages`` (1,000,000) on another topic, unmeasured;
 2. ``--messages`` bodies of ``--size`` bytes queued on the topic ``bench``, which has two
    channels, ``bench_reader`` and ``spark`` (created first, so each holds every message);
 3. the reference: bench_reader (Go's from ``--go-tools``, else this project's
@@ -452,7 +453,8 @@ def main():
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session (again for more)")
     parser.add_argument("--cpu-breakdown", action="store_true", help="print the Spark side's CPU process by process")
-    parser.add_argument("--warmup-messages", type=int, default=100000)
+    parser.add_argument("--warmup-messages", type=int, default=1000000,
+                        help="rows of the warm-up query (the JVM compiles Spark's per-batch code over its first dozens of batches)")
     parser.add_argument("--broker-flag", action="append", default=[], metavar="--FLAG=VALUE",
                         help="a flag for the broker, such as --max-rdy-count=25000 (again for more)")
     parser.add_argument("--broker-python", default=sys.executable, help="the interpreter that runs the broker")
