@@ -87,7 +87,8 @@ def test_a_broker_started_before_its_lookupd(make_nsqd):
                 # Another broker announces `audit` for the topic.
                 second = make_nsqd(nsqlookupd_tcp_addresses=[lookupd.tcp_addr], broadcast_address="127.0.0.1")
                 second.get_topic("orders").get_channel("audit")
-                wait_until(lambda: get_json(lookupd.http_url + "/channels?topic=orders")["channels"] == ["audit"],
+                # (The first broker, dialling again, may register `billing` before this poll sees `audit`.)
+                wait_until(lambda: "audit" in get_json(lookupd.http_url + "/channels?topic=orders")["channels"],
                            timeout=5, what="the second broker's audit channel on the lookupd")
 
                 wait_until(lambda: first.tcp_address[1] in nodes(lookupd), timeout=10, what="the first broker in /nodes")
