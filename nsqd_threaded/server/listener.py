@@ -255,7 +255,9 @@ class PromptShutdownMixIn:
 
 class ConnectionThreadsMixIn:
     """One thread per connection, kept in a set that each leaves as it ends;
-    ``server_close()`` joins those left.
+    ``server_close()`` joins those left, and those that left but had not yet
+    returned (a thread runs on after leaving the set: ``_ending``, pruned of
+    finished threads at each accept).
 
     socketserver's ThreadingMixIn keeps a list that it reaps with a scan of
     every thread on each accept: O(connections) per accept.  The threads are
@@ -267,8 +269,9 @@ class ConnectionThreadsMixIn:
     thread_name = "conn"
 
     def __init__(self, *args, **kwargs):
-        self._conn_threads_lock = threading.Lock()  # guards _conn_threads
+        self._conn_threads_lock = threading.Lock()  # guards _conn_threads and _ending
         self._conn_threads = set()  # running connection threads
+        self._ending = []  # threads that left _conn_threads, possibly still returning
         super().__init__(*args, **kwargs)
 
     def process_request(self, request, client_address):
@@ -280,6 +283,8 @@ class ConnectionThreadsMixIn:
         )
         with self._conn_threads_lock:
             self._conn_threads.add(t)
+            if self._ending:  # (short: threads leave it within moments of leaving the set)
+                self._ending = [e for e in self._ending if e.is_alive()]
         try:
             t.start()
         except BaseException:  # no thread (resource limits): the caller closes the request
@@ -297,13 +302,15 @@ class ConnectionThreadsMixIn:
         finally:
             if not handed_off:
                 self.shutdown_request(request)
+            me = threading.current_thread()
             with self._conn_threads_lock:
-                self._conn_threads.discard(threading.current_thread())
+                self._conn_threads.discard(me)
+                self._ending.append(me)
 
     def server_close(self):
         super().server_close()
         with self._conn_threads_lock:
-            threads = list(self._conn_threads)
+            threads = list(self._conn_threads) + self._ending
         for t in threads:
             t.join()
 
