@@ -89,7 +89,7 @@ class Topic(BackedQueue):
         return self._guid.new_ids(n)
 
     def publish_one(self, body):
-        """``publish([body])``, a PUB's; ``body`` is bytes-like (a bytearray slice is
+        """``publish([body])``, a PUB's (and :meth:`publish`'s for one body); ``body`` is bytes-like (a bytearray slice is
         kept only as part of a record, otherwise as bytes).
 
         Its form is :meth:`publish`'s, made without the batch's lists.  Into a
@@ -125,12 +125,10 @@ class Topic(BackedQueue):
         the queues for less.  A DPUB's are Messages (a record has no field
         for the delay).
         """
-        now = time.time_ns()  # one timestamp object for the batch: less memory per queued message
-        if len(bodies) == 1 and not defer_ns and not self._channels:
-            # A PUB into a topic without channels (how a backlog fills): its record, no other question.
-            body = bodies[0]
-            self._put([RECORD_HEADER.pack(now, 0, self._guid.new_id()) + body], len(body), RECORDS)
+        if len(bodies) == 1 and not defer_ns:
+            self.publish_one(bodies[0])
             return
+        now = time.time_ns()  # one timestamp object for the batch: less memory per queued message
         size = len(bodies[0]) if len(bodies) == 1 else sum(map(len, bodies))
         if defer_ns:
             msgs = list(map(Message, self._guid.new_ids(len(bodies)), bodies, itertools.repeat(now),
@@ -216,18 +214,6 @@ class Topic(BackedQueue):
         :meth:`Channel.put_messages`).
         Returns the durable-mode sync tokens as ``[(channel, token)]``.
         """
-        if len(self._channels) == 1:
-            # The usual topic, one channel: what the loop below does, without its lists.
-            for channel in self._channels.values():
-                try:
-                    token = channel.put_messages(entries, strict, form is DEFERRED, deliveries)
-                except ChannelError as e:
-                    self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(entries), channel, e)
-                    return []
-                except BackendError as e:
-                    self._nsqd.log.error("%r: failed to put %d messages to %r - %s", self, len(entries), channel, e)
-                    raise
-                return [] if token is None else [(channel, token)]
         channels = list(self._channels.values())
         tokens = []
         error = None

@@ -148,6 +148,14 @@ def test_close_before_start_and_start_after_close(owners):
         topic.publish([b"x"])
 
 
+def _through_a_new_channel(nsqd, topic, n):
+    """The topic's backlog of ``n``, handed by its pump to a new channel ``c`` and taken from it."""
+    channel = topic.get_channel("c")
+    topic.start()
+    wait_until(lambda: channel.depth() == n, what="the pump")
+    return DrivenSubscriber(nsqd, channel).take_all(n)
+
+
 def test_memory_overflow_goes_to_the_disk_queue(owners, tmp_path):
     nsqd = owners(mem_queue_size=3)
     topic = nsqd.get_topic("overflow")
@@ -155,10 +163,7 @@ def test_memory_overflow_goes_to_the_disk_queue(owners, tmp_path):
     depth, backend_depth = topic.snapshot()[:2]
     assert (depth, backend_depth) == (10, 7)
     assert os.path.exists(tmp_path / "data" / "overflow.diskqueue.000000.dat")
-    channel = topic.get_channel("c")
-    topic.start()
-    wait_until(lambda: channel.depth() == 10, what="the pump")
-    got = DrivenSubscriber(nsqd, channel).take_all(10)
+    got = _through_a_new_channel(nsqd, topic, 10)
     assert sorted(m.body for m in got) == sorted(bodies(10))
     assert topic.snapshot()[:2] == (0, 0)
 
@@ -312,10 +317,7 @@ def test_publish_one_queues_a_record_counts_it_and_spills_past_the_memory_queue(
         topic.publish_one(bytearray(body))  # (what the PUB fast path passes: a slice of its read buffer)
     assert topic.snapshot()[:4] == (5, 2, 5, sum(len(b) for b in bodies(5)))
     assert os.path.exists(tmp_path / "data" / "one.diskqueue.000000.dat")
-    channel = topic.get_channel("c")
-    topic.start()
-    wait_until(lambda: channel.depth() == 5, what="the pump")
-    got = DrivenSubscriber(nsqd, channel).take_all(5)
+    got = _through_a_new_channel(nsqd, topic, 5)
     assert sorted(m.body for m in got) == sorted(bodies(5))
     assert all(type(m.body) is bytes for m in got)
     assert len({m.id for m in got}) == 5

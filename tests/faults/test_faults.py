@@ -24,6 +24,7 @@ from faultlib.cluster import Cluster
 from faultlib.history import History, read_history
 from faultlib.network import can_make_namespaces
 from faultlib.runner import Runner
+from support.core import wait_until
 from support.tools import go_tool
 from support.wire import wait_for
 
@@ -275,8 +276,8 @@ def test_ctrl_c_mid_scenario_removes_every_namespace_and_process():
     assert not {n for n in _namespaces() if n.startswith(prefix)}, proc.stdout.read()
     # A process the script killed may take a moment to be gone from /proc (under PyPy
     # especially); one still there after the deadline is a leak.
-    deadline = time.monotonic() + 10
-    while _processes_mentioning(prefix) and time.monotonic() < deadline:
-        time.sleep(0.1)  # polling /proc, bounded by the deadline
-    assert not _processes_mentioning(prefix), [_cmdline(pid) for pid in _processes_mentioning(prefix)]
+    try:
+        wait_until(lambda: not _processes_mentioning(prefix), timeout=10, what="the killed processes to leave /proc")
+    except AssertionError:
+        raise AssertionError([_cmdline(pid) for pid in _processes_mentioning(prefix)]) from None
     assert not [d for d in os.listdir(tempfile.gettempdir()) if d.startswith(prefix)]
