@@ -4,15 +4,21 @@ Three process-wide settings, each for a cost a broker with thousands of
 messages and connections pays and a small program does not:
 
 * :func:`tune_gc` (CPython): the cyclic garbage collector's youngest
-  generation is collected after 10,000 net allocations of tracked objects
-  instead of 700.  Every queued and in-flight Message is such an object, and
-  none is part of a cycle; with the default, messages still queued or in
-  flight survive a young collection several times a batch and are traversed
-  again by the older generations (docs/performance.md has the measurement).
-  Collections still run: cyclic garbage is found a few thousand allocations
-  later.  PyPy keeps its defaults: its collector is generational without this
-  cost, and lower JIT thresholds traded a shorter warm-up for more
-  compilations, each a pause, with no better latency (docs/performance.md).
+  generation is collected after 500,000 net allocations of tracked objects
+  instead of 700.  Every in-flight Message is such an object, and none is
+  part of a cycle.  The count is net (a freed object takes its allocation
+  back), so it climbs only while the objects alive grow: as a consumer's
+  in-flight window fills.  Below the threshold, a window of up to a few
+  hundred thousand messages is taken and FINed without one collection;
+  with a low threshold every such window was traversed by each generation
+  in turn as it filled, a fifth of a broker's CPU per message at 200,000
+  in flight (docs/performance.md has the measurements).  The broker's own
+  paths (connections, subscriptions, HTTP requests) leave no reference
+  cycles (tests/internal/test_process.py), so what waits longer for a
+  collection is only what a rare error path leaves.  PyPy keeps its
+  defaults: its collector is generational without this cost, and lower
+  JIT thresholds traded a shorter warm-up for more compilations, each a
+  pause, with no better latency (docs/performance.md).
   It changes what a whole program sees, so only the command applies it
   (``cli.serve``), never :class:`~nsqd_threaded.server.nsqd.NSQD`: a program
   that embeds brokers keeps its own settings.
@@ -29,7 +35,7 @@ import gc
 import platform
 import sys
 
-GC_GEN0_THRESHOLD = 10000
+GC_GEN0_THRESHOLD = 500000
 
 
 def tune_gc():

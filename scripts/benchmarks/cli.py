@@ -33,6 +33,7 @@ COMMANDS = {
     "features": "consume with snappy, deflate, TLS: ratios to plain",
     "fixture": "starting and stopping the test fixture's brokers",
     "floor": "the floor probe alone (single PUB and round trip)",
+    "intake": "the Spark source's reader driven as Spark drives it, without Spark: the broker's CPU per row",
     "memory": "RSS per queued message",
     "policies": "publish throughput per storage policy",
     "pyspy": "py-spy profiles of our broker and the floor probe under the single-PUB load",
