@@ -11,8 +11,8 @@ messages and connections pays and a small program does not:
   in-flight window fills.  Below the threshold, a window of up to a few
   hundred thousand messages is taken and FINed without one collection;
   with a low threshold every such window was traversed by each generation
-  in turn as it filled, about a quarter of a broker's CPU per message at 200,000
-  in flight (docs/performance.md has the measurements).  The broker's own
+  in turn as it filled: about a quarter of a broker's CPU per message at
+  200,000 in flight (docs/performance.md has the measurements).  The broker's own
   paths (connections, subscriptions, HTTP requests) leave no reference
   cycles (tests/internal/test_process.py), so what waits longer for a
   collection is only what a rare error path leaves.  PyPy keeps its

@@ -283,7 +283,7 @@ class ConnectionThreadsMixIn:
         )
         with self._conn_threads_lock:
             self._conn_threads.add(t)
-            if self._ending:  # (short: threads leave it within moments of leaving the set)
+            if self._ending:  # each accept prunes the threads that finished since the last
                 self._ending = [e for e in self._ending if e.is_alive()]
         try:
             t.start()

@@ -12,7 +12,6 @@ broker's CPU per row, and this process's (the reader's intake: reads, FINs).  Ne
 """
 
 import argparse
-import os
 import resource
 import sys
 import time
@@ -21,14 +20,7 @@ import urllib.request
 from nsqd_threaded.client import Producer
 from nsqd_threaded.testing import BrokerProcess
 
-from .common import load_average
-
-
-def process_cpu(pid):
-    """User + system seconds of process ``pid`` so far."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from .common import cpu_seconds, load_average
 
 
 def own_cpu():
@@ -60,7 +52,7 @@ def drain_once(broker, args, topic):
     if args.connections:
         options["connectionsPerNode"] = str(args.connections)
     reader = NsqStreamReader(source_options(options))
-    broker_before, own_before, started = process_cpu(broker.proc.pid), own_cpu(), time.perf_counter()
+    broker_before, own_before, started = cpu_seconds(broker.proc.pid), own_cpu(), time.perf_counter()
     start, rows = reader.initialOffset(), 0
     try:
         while rows < args.messages:
@@ -72,7 +64,7 @@ def drain_once(broker, args, topic):
     finally:
         reader.stop()  # (every committed message FINed before it returns)
     elapsed = time.perf_counter() - started
-    return (rows / elapsed, (process_cpu(broker.proc.pid) - broker_before) / rows * 1e6,
+    return (rows / elapsed, (cpu_seconds(broker.proc.pid) - broker_before) / rows * 1e6,
             (own_cpu() - own_before) / rows * 1e6)
 
 

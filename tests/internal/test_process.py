@@ -2,8 +2,6 @@
 
 import gc
 import platform
-import socket
-import struct
 import threading
 import urllib.request
 
@@ -13,6 +11,7 @@ from nsqd_threaded.internal import process
 from nsqd_threaded.testing import Broker
 
 from support.core import make_owner, wait_until
+from support.wire import Conn
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -51,20 +50,6 @@ def test_an_embedded_broker_leaves_the_settings_alone(gc_threshold, tmp_path):
         nsqd.stop()
 
 
-def _recv_frames(sock, count):
-    """The next ``count`` frames' (type, data) off a raw V2 connection."""
-    frames, pending = [], b""
-    while len(frames) < count:
-        while len(pending) < 4 or len(pending) < 4 + struct.unpack(">i", pending[:4])[0]:
-            chunk = sock.recv(65536)
-            assert chunk, "the broker closed the connection"
-            pending += chunk
-        size = struct.unpack(">i", pending[:4])[0]
-        frames.append((struct.unpack(">i", pending[4:8])[0], pending[8:4 + size]))
-        pending = pending[4 + size:]
-    return frames
-
-
 def _broker_connection_threads():
     return [t.name for t in threading.enumerate() if t.name.startswith(("nsqd-conn[", "nsqd-client-pump[", "nsqd-http["))]
 
@@ -77,30 +62,25 @@ def test_the_broker_leaves_no_reference_cycles_behind_its_connections():
     rounds = 40
     with Broker() as broker:
         http = "http://%s:%d" % tuple(broker.http_address)
-        body = b'{"feature_negotiation": true, "heartbeat_interval": 1000}'
-        identify = b"IDENTIFY\n" + struct.pack(">i", len(body)) + body
 
         def one_round():
-            with socket.create_connection(broker.tcp_address, timeout=10) as pub:
-                pub.sendall(b"  V2" + b"PUB orders\n" + struct.pack(">i", 2) + b"x1" + b"MPUB orders\n"
-                            + struct.pack(">ii", 4 + 2 * (4 + 2), 2) + struct.pack(">i", 2) + b"x2"
-                            + struct.pack(">i", 2) + b"x3")
-                assert [f[1] for f in _recv_frames(pub, 2)] == [b"OK", b"OK"]
-            with socket.create_connection(broker.tcp_address, timeout=10) as sub:
-                sub.sendall(b"  V2" + identify + b"SUB orders audit\nRDY 3\n")
-                frames = _recv_frames(sub, 5)  # IDENTIFY's answer, SUB's OK, three messages
-                ids = [data[10:26] for kind, data in frames if kind == 2]
-                assert len(ids) == 3
-                sub.sendall(b"TOUCH " + ids[0] + b"\nFIN " + ids[0] + b"\nFIN " + ids[1] + b"\nREQ " + ids[2] + b" 0\n")
-                assert _recv_frames(sub, 1)[0][0] == 2  # the requeued one, again
+            with Conn(broker.tcp_address) as pub:
+                assert pub.pub("orders", b"x1") == b"OK"
+                assert pub.mpub("orders", [b"x2", b"x3"]) == b"OK"
+            with Conn(broker.tcp_address) as sub:
+                assert sub.identify(feature_negotiation=True, heartbeat_interval=1000).startswith(b"{")
+                sub.sub("orders", "audit", rdy=3)
+                ids = [sub.read_message()[2] for _ in range(3)]
+                sub.send(b"TOUCH %s\nFIN %s\nFIN %s\nREQ %s 0\n" % (ids[0], ids[0], ids[1], ids[2]))
+                assert sub.read_message()[2] == ids[2]  # the requeued one, again
             urllib.request.urlopen(http + "/stats?format=json", timeout=10).read()
             urllib.request.urlopen(urllib.request.Request(http + "/pub?topic=orders", data=b"x4"), timeout=10).read()
-            with socket.create_connection(broker.tcp_address, timeout=10) as sub:
-                sub.sendall(b"  V2SUB orders audit\nRDY 10\n")
-                frames = _recv_frames(sub, 3)  # OK, the requeued x3 and x4 (x1, x2 were FINed)
-                sub.sendall(b"".join(b"FIN " + data[10:26] + b"\n" for kind, data in frames if kind == 2))
-                sub.sendall(b"CLS\n")
-                assert (0, b"CLOSE_WAIT") in _recv_frames(sub, 1)
+            with Conn(broker.tcp_address) as sub:
+                sub.sub("orders", "audit", rdy=10)
+                held = [sub.read_message()[2:] for _ in range(2)]  # the requeued x3 and x4 (x1, x2 were FINed)
+                assert sorted(body for _, body in held) == [b"x3", b"x4"]
+                sub.send(b"".join(b"FIN %s\n" % msg_id for msg_id, _ in held) + b"CLS\n")
+                assert sub.read_response() == b"CLOSE_WAIT"
 
         one_round()  # the topic, the channel and everything made once
         wait_until(lambda: not _broker_connection_threads(), what="the first round's connections to end")
