@@ -9,7 +9,7 @@ only restate what the broker does anyway (``--snappy=false``).  Every startup
 failure is one ``FATAL`` line naming what to fix, never a traceback.
 """
 
-import click  # noqa: F401 (testing.py catches the exceptions of this click)
+import click  # noqa: F401 (testing/flags.py catches the exceptions of this click)
 
 from . import command
 from .internal.process import tune_gc

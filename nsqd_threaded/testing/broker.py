@@ -1,0 +1,96 @@
+"""Broker: a complete nsqd in this process, for a test."""
+
+import shutil
+import tempfile
+
+from ..server.nsqd import NSQD
+from ..settings.options import Options
+from .flags import resolve_with_warnings
+from .served import LOCALHOST, TEMP_PREFIX, ServedBroker, address_text
+
+__all__ = ["Broker"]
+
+
+class Broker(ServedBroker):
+    """A complete nsqd (:class:`~nsqd_threaded.NSQD`) in this process, for a test.
+
+    ``Broker(*flags, log_stream=None, tmp_dir=None, **options)``: ``flags`` are nsqd
+    flags, ``options`` are :class:`~nsqd_threaded.settings.options.Options` fields.  The log is
+    kept in memory (:attr:`log`) and also written to ``log_stream`` if given.  The
+    temporary data directory is created in ``tmp_dir`` (default: the system's).
+
+    ``_lock`` serializes start/stop/restart.
+    """
+
+    def __init__(self, *flags, log_stream=None, tmp_dir=None, **options):
+        values, self._warnings = resolve_with_warnings(flags, options)
+        self._init_broker(values, log_stream, tmp_dir)
+        self.nsqd = None  # the NSQD (kept after stop() for inspection)
+        self.running = False
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self):
+        """Start the broker; returns self.  Raises what NSQD.start raises (nothing is left behind)."""
+        with self._lock:
+            if self.running:
+                raise RuntimeError("broker already running")
+            made = False
+            if self._own_data_path and self.data_path is None:
+                self.data_path = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=self._tmp_dir)
+                made = True
+            try:
+                self._start_nsqd(self._options())
+            except BaseException:
+                if made:
+                    shutil.rmtree(self.data_path, ignore_errors=True)
+                    self.data_path = None
+                raise
+        return self
+
+    def _options(self, tcp_address=None, http_address=None):
+        values = {"tcp_address": "%s:0" % LOCALHOST, "http_address": "%s:0" % LOCALHOST}
+        values.update(self._values)
+        values["data_path"] = self.data_path
+        if tcp_address is not None:
+            values["tcp_address"] = tcp_address
+        if http_address is not None:
+            values["http_address"] = http_address
+        return Options(**values)
+
+    def _start_nsqd(self, options):
+        nsqd = NSQD(options, log_stream=self._log)
+        for warning in self._warnings:
+            nsqd.log.warn("%s", warning)
+        nsqd.start()
+        self.nsqd = nsqd
+        self._tcp_address = nsqd.tcp_address
+        self._http_address = nsqd.http_address
+        self.running = True
+
+    def stop(self):
+        """Stop the broker (every thread joined, every socket closed) and remove its temporary data."""
+        with self._lock:
+            try:
+                if self.running:
+                    self.running = False
+                    self.nsqd.stop()
+            finally:
+                if self._own_data_path and self.data_path is not None:
+                    shutil.rmtree(self.data_path, ignore_errors=True)
+                    self.data_path = None
+
+    def restart(self):
+        """Stop and start again on the same ports with the same data directory (nsqd.dat survives)."""
+        with self._lock:
+            if not self.running:
+                raise RuntimeError("broker is not running")
+            self.running = False
+            self.nsqd.stop()
+            http = address_text(self._http_address) or ""
+            self._start_nsqd(self._options(address_text(self._tcp_address), http))
+        return self
+
+    def __repr__(self):
+        state = "running" if self.running else "stopped"
+        return "<Broker tcp=%s http=%s %s>" % (self.tcp_addr, self.http_addr, state)
