@@ -1,10 +1,12 @@
 """Delivery policies (not in Go nsqd; docs/policies.md) over real sockets: max attempts reached by REQ
 and by timeout, message TTL, the dead-letter topic getting the same body, dropping without one, the
-broker-wide defaults and their pattern, and a broker without a policy delivering as before."""
+broker-wide defaults and their pattern, a broker without a policy delivering as before, and how a
+policy combines with pynsq's own max_tries."""
 
 import pytest
 
 from support.http_api import HTTP
+from support.pynsq import Loop
 from support.wire import Conn, wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -185,3 +187,41 @@ def test_removing_the_policy_delivers_again(make_nsqd):
         msg = sub.read_message()
         req(sub, msg)
         assert sub.read_message()[1:] == (2, msg[2], b"second")
+
+
+@pytest.mark.parametrize("max_tries, dead_lettered", [(5, True), (2, False)])
+def test_with_pynsq_max_tries(make_nsqd, max_tries, dead_lettered):
+    """The broker's max attempts (3) below the client's max_tries: the broker moves the message
+    after the third delivery and the client never gives up.  Above it: the client gives up first
+    (pynsq FINs the third delivery unhandled) and the broker has nothing to move."""
+    nsqd = make_nsqd()
+    set_policy(nsqd, "jobs", "work", max_attempts=3, dead_letter_topic="jobs.dead")
+    set_policy(nsqd, "jobs.dead", "d")
+    address = "%s:%d" % nsqd.tcp_address
+    handled, dead = [], []
+
+    def handler(msg):
+        msg.enable_async()
+        handled.append(msg.attempts)
+        msg.requeue(delay=0, backoff=False)
+
+    loop = Loop()
+    try:
+        reader = loop.reader(address, "jobs", "work", handler, max_tries=max_tries)
+        given_up = []
+        reader.giving_up = lambda msg: given_up.append(msg.attempts)
+        loop.reader(address, "jobs.dead", "d", lambda msg: dead.append(msg.body) or True)
+        w = loop.writer(address)
+        loop.wait_writers_connected()
+        loop.publish(w, "jobs", [b"job"])
+        if dead_lettered:
+            loop.run_until(lambda: dead, 30, "the dead letter")
+            assert handled == [1, 2, 3] and not given_up and dead == [b"job"]
+        else:
+            loop.run_until(lambda: given_up, 30, "pynsq giving up")
+            assert handled == [1, 2] and given_up == [3]
+        loop.run_for(0.3)
+        assert len(dead) == int(dead_lettered)
+    finally:
+        loop.close()
+    assert channel_stats(nsqd, "jobs", "work")["dead_letter_count"] == int(dead_lettered)
