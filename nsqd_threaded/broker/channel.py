@@ -416,7 +416,6 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             return None
         client.blocked = False  # (RDY may have been raised since it was set)
         memory = self._memory
-        now = time.time_ns()
         while True:
             queued = len(memory)
             msgs = from_records(self._take_locked(budget))
@@ -437,13 +436,14 @@ class Channel(BackedQueue, ChannelPolicyMethods):
                 if not msgs:
                     continue
             if self.policy is not None:
-                msgs = self.policy.screen_locked(msgs, now)  # (moved by the scanner: move_dead_letters)
+                msgs = self.policy.screen_locked(msgs, time.time_ns())  # (moved by the scanner: move_dead_letters)
                 if not msgs:
                     self.mark_scan_locked()
                     continue
                 if self.policy.moving:
                     self.mark_scan_locked()
             break
+        now = time.time_ns()
         cid = client.id
         for msg in msgs:
             msg.attempts = (msg.attempts + 1) & 0xFFFF
