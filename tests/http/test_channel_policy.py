@@ -48,7 +48,8 @@ def test_set_read_and_reset(nsqd, h):
     assert_policy(h.post(POLICY), {"max_attempts": 5, "dead_letter_topic": "t.dead", "msg_ttl": 90000})
     # An empty value (or 0) resets a field.
     assert_policy(h.post(POLICY + "&max_attempts=&msg_ttl=0"), dict(UNSET, dead_letter_topic="t.dead"))
-    assert_policy(h.post(POLICY + "&dead_letter_topic=&msg_ttl=250ms"), dict(UNSET, msg_ttl=250))
+    assert_policy(h.post(POLICY + "&dead_letter_topic=&msg_ttl=250.9ms"), dict(UNSET, msg_ttl=250))
+    assert nsqd.get_existing_topic("t").get_existing_channel("c").own_policy().msg_ttl_ns == 250 * 10**6
     assert_policy(h.post(POLICY + "&msg_ttl="), UNSET)
     # The key order is the contract's, the body compact as Go's.
     assert h.get(POLICY).body == b'{"max_attempts":0,"dead_letter_topic":"","msg_ttl":0}'
