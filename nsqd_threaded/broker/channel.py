@@ -437,11 +437,10 @@ class Channel(BackedQueue, ChannelPolicyMethods):
                     continue
             if self.policy is not None:
                 msgs = self.policy.screen_locked(msgs, time.time_ns())  # (moved by the scanner: move_dead_letters)
-                if not msgs:
-                    self.mark_scan_locked()
-                    continue
                 if self.policy.moving:
                     self.mark_scan_locked()
+                if not msgs and not self.policy.full_locked():
+                    continue
             break
         now = time.time_ns()
         cid = client.id

@@ -32,6 +32,12 @@ import collections
 from ..settings.options import DEAD_LETTER_TOPIC_PLACEHOLDER, MAX_ATTEMPTS_LIMIT, expand_dead_letter_topic
 from ..wire.protocol_v2 import is_valid_name
 
+# The most messages a channel's policy holds taken out at once.  A take that finds this many waiting to
+# be moved returns what it has (possibly nothing, the consumer then waits): a backlog of expired
+# messages is screened and moved a bounded batch per scanner visit, never all of it under one hold of
+# the channel's lock nor all of it in memory; the visit that moves a batch wakes the waiting consumers.
+MOVING_MAX = 4096
+
 
 class Policy(collections.namedtuple("Policy", "max_attempts dead_letter_topic msg_ttl_ns")):
     """One channel's policy, or the broker's defaults: 0 and "" mean unset (unlimited, drop, none)."""
@@ -159,6 +165,10 @@ class ChannelPolicy:
                 kept.append(msg)
         return kept
 
+    def full_locked(self):
+        """Whether the next take should stop screening (see :data:`MOVING_MAX`)."""
+        return len(self.moving) >= MOVING_MAX
+
     def moved_locked(self, msgs):
         """These messages reached the dead-letter topic (or were dropped): no longer moving."""
         moving = self.moving
@@ -222,8 +232,13 @@ class ChannelPolicyMethods:
             if not moved:
                 return
             policy.moved_locked(msgs)
-            if not self.exiting:  # (a closing channel flushed them: seen again after a restart)
-                self._backend.ack([msg.id for msg in msgs])
+            if self.exiting:
+                return  # (a closing channel flushed them: seen again after a restart)
+            self._backend.ack([msg.id for msg in msgs])
+            # A take may have stopped at MOVING_MAX with more queued: its consumer waits for this.
+            waiters = self._take_waiters_locked() if self._memory or self._backend.depth() else ()
+        for client in waiters:
+            client.wake()
 
 
 def publish_dead_letters(nsqd, channel, topic_name, msgs, failing):

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from nsqd_threaded.broker.policy import NO_POLICY, Policy
+from nsqd_threaded.broker.policy import MOVING_MAX, NO_POLICY, Policy
 from nsqd_threaded.wire.message import Message
 
 from support.core import DrivenSubscriber, make_owner
@@ -127,3 +127,22 @@ def test_a_graceful_close_keeps_the_messages_being_moved(owners):
     assert DrivenSubscriber(again, channel).take() == []  # attempts kept: taken out again
     channel.move_dead_letters()
     assert again.get_existing_topic("t-dlq").depth() == 2
+
+
+def test_a_backlog_of_expired_messages_moves_a_bounded_batch_at_a_time(owners):
+    nsqd = owners(mem_queue_size=100)  # most of the backlog on disk
+    channel = nsqd.get_topic("t").get_channel("c")
+    channel.set_policy(Policy(0, "t-dlq", 10**9))
+    dead = nsqd.get_topic("t-dlq").get_channel("d")
+    n = MOVING_MAX * 2 + 10
+    channel.put_messages(msgs(n, timestamp=time.time_ns() - 5 * 10**9))
+    consumer = DrivenSubscriber(nsqd, channel, ready=100)  # (the bound is checked between batches of its RDY)
+    assert consumer.take() == []  # stopped screening at the bound: the rest is still queued
+    assert MOVING_MAX <= len(channel.policy.moving) < n and channel.depth() == n - len(channel.policy.moving)
+    visits = 0
+    while channel.depth() or channel.policy.moving:
+        channel.move_dead_letters()
+        assert len(channel.policy.moving) == 0
+        consumer.take()
+        visits += 1
+    assert visits == 3 and dead.depth() == n and channel.policy.expired_count == n
