@@ -48,6 +48,7 @@ from typing import Protocol
 from ..storage.backend import BackendError
 from .backed_queue import BackedQueue
 from .e2e import E2ELatency
+from .policy import NO_POLICY, ChannelPolicyMethods, channel_policy
 from .pqueue import TimedIndex
 from ..wire.message import from_records
 from ..internal.gocompat import ns
@@ -166,7 +167,7 @@ class Subscriber(Protocol):
         """Write ``msgs`` (taken while the output was held) without blocking, then release the output."""
 
 
-class Channel(BackedQueue):
+class Channel(BackedQueue, ChannelPolicyMethods):
     """A topic's channel.
 
     ``_lock`` (BackedQueue's) guards every mutable attribute below, including
@@ -210,6 +211,8 @@ class Channel(BackedQueue):
         self.timeout_count = 0
         self.global_msg_count = 0  # deliveries taken from the memory queue
         self.e2e = E2ELatency(options.e2e_processing_latency_percentiles, options.e2e_processing_latency_window_time)
+        # The delivery policy in force (broker.policy.ChannelPolicy); None: none, nothing checked on delivery.
+        self.policy = channel_policy(topic_name, NO_POLICY, options)
 
     def __repr__(self):
         return "Channel(%s:%s)" % (self.topic_name, self.name)
@@ -432,6 +435,12 @@ class Channel(BackedQueue):
                 msgs = kept
                 if not msgs:
                     continue
+            if self.policy is not None:
+                msgs = self.policy.screen_locked(msgs, time.time_ns())  # (moved by the scanner: move_dead_letters)
+                if self.policy.moving:
+                    self.mark_scan_locked()
+                if not msgs and not self.policy.full_locked():
+                    continue
             break
         now = time.time_ns()
         cid = client.id
@@ -635,11 +644,14 @@ class Channel(BackedQueue):
         """The queue scanner's visit: timeouts, due deferred messages, the backend's sync."""
         self.process_in_flight(now_ns)
         self.process_deferred(now_ns)
+        if self.policy is not None:
+            self.move_dead_letters()
         self.sync_backend(now)
 
     def _scan_idle_locked(self):
         return self.exiting or (
             not self._in_flight and not self._deferred and not self._departed and super()._scan_idle_locked()
+            and not (self.policy is not None and self.policy.moving)
         )
 
     def process_in_flight(self, now_ns):
@@ -693,6 +705,7 @@ class Channel(BackedQueue):
                 "timeout_count": self.timeout_count,
                 "clients": list(self._clients.values()),
                 "paused": self.paused,
+                "policy": None if self.policy is None else self.policy.stats_locked(),
             }
 
     def inside(self, limit):
@@ -747,6 +760,8 @@ class Channel(BackedQueue):
         with self._lock:
             self._in_flight.drain()
             self._deferred.drain()
+            if self.policy is not None:
+                self.policy.moving.clear()
             for client in self._clients.values():
                 client.in_flight_count = 0
                 client.blocked = False
@@ -780,4 +795,6 @@ class Channel(BackedQueue):
                 # Beyond nsqd: the remaining delay is kept on disk (diskqueue sidecar).
                 msg.deferred_ns = max(1, msg.expiry_ns - now)
             flush.extend(deferred)
+            if self.policy is not None:
+                flush.extend(self.policy.moving.values())  # (attempts kept: taken out again after a restart)
             self._flush_locked(flush)
