@@ -48,6 +48,7 @@ from typing import Protocol
 from ..storage.backend import BackendError
 from .backed_queue import BackedQueue
 from .e2e import E2ELatency
+from .policy import NO_POLICY, channel_policy, publish_dead_letters
 from .pqueue import TimedIndex
 from ..wire.message import from_records
 from ..internal.gocompat import ns
@@ -210,6 +211,8 @@ class Channel(BackedQueue):
         self.timeout_count = 0
         self.global_msg_count = 0  # deliveries taken from the memory queue
         self.e2e = E2ELatency(options.e2e_processing_latency_percentiles, options.e2e_processing_latency_window_time)
+        # The delivery policy in force (broker.policy.ChannelPolicy); None: none, nothing checked on delivery.
+        self.policy = channel_policy(topic_name, NO_POLICY, options)
 
     def __repr__(self):
         return "Channel(%s:%s)" % (self.topic_name, self.name)
@@ -413,6 +416,7 @@ class Channel(BackedQueue):
             return None
         client.blocked = False  # (RDY may have been raised since it was set)
         memory = self._memory
+        now = time.time_ns()
         while True:
             queued = len(memory)
             msgs = from_records(self._take_locked(budget))
@@ -432,8 +436,14 @@ class Channel(BackedQueue):
                 msgs = kept
                 if not msgs:
                     continue
+            if self.policy is not None:
+                msgs = self.policy.screen_locked(msgs, now)  # (moved by the scanner: move_dead_letters)
+                if not msgs:
+                    self.mark_scan_locked()
+                    continue
+                if self.policy.moving:
+                    self.mark_scan_locked()
             break
-        now = time.time_ns()
         cid = client.id
         for msg in msgs:
             msg.attempts = (msg.attempts + 1) & 0xFFFF
@@ -635,11 +645,14 @@ class Channel(BackedQueue):
         """The queue scanner's visit: timeouts, due deferred messages, the backend's sync."""
         self.process_in_flight(now_ns)
         self.process_deferred(now_ns)
+        if self.policy is not None:
+            self.move_dead_letters()
         self.sync_backend(now)
 
     def _scan_idle_locked(self):
         return self.exiting or (
             not self._in_flight and not self._deferred and not self._departed and super()._scan_idle_locked()
+            and not (self.policy is not None and self.policy.moving)
         )
 
     def process_in_flight(self, now_ns):
@@ -676,6 +689,51 @@ class Channel(BackedQueue):
             c.wake()
         return True
 
+    # -- delivery policy (broker.policy) -----------------------------------
+
+    def set_policy(self, own):
+        """Make ``own`` (a :class:`~.policy.Policy`) this channel's own policy, over the broker's defaults.
+
+        Messages being moved when no policy applies any more go back to the
+        queue: they never left the channel.
+        """
+        waiters = ()
+        with self._lock:
+            previous = self.policy
+            self.policy = channel_policy(self.topic_name, own, self._nsqd.options, previous)
+            if self.policy is None and previous is not None and previous.moving:
+                back = list(previous.moving.values())
+                previous.moving.clear()
+                waiters = self._requeue_locked(back)
+        for client in waiters:
+            client.wake()
+
+    def own_policy(self):
+        """The policy set on this channel itself (NO_POLICY when none: the defaults alone apply)."""
+        policy = self.policy  # (one read: set_policy replaces it whole)
+        return NO_POLICY if policy is None else policy.own
+
+    def move_dead_letters(self):
+        """The scanner's part of a policy: publish what it took out to the dead-letter topic, and only
+        then let it leave the channel (a durable backend forgets it only now).  A refused publish
+        keeps them for the next visit."""
+        with self._lock:
+            policy = self.policy
+            if policy is None or not policy.moving:
+                return
+            msgs = list(policy.moving.values())
+            topic_name = policy.dead_letter_topic
+            failing = policy.failing
+        # (No lock held: the publish takes the dead-letter topic's, and may wait for its fsync.)
+        moved = not topic_name or publish_dead_letters(self._nsqd, self, topic_name, msgs, failing)
+        with self._lock:
+            policy.failing = not moved
+            if not moved:
+                return
+            policy.moved_locked(msgs)
+            if not self.exiting:  # (a closing channel flushed them: seen again after a restart)
+                self._backend.ack([msg.id for msg in msgs])
+
     # -- administration ----------------------------------------------------
 
     def snapshot(self):
@@ -693,6 +751,7 @@ class Channel(BackedQueue):
                 "timeout_count": self.timeout_count,
                 "clients": list(self._clients.values()),
                 "paused": self.paused,
+                "policy": None if self.policy is None else self.policy.stats_locked(),
             }
 
     def inside(self, limit):
@@ -747,6 +806,8 @@ class Channel(BackedQueue):
         with self._lock:
             self._in_flight.drain()
             self._deferred.drain()
+            if self.policy is not None:
+                self.policy.moving.clear()
             for client in self._clients.values():
                 client.in_flight_count = 0
                 client.blocked = False
@@ -780,4 +841,6 @@ class Channel(BackedQueue):
                 # Beyond nsqd: the remaining delay is kept on disk (diskqueue sidecar).
                 msg.deferred_ns = max(1, msg.expiry_ns - now)
             flush.extend(deferred)
+            if self.policy is not None:
+                flush.extend(self.policy.moving.values())  # (attempts kept: taken out again after a restart)
             self._flush_locked(flush)

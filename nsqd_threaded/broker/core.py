@@ -25,6 +25,7 @@ from ..storage.durable import DurableDiskQueue
 from ..wire.protocol_v2 import MSG_HEADER_LENGTH, is_valid_name
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import ChannelError
+from .policy import NO_POLICY, Policy
 from .scan import ScanSet
 from .topic import Topic, TopicError
 
@@ -146,15 +147,24 @@ class BrokerCore:
                 topic = self.get_topic(name)
                 if paused:
                     topic.pause()
-                for cname, cpaused in channels:
+                for cname, cpaused, cpolicy in channels:
                     if not is_valid_name(cname):
                         self.log.warn("skipping creation of invalid channel %s", cname)
                         continue
                     channel = topic.get_channel(cname)
                     if cpaused:
                         channel.pause()
+                    if cpolicy is not None:
+                        channel.set_policy(self._stored_policy(path, name, cname, cpolicy))
         finally:
             self._loading = False
+
+    def _stored_policy(self, path, topic_name, channel_name, doc):
+        """A channel's policy as nsqd.dat keeps it (see :mod:`.policy`)."""
+        try:
+            return Policy.from_json(doc)
+        except ValueError as e:
+            raise RuntimeError("failed to parse metadata in %s - %s:%s %s" % (path, topic_name, channel_name, e)) from None
 
     def persist_metadata(self):
         """Rewrite nsqd.dat atomically from the current topics and channels."""
@@ -165,7 +175,8 @@ class BrokerCore:
             for topic in self.topics():
                 if topic.exiting and not self._exiting:
                     continue  # being deleted
-                channels = [(c.name, c.paused) for c in topic.channels() if not c.exiting or self._exiting]
+                channels = [(c.name, c.paused, _stored_json(c.own_policy()))
+                            for c in topic.channels() if not c.exiting or self._exiting]
                 entries.append((topic.name, topic.paused, channels))
             data = metadata.encode(entries, self.options.version)
             metadata.write_atomic(os.path.join(self.data_path, metadata.FILE_NAME), data)
@@ -403,3 +414,8 @@ class BrokerCore:
             now = time.time_ns()
             for queue in queues:
                 queue.scan(now, mono)
+
+
+def _stored_json(own):
+    """A channel's own policy as nsqd.dat keeps it: None (no key) when it has none."""
+    return None if own == NO_POLICY else own.as_json()

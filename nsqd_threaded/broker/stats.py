@@ -104,6 +104,9 @@ def channel_stats(channel, include_clients, quantiles, pub_topic=None):
         doc["global_msg_count"] = snap["global_msg_count"]
     doc["requeue_count"] = snap["requeue_count"]
     doc["timeout_count"] = snap["timeout_count"]
+    if snap["policy"] is not None:
+        # Not in Go nsqd, only where a delivery policy applies: the effective policy and its counters.
+        doc.update(snap["policy"])
     doc["client_count"] = len(clients)
     doc["clients"] = [client_stats(c, pub_topic) for c in clients] if include_clients else None
     doc["paused"] = snap["paused"]

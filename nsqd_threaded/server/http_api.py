@@ -17,7 +17,7 @@ from ..broker.auth import AuthError
 from ..broker.channel import ChannelError
 from . import auth_query
 from .metrics import render_prometheus
-from ..settings.options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS, Options
+from ..settings.options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS, MAX_ATTEMPTS_LIMIT, Options
 from ..wire.protocol_v2 import ProtocolError
 from . import http_server
 from .http_server import (
@@ -67,6 +67,7 @@ class HTTPAPI(Router):
             "/channel/empty": {"POST": self.channel_empty},
             "/channel/pause": {"POST": self.channel_pause},
             "/channel/unpause": {"POST": self.channel_pause},
+            "/channel/policy": {"GET": self.channel_policy, "POST": self.channel_policy},
         }
         self._lower_paths = {p.lower(): p for p in self.routes}
 
@@ -338,6 +339,32 @@ class HTTPAPI(Router):
         self.nsqd.persist_metadata()
         return ok_empty()
 
+    def channel_policy(self, request):
+        """Not in Go nsqd: read (GET) or set (POST) a channel's own delivery policy (docs/policies.md).
+
+        Every given field is checked before any is set: bad input changes nothing.
+        """
+        topic, channel = self._existing_channel(request)
+        if request.method == "POST":
+            q = self._query(request)
+            own = channel.own_policy()
+            if "max_attempts" in q:
+                own = own._replace(max_attempts=_policy_max_attempts(q["max_attempts"]))
+            if "msg_ttl" in q:
+                own = own._replace(msg_ttl_ns=_policy_msg_ttl(q["msg_ttl"]))
+            if "dead_letter_topic" in q:
+                name = q["dead_letter_topic"]
+                if name and (not protocol_v2.is_valid_name(name) or name == topic.name):
+                    raise HTTPError(400, "INVALID_TOPIC")
+                own = own._replace(dead_letter_topic=name)
+            if own != channel.own_policy():
+                channel.set_policy(own)
+                self.log.info("CHANNEL(%s:%s): policy max_attempts=%d dead_letter_topic=%s msg_ttl=%s", topic.name,
+                              channel.name, own.max_attempts, own.dead_letter_topic or '""',
+                              gocompat.format_duration_ns(own.msg_ttl_ns))
+                self.nsqd.persist_metadata()
+        return ok_json(channel.own_policy().as_json())
+
     # -- /config/:opt --------------------------------------------------------
 
     def config_get(self, request):
@@ -405,6 +432,28 @@ _OPTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Options))
 
 
 _GO_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def _policy_max_attempts(text):
+    """``max_attempts``: a decimal integer in [0, 65535] (empty: 0, unset)."""
+    if text == "":
+        return 0
+    if not _GO_INT.fullmatch(text) or not 0 <= int(text, 10) <= MAX_ATTEMPTS_LIMIT:
+        raise HTTPError(400, "INVALID_MAX_ATTEMPTS")
+    return int(text, 10)
+
+
+def _policy_msg_ttl(text):
+    """``msg_ttl``: a Go duration, 0 (unset) or at least 1ms (empty: 0) -> nanoseconds."""
+    if text == "":
+        return 0
+    try:
+        ttl_ns = gocompat.parse_duration_ns(text)
+    except ValueError:
+        raise HTTPError(400, "INVALID_MSG_TTL") from None
+    if ttl_ns != 0 and ttl_ns < 1000000:
+        raise HTTPError(400, "INVALID_MSG_TTL")
+    return ttl_ns
 
 
 class TLSRequiredAPI:

@@ -65,6 +65,14 @@ CHANNEL_METRICS = [
     ("paused", "nsq_channel_paused", "gauge", "1 when the channel is paused."),
 ]
 
+# Only for a channel a delivery policy applies to (not in Go nsqd; see docs/policies.md).
+CHANNEL_POLICY_METRICS = [
+    ("dead_letter_count", "nsq_channel_dead_lettered_total", "counter",
+     "Messages taken out for exceeding max attempts (moved to the dead-letter topic or dropped)."),
+    ("expired_count", "nsq_channel_expired_total", "counter",
+     "Messages taken out for exceeding the message TTL (moved to the dead-letter topic or dropped)."),
+]
+
 
 def render_prometheus(doc, nsqd):
     fams = {}
@@ -91,6 +99,9 @@ def render_prometheus(doc, nsqd):
             cl = tl + (("channel", c["channel_name"]),)
             for key, name, kind, help_text in CHANNEL_METRICS:
                 fam(name, kind, help_text).add(cl, c[key])
+            if "dead_letter_count" in c:
+                for key, name, kind, help_text in CHANNEL_POLICY_METRICS:
+                    fam(name, kind, help_text).add(cl, c[key])
             _summary(e2e_c, cl, c["e2e_processing_latency"])
     connected = nsqd.clients()
     clients = fam("nsq_clients", "gauge", "Connected TCP clients.")

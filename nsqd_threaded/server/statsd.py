@@ -90,6 +90,12 @@ def render_lines(prefix, current, previous=None, exclude_ephemeral=False):
                 "%s%s.timeout_count:%d|c\n" % (prefix, ckey, channel["timeout_count"] - was.get("timeout_count", 0)),
                 "%s%s.clients:%d|g\n" % (prefix, ckey, channel["client_count"]),
             ]
+            if "dead_letter_count" in channel:  # (a delivery policy applies: not in Go nsqd)
+                lines += [
+                    "%s%s.dead_letter_count:%d|c\n"
+                    % (prefix, ckey, channel["dead_letter_count"] - was.get("dead_letter_count", 0)),
+                    "%s%s.expired_count:%d|c\n" % (prefix, ckey, channel["expired_count"] - was.get("expired_count", 0)),
+                ]
             lines += _percentile_lines(prefix, ckey, channel["e2e_processing_latency"])
     mem = current.get("memory")
     if mem is not None:

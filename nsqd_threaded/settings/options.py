@@ -23,6 +23,7 @@ import socket
 import zlib
 
 from ..internal.logger import LOG_LEVELS
+from ..wire.protocol_v2 import is_valid_name
 from ..internal.gocompat import (
     is_socket_path,
     INT64_MAX,
@@ -282,6 +283,37 @@ def _tcp_listen_address(flag, value):
     return None
 
 
+# A --dead-letter-topic pattern names each topic's dead-letter topic: the placeholder stands for the topic's name.
+DEAD_LETTER_TOPIC_PLACEHOLDER = "{topic}"
+
+# The largest max attempts: a message's attempts field is 16 bits on the wire.
+MAX_ATTEMPTS_LIMIT = 65535
+
+
+def expand_dead_letter_topic(pattern, topic_name):
+    """The dead-letter topic a --dead-letter-topic pattern names for ``topic_name`` (may be an invalid name)."""
+    return pattern.replace(DEAD_LETTER_TOPIC_PLACEHOLDER, topic_name)
+
+
+def _dead_letter_pattern(flag, value):
+    if value == "" or is_valid_name(expand_dead_letter_topic(value, "t")):
+        return None
+    return ("%s=%s: invalid topic name or pattern (a topic name, where %s stands for the topic's name)"
+            % (flag, value, DEAD_LETTER_TOPIC_PLACEHOLDER))
+
+
+def _max_attempts(flag, value):
+    if 0 <= value <= MAX_ATTEMPTS_LIMIT:
+        return None
+    return "%s must be [0,%d] (got %s)" % (flag, MAX_ATTEMPTS_LIMIT, value)
+
+
+def _msg_ttl(flag, value):
+    if value == 0 or value >= 0.001:
+        return None
+    return "%s must be 0 (none) or at least 1ms (got %s)" % (flag, format_duration(value))
+
+
 # -- the table ----------------------------------------------------------------------
 
 SUPPORTED = "supported"
@@ -430,6 +462,17 @@ SETTINGS = (
             "data to clients", check=_positive),
     Setting("max-channel-consumers", INT, 0, "maximum channel consumer connection count per nsqd "
             "instance (0 means unlimited)", check=_non_negative),
+    # delivery policies (see docs/policies.md); a channel's own, set over HTTP, take precedence
+    Setting("max-attempts", INT, 0, "(not in Go nsqd) default for every channel: a message is not "
+            "delivered more than this many times, then goes to its dead-letter topic or is dropped "
+            "(0 means unlimited)", check=_max_attempts),
+    Setting("dead-letter-topic", STR, "", "(not in Go nsqd) default for every channel: the topic a "
+            "message goes to after --max-attempts or --msg-ttl (" + DEAD_LETTER_TOPIC_PLACEHOLDER
+            + " stands for the topic's name, e.g. '" + DEAD_LETTER_TOPIC_PLACEHOLDER + ".dead'; empty: drop it)",
+            check=_dead_letter_pattern),
+    Setting("msg-ttl", DURATION, 0.0, "(not in Go nsqd) default for every channel: a message older "
+            "than this is not delivered, it goes to its dead-letter topic or is dropped (0 means none)",
+            check=_msg_ttl),
     # statsd
     Setting("statsd-address", STR, "", "UDP <addr>:<port> of a statsd daemon for pushing stats"),
     Setting("statsd-interval", DURATION, 60.0, "duration between pushing to statsd", check=_positive),

@@ -4,6 +4,11 @@ The format is Go nsqd's, byte for byte, so a data directory moves between the
 two: compact JSON, keys ``topics`` then ``version``; ``"channels":null`` for
 a topic without (non-ephemeral) channels and ``"topics":null`` for none;
 ephemeral topics and channels are never written.
+
+Beyond Go's format, a channel with a delivery policy of its own (see
+docs/policies.md) carries it in a ``"policy"`` key, which Go nsqd's decoder
+ignores (and drops when it rewrites the file); a channel without has none,
+so a data directory without policies is written byte for byte as Go does.
 """
 
 import json
@@ -14,18 +19,26 @@ FILE_NAME = "nsqd.dat"
 
 
 def encode(topics, version):
-    """``topics``: iterable of ``(name, paused, [(channel, paused), ...])``."""
+    """``topics``: iterable of ``(name, paused, [(channel, paused[, policy]), ...])``; a channel's
+    ``policy`` is a JSON object (a dict), written when given and not None."""
     docs = []
     for name, paused, channels in topics:
         if name.endswith("#ephemeral"):
             continue
-        chans = [{"name": c, "paused": p} for c, p in channels if not c.endswith("#ephemeral")]
+        chans = []
+        for c in channels:
+            if c[0].endswith("#ephemeral"):
+                continue
+            chans.append({"name": c[0], "paused": c[1]})
+            if len(c) > 2 and c[2] is not None:
+                chans[-1]["policy"] = c[2]
         docs.append({"name": name, "paused": paused, "channels": chans or None})
     return json.dumps({"topics": docs or None, "version": version}, separators=(",", ":")).encode()
 
 
 def decode(data):
-    """Inverse of :func:`encode`; unknown keys are ignored, bad entries raise ValueError."""
+    """Inverse of :func:`encode`, a channel as ``(name, paused, policy)`` (``policy`` None when the
+    entry has none); unknown keys are ignored, bad entries raise ValueError."""
     doc = json.loads(data.decode("utf-8"))
     if not isinstance(doc, dict):
         raise ValueError("metadata is not a JSON object")
@@ -37,7 +50,10 @@ def decode(data):
         for c in t.get("channels") or []:
             if not isinstance(c, dict) or not isinstance(c.get("name"), str):
                 raise ValueError("invalid channel entry %r" % (c,))
-            channels.append((c["name"], bool(c.get("paused"))))
+            policy = c.get("policy")
+            if policy is not None and not isinstance(policy, dict):
+                raise ValueError("invalid channel policy %r" % (policy,))
+            channels.append((c["name"], bool(c.get("paused")), policy))
         out.append((t["name"], bool(t.get("paused")), channels))
     return out
 

@@ -1,0 +1,188 @@
+"""Delivery policies of a channel (not in Go nsqd): max attempts, message TTL, a dead-letter topic.
+
+Go nsqd delivers a message until a consumer finishes it; giving up is each
+client library's decision, and a message a client gives up on is gone.  A
+policy lets the broker decide (see docs/policies.md):
+
+* ``max_attempts``: a message is not delivered more than this many times
+  (REQs and timeouts both count, as the message's ``attempts`` does);
+* ``msg_ttl_ns``: a message older than this (since it was published) is
+  not delivered;
+* ``dead_letter_topic``: where such a message is published, with the same
+  body; without one it is dropped.
+
+A channel's own :class:`Policy` is set over HTTP (``/channel/policy``) and
+kept in nsqd.dat; the broker-wide defaults are flags (``--max-attempts``,
+``--msg-ttl``, ``--dead-letter-topic``, a pattern).  A field of the own
+policy that is unset (0 or empty) falls back to the default.  The defaults
+do not apply to a topic that is itself a dead-letter topic by the pattern
+(its messages would otherwise move on to a dead-letter topic of their own).
+
+A channel to which no policy applies has ``Channel.policy`` None and checks
+nothing else on delivery.  Otherwise a :class:`ChannelPolicy` screens each
+batch the channel takes for a consumer (:meth:`ChannelPolicy.screen_locked`):
+what it takes out waits in its ``moving`` map until the queue scanner's
+visit publishes it to the dead-letter topic and only then lets it leave the
+channel (``Channel.move_dead_letters``): a crash in between finds it still
+in the channel (at least once; it may appear twice, never zero times).
+"""
+
+import collections
+
+from ..settings.options import DEAD_LETTER_TOPIC_PLACEHOLDER, MAX_ATTEMPTS_LIMIT, expand_dead_letter_topic
+from ..wire.protocol_v2 import is_valid_name
+
+
+class Policy(collections.namedtuple("Policy", "max_attempts dead_letter_topic msg_ttl_ns")):
+    """One channel's policy, or the broker's defaults: 0 and "" mean unset (unlimited, drop, none)."""
+
+    __slots__ = ()
+
+    def as_json(self):
+        """The JSON of ``/channel/policy`` and nsqd.dat: ``msg_ttl`` in integer milliseconds."""
+        return {"max_attempts": self.max_attempts, "dead_letter_topic": self.dead_letter_topic,
+                "msg_ttl": self.msg_ttl_ns // 1000000}
+
+    @classmethod
+    def from_json(cls, doc):
+        """Inverse of :meth:`as_json` (nsqd.dat); missing keys are unset, bad values raise ValueError."""
+        max_attempts = doc.get("max_attempts", 0)
+        dead_letter_topic = doc.get("dead_letter_topic", "")
+        msg_ttl = doc.get("msg_ttl", 0)
+        for value, ok in ((max_attempts, isinstance(max_attempts, int) and 0 <= max_attempts <= MAX_ATTEMPTS_LIMIT),
+                          (msg_ttl, isinstance(msg_ttl, int) and msg_ttl >= 0),
+                          (dead_letter_topic, dead_letter_topic == "" or (isinstance(dead_letter_topic, str)
+                                                                          and is_valid_name(dead_letter_topic)))):
+            if not ok or isinstance(value, bool):
+                raise ValueError("invalid channel policy %r" % (doc,))
+        return cls(max_attempts, dead_letter_topic, msg_ttl * 1000000)
+
+
+NO_POLICY = Policy(0, "", 0)
+
+
+def broker_defaults(options):
+    """The defaults the flags set (``dead_letter_topic`` is the pattern)."""
+    return Policy(options.max_attempts, options.dead_letter_topic, int(round(options.msg_ttl * 1e9)))
+
+
+def is_dead_letter_topic(pattern, topic_name):
+    """Whether ``topic_name`` is the dead-letter topic the pattern names for some topic."""
+    if not pattern:
+        return False
+    head, sep, tail = pattern.partition(DEAD_LETTER_TOPIC_PLACEHOLDER)
+    if not sep:
+        return topic_name == pattern
+    rest = tail.split(DEAD_LETTER_TOPIC_PLACEHOLDER)
+    # Every placeholder stands for the same name: try each length that fits.
+    fixed = len(head) + sum(map(len, rest))
+    count = len(rest)
+    room = len(topic_name) - fixed
+    if room <= 0 or room % count:
+        return False
+    name = topic_name[len(head):len(head) + room // count]
+    return expand_dead_letter_topic(pattern, name) == topic_name
+
+
+def effective_policy(own, defaults, topic_name):
+    """The policy that applies to a channel of ``topic_name``: its own fields over the defaults."""
+    if not any(defaults) or is_dead_letter_topic(defaults.dead_letter_topic, topic_name):
+        return own
+    dead_letter_topic = own.dead_letter_topic
+    if not dead_letter_topic and defaults.dead_letter_topic:
+        dead_letter_topic = expand_dead_letter_topic(defaults.dead_letter_topic, topic_name)
+        if not is_valid_name(dead_letter_topic) or dead_letter_topic == topic_name:
+            dead_letter_topic = ""  # (a name too long for this topic: its messages are dropped)
+    return Policy(own.max_attempts or defaults.max_attempts, dead_letter_topic,
+                  own.msg_ttl_ns or defaults.msg_ttl_ns)
+
+
+def channel_policy(topic_name, own, options, previous=None):
+    """The :class:`ChannelPolicy` of a channel with this own policy, or None when none applies.
+
+    ``previous`` (the channel's current one) hands over its counters and the
+    messages it is moving.
+    """
+    effective = effective_policy(own, broker_defaults(options), topic_name)
+    if effective == NO_POLICY:
+        return None
+    return ChannelPolicy(own, effective, previous)
+
+
+class ChannelPolicy:
+    """The policy in force on one channel, and what it took out.
+
+    Every attribute is guarded by the channel's ``_lock``: ``moving`` (message
+    ID -> Message, taken out and not yet published to the dead-letter topic
+    and let go), and the counters ``dead_letter_count`` (taken out for max
+    attempts) and ``expired_count`` (for the TTL), which count a message
+    whether it was moved or dropped.
+    """
+
+    __slots__ = ("own", "effective", "max_attempts", "ttl_ns", "dead_letter_topic", "moving",
+                 "dead_letter_count", "expired_count", "failing")
+
+    def __init__(self, own, effective, previous=None):
+        self.own = own
+        self.effective = effective
+        self.max_attempts = effective.max_attempts
+        self.ttl_ns = effective.msg_ttl_ns
+        self.dead_letter_topic = effective.dead_letter_topic
+        if previous is None:
+            self.moving = {}
+            self.dead_letter_count = self.expired_count = 0
+            self.failing = False  # the last move failed (logged once until one succeeds)
+        else:
+            self.moving = previous.moving
+            self.dead_letter_count = previous.dead_letter_count
+            self.expired_count = previous.expired_count
+            self.failing = previous.failing
+
+    def screen_locked(self, msgs, now_ns):
+        """The messages of a batch about to be delivered that may be; the others go to ``moving``.
+
+        ``attempts`` counts the deliveries so far: the next one would be
+        ``attempts + 1``.  A message over both limits counts as a dead letter.
+        """
+        max_attempts = self.max_attempts
+        oldest = now_ns - self.ttl_ns if self.ttl_ns else None
+        kept = []
+        moving = self.moving
+        for msg in msgs:
+            if max_attempts and msg.attempts >= max_attempts:
+                moving[msg.id] = msg
+                self.dead_letter_count += 1
+            elif oldest is not None and msg.timestamp < oldest:
+                moving[msg.id] = msg
+                self.expired_count += 1
+            else:
+                kept.append(msg)
+        return kept
+
+    def moved_locked(self, msgs):
+        """These messages reached the dead-letter topic (or were dropped): no longer moving."""
+        moving = self.moving
+        for msg in msgs:
+            if moving.get(msg.id) is msg:
+                del moving[msg.id]
+
+    def stats_locked(self):
+        """The /stats fields: the effective policy (``msg_ttl`` in ms) and the counters."""
+        doc = self.effective.as_json()
+        doc["dead_letter_count"] = self.dead_letter_count
+        doc["expired_count"] = self.expired_count
+        return doc
+
+
+def publish_dead_letters(nsqd, channel, topic_name, msgs, failing):
+    """Publish the bodies to the dead-letter topic (created if need be); False if it refused (logged
+    unless ``failing``: it refused last time too)."""
+    try:
+        nsqd.get_topic(topic_name).publish([msg.body for msg in msgs])
+    except Exception as e:  # (TopicError, a backend's: the scanner thread retries, it must not die)
+        if not failing:
+            nsqd.log.error("%r: failed to move %d messages to dead-letter topic %s (retrying) - %s",
+                           channel, len(msgs), topic_name, e)
+        return False
+    return True
+
