@@ -282,9 +282,12 @@ def policy_query(doc, topic):
         ttl = doc["msg_ttl"]
         if isinstance(ttl, str):
             try:
-                ttl = gocompat.parse_duration_ns(ttl.strip()) // 1000000 if ttl.strip() else 0
+                ns = gocompat.parse_duration_ns(ttl.strip()) if ttl.strip() else 0
             except ValueError:
                 raise AdminError(400, "INVALID_MSG_TTL") from None
+            if 0 < ns < 1000000:
+                raise AdminError(400, "INVALID_MSG_TTL")  # the broker's shortest TTL is 1ms
+            ttl = ns // 1000000
         if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 <= ttl <= MAX_MSG_TTL_MS:
             raise AdminError(400, "INVALID_MSG_TTL")
         query.append(("msg_ttl", "%dms" % ttl if ttl else "0"))

@@ -86,6 +86,7 @@ def set_policy(admin, channel="billing", headers=None, **fields):
     ({"msg_ttl": -5}, "INVALID_MSG_TTL"),
     ({"msg_ttl": "-5s"}, "INVALID_MSG_TTL"),
     ({"msg_ttl": "soon"}, "INVALID_MSG_TTL"),
+    ({"msg_ttl": "500us"}, "INVALID_MSG_TTL"),
     ({"msg_ttl": 1.5}, "INVALID_MSG_TTL"),
 ])
 def test_bad_fields_are_refused_and_change_nothing(setup, fields, message):
