@@ -1,0 +1,206 @@
+"""``/channel/policy`` (not in Go nsqd): setting and reading a channel's delivery policy over HTTP,
+every refusal Go-style and changing nothing, and the fields /stats, /metrics and statsd add for it."""
+
+import json
+import os
+import socket
+
+import pytest
+
+from nsqd_threaded.server.statsd import render_lines
+
+from support.http_api import HTTP, assert_error, assert_json
+from support.wire import wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+UNSET = {"max_attempts": 0, "dead_letter_topic": "", "msg_ttl": 0}
+POLICY = "/channel/policy?topic=t&channel=c"
+
+
+@pytest.fixture
+def h(nsqd):
+    client = HTTP(nsqd)
+    assert client.post("/topic/create?topic=t").status == 200
+    assert client.post("/channel/create?topic=t&channel=c").status == 200
+    yield client
+    client.close()
+
+
+def assert_policy(r, policy):
+    """A policy answer: compact JSON (Go's content types), the contract's keys in its order."""
+    assert_json(r, json.dumps(policy, separators=(",", ":")).encode())
+
+
+def channel_doc(h, topic="t", channel="c"):
+    [t] = [t for t in h.stats()["topics"] if t["topic_name"] == topic]
+    [c] = [c for c in t["channels"] if c["channel_name"] == channel]
+    return c
+
+
+def test_set_read_and_reset(nsqd, h):
+    assert_policy(h.get(POLICY), UNSET)
+    assert_policy(h.post(POLICY + "&max_attempts=5"), dict(UNSET, max_attempts=5))
+    # Fields not given stay as they were.
+    assert_policy(h.post(POLICY + "&dead_letter_topic=t.dead&msg_ttl=1m30s"),
+                {"max_attempts": 5, "dead_letter_topic": "t.dead", "msg_ttl": 90000})
+    assert_policy(h.get(POLICY), {"max_attempts": 5, "dead_letter_topic": "t.dead", "msg_ttl": 90000})
+    assert_policy(h.post(POLICY), {"max_attempts": 5, "dead_letter_topic": "t.dead", "msg_ttl": 90000})
+    # An empty value (or 0) resets a field.
+    assert_policy(h.post(POLICY + "&max_attempts=&msg_ttl=0"), dict(UNSET, dead_letter_topic="t.dead"))
+    assert_policy(h.post(POLICY + "&dead_letter_topic=&msg_ttl=250ms"), dict(UNSET, msg_ttl=250))
+    assert_policy(h.post(POLICY + "&msg_ttl="), UNSET)
+    # The key order is the contract's, the body compact as Go's.
+    assert h.get(POLICY).body == b'{"max_attempts":0,"dead_letter_topic":"","msg_ttl":0}'
+
+
+@pytest.mark.parametrize("query, status, message", [
+    ("", 400, "MISSING_ARG_TOPIC"),
+    ("?topic=t", 400, "MISSING_ARG_CHANNEL"),
+    ("?topic=nope&channel=c", 404, "TOPIC_NOT_FOUND"),
+    ("?topic=t&channel=nope", 404, "CHANNEL_NOT_FOUND"),
+    ("?topic=t&channel=c&max_attempts=-1", 400, "INVALID_MAX_ATTEMPTS"),
+    ("?topic=t&channel=c&max_attempts=65536", 400, "INVALID_MAX_ATTEMPTS"),
+    ("?topic=t&channel=c&max_attempts=five", 400, "INVALID_MAX_ATTEMPTS"),
+    ("?topic=t&channel=c&max_attempts=1.5", 400, "INVALID_MAX_ATTEMPTS"),
+    ("?topic=t&channel=c&msg_ttl=10", 400, "INVALID_MSG_TTL"),  # Go's ParseDuration wants a unit
+    ("?topic=t&channel=c&msg_ttl=-1s", 400, "INVALID_MSG_TTL"),
+    ("?topic=t&channel=c&msg_ttl=500us", 400, "INVALID_MSG_TTL"),  # below the millisecond /stats shows
+    ("?topic=t&channel=c&msg_ttl=soon", 400, "INVALID_MSG_TTL"),
+    ("?topic=t&channel=c&dead_letter_topic=t", 400, "INVALID_TOPIC"),  # its own topic: a loop
+    ("?topic=t&channel=c&dead_letter_topic=bad!name", 400, "INVALID_TOPIC"),
+    ("?topic=t&channel=c&dead_letter_topic=" + "x" * 65, 400, "INVALID_TOPIC"),
+    ("?topic=t&channel=c&dead_letter_topic={topic}.dead", 400, "INVALID_TOPIC"),  # patterns are the flag's
+    # Valid fields with a bad one: nothing is set.
+    ("?topic=t&channel=c&max_attempts=3&dead_letter_topic=d&msg_ttl=x", 400, "INVALID_MSG_TTL"),
+    ("?topic=t&channel=c&max_attempts=3&msg_ttl=1s&dead_letter_topic=t", 400, "INVALID_TOPIC"),
+])
+def test_bad_input_is_refused_and_changes_nothing(nsqd, h, query, status, message):
+    assert_policy(h.post(POLICY + "&max_attempts=7"), dict(UNSET, max_attempts=7))
+    path = os.path.join(nsqd.data_path, "nsqd.dat")
+    before = open(path, "rb").read()
+    assert_error(h.post("/channel/policy" + query), status, message)
+    assert_policy(h.get(POLICY), dict(UNSET, max_attempts=7))
+    assert open(path, "rb").read() == before
+
+
+@pytest.mark.parametrize("query, status, message", [
+    ("", 400, "MISSING_ARG_TOPIC"),
+    ("?topic=t", 400, "MISSING_ARG_CHANNEL"),
+    ("?topic=nope&channel=c", 404, "TOPIC_NOT_FOUND"),
+    ("?topic=t&channel=nope", 404, "CHANNEL_NOT_FOUND"),
+])
+def test_get_errors(h, query, status, message):
+    assert_error(h.get("/channel/policy" + query), status, message)
+
+
+def test_other_methods_and_cross_origin_posts_are_refused(nsqd, h):
+    assert_error(h.request("PUT", POLICY + "&max_attempts=3"), 405, "METHOD_NOT_ALLOWED")
+    assert_error(h.post(POLICY + "&max_attempts=3", headers={"Origin": "http://evil.example"}),
+                 403, "CROSS_ORIGIN_FORBIDDEN")
+    assert_policy(h.get(POLICY, headers={"Origin": "http://evil.example"}), UNSET)  # reads stay open
+
+
+def test_stats_shows_policy_fields_only_where_a_policy_applies(nsqd, h):
+    plain = channel_doc(h)
+    assert "max_attempts" not in plain and "dead_letter_count" not in plain
+    assert h.post("/channel/create?topic=t&channel=other").status == 200
+    h.post(POLICY + "&max_attempts=3&dead_letter_topic=t.dead&msg_ttl=2s")
+    doc = channel_doc(h)
+    keys = list(doc)
+    i = keys.index("timeout_count")
+    assert keys[i + 1:i + 7] == ["max_attempts", "dead_letter_topic", "msg_ttl", "dead_letter_count",
+                                 "expired_count", "client_count"]
+    assert (doc["max_attempts"], doc["dead_letter_topic"], doc["msg_ttl"]) == (3, "t.dead", 2000)
+    assert doc["dead_letter_count"] == 0 and doc["expired_count"] == 0
+    assert "max_attempts" not in channel_doc(h, channel="other")
+    # Reset: the fields go away again.
+    h.post(POLICY + "&max_attempts=0&dead_letter_topic=&msg_ttl=0")
+    assert "max_attempts" not in channel_doc(h)
+    metrics = h.get("/metrics").body.decode()
+    assert "dead_letter" not in metrics and "expired" not in metrics
+
+
+def test_stats_shows_the_effective_policy_of_the_broker_defaults(make_nsqd):
+    nsqd = make_nsqd(max_attempts=4, dead_letter_topic="{topic}.dead", msg_ttl=60.0)
+    h = HTTP(nsqd)
+    try:
+        h.post("/topic/create?topic=orders")
+        h.post("/channel/create?topic=orders&channel=c")
+        h.post("/topic/create?topic=orders.dead")
+        h.post("/channel/create?topic=orders.dead&channel=inspect")
+        doc = channel_doc(h, "orders")
+        assert (doc["max_attempts"], doc["dead_letter_topic"], doc["msg_ttl"]) == (4, "orders.dead", 60000)
+        # The channel's own policy shows only what was set on it; its own fields win.
+        assert_policy(h.get("/channel/policy?topic=orders&channel=c"), UNSET)
+        h.post("/channel/policy?topic=orders&channel=c&max_attempts=9")
+        doc = channel_doc(h, "orders")
+        assert (doc["max_attempts"], doc["dead_letter_topic"], doc["msg_ttl"]) == (9, "orders.dead", 60000)
+        # A dead-letter topic itself is left alone by the defaults.
+        assert "max_attempts" not in channel_doc(h, "orders.dead", "inspect")
+        assert h.get("/config/max_attempts").body == b"4"
+        assert h.get("/config/dead_letter_topic").body == b"{topic}.dead"
+        assert h.get("/config/msg_ttl").body == b"60000000000"
+    finally:
+        h.close()
+
+
+def test_metrics_counters(nsqd, h):
+    h.post(POLICY + "&msg_ttl=1ms")
+    metrics = h.get("/metrics").body.decode()
+    assert 'nsq_channel_dead_lettered_total{topic="t",channel="c"} 0\n' in metrics
+    assert 'nsq_channel_expired_total{topic="t",channel="c"} 0\n' in metrics
+    assert "# TYPE nsq_channel_expired_total counter\n" in metrics
+
+
+def test_statsd_lines_for_a_channel_with_a_policy():
+    def snap(dead, expired):
+        c = {"channel_name": "c", "depth": 0, "backend_depth": 0, "in_flight_count": 0, "deferred_count": 0,
+             "message_count": 0, "requeue_count": 0, "timeout_count": 0, "max_attempts": 3,
+             "dead_letter_topic": "", "msg_ttl": 0, "dead_letter_count": dead, "expired_count": expired,
+             "client_count": 0, "e2e_processing_latency": {"count": 0, "percentiles": None}}
+        return {"topics": [{"topic_name": "t", "channels": [c], "depth": 0, "backend_depth": 0, "message_count": 0,
+                            "message_bytes": 0, "e2e_processing_latency": {"count": 0, "percentiles": None}}]}
+
+    first = render_lines("p.", snap(2, 1))
+    assert "p.topic.t.channel.c.dead_letter_count:2|c\n" in first
+    assert "p.topic.t.channel.c.expired_count:1|c\n" in first
+    later = render_lines("p.", snap(5, 1), snap(2, 1))
+    assert "p.topic.t.channel.c.dead_letter_count:3|c\n" in later
+    assert "p.topic.t.channel.c.expired_count:0|c\n" in later
+    plain = snap(0, 0)
+    for key in ("max_attempts", "dead_letter_topic", "msg_ttl", "dead_letter_count", "expired_count"):
+        del plain["topics"][0]["channels"][0][key]
+    assert "dead_letter" not in "".join(render_lines("p.", plain))
+
+
+def test_statsd_pushes_the_counters(make_nsqd):
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.settimeout(20)
+    try:
+        nsqd = make_nsqd(statsd_address="127.0.0.1:%d" % udp.getsockname()[1], statsd_interval=0.05,
+                         statsd_prefix="", statsd_mem_stats=False, max_attempts=2)
+        nsqd.get_topic("t").get_channel("c")
+        seen = set()
+
+        def pushed():
+            for line in udp.recv(65536).decode().splitlines():
+                seen.add(line.partition(":")[0])
+            return {"topic.t.channel.c.dead_letter_count", "topic.t.channel.c.expired_count"} <= seen
+
+        wait_for(pushed, timeout=20, what="the policy counters pushed")
+    finally:
+        udp.close()
+
+
+def test_nsqd_dat_keeps_the_own_policy(nsqd, h):
+    path = os.path.join(nsqd.data_path, "nsqd.dat")
+    plain = open(path, "rb").read()
+    assert b"policy" not in plain
+    h.post(POLICY + "&max_attempts=3&dead_letter_topic=t.dead")
+    doc = json.loads(open(path, "rb").read())
+    assert doc["topics"][0]["channels"] == [
+        {"name": "c", "paused": False, "policy": {"max_attempts": 3, "dead_letter_topic": "t.dead", "msg_ttl": 0}}]
+    h.post(POLICY + "&max_attempts=0&dead_letter_topic=")
+    assert open(path, "rb").read() == plain  # byte for byte Go's again
