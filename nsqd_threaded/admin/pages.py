@@ -195,15 +195,19 @@ class Pages:
         return self.link(name, "topics", name, cls="dead-letter") if name else "none (dropped)"
 
     def policy_summary(self, c):
-        """A channel's policy in one cell: ``max 5 attempts, then to <dlq>; TTL 30s``."""
+        """A channel's policy in one short cell: ``max 5 · TTL 30s · → orders.dead`` (``none`` without one)."""
         if "max_attempts" not in c:
             return ""
         attempts, ttl, dlq = c["max_attempts"], c["msg_ttl"], c["dead_letter_topic"]
+        if attempts == 0 and ttl == 0:
+            return "none"  # a dead-letter topic alone takes nothing out
         parts = []
-        if attempts != 0 or ttl != 0:
-            parts.append(frag("attempts: ", attempts_text(attempts), "; TTL: ", ttl_text(ttl) if ttl != 0 else "none",
-                              "; then: ", self.dead_letter(dlq)))
-        return frag(parts or "none")
+        if attempts != 0:
+            parts.append(frag("max ", attempts_text(attempts)))
+        if ttl != 0:
+            parts.append(frag("TTL ", ttl_text(ttl)))
+        parts.append(frag("\u2192 ", self.dead_letter(dlq) if dlq else "drop"))
+        return frag([(" \u00b7 " if i else "", part) for i, part in enumerate(parts)])
 
     def policy_cells(self, c):
         """:data:`POLICY_HEADERS`' cells of one channel (blank for one without a policy)."""
