@@ -3,8 +3,9 @@ who is told.
 
 Each action is Go nsqadmin's: the same lookupd and nsqd requests in the same
 order (producers are found *before* a delete, since the delete makes them
-forget the topic).  Setting a channel's policy (ours: ``{"action": "set_policy"}``)
-POSTs the broker's ``/channel/policy`` to every node that has the channel.  With ``--admin-user``, only a request whose
+forget the topic).  Setting a channel's policy (ours: ``{"action":
+"set_policy"}``) POSTs the broker's ``/channel/policy`` to every node that has
+the channel.  With ``--admin-user``, only a request whose
 ``--acl-http-header`` names an admin may act (403 ``FORBIDDEN`` otherwise).
 With ``--notification-http-endpoint`` every action is POSTed there as Go's
 AdminAction JSON, by the :class:`Notifier` thread, so an action never waits

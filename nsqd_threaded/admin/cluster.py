@@ -499,11 +499,12 @@ def node_client_stats(node, c, where="client"):
 # broker's /stats only when a policy applies to the channel, so in nsqadmin's documents only then too.
 POLICY_FIELDS = (("max_attempts", INT, 0), ("dead_letter_topic", STR, ""), ("msg_ttl", INT, 0))
 POLICY_COUNTS = ("dead_letter_count", "expired_count")
+POLICY_KEYS = tuple(key for key, _, _ in POLICY_FIELDS) + POLICY_COUNTS
 
 
 def _policy(c, where):
     """The policy fields of a node's channel (checked), or None when the node sent none of them."""
-    if not any(c.get(key) is not None for key in [k for k, _, _ in POLICY_FIELDS] + list(POLICY_COUNTS)):
+    if all(c.get(key) is None for key in POLICY_KEYS):
         return None
     doc = {key: field(c, key, kind, where, default) for key, kind, default in POLICY_FIELDS}
     doc.update((key, field(c, key, INT, where, 0)) for key in POLICY_COUNTS)
