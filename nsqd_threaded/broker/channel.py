@@ -48,7 +48,7 @@ from typing import Protocol
 from ..storage.backend import BackendError
 from .backed_queue import BackedQueue
 from .e2e import E2ELatency
-from .policy import NO_POLICY, channel_policy, publish_dead_letters
+from .policy import NO_POLICY, ChannelPolicyMethods, channel_policy
 from .pqueue import TimedIndex
 from ..wire.message import from_records
 from ..internal.gocompat import ns
@@ -167,7 +167,7 @@ class Subscriber(Protocol):
         """Write ``msgs`` (taken while the output was held) without blocking, then release the output."""
 
 
-class Channel(BackedQueue):
+class Channel(BackedQueue, ChannelPolicyMethods):
     """A topic's channel.
 
     ``_lock`` (BackedQueue's) guards every mutable attribute below, including
@@ -416,7 +416,6 @@ class Channel(BackedQueue):
             return None
         client.blocked = False  # (RDY may have been raised since it was set)
         memory = self._memory
-        now = time.time_ns()
         while True:
             queued = len(memory)
             msgs = from_records(self._take_locked(budget))
@@ -437,13 +436,13 @@ class Channel(BackedQueue):
                 if not msgs:
                     continue
             if self.policy is not None:
-                msgs = self.policy.screen_locked(msgs, now)  # (moved by the scanner: move_dead_letters)
-                if not msgs:
-                    self.mark_scan_locked()
-                    continue
+                msgs = self.policy.screen_locked(msgs, time.time_ns())  # (moved by the scanner: move_dead_letters)
                 if self.policy.moving:
                     self.mark_scan_locked()
+                if not msgs and not self.policy.full_locked():
+                    continue
             break
+        now = time.time_ns()
         cid = client.id
         for msg in msgs:
             msg.attempts = (msg.attempts + 1) & 0xFFFF
@@ -688,51 +687,6 @@ class Channel(BackedQueue):
         for c in waiters:
             c.wake()
         return True
-
-    # -- delivery policy (broker.policy) -----------------------------------
-
-    def set_policy(self, own):
-        """Make ``own`` (a :class:`~.policy.Policy`) this channel's own policy, over the broker's defaults.
-
-        Messages being moved when no policy applies any more go back to the
-        queue: they never left the channel.
-        """
-        waiters = ()
-        with self._lock:
-            previous = self.policy
-            self.policy = channel_policy(self.topic_name, own, self._nsqd.options, previous)
-            if self.policy is None and previous is not None and previous.moving:
-                back = list(previous.moving.values())
-                previous.moving.clear()
-                waiters = self._requeue_locked(back)
-        for client in waiters:
-            client.wake()
-
-    def own_policy(self):
-        """The policy set on this channel itself (NO_POLICY when none: the defaults alone apply)."""
-        policy = self.policy  # (one read: set_policy replaces it whole)
-        return NO_POLICY if policy is None else policy.own
-
-    def move_dead_letters(self):
-        """The scanner's part of a policy: publish what it took out to the dead-letter topic, and only
-        then let it leave the channel (a durable backend forgets it only now).  A refused publish
-        keeps them for the next visit."""
-        with self._lock:
-            policy = self.policy
-            if policy is None or not policy.moving:
-                return
-            msgs = list(policy.moving.values())
-            topic_name = policy.dead_letter_topic
-            failing = policy.failing
-        # (No lock held: the publish takes the dead-letter topic's, and may wait for its fsync.)
-        moved = not topic_name or publish_dead_letters(self._nsqd, self, topic_name, msgs, failing)
-        with self._lock:
-            policy.failing = not moved
-            if not moved:
-                return
-            policy.moved_locked(msgs)
-            if not self.exiting:  # (a closing channel flushed them: seen again after a restart)
-                self._backend.ack([msg.id for msg in msgs])
 
     # -- administration ----------------------------------------------------
 

@@ -32,6 +32,12 @@ import collections
 from ..settings.options import DEAD_LETTER_TOPIC_PLACEHOLDER, MAX_ATTEMPTS_LIMIT, expand_dead_letter_topic
 from ..wire.protocol_v2 import is_valid_name
 
+# The most messages a channel's policy holds taken out at once.  A take that finds this many waiting to
+# be moved returns what it has (possibly nothing, the consumer then waits): a backlog of expired
+# messages is screened and moved a bounded batch per scanner visit, never all of it under one hold of
+# the channel's lock nor all of it in memory; the visit that moves a batch wakes the waiting consumers.
+MOVING_MAX = 4096
+
 
 class Policy(collections.namedtuple("Policy", "max_attempts dead_letter_topic msg_ttl_ns")):
     """One channel's policy, or the broker's defaults: 0 and "" mean unset (unlimited, drop, none)."""
@@ -159,6 +165,10 @@ class ChannelPolicy:
                 kept.append(msg)
         return kept
 
+    def full_locked(self):
+        """Whether the next take should stop screening (see :data:`MOVING_MAX`)."""
+        return len(self.moving) >= MOVING_MAX
+
     def moved_locked(self, msgs):
         """These messages reached the dead-letter topic (or were dropped): no longer moving."""
         moving = self.moving
@@ -172,6 +182,63 @@ class ChannelPolicy:
         doc["dead_letter_count"] = self.dead_letter_count
         doc["expired_count"] = self.expired_count
         return doc
+
+
+class ChannelPolicyMethods:
+    """What a Channel does with its policy: a base of :class:`~.channel.Channel`, kept here with the rest of it.
+
+    Its methods are the channel's own: they use its lock (``_lock``, taken as
+    every public Channel method takes it), its queue and backend, and set its
+    ``policy`` attribute (guarded by that lock).
+    """
+
+    def set_policy(self, own):
+        """Make ``own`` (a :class:`Policy`) this channel's own policy, over the broker's defaults.
+
+        Messages being moved when no policy applies any more go back to the
+        queue: they never left the channel.
+        """
+        waiters = ()
+        with self._lock:
+            previous = self.policy
+            self.policy = channel_policy(self.topic_name, own, self._nsqd.options, previous)
+            if self.policy is None and previous is not None and previous.moving:
+                back = list(previous.moving.values())
+                previous.moving.clear()
+                waiters = self._requeue_locked(back)
+        for client in waiters:
+            client.wake()
+
+    def own_policy(self):
+        """The policy set on this channel itself (NO_POLICY when none: the defaults alone apply)."""
+        policy = self.policy  # (one read: set_policy replaces it whole)
+        return NO_POLICY if policy is None else policy.own
+
+    def move_dead_letters(self):
+        """The queue scanner's part of a policy: publish what it took out to the dead-letter topic,
+        and only then let it leave the channel (a durable backend forgets it only now).  A refused
+        publish keeps them for the next visit."""
+        with self._lock:
+            policy = self.policy
+            if policy is None or not policy.moving:
+                return
+            msgs = list(policy.moving.values())
+            topic_name = policy.dead_letter_topic
+            failing = policy.failing
+        # (No lock held: the publish takes the dead-letter topic's, and may wait for its fsync.)
+        moved = not topic_name or publish_dead_letters(self._nsqd, self, topic_name, msgs, failing)
+        with self._lock:
+            policy.failing = not moved
+            if not moved:
+                return
+            policy.moved_locked(msgs)
+            if self.exiting:
+                return  # (a closing channel flushed them: seen again after a restart)
+            self._backend.ack([msg.id for msg in msgs])
+            # A take may have stopped at MOVING_MAX with more queued: its consumer waits for this.
+            waiters = self._take_waiters_locked() if self._memory or self._backend.depth() else ()
+        for client in waiters:
+            client.wake()
 
 
 def publish_dead_letters(nsqd, channel, topic_name, msgs, failing):

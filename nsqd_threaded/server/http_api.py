@@ -444,7 +444,8 @@ def _policy_max_attempts(text):
 
 
 def _policy_msg_ttl(text):
-    """``msg_ttl``: a Go duration, 0 (unset) or at least 1ms (empty: 0) -> nanoseconds."""
+    """``msg_ttl``: a Go duration, 0 (unset) or at least 1ms (empty: 0) -> nanoseconds, in whole milliseconds
+    (what the answer, /stats and nsqd.dat show is what applies)."""
     if text == "":
         return 0
     try:
@@ -453,7 +454,7 @@ def _policy_msg_ttl(text):
         raise HTTPError(400, "INVALID_MSG_TTL") from None
     if ttl_ns != 0 and ttl_ns < 1000000:
         raise HTTPError(400, "INVALID_MSG_TTL")
-    return ttl_ns
+    return ttl_ns - ttl_ns % 1000000
 
 
 class TLSRequiredAPI:

@@ -468,7 +468,7 @@ SETTINGS = (
             "(0 means unlimited)", check=_max_attempts),
     Setting("dead-letter-topic", STR, "", "(not in Go nsqd) default for every channel: the topic a "
             "message goes to after --max-attempts or --msg-ttl (" + DEAD_LETTER_TOPIC_PLACEHOLDER
-            + " stands for the topic's name, e.g. '" + DEAD_LETTER_TOPIC_PLACEHOLDER + ".dead'; empty: drop it)",
+            + " stands for the topic's name, e.g. '" + DEAD_LETTER_TOPIC_PLACEHOLDER + "-dlq'; empty: drop it)",
             check=_dead_letter_pattern),
     Setting("msg-ttl", DURATION, 0.0, "(not in Go nsqd) default for every channel: a message older "
             "than this is not delivered, it goes to its dead-letter topic or is dropped (0 means none)",

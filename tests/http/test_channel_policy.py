@@ -10,7 +10,7 @@ import pytest
 from nsqd_threaded.server.statsd import render_lines
 
 from support.http_api import HTTP, assert_error, assert_json
-from support.wire import wait_for
+from support.wire import Conn, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,7 +48,8 @@ def test_set_read_and_reset(nsqd, h):
     assert_policy(h.post(POLICY), {"max_attempts": 5, "dead_letter_topic": "t.dead", "msg_ttl": 90000})
     # An empty value (or 0) resets a field.
     assert_policy(h.post(POLICY + "&max_attempts=&msg_ttl=0"), dict(UNSET, dead_letter_topic="t.dead"))
-    assert_policy(h.post(POLICY + "&dead_letter_topic=&msg_ttl=250ms"), dict(UNSET, msg_ttl=250))
+    assert_policy(h.post(POLICY + "&dead_letter_topic=&msg_ttl=250.9ms"), dict(UNSET, msg_ttl=250))
+    assert nsqd.get_existing_topic("t").get_existing_channel("c").own_policy().msg_ttl_ns == 250 * 10**6
     assert_policy(h.post(POLICY + "&msg_ttl="), UNSET)
     # The key order is the contract's, the body compact as Go's.
     assert h.get(POLICY).body == b'{"max_attempts":0,"dead_letter_topic":"","msg_ttl":0}'
@@ -180,16 +181,24 @@ def test_statsd_pushes_the_counters(make_nsqd):
     udp.settimeout(20)
     try:
         nsqd = make_nsqd(statsd_address="127.0.0.1:%d" % udp.getsockname()[1], statsd_interval=0.05,
-                         statsd_prefix="", statsd_mem_stats=False, max_attempts=2)
-        nsqd.get_topic("t").get_channel("c")
-        seen = set()
+                         statsd_prefix="", statsd_mem_stats=False, max_attempts=1)
+        totals = {}
 
-        def pushed():
+        def pushed(key, total):
             for line in udp.recv(65536).decode().splitlines():
-                seen.add(line.partition(":")[0])
-            return {"topic.t.channel.c.dead_letter_count", "topic.t.channel.c.expired_count"} <= seen
+                name, _, rest = line.partition(":")
+                value, _, kind = rest.partition("|")
+                if name.startswith("topic.t.channel.c.") and kind == "c":
+                    totals[name] = totals.get(name, 0) + int(value)
+            return totals.get(key) == total
 
-        wait_for(pushed, timeout=20, what="the policy counters pushed")
+        with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as sub:
+            sub.sub("t", "c", rdy=1)
+            assert pub.pub("t", b"m") == b"OK"
+            sub.cmd(b"REQ %s 0" % sub.read_message()[2])
+            # The deltas of the pushes add up to the count, once.
+            wait_for(lambda: pushed("topic.t.channel.c.dead_letter_count", 1), timeout=20, what="one dead letter")
+            assert totals["topic.t.channel.c.expired_count"] == 0
     finally:
         udp.close()
 

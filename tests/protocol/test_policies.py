@@ -5,6 +5,8 @@ policy combines with pynsq's own max_tries."""
 
 import pytest
 
+from nsqd_threaded.broker.policy import MOVING_MAX
+
 from support.http_api import HTTP
 from support.pynsq import Loop
 from support.wire import Conn, wait_for
@@ -84,6 +86,7 @@ def test_max_attempts_by_timeout(make_nsqd):
 def test_without_a_dead_letter_topic_the_message_is_dropped(make_nsqd):
     nsqd = make_nsqd()
     set_policy(nsqd, "t", "c", max_attempts=1)
+    set_policy(nsqd, "t", "other")  # (a channel without a policy)
     with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as sub:
         sub.sub("t", "c", rdy=5)
         assert pub.mpub("t", [b"a", b"b"]) == b"OK"
@@ -95,8 +98,7 @@ def test_without_a_dead_letter_topic_the_message_is_dropped(make_nsqd):
         assert (doc["depth"], doc["in_flight_count"], doc["deferred_count"]) == (0, 0, 0)
         assert [t.name for t in nsqd.topics()] == ["t"]  # no dead-letter topic was made
         # Another channel of the topic, without a policy, still has both.
-        assert pub.pub("t", b"c") == b"OK"
-        assert channel_stats(nsqd, "t", "c")["message_count"] == 3
+        assert channel_stats(nsqd, "t", "other")["depth"] == 2
 
 
 def test_msg_ttl_expires_a_deferred_message_and_a_slow_requeue(make_nsqd):
@@ -225,3 +227,29 @@ def test_with_pynsq_max_tries(make_nsqd, max_tries, dead_lettered):
     finally:
         loop.close()
     assert channel_stats(nsqd, "jobs", "work")["dead_letter_count"] == int(dead_lettered)
+
+
+def test_a_large_expired_backlog_moves_in_batches_and_delivery_resumes(make_nsqd):
+    """More expired messages than one move takes (MOVING_MAX): the consumer waits between the
+    scanner's moves, is woken by each, and gets the fresh message published after them."""
+    n = MOVING_MAX * 2 + 500
+    nsqd = make_nsqd()
+    set_policy(nsqd, "t", "c", msg_ttl="50ms", dead_letter_topic="t-dlq")
+    set_policy(nsqd, "t-dlq", "d")
+    with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as clock:
+        clock.sub("clock", "c", rdy=1)
+        assert pub.mpub("t", [b"old-%05d" % i for i in range(n)]) == b"OK"
+        pub.cmd(b"DPUB clock 100", b"tick")
+        assert pub.read_response() == b"OK"
+        clock.read_message()  # 100 ms later: every message of the backlog is past its TTL
+    with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as sub, Conn(nsqd.tcp_address) as dead:
+        dead.sub("t-dlq", "d", rdy=2500)
+        sub.sub("t", "c", rdy=2500)
+        seen = 0
+        while seen < n:
+            msg = dead.read_message()
+            dead.cmd(b"FIN " + msg[2])
+            seen += 1
+        assert pub.pub("t", b"fresh") == b"OK"
+        assert sub.read_message()[3] == b"fresh"
+    assert channel_stats(nsqd, "t", "c")["expired_count"] == n
