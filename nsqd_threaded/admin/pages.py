@@ -403,21 +403,23 @@ class Pages:
         answer = self._api().node(node, partial=True)
         doc = answer.doc
         rows = []
+        policies = has_policy([c for t in doc["topics"] for c in t["channels"]])
         for t in doc["topics"]:
             name = t["topic_name"]
             rows.append((
                 frag(self.link(el("strong", None, name), "topics", name), " ",
                      self.link("inside", "nodes", node, "inside", cls="inside-link", query={"topic": name})),
                 num(t["depth"]), _memory_disk(t), "", "", "", "", num(t["message_count"]), "",
-                _percentiles(t["e2e_processing_latency"]), _paused(t)))
+                _percentiles(t["e2e_processing_latency"]), _paused(t)) + (("", "", "") if policies else ()))
             rows.extend((frag("\u00a0\u00a0", self.link(c["channel_name"], "topics", name, c["channel_name"])),)
-                        + channel_cells(c) for c in t["channels"])
+                        + self.channel_table_cells(c, policies) for c in t["channels"])
         body = frag(
             el("h1", None, "Node ", el("span", {"class": "name"}, node)),
             el("p", None, self.link("Inside this broker (live)", "nodes", node, "inside", cls="inside-link")),
             el("div", {"id": "tables"},
                el("p", None, "Messages: ", num(doc["total_messages"]), " \u00b7 Clients: ", num(doc["total_clients"])),
-               self.table(("Topic / Channel",) + CHANNEL_HEADERS, rows, "stats node")))
+               self.table(("Topic / Channel",) + CHANNEL_HEADERS + (POLICY_HEADERS if policies else ()), rows,
+                          "stats node")))
         return self.layout("Node %s" % node, "nodes", body, answer)
 
     def inside(self, node, topic=""):

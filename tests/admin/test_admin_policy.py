@@ -158,6 +158,7 @@ def test_a_policy_is_set_on_every_node_that_has_the_channel(setup):
     assert '<a href="/topics/orders.dead" class="dead-letter">orders.dead</a>' in page
     assert "<th>Dead-lettered</th>" in page and "1.5s" in page
     assert "<th>Policy</th>" in call(admin.http_url + "/topics/orders")[1]
+    assert "<th>Expired</th>" in call(admin.http_url + "/nodes/" + seg(cluster[1].http_addr))[1]
 
     # empty values reset
     assert set_policy(admin, max_attempts=0, dead_letter_topic="", msg_ttl="")[0] == 200
