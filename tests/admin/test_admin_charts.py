@@ -52,7 +52,8 @@ def test_the_sampler_follows_a_channel_and_stops_with_nsqadmin():
                 assert doc["interval_ms"] == 50 and doc["samples"] == sampler.SAMPLES
                 assert len(doc["time"]) == len(doc["message_rate"]) == len(doc["depth"]) == len(doc["in_flight"])
                 assert doc["time"] == sorted(doc["time"])
-                assert doc["message_rate"][0] is None  # the first sample has nothing to compare with
+                if len(doc["time"]) < sampler.SAMPLES:  # the ring has not moved on yet: its first sample is there
+                    assert doc["message_rate"][0] is None  # the first sample has nothing to compare with
                 topic = charts(admin, "orders")
                 assert "channel" not in topic and topic["in_flight"][-1] == 2 and topic["depth"][-1] == 0
             assert wait_for(lambda: any(r for r in charts(admin, "orders", "billing")["message_rate"] if r),
