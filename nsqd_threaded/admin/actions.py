@@ -1,8 +1,11 @@
-"""nsqadmin's actions: create, pause/unpause, empty, delete, tombstone; who may act; who is told.
+"""nsqadmin's actions: create, pause/unpause, empty, delete, tombstone, a channel's policy; who may act;
+who is told.
 
 Each action is Go nsqadmin's: the same lookupd and nsqd requests in the same
 order (producers are found *before* a delete, since the delete makes them
-forget the topic).  With ``--admin-user``, only a request whose
+forget the topic).  Setting a channel's policy (ours: ``{"action":
+"set_policy"}``) POSTs the broker's ``/channel/policy`` to every node that has
+the channel.  With ``--admin-user``, only a request whose
 ``--acl-http-header`` names an admin may act (403 ``FORBIDDEN`` otherwise).
 With ``--notification-http-endpoint`` every action is POSTed there as Go's
 AdminAction JSON, by the :class:`Notifier` thread, so an action never waits
@@ -18,9 +21,13 @@ import time
 import urllib.parse
 
 from . import cluster
+from ..internal import gocompat
+from ..wire.protocol_v2 import is_valid_name
 from .api import AdminError, body_string, check_channel, check_topic, read_json_body
 
 NOTIFICATION_QUEUE = 100  # actions waiting for the endpoint; more are dropped (and logged)
+MAX_ATTEMPTS_LIMIT = 65535  # a message's attempts are a uint16 on the wire
+MAX_MSG_TTL_MS = ((1 << 63) - 1) // 1000000  # the longest Go Duration, in milliseconds
 
 
 def basic_auth_user(headers):
@@ -174,6 +181,8 @@ class Actions:
         self.authorize(request)
         doc = read_json_body(request)
         action = body_string(doc, "action")
+        if action == "set_policy" and channel:
+            return self.set_policy(request, topic, channel, doc)
         if action not in ("pause", "unpause", "empty"):
             raise AdminError(400, "INVALID_ACTION")
         producers, g = self._producers_first(topic)
@@ -185,6 +194,22 @@ class Actions:
         self._raise_if_all_failed([g, done])
         self._notify("%s_%s" % (action, "channel" if channel else "topic"), topic, channel, "", request)
         return self._done(g, done)
+
+    # -- /api/topics/T/C POST {"action": "set_policy", ...} (ours)
+
+    def set_policy(self, request, topic, channel, doc):
+        """Set the given policy fields of a channel on every node that has it (the others stay as they are)."""
+        query = [("topic", topic), ("channel", channel)] + policy_query(doc, topic)
+        producers, g = self._producers_first(topic)
+        per_node, g2 = self.ci.nsqd_stats(producers, topic, clients=False)
+        having = {c["node"] for t in per_node for c in t["channels"] if c["channel_name"] == channel}
+        targets = [p for p in producers if cluster.http_address(p) in having]
+        if not targets and not g.errors and not g2.errors:
+            raise AdminError(404, "CHANNEL_NOT_FOUND")
+        done = self.ci.producers_post(targets, "/channel/policy?" + urllib.parse.urlencode(query))
+        self._raise_if_all_failed([done])  # not one node took it: an error, not a warning
+        self._notify("set_channel_policy", topic, channel, "", request)
+        return self._done(g, g2, done)
 
     # -- DELETE /api/topics/T and /api/topics/T/C
 
@@ -235,3 +260,36 @@ class Actions:
         results = sum(len(g.results) for g in gathered)
         if errors and not results:
             raise AdminError(502, "UPSTREAM_ERROR: %s" % "; ".join(str(e) for e in errors))
+
+
+def policy_query(doc, topic):
+    """The broker's ``/channel/policy`` arguments for the fields an action's body gives, checked.
+
+    ``max_attempts`` is an integer (0: unlimited), ``dead_letter_topic`` a topic name other than the
+    channel's own topic ("": none, drop), ``msg_ttl`` milliseconds or a Go duration ("30s"; 0: none).
+    """
+    query = []
+    if "max_attempts" in doc:
+        n = doc["max_attempts"]
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_ATTEMPTS_LIMIT:
+            raise AdminError(400, "INVALID_MAX_ATTEMPTS")
+        query.append(("max_attempts", str(n)))
+    if "dead_letter_topic" in doc:
+        name = doc["dead_letter_topic"]
+        if not isinstance(name, str) or (name and (name == topic or not is_valid_name(name))):
+            raise AdminError(400, "INVALID_TOPIC")
+        query.append(("dead_letter_topic", name))
+    if "msg_ttl" in doc:
+        ttl = doc["msg_ttl"]
+        if isinstance(ttl, str):
+            try:
+                ns = gocompat.parse_duration_ns(ttl.strip()) if ttl.strip() else 0
+            except ValueError:
+                raise AdminError(400, "INVALID_MSG_TTL") from None
+            if 0 < ns < 1000000:
+                raise AdminError(400, "INVALID_MSG_TTL")  # the broker's shortest TTL is 1ms
+            ttl = ns // 1000000
+        if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 <= ttl <= MAX_MSG_TTL_MS:
+            raise AdminError(400, "INVALID_MSG_TTL")
+        query.append(("msg_ttl", "%dms" % ttl if ttl else "0"))
+    return query

@@ -12,6 +12,7 @@ import json
 from ..wire.protocol_v2 import is_valid_name
 from ..server.http_server import HTTPError, Response, X_NSQ, JSON_TYPE
 from . import cluster
+from .sampler import SAMPLES
 
 
 class AdminError(HTTPError):
@@ -140,6 +141,21 @@ class AdminAPI:
             without_bodies(doc)
         if topic and isinstance(doc, dict) and isinstance(doc.get("topics"), list):
             doc["topics"] = [t for t in doc["topics"] if isinstance(t, dict) and t.get("name") == topic]
+        return doc
+
+    def charts(self, topic, channel=""):
+        """``GET /api/charts/<topic>[/<channel>]`` (ours): nsqadmin's samples of a topic or channel, as columns
+        (see :mod:`.sampler`); empty lists for one not sampled yet, and when sampling is off (interval 0)."""
+        sampler = self.admin.sampler
+        doc = {"topic": topic}
+        if channel:
+            doc["channel"] = channel
+        doc["interval_ms"] = int(round(sampler.interval * 1000)) if sampler is not None else 0
+        doc["samples"] = SAMPLES
+        if sampler is not None:
+            doc.update(sampler.series(topic, channel))
+        else:
+            doc.update({"time": [], "message_rate": [], "depth": [], "in_flight": []})
         return doc
 
     def counter(self):

@@ -387,15 +387,18 @@ class ClusterInfo:
         producers, g = self.nsqd_producers()
         return [p for p in producers if any(t["topic"] == topic for t in p["topics"])], g
 
-    def nsqd_stats(self, producers, topic=""):
+    def nsqd_stats(self, producers, topic="", clients=True):
         """``(node_topic_stats per node, gathered)``: each node's ``/stats`` as Go nsqadmin's TopicStats docs.
 
         Each node's answer is checked in the thread that asked for it: one
         with a value of the wrong type anywhere fails that node (Malformed).
+        Without ``clients`` the nodes are asked to leave their clients out.
         """
         path = "/stats?format=json"
         if topic:
             path += "&topic=" + quote(topic)
+        if not clients:
+            path += "&include_clients=false"
         by_address = {producer_address(p): p for p in producers}
 
         def ask(a):
@@ -492,11 +495,28 @@ def node_client_stats(node, c, where="client"):
     return doc
 
 
+# A channel's policy (max attempts, dead-letter topic, message TTL in ms) and what it took out: in a
+# broker's /stats only when a policy applies to the channel, so in nsqadmin's documents only then too.
+POLICY_FIELDS = (("max_attempts", INT, 0), ("dead_letter_topic", STR, ""), ("msg_ttl", INT, 0))
+POLICY_COUNTS = ("dead_letter_count", "expired_count")
+POLICY_KEYS = tuple(key for key, _, _ in POLICY_FIELDS) + POLICY_COUNTS
+
+
+def _policy(c, where):
+    """The policy fields of a node's channel (checked), or None when the node sent none of them."""
+    if all(c.get(key) is None for key in POLICY_KEYS):
+        return None
+    doc = {key: field(c, key, kind, where, default) for key, kind, default in POLICY_FIELDS}
+    doc.update((key, field(c, key, INT, where, 0)) for key in POLICY_COUNTS)
+    return doc
+
+
 def node_channel_stats(node, hostname, topic, c, where="channel"):
-    """One channel of a node's ``/stats`` (checked)."""
+    """One channel of a node's ``/stats`` (checked), with its policy fields when the node sent them."""
     depth, backend = field(c, "depth", INT, where, 0), field(c, "backend_depth", INT, where, 0)
     clients = [node_client_stats(node, cl, place) for cl, place in items(c, "clients", where)]
-    return {
+    policy = _policy(c, where)
+    doc = {
         "node": node,
         "hostname": hostname,
         "topic_name": topic,
@@ -515,6 +535,9 @@ def node_channel_stats(node, hostname, topic, c, where="channel"):
         "paused": field(c, "paused", BOOL, where, False),
         "e2e_processing_latency": _e2e(c.get("e2e_processing_latency"), where + ".e2e_processing_latency"),
     }
+    if policy is not None:
+        doc.update(policy)
+    return doc
 
 
 def node_topic_stats(node, hostname, t, where="topic"):
@@ -556,9 +579,22 @@ def cluster_channel_stats(topic, channel, per_node_channels):
         total["nodes"].append(c)
         total["clients"].extend(c["clients"])
         _e2e_add(total["e2e_processing_latency"], c["e2e_processing_latency"])
+    _policy_total(total, per_node_channels)
     total["nodes"].sort(key=lambda c: (c["hostname"], c["node"]))
     total["clients"].sort(key=lambda c: (c["hostname"], c["node"], c["remote_address"]))
     return total
+
+
+def _policy_total(total, per_node_channels):
+    """The policy of a channel over nodes, when any node has one: its counters summed, and each policy field
+    the nodes' common value, or None when they differ (a node without a policy has none: 0, "", 0)."""
+    if not any("max_attempts" in c for c in per_node_channels):
+        return
+    for key, _, default in POLICY_FIELDS:
+        values = {c.get(key, default) for c in per_node_channels}
+        total[key] = values.pop() if len(values) == 1 else None
+    for key in POLICY_COUNTS:
+        total[key] = sum(c.get(key, 0) for c in per_node_channels)
 
 
 def cluster_topic_stats(topic, per_node_topics):

@@ -4,7 +4,8 @@ Go nsqadmin's routes: the pages (``/``, ``/topics``, ``/topics/:topic``,
 ``/topics/:topic/:channel``, ``/nodes``, ``/nodes/:node``, ``/lookup``,
 ``/counter``), ``/static/:asset``, ``/ping`` and the ``/api/...`` JSON API;
 plus ``/nodes/:node/inside`` and ``/api/nodes/:node/state`` (the inside view
-of one of our brokers), and Go's ``/config/:opt`` (from
+of one of our brokers), ``/api/charts/:topic[/:channel]`` (nsqadmin's own
+samples, for the charts: :mod:`.sampler`), and Go's ``/config/:opt`` (from
 ``--allow-config-from-cidr`` only).  Everything lives under ``--base-path``.
 Request framing, deadlines and error bodies are the shared edge's
 (:class:`~nsqd_threaded.server.http_server.HTTPServer`).
@@ -59,6 +60,8 @@ ROUTES = (
     ("GET", "/api/nodes/:node", "api_node"),
     ("GET", "/api/nodes/:node/state", "api_node_state"),
     ("GET", "/api/counter", "api_counter"),
+    ("GET", "/api/charts/:topic", "api_charts"),
+    ("GET", "/api/charts/:topic/:channel", "api_charts"),
     ("POST", "/api/topics", "api_create"),
     ("POST", "/api/topics/:topic", "api_topic_action"),
     ("POST", "/api/topics/:topic/:channel", "api_channel_action"),
@@ -208,6 +211,9 @@ class AdminRouter(Router):
 
     def api_counter(self, request):
         return self._json(self.api.counter())
+
+    def api_charts(self, request, topic, channel=""):
+        return ok_json(self.api.charts(topic, channel))
 
     # -- API actions (each first refuses a cross-site request)
 

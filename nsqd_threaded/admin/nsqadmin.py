@@ -9,7 +9,9 @@ Threads (all named, all joined by :meth:`stop`): ``nsqadmin-http`` accepts
 connections, each served by ``nsqadmin-http[ip:port]``; each question to the
 cluster runs on up to :data:`~.cluster.MAX_QUERY_THREADS` threads
 ``nsqadmin-lookupd[addr]`` / ``nsqadmin-nsqd[addr]`` joined before it answers;
-``nsqadmin-notify`` posts notifications when an endpoint is set.
+``nsqadmin-notify`` posts notifications when an endpoint is set;
+``nsqadmin-sampler`` samples the nodes for the charts (unless
+``--chart-sample-interval`` is 0).
 """
 
 import dataclasses
@@ -22,6 +24,7 @@ from .cluster import ClusterInfo, HTTPClient
 from .http import AdminHTTPServer
 from .options import AdminOptions
 from .actions import Notifier
+from .sampler import Sampler
 
 
 class NSQAdmin(ListeningApp):
@@ -43,6 +46,10 @@ class NSQAdmin(ListeningApp):
         self.notifier = None
         if options.notification_http_endpoint:
             self.notifier = Notifier(options.notification_http_endpoint, self.client, self.log)
+        # no graphite is built (--graphite-url is refused): the charts are always nsqadmin's own samples
+        self.sampler = None
+        if options.chart_sample_interval > 0:
+            self.sampler = Sampler(self.cluster, options.chart_sample_interval, self.log)
         self._config_lock = threading.Lock()  # serializes change_options (read, replace, apply)
 
     def _open(self, listeners):
@@ -53,8 +60,12 @@ class NSQAdmin(ListeningApp):
     def _serving(self):
         if self.notifier is not None:
             self.notifier.start()
+        if self.sampler is not None:
+            self.sampler.start()
 
     def _stopped_serving(self):
+        if self.sampler is not None:
+            self.sampler.stop()
         if self.notifier is not None:
             self.notifier.stop()
 

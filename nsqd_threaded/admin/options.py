@@ -2,9 +2,10 @@
 and :class:`AdminOptions` built from it, as nsqlookupd's are.
 
 Flag names, defaults and config-file keys are Go nsqadmin 1.3's, plus
-``--inside-view-bodies`` (ours).  Graphite and statsd key formats are not
-built: those flags are refused unless they ask for nothing (``--graphite-url``
-included; the UI draws its own short-term charts instead).
+``--inside-view-bodies`` and ``--chart-sample-interval`` (ours).  Graphite and
+statsd key formats are not built: those flags are refused unless they ask for
+nothing (``--graphite-url`` included; nsqadmin samples the nodes itself and
+draws its own charts instead, see :mod:`.sampler`).
 """
 
 import ipaddress
@@ -29,6 +30,12 @@ from ..settings.options import (
 def _positive(flag, value):
     if value <= 0:
         return "must be positive"
+    return None
+
+
+def _not_negative(flag, value):
+    if value < 0:
+        return "must not be negative"
     return None
 
 
@@ -77,6 +84,8 @@ SETTINGS = (
             "/config endpoint", check=_cidr),
     Setting("inside-view-bodies", BOOL, False, "(not in Go nsqadmin) ask brokers for message bodies "
             "(nsqd --debug-state-bodies) in the inside view, for admin users only (requires --admin-user)"),
+    Setting("chart-sample-interval", DURATION, 2.0, "(not in Go nsqadmin) how often nsqadmin asks every node's "
+            "/stats for the topic and channel charts it keeps (0 to keep none: no charts)", check=_not_negative),
     *daemon_settings("nsqadmin"),
     Setting("graphite-url", STR, "", "graphite HTTP address (graphs are drawn from polled /stats instead)", U),
     Setting("proxy-graphite", BOOL, False, "proxy HTTP requests to graphite", U),

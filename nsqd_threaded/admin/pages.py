@@ -20,6 +20,7 @@ import json
 import time
 import urllib.parse
 
+from ..internal.gocompat import format_duration_ns
 from . import cluster
 from .api import AdminError, TopicNotFound
 from .markup import document, el, frag, script_file
@@ -38,6 +39,9 @@ CONTENT_SECURITY_POLICY = (
 CHANNEL_HEADERS = ("Depth", "Memory + Disk", "In-Flight", "Deferred", "Requeued", "Timed Out", "Messages",
                    "Clients", "E2E latency", "")
 INVALID = "invalid"
+# Added to a channel table when a channel in it has a policy (a broker's /stats lists one only then).
+POLICY_HEADERS = ("Policy", "Dead-lettered", "Expired")
+DIFFERS = "differs by node"
 
 
 def seg(value):
@@ -87,6 +91,24 @@ def channel_cells(c):
     return (num(c["depth"]), _memory_disk(c), num(c["in_flight_count"]), num(c["deferred_count"]),
             num(c["requeue_count"]), num(c["timeout_count"]), num(c["message_count"]), num(c["client_count"]),
             _percentiles(c["e2e_processing_latency"]), _paused(c))
+
+
+def has_policy(channels):
+    """True when any of these channel documents carries the policy fields."""
+    return any("max_attempts" in c for c in channels)
+
+
+def ttl_text(ms):
+    """A message TTL in milliseconds as a Go duration (``30s``); None: the nodes differ."""
+    if ms is None:
+        return DIFFERS
+    return format_duration_ns(ms * 1000000) if isinstance(ms, int) and not isinstance(ms, bool) else num(ms)
+
+
+def attempts_text(n):
+    if n is None:
+        return DIFFERS
+    return "unlimited" if n == 0 else num(n)
 
 
 class Pages:
@@ -166,6 +188,36 @@ class Pages:
         return el("table", {"class": cls}, el("thead", None, el("tr", None, [el("th", None, h) for h in headers])),
                   el("tbody", None, body))
 
+    def dead_letter(self, name):
+        """The dead-letter topic: a link to its page, ``none (dropped)``, or that the nodes differ."""
+        if name is None:
+            return DIFFERS
+        return self.link(name, "topics", name, cls="dead-letter") if name else "none (dropped)"
+
+    def policy_summary(self, c):
+        """A channel's policy in one short cell: ``max 5 · TTL 30s · → orders.dead`` (``none`` without one)."""
+        if "max_attempts" not in c:
+            return ""
+        attempts, ttl, dlq = c["max_attempts"], c["msg_ttl"], c["dead_letter_topic"]
+        if attempts == 0 and ttl == 0:
+            return "none"  # a dead-letter topic alone takes nothing out
+        parts = []
+        if attempts != 0:
+            parts.append(frag("max ", attempts_text(attempts)))
+        if ttl != 0:
+            parts.append(frag("TTL ", ttl_text(ttl)))
+        parts.append(frag("\u2192 ", self.dead_letter(dlq) if dlq else "drop"))
+        return frag([(" \u00b7 " if i else "", part) for i, part in enumerate(parts)])
+
+    def policy_cells(self, c):
+        """:data:`POLICY_HEADERS`' cells of one channel (blank for one without a policy)."""
+        if "max_attempts" not in c:
+            return ("", "", "")
+        return (self.policy_summary(c), num(c["dead_letter_count"]), num(c["expired_count"]))
+
+    def channel_table_cells(self, c, with_policy):
+        return channel_cells(c) + (self.policy_cells(c) if with_policy else ())
+
     def _title(self, *parts, paused=False):
         return el("h1", None, parts, [" ", _badge("paused")] if paused else None)
 
@@ -229,8 +281,9 @@ class Pages:
                         confirm="Tombstone topic %s on %s?" % (topic, n["node"]), cls="small tombstone")
             if tombstones else None)) for n in t["nodes"]]
         node_rows.append(self._topic_row(t, el("strong", None, "Total")))
-        channel_rows = [(self.link(c["channel_name"], "topics", topic, c["channel_name"]),) + channel_cells(c)
-                        for c in t["channels"]]
+        policies = has_policy(t["channels"])
+        channel_rows = [(self.link(c["channel_name"], "topics", topic, c["channel_name"]),)
+                        + self.channel_table_cells(c, policies) for c in t["channels"]]
         body = frag(
             self._title("Topic ", el("span", {"class": "name"}, topic), paused=t["paused"]),
             el("div", {"class": "actions"}, actions),
@@ -239,9 +292,10 @@ class Pages:
                el("h2", None, "Nodes"),
                self.table(("Node", "Depth", "Memory + Disk", "Messages", "Clients", "E2E latency", ""), node_rows),
                el("h2", None, "Channels"),
-               self.table(("Channel",) + CHANNEL_HEADERS, channel_rows, "stats channels")))
+               self.table(("Channel",) + CHANNEL_HEADERS + (POLICY_HEADERS if policies else ()), channel_rows,
+                          "stats channels")))
         return self.layout("Topic %s" % topic, "topics", body, answer,
-                           {"kind": "topic", "api": api_url, "topic": topic})
+                           {"kind": "topic", "api": api_url, "topic": topic, "charts": self.charts_url(topic)})
 
     def channel(self, topic, channel):
         try:
@@ -261,8 +315,10 @@ class Pages:
             self.button("Delete Channel", "DELETE", api_url, confirm="Delete channel %s?" % channel,
                         next_url=self.url("topics", topic), cls="delete"),
         )
-        node_rows = [(self.link(n["node"], "nodes", n["node"]),) + channel_cells(n) for n in c["nodes"]]
-        node_rows.append((el("strong", None, "Total"),) + channel_cells(c))
+        policies = has_policy(c["nodes"])
+        node_rows = [(self.link(n["node"], "nodes", n["node"]),) + self.channel_table_cells(n, policies)
+                     for n in c["nodes"]]
+        node_rows.append((el("strong", None, "Total"),) + self.channel_table_cells(c, policies))
         now = int(time.time())
         client_rows = [(
             cl["hostname"] or cl["client_id"], cl["remote_address"], cl["user_agent"] or cl["version"], cl["node"],
@@ -275,14 +331,54 @@ class Pages:
             self._title("Topic ", self.link(topic, "topics", topic), " / Channel ",
                         el("span", {"class": "name"}, channel), paused=c["paused"]),
             el("div", {"class": "actions"}, actions),
+            self.policy_form(c, api_url),
             el("div", {"class": "charts", "id": "charts"}),
             el("div", {"id": "tables"},
-               el("h2", None, "Nodes"), self.table(("Node",) + CHANNEL_HEADERS, node_rows),
+               self.policy_section(c),
+               el("h2", None, "Nodes"),
+               self.table(("Node",) + CHANNEL_HEADERS + (POLICY_HEADERS if policies else ()), node_rows),
                el("h2", None, "Clients"),
                self.table(("Client", "Address", "User-Agent", "Node", "Features", "RDY", "In-Flight", "Messages",
                            "Finished", "Requeued", "Connected"), client_rows, "stats clients")))
         return self.layout("Channel %s/%s" % (topic, channel), "topics", body, answer,
-                           {"kind": "channel", "api": api_url, "topic": topic, "channel": channel})
+                           {"kind": "channel", "api": api_url, "topic": topic, "channel": channel,
+                            "charts": self.charts_url(topic, channel)})
+
+    def charts_url(self, *parts):
+        """The charts' API route of a topic or channel, or None when nsqadmin keeps no samples."""
+        return self.url("api", "charts", *parts) if self.admin.sampler is not None else None
+
+    def policy_section(self, c):
+        """A channel's policy over its nodes (as their /stats give it) and what it took out."""
+        if has_policy(c["nodes"]):
+            rows = (("Max attempts", attempts_text(c["max_attempts"])),
+                    ("Dead-letter topic", self.dead_letter(c["dead_letter_topic"])),
+                    ("Message TTL", ttl_text(c["msg_ttl"]) if c["msg_ttl"] != 0 else "none"),
+                    ("Dead-lettered (over max attempts)", num(c["dead_letter_count"])),
+                    ("Expired (over the TTL)", num(c["expired_count"])))
+            shown = el("table", {"class": "stats policy"},
+                       el("tbody", None, [el("tr", None, el("th", None, k), el("td", None, v)) for k, v in rows]))
+        else:
+            shown = el("p", {"class": "policy none"}, "No policy: every message is delivered until it is finished.")
+        return frag(el("h2", None, "Policy"), shown)
+
+    def policy_form(self, c, api_url):
+        """The form that sets a channel's policy (the script sends the fields changed, as ``set_policy``)."""
+        fields = (
+            ("max_attempts", "max attempts (0: unlimited)", "number", 0, str),
+            ("dead_letter_topic", "dead-letter topic (empty: drop)", "text", "", str),
+            ("msg_ttl", "message TTL (30s, 5m; 0: none)", "text", 0, lambda ms: format_duration_ns(ms * 1000000)),
+        )
+        inputs = []
+        for key, label, kind, none, text in fields:
+            value = c.get(key, none)  # None: the nodes differ
+            shown = "" if value is None else text(value)
+            inputs.append(el("label", None, label, " ", el("input", {
+                "name": key, "type": kind, "min": "0" if kind == "number" else None, "value": shown,
+                "data-initial": shown, "placeholder": DIFFERS if value is None else None})))
+            inputs.append(" ")
+        return el("form", {"id": "policy-form", "class": "policy", "data-url": api_url},
+                  inputs, el("button", {"type": "submit"}, "Set policy"))
 
     # -- nodes
 
@@ -307,21 +403,23 @@ class Pages:
         answer = self._api().node(node, partial=True)
         doc = answer.doc
         rows = []
+        policies = has_policy([c for t in doc["topics"] for c in t["channels"]])
         for t in doc["topics"]:
             name = t["topic_name"]
             rows.append((
                 frag(self.link(el("strong", None, name), "topics", name), " ",
                      self.link("inside", "nodes", node, "inside", cls="inside-link", query={"topic": name})),
                 num(t["depth"]), _memory_disk(t), "", "", "", "", num(t["message_count"]), "",
-                _percentiles(t["e2e_processing_latency"]), _paused(t)))
+                _percentiles(t["e2e_processing_latency"]), _paused(t)) + (("", "", "") if policies else ()))
             rows.extend((frag("\u00a0\u00a0", self.link(c["channel_name"], "topics", name, c["channel_name"])),)
-                        + channel_cells(c) for c in t["channels"])
+                        + self.channel_table_cells(c, policies) for c in t["channels"])
         body = frag(
             el("h1", None, "Node ", el("span", {"class": "name"}, node)),
             el("p", None, self.link("Inside this broker (live)", "nodes", node, "inside", cls="inside-link")),
             el("div", {"id": "tables"},
                el("p", None, "Messages: ", num(doc["total_messages"]), " \u00b7 Clients: ", num(doc["total_clients"])),
-               self.table(("Topic / Channel",) + CHANNEL_HEADERS, rows, "stats node")))
+               self.table(("Topic / Channel",) + CHANNEL_HEADERS + (POLICY_HEADERS if policies else ()), rows,
+                          "stats node")))
         return self.layout("Node %s" % node, "nodes", body, answer)
 
     def inside(self, node, topic=""):

@@ -3,8 +3,10 @@
 // What it does depends on the page's <body data-kind> (see admin/pages.py):
 // * every page: action buttons (data-method/data-url/data-body, data-confirm asks first) and the create
 //   form call the JSON API, then reload (or go to data-next); an error is shown in #flash;
-// * topic, channel, counter: poll the page's API route (data-api) every data-poll-ms and draw the last
-//   minutes of rates and depths as small SVG charts (the history lives in the page);
+// * topic, channel: poll nsqadmin's samples of the topic or channel (data-charts: GET /api/charts/...,
+//   kept by its sampler thread) every data-poll-ms and draw message rate, depth and in flight as SVG;
+// * counter: poll the page's API route (data-api) and chart the processed rate (the history lives in the page);
+// * channel: the policy form sends the fields changed (set_policy) to the channel's API route;
 // * pages with #tables: fetch the page again every data-poll-ms and swap in its tables and warnings;
 // * inside: poll the broker's /debug/state (through nsqadmin) every data-inside-poll-ms and draw it.
 //
@@ -128,7 +130,32 @@
     });
   }
 
-  // -- charts: the last minutes, kept in the page
+  // the policy form: only the fields changed from what the page showed are sent (the others stay as
+  // they are on each node); the API checks each one (400 INVALID_MAX_ATTEMPTS, INVALID_TOPIC, INVALID_MSG_TTL)
+  var policyForm = document.getElementById("policy-form");
+  if (policyForm) {
+    policyForm.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var doc = { action: "set_policy" }, changed = 0;
+      ["max_attempts", "dead_letter_topic", "msg_ttl"].forEach(function (key) {
+        var input = policyForm.querySelector("[name=" + key + "]");
+        if (!input || input.value === input.getAttribute("data-initial")) return;
+        var v = input.value.trim();
+        if (key === "max_attempts" && v === "") v = "0"; // empty resets, as on the broker
+        doc[key] = key === "max_attempts" && /^[0-9]+$/.test(v) ? parseInt(v, 10) : v;
+        changed += 1;
+      });
+      if (!changed) { flash("Nothing changed.", false); return; }
+      var button = policyForm.querySelector("button");
+      button.disabled = true;
+      request("POST", policyForm.getAttribute("data-url"), doc).then(function (answer) {
+        if (message(answer)) { flash(message(answer), false); button.disabled = false; return; }
+        window.location.reload();
+      }, function (err) { button.disabled = false; flash(err.message, false); });
+    });
+  }
+
+  // -- charts: the last minutes
 
   var HISTORY = 150; // points (5 minutes at one per 2 s)
 
@@ -146,30 +173,74 @@
     if (this.points.length > HISTORY) this.points.shift();
   };
 
+  // s: {title, rate, points: [{t, v}]}; a point whose v is null breaks the line (a gap in the samples)
   function drawChart(container, s) {
-    // x is time: the chart spans from its first point (at most 5 minutes ago) to now
-    var w = 260, h = 54, pts = s.points;
+    // x is time: the chart spans from its first point (at most 5 minutes ago) to its last
+    var w = 260, h = 54, pts = s.points.filter(function (p) { return p.v === null || isNum(p.v); });
+    var known = pts.filter(function (p) { return p.v !== null; });
     var max = 1;
-    pts.forEach(function (p) { if (p.v > max) max = p.v; });
+    known.forEach(function (p) { if (p.v > max) max = p.v; });
     var t1 = pts.length ? pts[pts.length - 1].t : 0;
     var t0 = pts.length ? Math.max(pts[0].t, t1 - 300000) : 0;
     var span = Math.max(t1 - t0, 1);
-    var coords = pts.filter(function (p) { return p.t >= t0; }).map(function (p) {
-      var x = pts.length < 2 ? w : ((p.t - t0) / span) * w;
-      return x.toFixed(1) + "," + (h - 2 - (p.v / max) * (h - 4)).toFixed(1);
-    }).join(" ");
-    var current = pts.length ? pts[pts.length - 1].v : 0;
+    var lines = [[]];
+    pts.filter(function (p) { return p.t >= t0; }).forEach(function (p) {
+      if (p.v === null) { if (lines[lines.length - 1].length) lines.push([]); return; }
+      var x = known.length < 2 ? w : ((p.t - t0) / span) * w;
+      lines[lines.length - 1].push(x.toFixed(1) + "," + (h - 2 - (p.v / max) * (h - 4)).toFixed(1));
+    });
+    var current = known.length ? known[known.length - 1].v : 0;
     var shown = s.rate ? current.toFixed(1) + "/s" : String(Math.round(current));
     var secs = Math.round(span / 1000);
     var period = secs >= 60 ? Math.floor(secs / 60) + "m" + (secs % 60 ? (secs % 60) + "s" : "") : secs + "s";
     var chart = svg("svg", { width: w, height: h, viewBox: "0 0 " + w + " " + h });
-    chart.appendChild(svg("polyline", { points: coords }));
+    lines.forEach(function (line) {
+      if (line.length) chart.appendChild(svg("polyline", { points: line.join(" ") }));
+    });
     replaceChildren(container, [
       el("div", { "class": "title" }, el("span", null, s.title), el("span", { "class": "value" }, shown)),
       chart,
       el("div", { "class": "title" }, el("span", null, "max " + (s.rate ? max.toFixed(1) + "/s" : Math.round(max))),
          el("span", null, "last " + period))
     ]);
+  }
+
+  // -- topic and channel charts: nsqadmin's own samples (GET /api/charts/<topic>[/<channel>], data-charts)
+
+  var SAMPLED = [["message rate", true, "message_rate"], ["depth", false, "depth"], ["in flight", false, "in_flight"]];
+
+  // columns of the samples -> the points of one series, null where a sample is missing or has no value
+  function sampledPoints(doc, column, intervalMs) {
+    var times = list(doc.time), values = list(doc[column]), out = [];
+    times.forEach(function (when, i) {
+      if (!isNum(when)) return;
+      if (out.length && when - out[out.length - 1].t > 2.5 * intervalMs) out.push({ t: when, v: null });
+      var v = values[i];
+      out.push({ t: when, v: isNum(v) ? v : null });
+    });
+    return out;
+  }
+
+  function startSampledCharts(url) {
+    var holder = document.getElementById("charts");
+    if (!holder) return;
+    var boxes = SAMPLED.map(function (s) {
+      var div = el("div", { "class": "chart", "data-series": s[2] });
+      holder.appendChild(div);
+      drawChart(div, { title: s[0], rate: s[1], points: [] });
+      return div;
+    });
+    function tick() {
+      request("GET", url).then(function (doc) {
+        doc = obj(doc);
+        var interval = isNum(doc.interval_ms) && doc.interval_ms > 0 ? doc.interval_ms : POLL_MS;
+        SAMPLED.forEach(function (s, i) {
+          drawChart(boxes[i], { title: s[0], rate: s[1], points: sampledPoints(doc, s[2], interval) });
+          boxes[i].setAttribute("data-samples", String(list(doc.time).length));
+        });
+      }, function () {}).then(function () { setTimeout(tick, POLL_MS); });
+    }
+    tick();
   }
 
   // the sum of f over a list; NaN (drawn as a gap) when any term is not a number
@@ -179,21 +250,7 @@
     return total;
   }
 
-  var EXTRACT = {
-    topic: [
-      ["publish", true, function (d) { return d.message_count; }],
-      ["finish", true, function (d) {
-        return sum(d.channels, function (c) { return sum(c.clients, function (cl) { return cl.finish_count; }); });
-      }],
-      ["topic depth", false, function (d) { return d.depth; }],
-      ["channels depth", false, function (d) { return sum(d.channels, function (c) { return c.depth; }); }]
-    ],
-    channel: [
-      ["received", true, function (d) { return d.message_count; }],
-      ["finish", true, function (d) { return sum(d.clients, function (cl) { return cl.finish_count; }); }],
-      ["depth", false, function (d) { return d.depth; }],
-      ["in-flight", false, function (d) { return d.in_flight_count; }]
-    ],
+  var EXTRACT = { // the counter page charts what it polls itself
     counter: [
       ["processed", true, function (d) {
         var stats = obj(d.stats);
@@ -379,5 +436,12 @@
   startTables();
   var kind = body.getAttribute("data-kind");
   var api = body.getAttribute("data-api");
-  if (kind === "inside") { startInside(api); } else if (kind && api) { startCharts(kind, api); }
+  var charts = body.getAttribute("data-charts");
+  if (kind === "inside") {
+    startInside(api);
+  } else if (charts && /^\/(?![\/\\])/.test(charts)) {
+    startSampledCharts(charts);
+  } else if (kind && api) {
+    startCharts(kind, api);
+  }
 })();

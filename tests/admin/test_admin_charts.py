@@ -1,0 +1,173 @@
+"""nsqadmin's own charts: the sampler thread polls real brokers, keeps a bounded ring per topic and channel,
+answers ``GET /api/charts/<topic>[/<channel>]``, and the pages draw it (in headless Chromium) as SVG built
+element by element under the Content-Security-Policy."""
+
+import re
+import threading
+from importlib import resources
+
+import pytest
+
+from nsqd_threaded.admin import sampler
+from nsqd_threaded.testing import Broker, Cluster
+
+from support.admin import call, start_admin
+from support.wire import Conn, wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def charts(admin, *path):
+    status, doc = call(admin.http_url + "/api/charts/" + "/".join(path))
+    assert status == 200, doc
+    return doc
+
+
+def sampler_threads():
+    return [t for t in threading.enumerate() if t.name == "nsqadmin-sampler"]
+
+
+def test_the_sampler_follows_a_channel_and_stops_with_nsqadmin():
+    with Broker() as broker:
+        broker.http("POST", "/topic/create?topic=orders")
+        broker.http("POST", "/channel/create?topic=orders&channel=billing")
+        before = len(sampler_threads())
+        admin = start_admin(nsqd_http_addresses=[broker.http_addr], chart_sample_interval=0.05)
+        try:
+            assert len(sampler_threads()) == before + 1
+            for n in range(7):
+                broker.http("POST", "/pub?topic=orders", b"order %d" % n)
+            with Conn(broker.tcp_address) as consumer:
+                consumer.identify()
+                consumer.sub("orders", "billing", rdy=2)
+                consumer.read_message()
+                consumer.read_message()
+                # a sample taken after both deliveries: depth 5, two in flight, on the channel and the topic
+                def sampled_both():
+                    doc = charts(admin, "orders", "billing")
+                    return doc if doc["in_flight"][-1:] == [2] and doc["depth"][-1:] == [5] else None
+
+                doc = wait_for(sampled_both, timeout=30, what="a sample with two messages in flight")
+                assert doc["topic"] == "orders" and doc["channel"] == "billing"
+                assert doc["interval_ms"] == 50 and doc["samples"] == sampler.SAMPLES
+                assert len(doc["time"]) == len(doc["message_rate"]) == len(doc["depth"]) == len(doc["in_flight"])
+                assert doc["time"] == sorted(doc["time"])
+                if len(doc["time"]) < sampler.SAMPLES:  # the ring has not moved on yet: its first sample is there
+                    assert doc["message_rate"][0] is None  # the first sample has nothing to compare with
+                topic = charts(admin, "orders")
+                assert "channel" not in topic and topic["in_flight"][-1] == 2 and topic["depth"][-1] == 0
+            assert wait_for(lambda: any(r for r in charts(admin, "orders", "billing")["message_rate"] if r),
+                            timeout=30, what="a rate above zero")
+        finally:
+            admin.stop()
+        assert len(sampler_threads()) == before  # joined
+
+
+def test_the_rings_are_bounded():
+    with Broker() as broker:
+        broker.http("POST", "/topic/create?topic=orders")
+        admin = start_admin(nsqd_http_addresses=[broker.http_addr], chart_sample_interval=0.01)
+        try:
+            full = wait_for(lambda: len(charts(admin, "orders")["time"]) == sampler.SAMPLES, timeout=120,
+                            interval=0.2, what="a full ring")
+            assert full
+            first = charts(admin, "orders")["time"][0]
+            # the ring moves on, and stays as long
+            wait_for(lambda: charts(admin, "orders")["time"][0] > first, timeout=30, what="the ring to move")
+            assert len(charts(admin, "orders")["time"]) == sampler.SAMPLES
+        finally:
+            admin.stop()
+
+
+def test_rates_and_depths_are_summed_over_nodes():
+    with Cluster(2) as cluster:
+        for broker in cluster:
+            broker.http("POST", "/topic/create?topic=orders")
+            broker.http("POST", "/channel/create?topic=orders&channel=billing")
+        wait_for(lambda: len(cluster.lookupd.lookup("orders")) == 2, what="registrations")
+        admin = start_admin(lookupd_http_addresses=[cluster.lookupd.http_addr], chart_sample_interval=0.05)
+        try:
+            for i, broker in enumerate(cluster):
+                for n in range(3 + i):
+                    broker.http("POST", "/pub?topic=orders", b"x")
+            wait_for(lambda: charts(admin, "orders", "billing")["depth"][-1:] == [7], timeout=30,
+                     what="depth 3 + 4 over the two nodes")
+            assert charts(admin, "orders")["depth"][-1] == 0
+        finally:
+            admin.stop()
+
+
+def test_no_sampling_no_charts():
+    with Broker() as broker:
+        broker.http("POST", "/topic/create?topic=orders")
+        before = len(sampler_threads())
+        admin = start_admin(nsqd_http_addresses=[broker.http_addr], chart_sample_interval=0)
+        try:
+            assert len(sampler_threads()) == before
+            doc = charts(admin, "orders")
+            assert doc["interval_ms"] == 0 and doc["time"] == [] and doc["depth"] == []
+            status, page = call(admin.http_url + "/topics/orders")
+            assert status == 200 and "data-charts" not in page
+        finally:
+            admin.stop()
+
+
+def test_the_pages_name_their_charts_route():
+    with Broker() as broker:
+        broker.http("POST", "/topic/create?topic=orders")
+        broker.http("POST", "/channel/create?topic=orders&channel=billing%23ephemeral")
+        admin = start_admin(nsqd_http_addresses=[broker.http_addr], base_path="/admin")
+        try:
+            assert 'data-charts="/admin/api/charts/orders"' in call(admin.http_url + "/admin/topics/orders")[1]
+            page = call(admin.http_url + "/admin/topics/orders/billing%23ephemeral")[1]
+            assert 'data-charts="/admin/api/charts/orders/billing%23ephemeral"' in page
+            status, doc = call(admin.http_url + "/admin/api/charts/orders/billing%23ephemeral")
+            assert status == 200 and doc["channel"] == "billing#ephemeral"
+        finally:
+            admin.stop()
+
+
+def test_the_script_builds_no_html_from_text():
+    """The charts (and everything else) are built with createElement/createElementNS: no HTML parsing."""
+    script = resources.files("nsqd_threaded.admin").joinpath("assets/admin.js").read_text()
+    for forbidden in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
+                      ".style.cssText", "setAttribute(\"style\"", "setAttribute(\"on"):
+        assert forbidden not in script, forbidden
+    assert re.search(r"createElementNS\(SVG", script)
+
+
+# -- in the browser ----------------------------------------------------------------------------------
+
+
+@pytest.mark.browser
+def test_the_pages_draw_the_samples(browser, tmp_path):
+    with Cluster(2) as cluster:
+        for broker in cluster:
+            broker.http("POST", "/topic/create?topic=orders")
+            broker.http("POST", "/channel/create?topic=orders&channel=billing")
+            for n in range(5):
+                broker.http("POST", "/pub?topic=orders", b"x")
+        wait_for(lambda: len(cluster.lookupd.lookup("orders")) == 2, what="registrations")
+        admin = start_admin(lookupd_http_addresses=[cluster.lookupd.http_addr], chart_sample_interval=0.2)
+        try:
+            with Conn(cluster[0].tcp_address) as consumer:
+                consumer.identify()
+                consumer.sub("orders", "billing", rdy=3)
+                for _ in range(3):
+                    consumer.read_message()
+                for path, depth in (("/topics/orders/billing", "7"), ("/topics/orders", "0")):
+                    browser.get(admin.http_url + path)
+                    for series in ("message_rate", "depth", "in_flight"):
+                        browser.wait(lambda: browser.find_all("#charts .chart[data-series=%s] svg polyline" % series),
+                                     "the %s chart on %s" % (series, path))
+                    value = "#charts .chart[data-series=%s] .value"
+                    browser.wait(lambda: browser.text(browser.find(value % "in_flight")) == "3", "3 in flight")
+                    browser.wait(lambda: browser.text(browser.find(value % "depth")) == depth, "the depth")
+                    samples = int(browser.run(
+                        "return document.querySelector('#charts .chart[data-series=depth]')"
+                        ".getAttribute('data-samples');"))
+                    assert samples >= 2
+                    browser.screenshot(str(tmp_path / ("%s.png" % path.strip("/").replace("/", "-"))))
+                    assert not [e for e in browser.browser_log() if e.get("level") == "SEVERE"], path
+        finally:
+            admin.stop()
