@@ -424,6 +424,74 @@ class DiskQueue(Backend):
             return buf, base, "EOF" if not data else "unexpected EOF"
         return data, self.read_pos, None
 
+    def peek(self, n=None):
+        """Backend.peek: the records from the read position on, read from the files with
+        a descriptor of its own (the reader's position, buffer and descriptor are left
+        alone).  A record whose sidecar entry is still due later is deferred.
+
+        Stops at the first record it cannot parse (:meth:`get` would set that file
+        aside).  Called with the owner's lock held, so no file goes away meanwhile.
+        """
+        queued, deferred = [], []
+        if self._exiting:
+            return queued, deferred
+        dmap = self._sidecar.entries
+        now = time.time_ns()
+        start = (self.read_file_num, self.read_pos)
+        seen = set()
+        for num in range(self.read_file_num, self.write_file_num + 1):
+            if n is not None and len(queued) >= n:
+                break
+            pos = self.read_pos if num == self.read_file_num else 0
+            end = self.write_pos if num == self.write_file_num else self._complete_sizes.get(num)
+            for pos, msg in self._stored_records(num, pos, end):
+                entry = dmap.get((num, pos))
+                if entry is not None and entry[0] == msg.id and entry[1] > now:
+                    deferred.append((msg, entry[1]))
+                    seen.add((num, pos))
+                elif n is None or len(queued) < n:
+                    queued.append(msg)
+                else:
+                    break
+        for (num, pos), (msg_id, due) in sorted(dmap.items()):
+            if (num, pos) >= start and due > now and (num, pos) not in seen:
+                for _, msg in self._stored_records(num, pos, None, 1):
+                    if msg.id == msg_id:
+                        deferred.append((msg, due))
+        return queued, deferred
+
+    def _stored_records(self, num, pos, end, count=None):
+        """``(pos, Message)`` of file ``num``'s records from ``pos`` up to ``end`` (None: the
+        file's size), at most ``count``; peek's reading, on a descriptor of its own."""
+        try:
+            fd = os.open(self.file_name(num), os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            if end is None:
+                end = os.fstat(fd).st_size
+            lo, hi = max(self.min_msg_size, MSG_HEADER_LENGTH), self.max_msg_size
+            buf, base = b"", pos
+            while pos < end and (count is None or count > 0):
+                p = pos - base
+                if len(buf) - p < 4 or len(buf) - p < 4 + _LEN.unpack_from(buf, p)[0]:
+                    need = 4 if len(buf) - p < 4 else 4 + _LEN.unpack_from(buf, p)[0]
+                    buf, base, p = _pread(fd, min(max(READ_CHUNK, need), end - pos), pos), pos, 0
+                    if len(buf) < 4:
+                        return
+                size = _LEN.unpack_from(buf, p)[0]
+                if size < lo or size > hi or pos + 4 + size > end or p + 4 + size > len(buf):
+                    return
+                ts, attempts, msg_id = RECORD_HEADER.unpack_from(buf, p + 4)
+                yield pos, Message(msg_id, bytes(buf[p + 4 + MSG_HEADER_LENGTH : p + 4 + size]), ts, attempts)
+                pos += 4 + size
+                if count is not None:
+                    count -= 1
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to read %s for a peek - %s", self.name, self.file_name(num), e)
+        finally:
+            os.close(fd)
+
     def _count_taken(self, took):
         """``took`` records left the queue: out of the depth, into the operations to sync."""
         self._depth -= took
