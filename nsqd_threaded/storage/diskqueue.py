@@ -48,6 +48,7 @@ from .backend import Backend, BackendError
 from .deferred import SIDECAR_COMPACT_MIN, DeferredSidecar
 from .files import remove_quietly, replace_atomically, strerror, write_all
 from .meta_file import format_meta, parse_meta
+from .records import read_records
 from ..wire.message import RECORD_HEADER, Message
 
 _LEN = struct.Struct(">i")  # a record's length prefix
@@ -461,36 +462,12 @@ class DiskQueue(Backend):
         return queued, deferred
 
     def _stored_records(self, num, pos, end, count=None):
-        """``(pos, Message)`` of file ``num``'s records from ``pos`` up to ``end`` (None: the
-        file's size), at most ``count``; peek's reading, on a descriptor of its own."""
+        """peek's reading of file ``num`` (:func:`~.records.read_records`); a failure is logged."""
         try:
-            fd = os.open(self.file_name(num), os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            if end is None:
-                end = os.fstat(fd).st_size
-            lo, hi = max(self.min_msg_size, MSG_HEADER_LENGTH), self.max_msg_size
-            buf, base = b"", pos
-            while pos < end and (count is None or count > 0):
-                p = pos - base
-                if len(buf) - p < 4 or len(buf) - p < 4 + _LEN.unpack_from(buf, p)[0]:
-                    need = 4 if len(buf) - p < 4 else 4 + _LEN.unpack_from(buf, p)[0]
-                    buf, base, p = _pread(fd, min(max(READ_CHUNK, need), end - pos), pos), pos, 0
-                    if len(buf) < 4:
-                        return
-                size = _LEN.unpack_from(buf, p)[0]
-                if size < lo or size > hi or pos + 4 + size > end or p + 4 + size > len(buf):
-                    return
-                ts, attempts, msg_id = RECORD_HEADER.unpack_from(buf, p + 4)
-                yield pos, Message(msg_id, bytes(buf[p + 4 + MSG_HEADER_LENGTH : p + 4 + size]), ts, attempts)
-                pos += 4 + size
-                if count is not None:
-                    count -= 1
+            yield from read_records(self.file_name(num), pos, end, max(self.min_msg_size, MSG_HEADER_LENGTH),
+                                    self.max_msg_size, count)
         except OSError as e:
             self.log.error("DISKQUEUE(%s) failed to read %s for a peek - %s", self.name, self.file_name(num), e)
-        finally:
-            os.close(fd)
 
     def _count_taken(self, took):
         """``took`` records left the queue: out of the depth, into the operations to sync."""
