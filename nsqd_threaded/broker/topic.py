@@ -399,11 +399,15 @@ class Topic(BackedQueue):
     def pause(self):
         with self._lock:
             self.paused = True
+        if self._watch.watchers:
+            self._watch.notify()
 
     def unpause(self):
         with self._lock:
             self.paused = False
             self._backlog_ready.notify()
+        if self._watch.watchers:
+            self._watch.notify()
 
     def empty(self):
         with self._lock:

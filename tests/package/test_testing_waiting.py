@@ -193,3 +193,21 @@ def test_broker_process_wait_until_while_it_restarts(broker_process):
         broker_process.wait_until("orders", timeout=0.05, depth=1)
     broker_process.restart()
     assert broker_process.wait_until("orders", timeout=60, depth=1)["depth"] == 1
+
+
+def test_wait_until_sees_pauses_and_an_emptied_channel(broker, no_recheck):
+    with Producer(broker.tcp_address) as producer:
+        producer.pub("orders", b"x")
+    broker.http("POST", "/channel/create?topic=orders&channel=billing")
+    broker.wait_until("orders", "billing", depth=1)
+    for path, args, expected in [
+        ("/topic/pause?topic=orders", ("orders",), {"paused": True}),
+        ("/channel/pause?topic=orders&channel=billing", ("orders", "billing"), {"paused": True}),
+        ("/channel/empty?topic=orders&channel=billing", ("orders", "billing"), {"depth": 0}),
+    ]:
+        thread, errors = in_a_thread_once_waited_on(broker, lambda: broker.http("POST", path))
+        try:
+            woken(broker, *args, **expected)
+        finally:
+            thread.join()
+        assert not errors
