@@ -32,6 +32,7 @@ class BackedQueue:
         self._backend = backend
         self._mem_capacity = backend.memory_capacity(mem_queue_size)
         self._scan_listed = False  # in the broker's ScanSet (the queue scanner visits it)
+        self._watch = nsqd.watch  # the broker's StateWatch: notified of changes while someone waits
 
     def depth(self):
         """Messages waiting: memory plus backend (not in flight, not deferred)."""

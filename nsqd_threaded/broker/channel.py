@@ -257,6 +257,8 @@ class Channel(BackedQueue, ChannelPolicyMethods):
                     waiters = self._take_waiters_locked()
         for client in waiters:
             client.wake()
+        if self._watch.watchers:
+            self._watch.notify()
         return token
 
     def _index_deferred_locked(self, msgs, now):
@@ -405,7 +407,9 @@ class Channel(BackedQueue, ChannelPolicyMethods):
                     self._waiting.pop(client, None)
             else:
                 self._waiting[client] = None
-            return msgs
+        if msgs and self._watch.watchers:
+            self._watch.notify()
+        return msgs
 
     def _take_for_locked(self, client, limit):
         """Up to ``limit`` messages marked in flight to ``client``: [] when there are
@@ -539,6 +543,8 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             client.deliver_held(held)  # (releases the output; the rest, if any, goes to the pump)
         if wake:
             client.wake()
+        if self._watch.watchers:
+            self._watch.notify()
         if refused:
             raise FinishError([(msg_id, "ID not in flight" if msg is None else "client does not own message")
                                for msg_id, msg in refused])
@@ -565,6 +571,8 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             client.wake()
         for c in waiters:
             c.wake()
+        if self._watch.watchers:
+            self._watch.notify()
 
     def touch(self, client, msg_id):
         """TOUCH: push the deadline out, capped at delivery + --max-msg-timeout; raises ChannelError."""
@@ -589,6 +597,8 @@ class Channel(BackedQueue, ChannelPolicyMethods):
                     % (self.topic_name, self.name, self._max_consumers)
                 )
             self._clients[client.id] = client
+        if self._watch.watchers:
+            self._watch.notify()
 
     def remove_client(self, client):
         """Unsubscribe.  Returns True when this was the last client of an
@@ -615,6 +625,8 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             )
             if delete:
                 self._delete_scheduled = True
+        if self._watch.watchers:
+            self._watch.notify()
         return delete
 
     def _requeue_departed_locked(self):
@@ -662,7 +674,8 @@ class Channel(BackedQueue, ChannelPolicyMethods):
         with self._lock:
             if self.exiting:
                 return False
-            to_wake = set(self._requeue_departed_locked()) if self._departed else set()
+            changed = bool(self._departed)
+            to_wake = set(self._requeue_departed_locked()) if changed else set()
             expired = self._in_flight.pop_due(now_ns)
             if expired:
                 self.timeout_count += len(expired)
@@ -673,6 +686,8 @@ class Channel(BackedQueue, ChannelPolicyMethods):
                 to_wake.update(self._requeue_locked(expired))
         for c in to_wake:
             c.wake()
+        if (changed or expired) and self._watch.watchers:
+            self._watch.notify()
         return bool(expired)
 
     def process_deferred(self, now_ns):
@@ -686,6 +701,8 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             waiters = self._requeue_locked(due)
         for c in waiters:
             c.wake()
+        if self._watch.watchers:
+            self._watch.notify()
         return True
 
     # -- administration ----------------------------------------------------
@@ -733,6 +750,29 @@ class Channel(BackedQueue, ChannelPolicyMethods):
                 "timeout_count": self.timeout_count,
             }
 
+    def held(self, limit=None):
+        """For the reading of a channel's messages (:mod:`.peek`): copies taken together under the lock.
+
+        ``queued``: up to ``limit`` (None: all) messages in the order they go
+        out, the memory queue's (records or ``(id, body, timestamp, attempts)``)
+        then the backend's (read from its files, nothing taken); ``timed``:
+        ``(id, body, timestamp, attempts, state, due_ns)`` of the messages in
+        flight (due: their deadline) and deferred (due: when they rejoin the
+        queue), the earliest ``limit`` of each kind.
+        """
+        with self._lock:
+            queued = [m if type(m) is bytes else (m.id, m.body, m.timestamp, m.attempts)
+                      for m in itertools.islice(self._memory, limit)]
+            rest = None if limit is None else limit - len(queued)
+            stored, stored_deferred = self._backend.peek(rest)
+            queued.extend((m.id, m.body, m.timestamp, m.attempts) for m in stored)
+            timed = []
+            for index, state in ((self._in_flight, "in_flight"), (self._deferred, "deferred")):
+                msgs = index.values() if limit is None else index.earliest(limit)
+                timed.extend((m.id, m.body, m.timestamp, m.attempts, state, m.expiry_ns) for m in msgs)
+            timed.extend((m.id, m.body, m.timestamp, m.attempts, "deferred", due) for m, due in stored_deferred)
+            return queued, timed
+
     def in_flight_count(self):
         with self._lock:
             return len(self._in_flight)
@@ -752,8 +792,11 @@ class Channel(BackedQueue, ChannelPolicyMethods):
         self._wake_all()
 
     def _wake_all(self):
+        """After a pause, unpause or empty: every pump looks again, and so does every waiter."""
         for client in self.clients():
             client.wake()
+        if self._watch.watchers:
+            self._watch.notify()
 
     def empty(self):
         """Drop queued, in-flight and deferred messages; clients' in-flight counts go to 0."""

@@ -27,6 +27,7 @@ from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import ChannelError
 from .policy import NO_POLICY, Policy
 from .scan import ScanSet
+from .watch import StateWatch
 from .topic import Topic, TopicError
 
 METADATA_REST = 4  # the nsqd.dat writer rests this many times its last rewrite's duration
@@ -68,6 +69,7 @@ class BrokerCore:
         self._gc_pauses = collections.deque(maxlen=256)
         self._gc_started = None
         self.scan_set = ScanSet()  # the topics and channels the queue scanner has work in
+        self.watch = StateWatch()  # wakes waiters (a test's wait_until) when a topic or channel changes
 
     # -- factories used by topics and channels ------------------------------
 
@@ -347,6 +349,8 @@ class BrokerCore:
                 created = start = False
         if start:
             self._start_topic(topic)
+        if created and self.watch.watchers:
+            self.watch.notify()
         if created and not topic.ephemeral:
             self.metadata_changed(wait=True)
         return topic
@@ -369,6 +373,8 @@ class BrokerCore:
             if self._topics.get(name) is topic:
                 del self._topics[name]
         self.log.info("TOPIC(%s): deleted", name)
+        if self.watch.watchers:
+            self.watch.notify()
         if not topic.ephemeral:
             self.metadata_changed(wait=True)
         return True

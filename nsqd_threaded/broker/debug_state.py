@@ -35,7 +35,8 @@ def _hex_id(msg_id):
     return msg_id.decode("ascii", "replace") if isinstance(msg_id, bytes) else str(msg_id)
 
 
-def _preview(body):
+def body_preview(body):
+    """A body as /debug/state (and a peek) shows it: its first BODY_PREVIEW bytes as text."""
     text = bytes(body[:BODY_PREVIEW]).decode("utf-8", "replace")
     return text + ("..." if len(body) > BODY_PREVIEW else "")
 
@@ -51,7 +52,7 @@ def _queued(item):
 def _message_doc(msg_id, attempts, body, show_body, **extra):
     doc = {"id": _hex_id(msg_id), "attempts": attempts}
     if show_body:
-        doc["body"] = _preview(body)
+        doc["body"] = body_preview(body)
     doc.update(extra)
     return doc
 

@@ -111,6 +111,8 @@ class Topic(BackedQueue):
                 memory.append(record)  # (no pump to notify: it drains only into channels)
                 self.message_count += 1
                 self.message_bytes += len(body)
+                if self._watch.watchers:
+                    self._watch.notify()  # (its lock is a leaf: fine under ours)
                 return
         self._put([record], len(body), RECORDS)
 
@@ -193,6 +195,8 @@ class Topic(BackedQueue):
         finally:
             if deliveries:
                 deliveries.release()
+            if self._watch.watchers:
+                self._watch.notify()
         if token is not None:
             try:
                 self._backend.wait_synced(token)
@@ -320,6 +324,8 @@ class Topic(BackedQueue):
             self._backlog_ready.notify()
             self._nsqd.log.info("TOPIC(%s): new channel(%s)", self.name, name)
             self._nsqd.lookupd_notify(encode_register(self.name, name))  # queued under the lock: in order
+        if self._watch.watchers:
+            self._watch.notify()
         if not (self.ephemeral or channel.ephemeral):
             self._nsqd.metadata_changed()
         return channel
@@ -353,6 +359,8 @@ class Topic(BackedQueue):
             )
             if delete_topic:
                 self._delete_scheduled = True
+        if self._watch.watchers:
+            self._watch.notify()
         if not (self.ephemeral or channel.ephemeral):
             self._nsqd.metadata_changed(wait=True)  # (HTTP only: an ephemeral channel is not listed)
         return delete_topic
@@ -391,17 +399,23 @@ class Topic(BackedQueue):
     def pause(self):
         with self._lock:
             self.paused = True
+        if self._watch.watchers:
+            self._watch.notify()
 
     def unpause(self):
         with self._lock:
             self.paused = False
             self._backlog_ready.notify()
+        if self._watch.watchers:
+            self._watch.notify()
 
     def empty(self):
         with self._lock:
             self._memory.clear()
             self._backend.empty()
             self.mark_scan_locked()
+        if self._watch.watchers:
+            self._watch.notify()
 
     def close(self, delete=False):
         """Stop the pump, then close (or delete) every channel and the backlog.

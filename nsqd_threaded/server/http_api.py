@@ -13,6 +13,7 @@ from ..internal import gocompat
 from ..wire import protocol_v2
 from ..broker import stats
 from ..broker.debug_state import broker_state
+from ..broker.peek import BODY_ENCODINGS, PEEK_DEFAULT, PEEK_MAX, channel_messages, message_doc
 from ..broker.auth import AuthError
 from ..broker.channel import ChannelError
 from . import auth_query
@@ -69,6 +70,8 @@ class HTTPAPI(Router):
             "/channel/unpause": {"POST": self.channel_pause},
             "/channel/policy": {"GET": self.channel_policy, "POST": self.channel_policy},
         }
+        if self.options.channel_peek:
+            self.routes["/channel/peek"] = {"GET": self.channel_peek}
         self._lower_paths = {p.lower(): p for p in self.routes}
 
     def _methods(self, path):
@@ -282,6 +285,46 @@ class HTTPAPI(Router):
             self.log.warn("HTTP: /debug/state bodies refused to %s - %s", request.client_address[0], e)
             return None
         return lambda topic, channel: state.is_allowed(topic, channel) if channel else state.may_subscribe(topic)
+
+    def channel_peek(self, request):
+        """A channel's next ``n`` messages in delivery order, consuming nothing (not in Go nsqd).
+
+        Served only with ``--channel-peek`` (otherwise 404, as Go).  ``body=base64``
+        carries whole bodies instead of /debug/state's preview.  With
+        ``--auth-http-address`` the ``X-NSQ-Auth-Secret`` header's secret must be
+        granted ``subscribe`` on the topic and channel.
+        """
+        topic_name, channel_name = self._channel_args(request)
+        q = self._query(request)
+        n = PEEK_DEFAULT
+        if "n" in q:
+            if not _GO_INT.fullmatch(q["n"]) or not 0 < int(q["n"], 10) <= PEEK_MAX:
+                raise HTTPError(400, "INVALID_N")
+            n = int(q["n"], 10)
+        encoding = q.get("body", BODY_ENCODINGS[0])
+        if encoding not in BODY_ENCODINGS:
+            raise HTTPError(400, "INVALID_BODY")
+        self._peek_grant(request, topic_name, channel_name)
+        _, channel = self._existing_channel(request)
+        doc = {"messages": [message_doc(m, encoding) for m in channel_messages(channel, n)]}
+        return ok_json(None, json.dumps(doc, separators=(",", ":")))
+
+    def _peek_grant(self, request, topic, channel):
+        """Under auth, the request's secret must be granted ``subscribe`` on ``topic``/``channel``
+        (HTTPError 401 AUTH_REQUIRED, 403 AUTH_FAILED or 403 UNAUTHORIZED otherwise)."""
+        if not self.options.auth_http_addresses:
+            return
+        secret = request.header(AUTH_SECRET_HEADER)
+        if not secret:
+            raise HTTPError(401, "AUTH_REQUIRED")
+        try:
+            state = auth_query.query_any(self.options, request.client_address[0], request.tls, secret,
+                                         log=self.log)
+        except AuthError as e:
+            self.log.warn("HTTP: /channel/peek refused to %s - %s", request.client_address[0], e)
+            raise HTTPError(403, "AUTH_FAILED") from None
+        if not state.is_allowed(topic, channel):
+            raise HTTPError(403, "UNAUTHORIZED")
 
     def topic_create(self, request):
         name, _ = self._topic_arg(request)

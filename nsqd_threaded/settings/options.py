@@ -420,6 +420,9 @@ SETTINGS = (
     Setting("debug-state-bodies", BOOL, False, "(not in Go nsqd) let GET /debug/state?bodies=true show the "
             "first bytes of queued, in-flight and deferred messages (with --auth-http-address, only to a "
             "request whose X-NSQ-Auth-Secret the auth server grants subscribe on the topic)"),
+    Setting("channel-peek", BOOL, False, "(not in Go nsqd) answer GET /channel/peek: a channel's next "
+            "messages with their bodies, consuming nothing (with --auth-http-address, only to a request "
+            "whose X-NSQ-Auth-Secret the auth server grants subscribe on the topic and channel)"),
     Setting("topology-region", STR, "", "region of this nsqd (experiment)", U),
     Setting("topology-zone", STR, "", "availability zone of this nsqd (experiment)", U),
     Setting("enable-experiment", STR_LIST, (), "enable experimental feature (may be given multiple "

@@ -75,6 +75,15 @@ class Backend:
         """The periodic --sync-timeout flush (``now``: time.monotonic()); True if it synced."""
         return False
 
+    def peek(self, n=None):
+        """What is stored and not yet taken, without taking it: ``(queued, deferred)``.
+
+        ``queued``: up to ``n`` (None: all) Messages in the order :meth:`get` would hand
+        them out; ``deferred``: every stored Message whose delay still runs, as
+        ``(message, due unix ns)``.  Nothing moves: no position, no file, no count.
+        """
+        return [], []
+
     def describe(self):
         """What the inside view (``/debug/state``) shows of this backend: a small dict of figures."""
         return {"kind": type(self).__name__, "depth": self.depth()}

@@ -48,6 +48,7 @@ from .backend import Backend, BackendError
 from .deferred import SIDECAR_COMPACT_MIN, DeferredSidecar
 from .files import remove_quietly, replace_atomically, strerror, write_all
 from .meta_file import format_meta, parse_meta
+from .records import read_records
 from ..wire.message import RECORD_HEADER, Message
 
 _LEN = struct.Struct(">i")  # a record's length prefix
@@ -423,6 +424,50 @@ class DiskQueue(Backend):
         if len(data) < need:
             return buf, base, "EOF" if not data else "unexpected EOF"
         return data, self.read_pos, None
+
+    def peek(self, n=None):
+        """Backend.peek: the records from the read position on, read from the files with
+        a descriptor of its own (the reader's position, buffer and descriptor are left
+        alone).  A record whose sidecar entry is still due later is deferred.
+
+        Stops at the first record it cannot parse (:meth:`get` would set that file
+        aside).  Called with the owner's lock held, so no file goes away meanwhile.
+        """
+        queued, deferred = [], []
+        if self._exiting:
+            return queued, deferred
+        dmap = self._sidecar.entries
+        now = time.time_ns()
+        start = (self.read_file_num, self.read_pos)
+        seen = set()
+        for num in range(self.read_file_num, self.write_file_num + 1):
+            if n is not None and len(queued) >= n:
+                break
+            pos = self.read_pos if num == self.read_file_num else 0
+            end = self.write_pos if num == self.write_file_num else self._complete_sizes.get(num)
+            for pos, msg in self._stored_records(num, pos, end):
+                entry = dmap.get((num, pos))
+                if entry is not None and entry[0] == msg.id and entry[1] > now:
+                    deferred.append((msg, entry[1]))
+                    seen.add((num, pos))
+                elif n is None or len(queued) < n:
+                    queued.append(msg)
+                else:
+                    break
+        for (num, pos), (msg_id, due) in sorted(dmap.items()):
+            if (num, pos) >= start and due > now and (num, pos) not in seen:
+                for _, msg in self._stored_records(num, pos, None, 1):
+                    if msg.id == msg_id:
+                        deferred.append((msg, due))
+        return queued, deferred
+
+    def _stored_records(self, num, pos, end, count=None):
+        """peek's reading of file ``num`` (:func:`~.records.read_records`); a failure is logged."""
+        try:
+            yield from read_records(self.file_name(num), pos, end, max(self.min_msg_size, MSG_HEADER_LENGTH),
+                                    self.max_msg_size, count)
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to read %s for a peek - %s", self.name, self.file_name(num), e)
 
     def _count_taken(self, took):
         """``took`` records left the queue: out of the depth, into the operations to sync."""

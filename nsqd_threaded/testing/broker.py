@@ -7,6 +7,7 @@ from ..server.nsqd import NSQD
 from ..settings.options import Options
 from .flags import resolve_with_warnings
 from .served import LOCALHOST, TEMP_PREFIX, ServedBroker, address_text
+from .waiting import messages_in_process, wait_in_process
 
 __all__ = ["Broker"]
 
@@ -49,7 +50,7 @@ class Broker(ServedBroker):
         return self
 
     def _options(self, tcp_address=None, http_address=None):
-        values = {"tcp_address": "%s:0" % LOCALHOST, "http_address": "%s:0" % LOCALHOST}
+        values = {"tcp_address": "%s:0" % LOCALHOST, "http_address": "%s:0" % LOCALHOST, "channel_peek": True}
         values.update(self._values)
         values["data_path"] = self.data_path
         if tcp_address is not None:
@@ -90,6 +91,27 @@ class Broker(ServedBroker):
             http = address_text(self._http_address) or ""
             self._start_nsqd(self._options(address_text(self._tcp_address), http))
         return self
+
+    # -- looking inside ----------------------------------------------------------
+
+    def wait_until(self, topic, channel=None, timeout=10.0, **expected):
+        """Wait until the channel's (or, without ``channel``, the topic's) /stats dict has every
+        ``expected`` field's value (``depth=0, in_flight_count=0``, any /stats key); return that dict.
+
+        Woken by the broker's own changes (no polling).  A topic or channel that does
+        not exist yet is "not yet".  Raises TimeoutError naming each field's last value.
+        """
+        if not self.running:
+            raise RuntimeError("broker is not running")
+        return wait_in_process(self.nsqd, topic, channel, timeout, expected)
+
+    def messages(self, topic, channel):
+        """Every message the channel holds (memory, disk, in flight, deferred) in delivery order,
+        as :class:`~nsqd_threaded.broker.peek.HeldMessage` tuples; changes nothing.
+        [] when the channel does not exist."""
+        if not self.running:
+            raise RuntimeError("broker is not running")
+        return messages_in_process(self.nsqd, topic, channel)
 
     def __repr__(self):
         state = "running" if self.running else "stopped"

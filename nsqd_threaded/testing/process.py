@@ -12,6 +12,7 @@ import weakref
 
 from .flags import resolve_options, values_to_flags
 from .served import LOCALHOST, TEMP_PREFIX, ServedBroker, logged_address
+from .waiting import messages_over_http, wait_over_http
 
 __all__ = ["BrokerProcess"]
 
@@ -48,6 +49,7 @@ class BrokerProcess(ServedBroker):
     ):
         self._init_broker(resolve_options(flags, options), log_stream, tmp_dir)  # checks the flags first
         self._flags = list(flags) + values_to_flags({k: self._values[k] for k in options})
+        self._default_command = not command
         self.command = list(command) if command else [sys.executable, "-m", "nsqd_threaded"]
         self._env = env
         self.start_timeout = start_timeout
@@ -85,6 +87,8 @@ class BrokerProcess(ServedBroker):
             args.append("--http-address=%s:%d" % (LOCALHOST, port))
         if self._own_data_path:
             args.append("--data-path=%s" % self.data_path)
+        if self._default_command and "channel_peek" not in self._values:
+            args.append("--channel-peek=true")  # for messages(); a test broker, as Broker's
         return args + self._flags
 
     def _spawn(self):
@@ -191,6 +195,19 @@ class BrokerProcess(ServedBroker):
         pid = self.proc.pid if self.proc else None
         state = "running" if self.running else "stopped"
         return "<BrokerProcess pid=%s tcp=%s http=%s %s>" % (pid, self.tcp_addr, self.http_addr, state)
+
+    # -- looking inside -------------------------------------------------------------
+
+    def wait_until(self, topic, channel=None, timeout=10.0, **expected):
+        """:meth:`Broker.wait_until <nsqd_threaded.testing.Broker.wait_until>` across the process
+        boundary: asks ``/stats`` over HTTP every few milliseconds until it matches or
+        ``timeout`` passes (a broker that does not answer, restarting, is "not yet")."""
+        return wait_over_http(self, topic, channel, timeout, expected)
+
+    def messages(self, topic, channel):
+        """:meth:`Broker.messages <nsqd_threaded.testing.Broker.messages>` over HTTP
+        (``GET /channel/peek``, which the default command serves; whole bodies)."""
+        return messages_over_http(self, topic, channel)
 
     # -- state -----------------------------------------------------------------
 

@@ -1,0 +1,93 @@
+"""The messages a channel holds, in delivery order, changing nothing.
+
+One reading serves ``GET /channel/peek`` (the HTTP surface, not in Go nsqd)
+and the testing brokers' ``messages()``: :func:`channel_messages`.
+
+Delivery order is the order the channel would hand the messages out if
+nobody FINed, REQueued or TOUCHed anything from now on:
+
+1. the queued ones: the memory queue, then the disk queue (read from its
+   files without moving its read position);
+2. then, by their due time, the ones that rejoin the queue later: those in
+   flight (due at their deadline, when they time out) and the deferred ones
+   (due when their delay ends), a deferred record still on disk included.
+
+Each is a :class:`HeldMessage`.  The channel's lock is held while it copies
+them (:meth:`~nsqd_threaded.broker.channel.Channel.held`), disk reads
+included: this is for tests and inspection, not for a hot path.
+"""
+
+import base64
+import collections
+
+from ..wire.message import RECORD_HEADER
+from .debug_state import body_preview
+
+QUEUED = "queued"
+IN_FLIGHT = "in_flight"
+DEFERRED = "deferred"
+
+PEEK_DEFAULT = 1  # messages a peek answers when it does not say how many
+PEEK_MAX = 10000  # the most one peek answers
+
+BODY_ENCODINGS = ("preview", "base64")  # how a peek's document carries bodies
+
+
+class HeldMessage(collections.namedtuple("HeldMessage", "id body attempts timestamp state due_ns")):
+    """One message a channel holds.
+
+    ``id``: the 16 characters the wire carries (a str); ``body``: bytes;
+    ``timestamp``: when it was published (Unix ns); ``state``: ``"queued"``,
+    ``"in_flight"`` or ``"deferred"``; ``due_ns``: when it rejoins the queue
+    (Unix ns; the deadline of one in flight), None for a queued one.
+    """
+
+    __slots__ = ()
+
+
+def channel_messages(channel, limit=None):
+    """The messages ``channel`` holds, in delivery order (the module's docstring), at most ``limit``."""
+    queued, timed = channel.held(limit)
+    out = []
+    for item in queued:
+        if type(item) is bytes:  # a record: the header, then the body
+            timestamp, attempts, msg_id = RECORD_HEADER.unpack_from(item)
+            body = item[RECORD_HEADER.size:]
+        else:
+            msg_id, body, timestamp, attempts = item
+        out.append(HeldMessage(_text_id(msg_id), bytes(body), attempts, timestamp, QUEUED, None))
+    if limit is None or len(out) < limit:
+        timed.sort(key=lambda t: (t[5], t[0]))
+        for msg_id, body, timestamp, attempts, state, due_ns in timed:
+            out.append(HeldMessage(_text_id(msg_id), bytes(body), attempts, timestamp, state, due_ns))
+    return out if limit is None else out[:limit]
+
+
+def message_doc(held, body_encoding="preview"):
+    """A :class:`HeldMessage` as peek's JSON object.
+
+    ``body_encoding`` ``"preview"``: the body as ``/debug/state`` shows it
+    (its first bytes as text); ``"base64"``: the whole body, base64.
+    """
+    if body_encoding == "base64":
+        body = base64.b64encode(held.body).decode("ascii")
+    else:
+        body = body_preview(held.body)
+    return {
+        "id": held.id,
+        "attempts": held.attempts,
+        "timestamp": held.timestamp,
+        "body": body,
+        "state": held.state,
+        "due_ns": held.due_ns,
+    }
+
+
+def held_from_doc(doc):
+    """Peek's JSON object (bodies in base64) back to a :class:`HeldMessage`."""
+    return HeldMessage(doc["id"], base64.b64decode(doc["body"]), doc["attempts"], doc["timestamp"],
+                       doc["state"], doc["due_ns"])
+
+
+def _text_id(msg_id):
+    return bytes(msg_id).decode("ascii", "replace")
