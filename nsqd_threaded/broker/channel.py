@@ -42,7 +42,6 @@ that protocol: where the reservation is taken, and where it ends.
 
 import itertools
 import random
-import time
 from typing import Protocol
 
 from ..storage.backend import BackendError
@@ -193,6 +192,7 @@ class Channel(BackedQueue):
         options = nsqd.options
         backend = nsqd.new_backend("%s:%s" % (topic_name, name), self.ephemeral)
         super().__init__(nsqd, backend, options.mem_queue_size)
+        self._now_ns = nsqd.clock.time_ns  # the broker's clock (time skipping moves it)
         self._in_flight = TimedIndex()
         self._deferred = TimedIndex()
         self._clients = {}  # client id -> Subscriber
@@ -209,7 +209,8 @@ class Channel(BackedQueue):
         self.requeue_count = 0
         self.timeout_count = 0
         self.global_msg_count = 0  # deliveries taken from the memory queue
-        self.e2e = E2ELatency(options.e2e_processing_latency_percentiles, options.e2e_processing_latency_window_time)
+        self.e2e = E2ELatency(options.e2e_processing_latency_percentiles,
+                              options.e2e_processing_latency_window_time, nsqd.clock.monotonic)
 
     def __repr__(self):
         return "Channel(%s:%s)" % (self.topic_name, self.name)
@@ -242,7 +243,7 @@ class Channel(BackedQueue):
                 self.message_count += len(msgs)
                 waiters = self._take_waiters_locked()
             else:
-                immediate = self._index_deferred_locked(msgs, time.time_ns()) if deferred else msgs
+                immediate = self._index_deferred_locked(msgs, self._now_ns()) if deferred else msgs
                 if immediate:
                     self._put_immediate_locked(immediate, strict)
                 self.message_count += len(msgs)
@@ -433,7 +434,7 @@ class Channel(BackedQueue):
                 if not msgs:
                     continue
             break
-        now = time.time_ns()
+        now = self._now_ns()
         cid = client.id
         for msg in msgs:
             msg.attempts = (msg.attempts + 1) & 0xFFFF
@@ -460,7 +461,7 @@ class Channel(BackedQueue):
             msgs = backend.get(n - len(ready))
             if not msgs:
                 break
-            ready += self._index_deferred_locked(msgs, time.time_ns())
+            ready += self._index_deferred_locked(msgs, self._now_ns())
         return ready
 
     def _release_locked(self, client, n=1):
@@ -515,7 +516,7 @@ class Channel(BackedQueue):
             if done:
                 if self.e2e.enabled:
                     sample = self.e2e.add
-                    now = time.time_ns()
+                    now = self._now_ns()
                     for msg in done:
                         sample(now - msg.timestamp)
                 client.finish_count += len(done)
@@ -548,7 +549,7 @@ class Channel(BackedQueue):
             client.requeue_count += 1
             wake = self._release_locked(client)
             if delay_ns > 0:
-                self._deferred.add(msg, time.time_ns() + delay_ns)
+                self._deferred.add(msg, self._now_ns() + delay_ns)
                 self.mark_scan_locked()
             else:
                 waiters = self._requeue_locked([msg])
@@ -561,7 +562,7 @@ class Channel(BackedQueue):
         """TOUCH: push the deadline out, capped at delivery + --max-msg-timeout; raises ChannelError."""
         with self._lock:
             msg = self._owned_locked(client, msg_id)
-            new_expiry = time.time_ns() + client.msg_timeout_ns
+            new_expiry = self._now_ns() + client.msg_timeout_ns
             if new_expiry - msg.delivery_ns >= self._max_msg_timeout_ns:
                 new_expiry = msg.delivery_ns + self._max_msg_timeout_ns
             self._in_flight.reschedule(msg, new_expiry)
@@ -676,6 +677,21 @@ class Channel(BackedQueue):
             c.wake()
         return True
 
+    # -- time skipping (BrokerCore.advance) ----------------------------------
+
+    def next_deadline_ns(self):
+        """The earliest in-flight timeout or deferred due time (clock ns), None if neither is pending."""
+        with self._lock:
+            firsts = self._in_flight.earliest(1) + self._deferred.earliest(1)
+            return min(m.expiry_ns for m in firsts) if firsts else None
+
+    def owes_delivery(self):
+        """True while a message waits here that a subscribed consumer with a free RDY slot could take."""
+        with self._lock:
+            if self.paused or self.exiting or not (self._memory or self._backend.depth()):
+                return False
+            return any(c.in_flight_count < c.ready_count for c in self._clients.values())
+
     # -- administration ----------------------------------------------------
 
     def snapshot(self):
@@ -775,7 +791,7 @@ class Channel(BackedQueue):
                 return
             flush = self._in_flight.drain()
             deferred = self._deferred.drain()
-            now = time.time_ns()
+            now = self._now_ns()
             for msg in deferred:
                 # Beyond nsqd: the remaining delay is kept on disk (diskqueue sidecar).
                 msg.deferred_ns = max(1, msg.expiry_ns - now)

@@ -12,6 +12,7 @@ import weakref
 
 from .flags import resolve_options, values_to_flags
 from .served import LOCALHOST, TEMP_PREFIX, ServedBroker, logged_address
+from .skipping import http_advance, http_next_deadline_in
 
 __all__ = ["BrokerProcess"]
 
@@ -48,6 +49,8 @@ class BrokerProcess(ServedBroker):
     ):
         self._init_broker(resolve_options(flags, options), log_stream, tmp_dir)  # checks the flags first
         self._flags = list(flags) + values_to_flags({k: self._values[k] for k in options})
+        if not command and "time_skipping" not in self._values:
+            self._flags.append("--time-skipping")  # for advance(); another command may have no such flag
         self.command = list(command) if command else [sys.executable, "-m", "nsqd_threaded"]
         self._env = env
         self.start_timeout = start_timeout
@@ -191,6 +194,17 @@ class BrokerProcess(ServedBroker):
         pid = self.proc.pid if self.proc else None
         state = "running" if self.running else "stopped"
         return "<BrokerProcess pid=%s tcp=%s http=%s %s>" % (pid, self.tcp_addr, self.http_addr, state)
+
+    # -- time skipping -----------------------------------------------------------
+
+    def advance(self, seconds=None):
+        """:meth:`Broker.advance` over ``POST /debug/time/skip`` (the child runs with ``--time-skipping``).
+        RuntimeError for a broker that cannot skip time (another ``command``, such as Go's nsqd)."""
+        return http_advance(self._http_address, seconds, repr(self))
+
+    def next_deadline_in(self):
+        """:meth:`Broker.next_deadline_in` over ``GET /debug/time``."""
+        return http_next_deadline_in(self._http_address, repr(self))
 
     # -- state -----------------------------------------------------------------
 
