@@ -59,10 +59,13 @@ class NSQLookupd(ListeningApp):
 
     # -- time skipping ----------------------------------------------------------------
 
-    def next_deadline_in(self):
-        """Seconds of the clock until a producer goes inactive or a tombstone expires; None if none will."""
+    def next_deadline_in(self, tombstones_only=False):
+        """Seconds of the clock until a producer goes inactive or a tombstone expires; None if none will.
+
+        ``tombstones_only``: leave the producers out (they ping, e.g. the brokers of a test's cluster)."""
         options = self.options
-        return self.db.next_deadline_in(options.inactive_producer_timeout, options.tombstone_lifetime)
+        inactivity = None if tombstones_only else options.inactive_producer_timeout
+        return self.db.next_deadline_in(inactivity, options.tombstone_lifetime)
 
     def advance(self, seconds=None):
         """Time skipping: move the clock forward by ``seconds`` (a number or a Go duration), or

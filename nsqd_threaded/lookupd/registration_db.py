@@ -215,13 +215,15 @@ class RegistrationDB:
 
     def next_deadline_in(self, inactivity_timeout, tombstone_lifetime):
         """Seconds of the clock until a producer now active goes inactive or a tombstone
-        expires, whichever is first; None when neither is pending."""
+        expires, whichever is first; None when neither is pending.  ``inactivity_timeout``
+        None: tombstones only (producers that ping are never due)."""
         now = self.clock.monotonic()
         dues = []
         with self._lock:
             for producers in self._registrations.values():
                 for p in producers.values():
-                    dues.append(p.peer.last_update_mono + inactivity_timeout)
+                    if inactivity_timeout is not None:
+                        dues.append(p.peer.last_update_mono + inactivity_timeout)
                     if p.tombstoned:
                         dues.append(p.tombstoned_at_mono + tombstone_lifetime)
         pending = [due - now for due in dues if due >= now]

@@ -74,9 +74,10 @@ class Lookupd(Served):
             raise RuntimeError("lookupd is not running")
         return self.lookupd.advance(seconds)
 
-    def next_deadline_in(self):
-        """Seconds of the lookupd's clock until a producer goes inactive or a tombstone expires; None if none."""
-        return self.lookupd.next_deadline_in()
+    def next_deadline_in(self, tombstones_only=False):
+        """Seconds of the lookupd's clock until a producer goes inactive or a tombstone expires; None if none
+        (``tombstones_only``: leave out the producers, which ping)."""
+        return self.lookupd.next_deadline_in(tombstones_only)
 
     @property
     def db(self):

@@ -79,8 +79,8 @@ def test_msg_timeout_redelivery_at_the_default_60s():
             assert (msg_id2, attempts, body, ts2) == (msg_id, 2, b"work", ts)
             assert channel_stats(nsqd, "t")["timeout_count"] == 1
             sub.cmd(b"FIN " + msg_id)
-            pub.cmd(b"NOP")
-            assert nsqd.advance() == 0.0 or channel_stats(nsqd, "t")["in_flight_count"] == 0
+            wait_for(lambda: channel_stats(nsqd, "t")["in_flight_count"] == 0, what="the FIN")
+            assert nsqd.advance() == 0.0
 
 
 def test_advance_by_seconds_redelivers_a_timed_out_message():
