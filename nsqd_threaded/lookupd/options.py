@@ -33,10 +33,10 @@ SETTINGS = (
             "the active list since its last ping"),
     Setting("tombstone-lifetime", DURATION, 45.0, "duration of time a producer will remain tombstoned "
             "if registration remains"),
-    Setting("time-skipping", BOOL, False, "(not in Go nsqlookupd) let POST /debug/time/skip move this "
-            "lookupd's clock forward, for test suites: inactive producers and tombstones expire at once"),
     *daemon_settings("nsqlookupd"),
     *COMMAND_SETTINGS,
+    Setting("time-skipping", BOOL, False, "(not in Go nsqlookupd) let POST /debug/time/skip move this "
+            "lookupd's clock forward, for test suites: inactive producers and tombstones expire at once"),
 )
 
 

@@ -62,7 +62,7 @@ GO_FLAGS = {
 
 # Our flags beyond Go nsqd's (documented in docs/divergences.md).
 OUR_FLAGS = {"durable": "durable", "http-read-timeout": "http_read_timeout", "http-idle-timeout": "http_idle_timeout",
-             "debug-state-bodies": "debug_state_bodies"}
+             "debug-state-bodies": "debug_state_bodies", "time-skipping": "time_skipping"}
 
 
 def test_settings_cover_every_go_flag():
