@@ -3,6 +3,7 @@ POST /debug/time/skip) and what fell due happens at once, at nsqd's default dura
 
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -118,6 +119,22 @@ def test_dpub_of_an_hour():
             sub.cmd(b"FIN " + msg_id)
             assert pub.pub("t", b"x") == b"OK"  # (orders: the FIN is read before this answer)
             sub.read_message()
+
+
+def test_a_skip_wakes_the_queue_scanner():
+    # A scan interval of an hour: only the skip's notify on Clock.moved can make the scanner look now
+    # (advance waits ADVANCE_SCAN_TIMEOUT, longer than the read, for the scanner's pass).
+    with Broker(queue_scan_interval=3600) as nsqd:
+        with consumer(nsqd, "t") as sub, Conn(nsqd.tcp_address) as pub:
+            assert dpub(pub, "t", 60000, b"soon") == b"OK"
+            skipped = []
+            advancing = threading.Thread(target=lambda: skipped.append(nsqd.advance()), name="test-advance")
+            advancing.start()
+            try:
+                assert sub.read_message()[3] == b"soon"  # (READ_TIMEOUT < ADVANCE_SCAN_TIMEOUT)
+            finally:
+                advancing.join()
+            assert 59.0 < skipped[0] <= 60.0
 
 
 def test_advance_returns_0_when_nothing_is_pending():
