@@ -256,3 +256,40 @@ def test_broker_process_of_go_nsqd_cannot_advance():
         with pytest.raises(RuntimeError, match="cannot skip time"):
             nsqd.advance(1)
 
+
+
+# -- pynsq ----------------------------------------------------------------------------------------
+
+
+def test_pynsq_requeue_of_30s_and_redelivery_after_60s():
+    from support.pynsq import Loop
+
+    deliveries = []
+
+    def handler(message):
+        deliveries.append(message.attempts)
+        if message.attempts == 1:
+            message.enable_async()
+            message.requeue(backoff=False, delay=30)  # REQ <id> 30000
+        elif message.attempts == 2:
+            message.enable_async()  # neither FIN nor REQ: the broker times it out (60 s)
+        else:
+            return True
+
+    with Broker() as nsqd:
+        loop = Loop()
+        try:
+            loop.reader(nsqd.tcp_addr, "t", "c", handler, max_in_flight=1)
+            writer = loop.writer(nsqd.tcp_addr)
+            loop.wait_writers_connected()
+            loop.publish(writer, "t", [b"job"])
+            loop.run_until(lambda: deliveries == [1], 10, "the first delivery")
+            loop.run_until(lambda: channel_stats(nsqd, "t")["deferred_count"] == 1, 10, "the REQ")
+            assert 29.0 < nsqd.advance() <= 30.0
+            loop.run_until(lambda: deliveries == [1, 2], 10, "the redelivery after the REQ")
+            assert 59.0 < nsqd.advance() <= 60.0
+            loop.run_until(lambda: deliveries == [1, 2, 3], 10, "the redelivery after the timeout")
+            loop.run_until(lambda: channel_stats(nsqd, "t")["in_flight_count"] == 0, 10, "the FIN")
+            assert nsqd.advance() == 0.0
+        finally:
+            loop.close()
