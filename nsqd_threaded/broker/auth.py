@@ -88,7 +88,7 @@ class AuthState:
         return "AuthState(%r, %d authorizations, ttl %d)" % (self.identity, len(self.authorizations), self.ttl)
 
     def expired(self, now=None):
-        return (time.monotonic() if now is None else now) > self.expires
+        return (time.monotonic() if now is None else now) > self.expires  # real time: AUTH is connection liveness
 
     def is_allowed(self, topic, channel=""):
         """True if any authorization grants (topic, channel)."""
@@ -185,7 +185,7 @@ def parse_auth_response(body, now=None):
         )
     if ttl <= 0:
         raise AuthError("invalid TTL %d (must be >0)" % ttl)
-    now = time.monotonic() if now is None else now
+    now = time.monotonic() if now is None else now  # real time: AUTH is connection liveness
     return AuthState(identity, identity_url, ttl, authorizations, now + ttl)
 
 

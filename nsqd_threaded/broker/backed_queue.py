@@ -47,7 +47,7 @@ class BackedQueue:
             self._unlist_if_idle_locked()
 
     def scan(self, now_ns, now):
-        """The queue scanner's visit (``now_ns``: time.time_ns(), ``now``: time.monotonic())."""
+        """The queue scanner's visit (``now_ns``: the broker's clock, ``now``: time.monotonic())."""
         self.sync_backend(now)
 
     def mark_scan_locked(self):

@@ -42,7 +42,6 @@ that protocol: where the reservation is taken, and where it ends.
 
 import itertools
 import random
-import time
 from typing import Protocol
 
 from ..storage.backend import BackendError
@@ -194,6 +193,7 @@ class Channel(BackedQueue, ChannelPolicyMethods):
         options = nsqd.options
         backend = nsqd.new_backend("%s:%s" % (topic_name, name), self.ephemeral)
         super().__init__(nsqd, backend, options.mem_queue_size)
+        self._now_ns = nsqd.clock.time_ns  # the broker's clock (time skipping moves it)
         self._in_flight = TimedIndex()
         self._deferred = TimedIndex()
         self._clients = {}  # client id -> Subscriber
@@ -210,7 +210,8 @@ class Channel(BackedQueue, ChannelPolicyMethods):
         self.requeue_count = 0
         self.timeout_count = 0
         self.global_msg_count = 0  # deliveries taken from the memory queue
-        self.e2e = E2ELatency(options.e2e_processing_latency_percentiles, options.e2e_processing_latency_window_time)
+        self.e2e = E2ELatency(options.e2e_processing_latency_percentiles,
+                              options.e2e_processing_latency_window_time, nsqd.clock.monotonic)
         # The delivery policy in force (broker.policy.ChannelPolicy); None: none, nothing checked on delivery.
         self.policy = channel_policy(topic_name, NO_POLICY, options)
 
@@ -245,7 +246,7 @@ class Channel(BackedQueue, ChannelPolicyMethods):
                 self.message_count += len(msgs)
                 waiters = self._take_waiters_locked()
             else:
-                immediate = self._index_deferred_locked(msgs, time.time_ns()) if deferred else msgs
+                immediate = self._index_deferred_locked(msgs, self._now_ns()) if deferred else msgs
                 if immediate:
                     self._put_immediate_locked(immediate, strict)
                 self.message_count += len(msgs)
@@ -440,13 +441,13 @@ class Channel(BackedQueue, ChannelPolicyMethods):
                 if not msgs:
                     continue
             if self.policy is not None:
-                msgs = self.policy.screen_locked(msgs, time.time_ns())  # (moved by the scanner: move_dead_letters)
+                msgs = self.policy.screen_locked(msgs, self._now_ns())  # (moved by the scanner: move_dead_letters)
                 if self.policy.moving:
                     self.mark_scan_locked()
                 if not msgs and not self.policy.full_locked():
                     continue
             break
-        now = time.time_ns()
+        now = self._now_ns()
         cid = client.id
         for msg in msgs:
             msg.attempts = (msg.attempts + 1) & 0xFFFF
@@ -473,7 +474,7 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             msgs = backend.get(n - len(ready))
             if not msgs:
                 break
-            ready += self._index_deferred_locked(msgs, time.time_ns())
+            ready += self._index_deferred_locked(msgs, self._now_ns())
         return ready
 
     def _release_locked(self, client, n=1):
@@ -528,7 +529,7 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             if done:
                 if self.e2e.enabled:
                     sample = self.e2e.add
-                    now = time.time_ns()
+                    now = self._now_ns()
                     for msg in done:
                         sample(now - msg.timestamp)
                 client.finish_count += len(done)
@@ -563,7 +564,7 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             client.requeue_count += 1
             wake = self._release_locked(client)
             if delay_ns > 0:
-                self._deferred.add(msg, time.time_ns() + delay_ns)
+                self._deferred.add(msg, self._now_ns() + delay_ns)
                 self.mark_scan_locked()
             else:
                 waiters = self._requeue_locked([msg])
@@ -578,7 +579,7 @@ class Channel(BackedQueue, ChannelPolicyMethods):
         """TOUCH: push the deadline out, capped at delivery + --max-msg-timeout; raises ChannelError."""
         with self._lock:
             msg = self._owned_locked(client, msg_id)
-            new_expiry = time.time_ns() + client.msg_timeout_ns
+            new_expiry = self._now_ns() + client.msg_timeout_ns
             if new_expiry - msg.delivery_ns >= self._max_msg_timeout_ns:
                 new_expiry = msg.delivery_ns + self._max_msg_timeout_ns
             self._in_flight.reschedule(msg, new_expiry)
@@ -704,6 +705,21 @@ class Channel(BackedQueue, ChannelPolicyMethods):
         if self._watch.watchers:
             self._watch.notify()
         return True
+
+    # -- time skipping (BrokerCore.advance) ----------------------------------
+
+    def next_deadline_ns(self):
+        """The earliest in-flight timeout or deferred due time (clock ns), None if neither is pending."""
+        with self._lock:
+            firsts = self._in_flight.earliest(1) + self._deferred.earliest(1)
+            return min(m.expiry_ns for m in firsts) if firsts else None
+
+    def owes_delivery(self):
+        """True while a message waits here that a subscribed consumer with a free RDY slot could take."""
+        with self._lock:
+            if self.paused or self.exiting or not (self._memory or self._backend.depth()):
+                return False
+            return any(c.in_flight_count < c.ready_count for c in self._clients.values())
 
     # -- administration ----------------------------------------------------
 
@@ -833,7 +849,7 @@ class Channel(BackedQueue, ChannelPolicyMethods):
                 return
             flush = self._in_flight.drain()
             deferred = self._deferred.drain()
-            now = time.time_ns()
+            now = self._now_ns()
             for msg in deferred:
                 # Beyond nsqd: the remaining delay is kept on disk (diskqueue sidecar).
                 msg.deferred_ns = max(1, msg.expiry_ns - now)

@@ -43,7 +43,7 @@ class Client:
         self.topology_region = ""
         self.topology_zone = ""
         self.state = STATE_INIT
-        self.connect_time = time.time()
+        self.connect_time = time.time()  # real time: a connection's age, not a message's
         self.channel = None
         self.topic_name = None
 

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 
+from ..internal.clock import Clock, TimeSkippingDisabled, parse_skip_ns
 from ..internal.logger import Logger
 from ..settings.options import Options
 from ..storage import metadata
@@ -32,6 +33,10 @@ from .topic import Topic, TopicError
 
 METADATA_REST = 4  # the nsqd.dat writer rests this many times its last rewrite's duration
 
+# advance(): how long it waits for the scanner's pass, then for the pumps to take what fell due.
+ADVANCE_SCAN_TIMEOUT = 30.0
+ADVANCE_DELIVERY_TIMEOUT = 10.0
+
 
 class BrokerCore:
     """Topics, channels, clients, nsqd.dat and the queue scanner (Go's NSQD without its listeners).
@@ -44,13 +49,17 @@ class BrokerCore:
     def __init__(self, options=None, log_stream=None):
         self.options = (options or Options()).validate()
         self.log = Logger(self.options.log_prefix, self.options.log_level, log_stream)
+        # The broker's time (message timestamps, timeouts, due times, e2e): real time, which
+        # --time-skipping lets advance() move forward.  Topics, channels, their disk queues,
+        # the GUID factories and the queue scanner read it; nothing reads time.time_ns() for them.
+        self.clock = Clock(self.options.time_skipping)
         self._lock = threading.Lock()  # guards topics, clients, client IDs, _exiting
         self._topics = {}
         self._clients = {}
         self._next_client_id = 0
         self._exiting = False
         self._topics_started = False  # new topics start their pump at once (guarded by _lock)
-        self.start_time = time.time()
+        self.start_time = time.time()  # real time: /stats' start_time and uptime are the process's
         self.health_error = None  # None when healthy, else the last backend write error
         self._scan_stop = threading.Event()  # set by the daemon's stop: the scan loop returns
         self._dir_fd = None
@@ -70,6 +79,12 @@ class BrokerCore:
         self._gc_started = None
         self.scan_set = ScanSet()  # the topics and channels the queue scanner has work in
         self.watch = StateWatch()  # wakes waiters (a test's wait_until) when a topic or channel changes
+        # advance() waits here for the queue scanner's pass after its skip.  _scan_passed's
+        # lock guards _skips_scanned (the clock's skip count a finished pass began after)
+        # and _scanner_running.
+        self._scan_passed = threading.Condition(threading.Lock())  # signals: a scan pass after a skip ended
+        self._skips_scanned = 0
+        self._scanner_running = False
 
     # -- factories used by topics and channels ------------------------------
 
@@ -92,6 +107,7 @@ class BrokerCore:
             options.sync_every,
             options.sync_timeout,
             self.log,
+            clock=self.clock.time_ns,  # deferred records' due times
         )
 
     def backend_put(self, backend, msgs):
@@ -252,7 +268,7 @@ class BrokerCore:
                 if self._metadata_written == self._metadata_requested:
                     return  # stopping, nothing left to write
                 target = self._metadata_requested
-            started = time.monotonic()
+            started = time.monotonic()  # real time: paces disk writes, nothing a message waits for
             try:
                 self.persist_metadata()
             except OSError as e:
@@ -327,7 +343,7 @@ class BrokerCore:
                 return channel
             channel.remove_client(client)
             if attempt == 1:
-                time.sleep(0.1)
+                time.sleep(0.1)  # real time: waits for another thread's deletion to finish
         raise ChannelError("to deleted topic/channel")
 
     # -- topics ------------------------------------------------------------
@@ -394,6 +410,9 @@ class BrokerCore:
         """Let a new topic deliver; the daemon first creates the channels the cluster has for it."""
         topic.start()
 
+    def _clock_skipped(self):
+        """After a skip of the clock (:meth:`advance`): the daemon pings its lookupds."""
+
     def _release_held_topics(self, now):
         """Each queue scan: the daemon lets topics whose wait for the cluster's channels ended deliver."""
 
@@ -408,18 +427,124 @@ class BrokerCore:
         channel (and topic) that has something in flight, deferred or unsynced
         (the ScanSet), and only those: a due message waits at most one
         interval whatever the channel count, and idle channels cost nothing.
+
+        The interval is real time (it paces the scanner); a skip of the
+        clock (:meth:`advance`) wakes it at once, and :meth:`advance` waits
+        for that pass.
         """
         interval = self.options.queue_scan_interval
-        scan_set = self.scan_set
-        while not self._scan_stop.wait(interval):
-            mono = time.monotonic()
-            self._release_held_topics(mono)
-            queues = scan_set.snapshot()
-            if not queues:
-                continue
-            now = time.time_ns()
-            for queue in queues:
-                queue.scan(now, mono)
+        clock = self.clock
+        moved = clock.moved
+        with self._scan_passed:
+            self._scanner_running = True
+        try:
+            seen = 0
+            while True:
+                with moved:
+                    if clock.skips == seen and not self._scan_stop.is_set():
+                        moved.wait(interval)
+                    if self._scan_stop.is_set():
+                        return
+                    seen = clock.skips
+                self.scan_queues()
+                if seen:
+                    with self._scan_passed:
+                        self._skips_scanned = seen
+                        self._scan_passed.notify_all()
+        finally:
+            with self._scan_passed:
+                self._scanner_running = False
+                self._scan_passed.notify_all()
+
+    def stop_queue_scan(self):
+        """Make :meth:`queue_scan_loop` return (its owner then joins its thread)."""
+        self._scan_stop.set()
+        self.clock.wake()
+
+    def scan_queues(self):
+        """One pass of the queue scanner over the queues with work (see :meth:`queue_scan_loop`)."""
+        mono = time.monotonic()  # real time: topic holds and --sync-timeout fsyncs, not message deadlines
+        self._release_held_topics(mono)
+        queues = self.scan_set.snapshot()
+        if not queues:
+            return
+        now = self.clock.time_ns()
+        for queue in queues:
+            queue.scan(now, mono)
+
+    # -- time skipping -----------------------------------------------------
+
+    def next_deadline_ns(self):
+        """The clock time (ns) at which the next in-flight message times out or deferred
+        message falls due, over every channel; None when none is pending."""
+        earliest = None
+        for topic in self.topics():
+            for channel in topic.channels():
+                due = channel.next_deadline_ns()
+                if due is not None and (earliest is None or due < earliest):
+                    earliest = due
+        return earliest
+
+    def next_deadline_in(self):
+        """Seconds of the clock to :meth:`next_deadline_ns` (0.0 if already due); None when nothing is pending."""
+        due = self.next_deadline_ns()
+        return None if due is None else max(0, due - self.clock.time_ns()) / 1e9
+
+    def advance(self, seconds=None):
+        """Time skipping: move the clock forward by ``seconds`` (a number, or a Go duration
+        such as ``"61s"``), or (None) to the next deadline.
+
+        Returns once what fell due is done: the queue scanner's pass after the
+        skip has requeued the timed-out in-flight messages and readied the due
+        deferred ones, and the consumers with a free RDY slot have taken them
+        (a bounded wait: :data:`ADVANCE_DELIVERY_TIMEOUT`).  Returns the
+        seconds skipped: with no argument, those to the next deadline (0.0
+        when nothing is pending, and the clock does not move).  Raises
+        :class:`~nsqd_threaded.internal.clock.TimeSkippingDisabled` on a
+        broker started without ``--time-skipping``.
+        """
+        clock = self.clock
+        if not clock.skipping:
+            raise TimeSkippingDisabled("time skipping is off (start the broker with --time-skipping)")
+        if seconds is None:
+            due = self.next_deadline_ns()
+            if due is None:
+                return 0.0
+            skip_ns = max(0, due - clock.time_ns())
+        elif isinstance(seconds, str):
+            skip_ns = parse_skip_ns(seconds)  # a Go duration, as the HTTP route takes it
+        else:
+            skip_ns = int(round(seconds * 1e9))
+        mine = clock.skip_ns(skip_ns)
+        self._clock_skipped()
+        self._wait_scan_pass(mine)
+        self._wait_deliveries()
+        return skip_ns / 1e9
+
+    def _wait_scan_pass(self, skip):
+        """Until the scanner has finished a pass that began after skip number ``skip``
+        (without a running scanner, e.g. a broker not started: the pass runs here)."""
+        deadline = time.monotonic() + ADVANCE_SCAN_TIMEOUT  # real time: a bound on waiting for a thread
+        with self._scan_passed:
+            while self._scanner_running and self._skips_scanned < skip:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._scan_passed.wait(remaining)
+            ran = self._skips_scanned >= skip
+        if not ran:
+            self.scan_queues()
+
+    def _wait_deliveries(self):
+        """Until no channel holds a message that a subscribed consumer with a free RDY slot
+        could take (its pump was woken by the requeue): polled, bounded."""
+        deadline = time.monotonic() + ADVANCE_DELIVERY_TIMEOUT  # real time: a bound on waiting for the pumps
+        pause = 0.0005
+        while any(c.owes_delivery() for t in self.topics() for c in t.channels()):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(pause)  # (the pumps signal their consumers, not us: polled with a growing pause)
+            pause = min(pause * 2, 0.01)
 
 
 def _stored_json(own):

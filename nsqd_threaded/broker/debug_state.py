@@ -20,7 +20,6 @@ Nothing runs unless it is asked for.
 import os
 import sys
 import threading
-import time
 
 from ..settings.options import VERSION
 from ..wire.message import RECORD_HEADER, Message
@@ -147,7 +146,7 @@ def broker_state(nsqd, limit=LIST_LIMIT, bodies=None):
     messages show the first :data:`BODY_PREVIEW` bytes of their bodies; it is
     called once per topic and per channel, without any lock held.
     """
-    now_ns = time.time_ns()
+    now_ns = nsqd.clock.time_ns()  # the broker's clock: deadlines are on it
     topics = sorted(nsqd.topics(), key=lambda t: t.name)
     return {
         "version": VERSION,

@@ -31,7 +31,9 @@ class _Bucket:
 
 
 class E2ELatency:
-    """``_lock`` guards both buckets and the rotation time (FINs come from many threads)."""
+    """``_lock`` guards both buckets and the rotation time (FINs come from many threads).
+
+    ``clock``: monotonic seconds, the broker's (:class:`~nsqd_threaded.internal.clock.Clock`)."""
 
     def __init__(self, quantiles, window_seconds, clock=time.monotonic):
         self.quantiles = list(quantiles)
@@ -48,6 +50,10 @@ class E2ELatency:
 
     def _rotate_locked(self):
         now = self._clock()
+        if now >= self._rotate_at + self._half:
+            # Two half-windows or more went by (a skipped clock may jump a year): both are empty.
+            self._previous, self._current = _Bucket(), _Bucket()
+            self._rotate_at += ((now - self._rotate_at) // self._half) * self._half
         while now >= self._rotate_at:
             self._previous, self._current = self._current, _Bucket()
             self._rotate_at += self._half

@@ -31,6 +31,7 @@ class GUIDFactory:
     """
 
     def __init__(self, node_id, clock=time.time_ns):
+        """``clock``: Unix ns, the broker's (:class:`~nsqd_threaded.internal.clock.Clock`), read per tick."""
         self.node_id = node_id
         self._clock = clock
         self._lock = threading.Lock()  # guards last timestamp, sequence, ID and prefix

@@ -251,7 +251,7 @@ def _connected(connect_ts, now):
 
 def render_text(stats, nsqd, now=None):
     """The default /stats text layout, byte for byte as nsqd prints it."""
-    now = time.time() if now is None else now
+    now = time.time() if now is None else now  # real time: uptime and connection ages
     start = stats["start_time"]
     lines = [
         "nsqd v%s (built w/%s)\n" % (stats["version"], runtime_name()),

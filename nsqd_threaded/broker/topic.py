@@ -58,7 +58,8 @@ class Topic(BackedQueue):
         # Publishers fan out themselves unless the backend must see every message first.
         self._inline_fan_out = not self._backend.acks_deliveries
         self._channels = {}
-        self._guid = GUIDFactory(options.node_id)
+        self._now_ns = nsqd.clock.time_ns  # the broker's clock: message timestamps (time skipping moves it)
+        self._guid = GUIDFactory(options.node_id, self._now_ns)
         self.paused = False
         self.exiting = False
         self._started = False
@@ -100,9 +101,9 @@ class Topic(BackedQueue):
         """
         if self._channels and self._consumed():
             body = bytes(body)
-            self._put([Message(self._guid.new_id(), body, time.time_ns())], len(body), MESSAGES)
+            self._put([Message(self._guid.new_id(), body, self._now_ns())], len(body), MESSAGES)
             return
-        record = RECORD_HEADER.pack(time.time_ns(), 0, self._guid.new_id()) + body
+        record = RECORD_HEADER.pack(self._now_ns(), 0, self._guid.new_id()) + body
         with self._lock:
             if self.exiting:
                 raise TopicError("exiting")
@@ -130,7 +131,7 @@ class Topic(BackedQueue):
         if len(bodies) == 1 and not defer_ns:
             self.publish_one(bodies[0])
             return
-        now = time.time_ns()  # one timestamp object for the batch: less memory per queued message
+        now = self._now_ns()  # one timestamp object for the batch: less memory per queued message
         size = len(bodies[0]) if len(bodies) == 1 else sum(map(len, bodies))
         if defer_ns:
             msgs = list(map(Message, self._guid.new_ids(len(bodies)), bodies, itertools.repeat(now),
@@ -268,7 +269,7 @@ class Topic(BackedQueue):
                     return
                 batch = self._take_locked(PUMP_BATCH)
                 self._fan_out_locked(batch, batch_form(batch))
-            time.sleep(0)  # let a publisher woken by the release take the lock first
+            time.sleep(0)  # (a yield, not a wait) let a publisher woken by the release take the lock first
 
     def _wait_for_backlog_locked(self):
         """Wait until the backlog can be drained; False when the topic is exiting."""

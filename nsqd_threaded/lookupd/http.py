@@ -10,6 +10,7 @@ request bodies: the edge skips a small one and closes after a large one.
 from ..wire.protocol_v2 import is_valid_name
 from ..server import http_server
 from ..server.http_server import TEXT_TYPE, HTTPError, QueryError, Response, Router, ok_empty, ok_json, parse_query
+from ..server.time_skip import TimeSkipRoutes
 from .registration_db import Registration, filter_active
 
 
@@ -34,6 +35,8 @@ class LookupdHTTPAPI(Router):
             "/channel/delete": {"POST": self.channel_delete},
             "/topic/tombstone": {"POST": self.topic_tombstone},
         }
+        if lookupd.options.time_skipping:  # (not in Go nsqlookupd: without the flag these paths are 404)
+            self.routes.update(TimeSkipRoutes(lookupd).routes())
         self._lower_paths = {p.lower(): p for p in self.routes}
 
     # -- helpers ------------------------------------------------------------------
@@ -86,7 +89,8 @@ class LookupdHTTPAPI(Router):
         channels = [r.subkey for r in db.find_registrations("channel", topic, "*")]
         options = self.lookupd.options
         producers = filter_active(
-            db.find_producers("topic", topic, ""), options.inactive_producer_timeout, options.tombstone_lifetime
+            db.find_producers("topic", topic, ""), options.inactive_producer_timeout, options.tombstone_lifetime,
+            db.clock.monotonic(),
         )
         return ok_json({"channels": channels, "producers": [p.peer.to_json() for p in producers]})
 

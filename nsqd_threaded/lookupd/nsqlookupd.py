@@ -23,6 +23,7 @@ from ..command import ListeningApp
 from ..internal.gocompat import is_abstract_socket
 from .http import LookupdHTTPServer
 from .options import LookupdOptions
+from ..internal.clock import Clock, TimeSkippingDisabled, parse_skip_ns
 from .registration_db import RegistrationDB
 from .tcp import LookupdTCPServer
 
@@ -37,7 +38,10 @@ class NSQLookupd(ListeningApp):
 
     def __init__(self, options=None, logger=None, **overrides):
         self._setup(options, LookupdOptions, logger, overrides)
-        self.db = RegistrationDB()
+        # The lookupd's time (producer inactivity, tombstones): real time, which
+        # --time-skipping lets advance() move forward.
+        self.clock = Clock(self.options.time_skipping)
+        self.db = RegistrationDB(self.clock)
 
     @classmethod
     def local(cls, logger=None, **overrides):
@@ -52,6 +56,35 @@ class NSQLookupd(ListeningApp):
                                    kind="TCP", thread_name="nsqlookupd-tcp")
         self._http = listeners.open("http-address", LookupdHTTPServer, self.options.http_address, self,
                                     kind="HTTP", thread_name="nsqlookupd-http")
+
+    # -- time skipping ----------------------------------------------------------------
+
+    def next_deadline_in(self, tombstones_only=False):
+        """Seconds of the clock until a producer goes inactive or a tombstone expires; None if none will.
+
+        ``tombstones_only``: leave the producers out (they ping, e.g. the brokers of a test's cluster)."""
+        options = self.options
+        inactivity = None if tombstones_only else options.inactive_producer_timeout
+        return self.db.next_deadline_in(inactivity, options.tombstone_lifetime)
+
+    def advance(self, seconds=None):
+        """Time skipping: move the clock forward by ``seconds`` (a number or a Go duration), or
+        (None) to the next deadline; returns the seconds skipped (0.0 when nothing is pending).
+
+        Producers and tombstones are filtered by age when they are looked at,
+        so what fell due is expired once the clock has moved.  Raises
+        :class:`~nsqd_threaded.internal.clock.TimeSkippingDisabled` without ``--time-skipping``.
+        """
+        if not self.clock.skipping:
+            raise TimeSkippingDisabled("time skipping is off (start nsqlookupd with --time-skipping)")
+        if seconds is None:
+            seconds = self.next_deadline_in()
+            if seconds is None:
+                return 0.0
+        elif isinstance(seconds, str):
+            seconds = parse_skip_ns(seconds) / 1e9
+        self.clock.skip(seconds)
+        return seconds
 
     # -- addresses (the HTTP ones are ListeningApp's) ---------------------------------
 

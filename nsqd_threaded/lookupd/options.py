@@ -10,6 +10,7 @@ seconds.
 import socket
 
 from ..settings.options import (
+    BOOL,
     COMMAND_SETTINGS,
     DURATION,
     STR,
@@ -34,6 +35,8 @@ SETTINGS = (
             "if registration remains"),
     *daemon_settings("nsqlookupd"),
     *COMMAND_SETTINGS,
+    Setting("time-skipping", BOOL, False, "(not in Go nsqlookupd) let POST /debug/time/skip move this "
+            "lookupd's clock forward, for test suites: inactive producers and tombstones expire at once"),
 )
 
 

@@ -13,11 +13,17 @@ is atomic, but a sequence of calls is not (exactly as nsqlookupd's RWMutex).
 A PeerInfo's ``last_update`` pair is written by its peer's connection thread
 alone and read without the lock (attribute stores are atomic; a reader may see
 the previous ping, which nsqlookupd allows as well).
+
+Every time here is read from the lookupd's
+:class:`~nsqd_threaded.internal.clock.Clock` (``RegistrationDB.clock``), which
+a test may move forward: producers go inactive and tombstones expire when
+they are next looked at, so a skip needs no other work.
 """
 
 import threading
-import time
 from typing import NamedTuple
+
+from ..internal.clock import Clock
 
 # time.Time{}.UnixNano() in Go: what /debug shows as tombstoned_at when never tombstoned.
 GO_ZERO_TIME_NS = -6795364578871345152
@@ -37,7 +43,7 @@ class PeerInfo:
 
     ``id`` is the connection's remote ``ip:port``.  ``last_update_ns`` (Unix
     ns, shown by /debug) and ``last_update_mono`` (for the inactivity filter)
-    are refreshed by IDENTIFY and PING.
+    are refreshed by IDENTIFY and PING, from ``clock`` (the lookupd's).
     """
 
     __slots__ = (
@@ -52,10 +58,12 @@ class PeerInfo:
         "topology_region",
         "last_update_ns",
         "last_update_mono",
+        "_clock",
     )
 
-    def __init__(self, peer_id, fields):
+    def __init__(self, peer_id, fields, clock):
         self.id = peer_id
+        self._clock = clock
         self.hostname = fields.get("hostname", "")
         self.broadcast_address = fields.get("broadcast_address", "")
         self.tcp_port = fields.get("tcp_port", 0)
@@ -67,8 +75,8 @@ class PeerInfo:
         self.touch()
 
     def touch(self):
-        self.last_update_ns = time.time_ns()
-        self.last_update_mono = time.monotonic()
+        self.last_update_ns = self._clock.time_ns()
+        self.last_update_mono = self._clock.monotonic()
 
     def to_json(self):
         """The peer object of /lookup, in nsqlookupd's field order."""
@@ -105,10 +113,9 @@ class Producer:
         return self.tombstoned and now - self.tombstoned_at_mono < lifetime
 
 
-def filter_active(producers, inactivity_timeout, tombstone_lifetime, now=None):
-    """The producers whose peer was heard from within ``inactivity_timeout`` and that are not tombstoned."""
-    if now is None:
-        now = time.monotonic()
+def filter_active(producers, inactivity_timeout, tombstone_lifetime, now):
+    """The producers whose peer was heard from within ``inactivity_timeout`` and that are not tombstoned
+    (``now``: the lookupd's clock's monotonic time)."""
     return [
         p
         for p in producers
@@ -123,7 +130,8 @@ def _matches(reg, category, key, subkey):
 class RegistrationDB:
     """The registration map of one nsqlookupd (see the module docstring for the lock contract)."""
 
-    def __init__(self):
+    def __init__(self, clock=None):
+        self.clock = clock if clock is not None else Clock()  # the lookupd's (time skipping moves it)
         self._lock = threading.Lock()  # guards _registrations and every Producer's tombstone fields
         self._registrations = {}  # Registration -> {peer id: Producer}, in insertion order
 
@@ -179,7 +187,7 @@ class RegistrationDB:
 
     def tombstone(self, topic, node):
         """Tombstone, in ``topic``'s registrations, the producers whose node is ``node``."""
-        now_ns, now = time.time_ns(), time.monotonic()
+        now_ns, now = self.clock.time_ns(), self.clock.monotonic()
         with self._lock:
             for reg, producers in self._registrations.items():
                 if _matches(reg, "topic", topic, ""):
@@ -191,7 +199,7 @@ class RegistrationDB:
 
     def nodes(self, inactivity_timeout, tombstone_lifetime):
         """/nodes: every active identified peer with its topics and, per topic, whether it is tombstoned there."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._lock:
             peers = [p.peer for p in filter_active(self._registrations.get(CLIENT, {}).values(), inactivity_timeout, 0, now)]
             out = []
@@ -204,6 +212,22 @@ class RegistrationDB:
                         tombstones.append(producer.peer is peer and producer.is_tombstoned(tombstone_lifetime, now))
                 out.append((peer, topics, tombstones))
             return out
+
+    def next_deadline_in(self, inactivity_timeout, tombstone_lifetime):
+        """Seconds of the clock until a producer now active goes inactive or a tombstone
+        expires, whichever is first; None when neither is pending.  ``inactivity_timeout``
+        None: tombstones only (producers that ping are never due)."""
+        now = self.clock.monotonic()
+        dues = []
+        with self._lock:
+            for producers in self._registrations.values():
+                for p in producers.values():
+                    if inactivity_timeout is not None:
+                        dues.append(p.peer.last_update_mono + inactivity_timeout)
+                    if p.tombstoned:
+                        dues.append(p.tombstoned_at_mono + tombstone_lifetime)
+        pending = [due - now for due in dues if due >= now]
+        return min(pending) if pending else None
 
     def debug(self):
         """/debug: ``{"category:key:subkey": [producer...]}``, a snapshot taken under the lock."""

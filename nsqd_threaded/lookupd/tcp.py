@@ -101,7 +101,7 @@ class PeerConnection:
         body = self.rfile.read(size)
         if len(body) < size:
             raise V1Error("E_BAD_BODY", "IDENTIFY failed to read body")
-        peer = PeerInfo(self.id, protocol_v1.decode_peer_info(body))
+        peer = PeerInfo(self.id, protocol_v1.decode_peer_info(body), self.db.clock)
         self.log.info(
             "CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s",
             self.id,

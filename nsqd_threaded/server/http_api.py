@@ -18,6 +18,7 @@ from ..broker.auth import AuthError
 from ..broker.channel import ChannelError
 from . import auth_query
 from .metrics import render_prometheus
+from .time_skip import TimeSkipRoutes
 from ..settings.options import DURATION_OPTIONS, INTERNAL_OPTIONS, LOG_LEVELS, MAX_ATTEMPTS_LIMIT, Options
 from ..wire.protocol_v2 import ProtocolError
 from . import http_server
@@ -72,6 +73,8 @@ class HTTPAPI(Router):
         }
         if self.options.channel_peek:
             self.routes["/channel/peek"] = {"GET": self.channel_peek}
+        if self.options.time_skipping:  # (not in Go nsqd: without the flag these paths are 404)
+            self.routes.update(TimeSkipRoutes(nsqd).routes())
         self._lower_paths = {p.lower(): p for p in self.routes}
 
     def _methods(self, path):

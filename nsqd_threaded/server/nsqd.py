@@ -38,6 +38,7 @@ import time
 
 from ..broker.core import BrokerCore
 from ..broker.topic import TopicError
+from ..wire.protocol_v1 import PING
 from ..wire.protocol_v2 import is_valid_name
 from ..wire.transport import server_context
 from .connection import ClientConnection
@@ -223,7 +224,7 @@ class NSQD(BrokerCore):
             for topic in topics:
                 topic.close()
             self._lookup.close()  # no UNREGISTER: lookupd drops this producer when the socket closes
-            self._scan_stop.set()
+            self.stop_queue_scan()
             if self._statsd is not None:
                 self._statsd.close()
             for t in self._threads:
@@ -307,6 +308,11 @@ class NSQD(BrokerCore):
     def lookupd_notify(self, cmd):
         """Queue an encoded REGISTER/UNREGISTER for every lookupd peer (never blocks)."""
         self._lookup.notify(cmd)
+
+    def _clock_skipped(self):
+        """Time skipping: PING every lookupd at once, as the broker would have during the skipped
+        time, so a lookupd skipped as far (``Cluster.advance``) keeps it active."""
+        self._lookup.notify(PING)
 
     def lookupd_identity(self):
         """The IDENTIFY body sent to each lookupd."""

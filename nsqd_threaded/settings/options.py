@@ -423,6 +423,8 @@ SETTINGS = (
     Setting("channel-peek", BOOL, False, "(not in Go nsqd) answer GET /channel/peek: a channel's next "
             "messages with their bodies, consuming nothing (with --auth-http-address, only to a request "
             "whose X-NSQ-Auth-Secret the auth server grants subscribe on the topic and channel)"),
+    Setting("time-skipping", BOOL, False, "(not in Go nsqd) let POST /debug/time/skip move this broker's "
+            "clock forward, for test suites: in-flight timeouts, REQ delays and deferred messages fall due at once"),
     Setting("topology-region", STR, "", "region of this nsqd (experiment)", U),
     Setting("topology-zone", STR, "", "availability zone of this nsqd (experiment)", U),
     Setting("enable-experiment", STR_LIST, (), "enable experimental feature (may be given multiple "

@@ -49,11 +49,13 @@ class DeferredSidecar:
     ``entries`` maps ``(file num, pos)`` to ``(msg id, due unix ns)``;
     DiskQueue's ``get`` looks records up in it directly (and, outside
     durable mode, pops them).  ``name`` and ``log`` are the queue's, for
-    log lines.  ``compact_min``: see ``SIDECAR_COMPACT_MIN``.
+    log lines.  ``compact_min``: see ``SIDECAR_COMPACT_MIN``.  ``clock``: the queue's
+    owner's time in Unix ns (due times are written from it).
     """
 
-    def __init__(self, path, name, log, compact_min=SIDECAR_COMPACT_MIN):
+    def __init__(self, path, name, log, compact_min=SIDECAR_COMPACT_MIN, clock=time.time_ns):
         self.path = path
+        self._now_ns = clock  # the queue owner's clock (Unix ns)
         self.name = name
         self.log = log
         self.compact_min = compact_min
@@ -67,7 +69,7 @@ class DeferredSidecar:
 
     def add(self, records):
         """Record ``(file num, pos, msg)`` of deferred records just written; appends their lines."""
-        now = time.time_ns()
+        now = self._now_ns()
         lines = []
         for fnum, pos, msg in records:
             due = now + msg.deferred_ns

@@ -83,10 +83,11 @@ class DiskQueue(Backend):
     ``min_msg_size``/``max_msg_size`` bound the record payload (the message
     header, :data:`MSG_HEADER_LENGTH` bytes, + body), as nsqd passes them: the
     header's size and --max-msg-size + that.
-    ``sync_timeout`` is in seconds.
+    ``sync_timeout`` is in seconds.  ``clock`` reads the owner's time in Unix ns
+    (a broker's :class:`~nsqd_threaded.internal.clock.Clock`, which a test may skip).
 
     Deferred messages: :meth:`put` stores a message whose ``deferred_ns`` is
-    > 0 as due at ``time.time_ns() + deferred_ns`` (Unix ns, so it survives a
+    > 0 as due at ``clock() + deferred_ns`` (Unix ns, so it survives a
     restart), recorded in the sidecar file by record position and message ID
     (:class:`~nsqd_threaded.storage.deferred.DeferredSidecar`);
     :meth:`get` hands it back with ``deferred_ns`` set to the delay remaining
@@ -112,8 +113,10 @@ class DiskQueue(Backend):
         sync_every=2500,
         sync_timeout=2.0,
         logger=None,
+        clock=time.time_ns,
     ):
         self.name = name
+        self._now_ns = clock  # the owner's clock (Unix ns): deferred records' due times
         self.data_path = data_path
         self._file_prefix = os.path.join(data_path, "%s.diskqueue." % name)  # file_name() is on the hot path
         self.max_bytes_per_file = max_bytes_per_file
@@ -142,7 +145,8 @@ class DiskQueue(Backend):
         self._complete_sizes = {}  # file num -> size at the roll (files rolled by this process)
 
         # Deferred due times; SIDECAR_COMPACT_MIN is looked up here, when the queue opens.
-        self._sidecar = DeferredSidecar(self.deferred_file_name, name, self.log, SIDECAR_COMPACT_MIN)
+        self._sidecar = DeferredSidecar(self.deferred_file_name, name, self.log, SIDECAR_COMPACT_MIN,
+                                        clock)
 
         self._retrieve_meta_data()
         self._recover_write_file()
@@ -388,7 +392,7 @@ class DiskQueue(Backend):
                     entry = dtake((rf, base + p), None)
                     if entry is not None and entry[0] == msg_id:
                         if now is None:
-                            now = time.time_ns()
+                            now = self._now_ns()
                         if entry[1] > now:
                             msg.deferred_ns = entry[1] - now
                 out.append(msg)

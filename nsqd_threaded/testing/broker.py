@@ -50,7 +50,10 @@ class Broker(ServedBroker):
         return self
 
     def _options(self, tcp_address=None, http_address=None):
-        values = {"tcp_address": "%s:0" % LOCALHOST, "http_address": "%s:0" % LOCALHOST, "channel_peek": True}
+        # time_skipping: advance() moves the broker's clock (real time until a test does);
+        # channel_peek: messages() and GET /channel/peek.
+        values = {"tcp_address": "%s:0" % LOCALHOST, "http_address": "%s:0" % LOCALHOST,
+                  "time_skipping": True, "channel_peek": True}
         values.update(self._values)
         values["data_path"] = self.data_path
         if tcp_address is not None:
@@ -112,6 +115,21 @@ class Broker(ServedBroker):
         if not self.running:
             raise RuntimeError("broker is not running")
         return messages_in_process(self.nsqd, topic, channel)
+
+    # -- time skipping -----------------------------------------------------------
+
+    def advance(self, seconds=None):
+        """Move the broker's clock forward by ``seconds`` (None: to its next deadline) and return
+        once what fell due is done: timed-out in-flight messages requeued, due deferred and
+        REQ-delayed messages ready, and each taken by a consumer with a free RDY slot.
+        Returns the seconds skipped (0.0 when nothing is pending).  See ``NSQD.advance``."""
+        if not self.running:
+            raise RuntimeError("broker is not running")
+        return self.nsqd.advance(seconds)
+
+    def next_deadline_in(self):
+        """Seconds of the broker's clock to its next in-flight timeout or deferred due time; None if none."""
+        return self.nsqd.next_deadline_in()
 
     def __repr__(self):
         state = "running" if self.running else "stopped"

@@ -63,6 +63,25 @@ class Cluster:
                                    % (sorted(wanted), self.lookupd.nodes()))
             time.sleep(0.005)  # polling with a deadline: nothing to wait on across processes
 
+    def advance(self, seconds=None):
+        """Move every member's clock (the lookupd's and each running broker's) forward by
+        ``seconds``; None: by the seconds to the earliest deadline of any member (0.0, and
+        nothing moves, when none has one): a broker's timeouts and due times, the lookupd's
+        tombstones (not its producers' inactivity: the brokers ping it).  Returns once each member's :meth:`Broker.advance`
+        did and the lookupd lists every running broker again (a broker pings its lookupds after a
+        skip, as it would have in the skipped time); returns the seconds skipped."""
+        members = [self.lookupd] + [b for b in self.brokers if b.running]
+        if seconds is None:
+            dues = [self.lookupd.next_deadline_in(tombstones_only=True)] + [m.next_deadline_in() for m in members[1:]]
+            pending = [s for s in dues if s is not None]
+            if not pending:
+                return 0.0
+            seconds = min(pending)
+        for member in members:  # the lookupd first: each broker then pings it (see NSQD's advance)
+            member.advance(seconds)
+        self.wait_registered()  # the lookupd lists the brokers again (their pings after the skip)
+        return seconds
+
     def stop(self):
         errors = []
         for broker in reversed(self.brokers):

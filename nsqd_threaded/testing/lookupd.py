@@ -35,6 +35,7 @@ class Lookupd(Served):
         from ..lookupd import NSQLookupd
 
         overrides = dict(self._overrides)
+        overrides.setdefault("time_skipping", True)  # for advance(): real time until a test moves it
         if self._tcp_address is not None:  # a restart: the same ports
             overrides.setdefault("tcp_address", address_text(self._tcp_address))
             overrides.setdefault("http_address", address_text(self._http_address))
@@ -63,6 +64,20 @@ class Lookupd(Served):
 
     def __repr__(self):
         return "<Lookupd tcp=%s http=%s %s>" % (self.tcp_addr, self.http_addr, "running" if self.running else "stopped")
+
+    def advance(self, seconds=None):
+        """Move the lookupd's clock forward by ``seconds`` (None: to its next deadline): producers
+        not heard from within ``inactive_producer_timeout`` and tombstones older than
+        ``tombstone_lifetime`` are gone from its answers.  Returns the seconds skipped (0.0 when
+        nothing is pending).  See ``NSQLookupd.advance``."""
+        if not self.running:
+            raise RuntimeError("lookupd is not running")
+        return self.lookupd.advance(seconds)
+
+    def next_deadline_in(self, tombstones_only=False):
+        """Seconds of the lookupd's clock until a producer goes inactive or a tombstone expires; None if none
+        (``tombstones_only``: leave out the producers, which ping)."""
+        return self.lookupd.next_deadline_in(tombstones_only)
 
     @property
     def db(self):

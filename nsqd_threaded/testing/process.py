@@ -13,6 +13,7 @@ import weakref
 from .flags import resolve_options, values_to_flags
 from .served import LOCALHOST, TEMP_PREFIX, ServedBroker, logged_address
 from .waiting import messages_over_http, wait_over_http
+from .skipping import http_advance, http_next_deadline_in
 
 __all__ = ["BrokerProcess"]
 
@@ -49,7 +50,7 @@ class BrokerProcess(ServedBroker):
     ):
         self._init_broker(resolve_options(flags, options), log_stream, tmp_dir)  # checks the flags first
         self._flags = list(flags) + values_to_flags({k: self._values[k] for k in options})
-        self._default_command = not command
+        self._default_command = not command  # ours: the test-only flags below are given (another may lack them)
         self.command = list(command) if command else [sys.executable, "-m", "nsqd_threaded"]
         self._env = env
         self.start_timeout = start_timeout
@@ -87,8 +88,11 @@ class BrokerProcess(ServedBroker):
             args.append("--http-address=%s:%d" % (LOCALHOST, port))
         if self._own_data_path:
             args.append("--data-path=%s" % self.data_path)
-        if self._default_command and "channel_peek" not in self._values:
-            args.append("--channel-peek=true")  # for messages(); a test broker, as Broker's
+        if self._default_command:  # a test broker, as Broker's
+            if "channel_peek" not in self._values:
+                args.append("--channel-peek=true")  # for messages()
+            if "time_skipping" not in self._values:
+                args.append("--time-skipping=true")  # for advance()
         return args + self._flags
 
     def _spawn(self):
@@ -208,6 +212,16 @@ class BrokerProcess(ServedBroker):
         """:meth:`Broker.messages <nsqd_threaded.testing.Broker.messages>` over HTTP
         (``GET /channel/peek``, which the default command serves; whole bodies)."""
         return messages_over_http(self, topic, channel)
+    # -- time skipping -----------------------------------------------------------
+
+    def advance(self, seconds=None):
+        """:meth:`Broker.advance` over ``POST /debug/time/skip`` (the child runs with ``--time-skipping``).
+        RuntimeError for a broker that cannot skip time (another ``command``, such as Go's nsqd)."""
+        return http_advance(self._http_address, seconds, repr(self))
+
+    def next_deadline_in(self):
+        """:meth:`Broker.next_deadline_in` over ``GET /debug/time``."""
+        return http_next_deadline_in(self._http_address, repr(self))
 
     # -- state -----------------------------------------------------------------
 

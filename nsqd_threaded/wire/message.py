@@ -59,6 +59,7 @@ class Message:
     def __init__(self, msg_id, body, timestamp=None, attempts=0, deferred_ns=0):
         self.id = msg_id
         self.body = body
+        # (A broker always passes its clock's time: the default serves tools and tests.)
         self.timestamp = time.time_ns() if timestamp is None else timestamp
         self.attempts = attempts
         self.deferred_ns = deferred_ns

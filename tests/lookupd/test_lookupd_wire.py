@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from nsqd_threaded.internal.clock import Clock
 from nsqd_threaded.lookupd.registration_db import (
     CLIENT,
     GO_ZERO_TIME_NS,
@@ -170,7 +171,7 @@ def test_go_json_escapes_like_go():
 
 
 def peer(peer_id="127.0.0.1:50000", **fields):
-    return PeerInfo(peer_id, dict(PEER, **fields))
+    return PeerInfo(peer_id, dict(PEER, **fields), Clock())
 
 
 def test_add_and_remove_producers():
@@ -225,8 +226,8 @@ def test_filter_active_inactivity_and_tombstones():
     a.last_update_mono = now - 301
     assert [p.peer for p in filter_active(producers, 300, 45, now)] == [b]
     db.tombstone("t", "127.0.0.1:2")
-    assert filter_active(producers, 300, 45) == []
-    assert filter_active(producers, 300, 0) == [producers[1]]  # a zero lifetime ignores tombstones
+    assert filter_active(producers, 300, 45, time.monotonic()) == []
+    assert filter_active(producers, 300, 0, time.monotonic()) == [producers[1]]  # a zero lifetime ignores tombstones
     # the tombstone ends with its lifetime
     assert filter_active(producers, 300, 45, time.monotonic() + 46) == [producers[1]]
 
