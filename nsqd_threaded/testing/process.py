@@ -11,6 +11,7 @@ import threading
 import weakref
 
 from .flags import resolve_options, values_to_flags
+from .forkserver import ForkServer
 from .served import LOCALHOST, TEMP_PREFIX, ServedBroker, logged_address
 
 __all__ = ["BrokerProcess"]
@@ -23,8 +24,10 @@ class BrokerProcess(ServedBroker):
 
     ``BrokerProcess(*flags, command=None, tmp_dir=None, env=None, log_stream=None,
     start_timeout=10.0, stop_timeout=10.0, **options)``.  ``command`` defaults to
-    ``[sys.executable, "-m", "nsqd_threaded"]`` (any nsqd-compatible command works:
-    readiness is read from its ``TCP: listening on`` / ``HTTP: listening on`` log
+    ``[sys.executable, "-m", "nsqd_threaded"]``, which is not exec'd but forked by this
+    process's :class:`~nsqd_threaded.testing.forkserver.ForkServer` (the same command,
+    already imported: see there); any nsqd-compatible command works and is exec'd
+    (readiness is read from its ``TCP: listening on`` / ``HTTP: listening on`` log
     lines).  :meth:`start` returns once both listeners are bound; :meth:`kill` is a
     crash (SIGKILL, data directory kept); :meth:`restart` starts it again on the same
     ports; :meth:`stop` is a graceful SIGTERM and removes the temporary data.
@@ -49,6 +52,7 @@ class BrokerProcess(ServedBroker):
         self._init_broker(resolve_options(flags, options), log_stream, tmp_dir)  # checks the flags first
         self._flags = list(flags) + values_to_flags({k: self._values[k] for k in options})
         self.command = list(command) if command else [sys.executable, "-m", "nsqd_threaded"]
+        self._forked = not command  # the default command comes from the fork server
         self._env = env
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -97,14 +101,17 @@ class BrokerProcess(ServedBroker):
         offset = self._log.tell()
         self._log.reopen()
         self._log.write("--- started: %s\n" % " ".join(args))
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
-            close_fds=True,
-        )
+        if self._forked:
+            proc = ForkServer.shared().spawn(args[len(self.command):], env)
+        else:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=env,
+                close_fds=True,
+            )
         self.proc = proc
         self._finalizer = weakref.finalize(self, _kill_quietly, proc)
         self._reader = threading.Thread(
