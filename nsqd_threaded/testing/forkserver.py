@@ -101,7 +101,7 @@ class ForkServer:
         err_read, err_write = os.pipe()
         try:
             with self._lock:
-                self._ensure_started()
+                self._start_locked()
                 try:
                     socket.send_fds(self._requests, [request], [theirs.fileno(), err_write])
                 except OSError as e:
@@ -121,7 +121,13 @@ class ForkServer:
             raise
         return child
 
-    def _ensure_started(self):
+    def start(self):
+        """Start the fork server unless it runs (:meth:`spawn` does it when needed); returns it."""
+        with self._lock:
+            self._start_locked()
+        return self
+
+    def _start_locked(self):
         if self.running:
             return
         self._close_locked()
