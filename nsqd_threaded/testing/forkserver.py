@@ -18,7 +18,8 @@ The requests go over a ``SOCK_SEQPACKET`` socket pair, one message each
 two descriptors: the write end of the broker's stderr pipe, and the fork
 server's end of a status socket pair whose other end the test process keeps).
 On the status socket the fork server writes ``pid N`` after the fork and
-``exit STATUS`` (a ``waitpid`` status) once it has reaped the broker process.
+``exit STATUS CPU`` (a ``waitpid`` status, and the user + system seconds it used)
+once it has reaped the broker process.
 When the test process goes away (even by SIGKILL) the request socket reads
 EOF: the fork server SIGKILLs the broker processes it still has, reaps them and
 exits, so nothing outlives the test process.
@@ -186,6 +187,7 @@ class ForkedProcess:
         self._lock = threading.Lock()
         self.pid = None
         self.returncode = None
+        self.cpu_seconds = None  # its user + system CPU time, once it has exited
 
     def _read_line(self, timeout):
         """The next line from the fork server, or None at ``timeout`` (None: wait as long as it takes)."""
@@ -219,7 +221,9 @@ class ForkedProcess:
             if self.returncode is None:
                 line = self._read_line(timeout)
                 if line is not None:
-                    status = int(line.split()[1])
+                    fields = line.split()
+                    status = int(fields[1])
+                    self.cpu_seconds = float(fields[2]) if len(fields) > 2 else None
                     self.returncode = _exit_code(status) if status >= 0 else -signal.SIGKILL
                     if self._status is not None:
                         self._status.close()
@@ -335,7 +339,7 @@ def _reap(children, wait):
     """Collect exited broker processes and report each status (``wait``: for one, blocking)."""
     while children:
         try:
-            pid, status = os.waitpid(-1, 0 if wait else os.WNOHANG)
+            pid, status, usage = os.wait4(-1, 0 if wait else os.WNOHANG)
         except ChildProcessError:
             children.clear()
             return
@@ -344,7 +348,7 @@ def _reap(children, wait):
         sock = children.pop(pid, None)
         if sock is not None:
             try:
-                sock.sendall(b"exit %d\n" % status)
+                sock.sendall(b"exit %d %.6f\n" % (status, usage.ru_utime + usage.ru_stime))
             except OSError:
                 pass  # the test process stopped listening
             sock.close()

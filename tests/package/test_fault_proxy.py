@@ -19,8 +19,8 @@ def broker(tmp_path):
 
 
 def channel_stats(broker, topic, channel):
-    for t in broker.stats(topic=topic)["topics"]:
-        for c in t["channels"]:
+    for t in broker.stats(topic=topic)["topics"] or []:
+        for c in t["channels"] or []:
             if c["channel_name"] == channel:
                 return c
     return None
