@@ -231,6 +231,11 @@ class ForkedProcess:
             return self.returncode
 
     def poll(self):
+        """The exit code once it has exited, else None (without waiting, as Popen's: not even for a
+        thread in :meth:`wait`)."""
+        if not self._lock.acquire(False):
+            return self.returncode
+        self._lock.release()
         return self._collect(0)
 
     def wait(self, timeout=None):
@@ -296,6 +301,7 @@ def serve():
     os.dup2(null, 0)
     os.close(null)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's ^C is for the test process
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # and the finally below ends the brokers
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     os.set_blocking(wake_read, False)
@@ -386,6 +392,7 @@ def _fork_one(request, fds, children, server_fds):
 def _run_broker(request, stderr_fd):
     """In the broker process: its stdio, environment and signals as an exec'd one would have, the command, exit."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.dup2(stderr_fd, 2)
     os.close(stderr_fd)
