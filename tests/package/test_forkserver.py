@@ -122,3 +122,34 @@ def test_a_fork_server_of_ones_own_ends_with_its_brokers(tmp_path):
     finally:
         child.close()
         server.close()
+
+
+def test_coverage_counts_the_lines_a_forked_broker_ran(tmp_path):
+    """Under ``coverage run`` with ``patch = subprocess`` (as scripts/test runs the suite), the fork
+    server is measured as a subprocess, and each broker process it forks saves its own data."""
+    coverage = pytest.importorskip("coverage")
+    import nsqd_threaded.cli
+
+    rc = tmp_path / "coveragerc"
+    rc.write_text("[run]\nbranch = false\nparallel = true\npatch = subprocess\ndata_file = %s\n"
+                  "include = %s\n" % (tmp_path / ".coverage", nsqd_threaded.cli.__file__))
+    script = tmp_path / "one_broker.py"
+    script.write_text(textwrap.dedent(
+        """
+        from nsqd_threaded.testing import BrokerProcess
+        with BrokerProcess(tmp_dir=%r) as nsqd:
+            assert nsqd.http("GET", "/ping") == (200, b"OK")
+        """ % str(tmp_path)))
+    subprocess.run([sys.executable, "-m", "coverage", "run", "--rcfile=%s" % rc, str(script)],
+                   check=True, timeout=120, cwd=str(tmp_path))
+    data = coverage.CoverageData(str(tmp_path / ".coverage"), suffix=None)
+    combiner = coverage.Coverage(config_file=str(rc))
+    combiner.combine()
+    combiner.save()
+    data.read()
+    lines = data.lines(nsqd_threaded.cli.__file__) or []
+    with open(nsqd_threaded.cli.__file__) as f:
+        source = f.read().splitlines()
+    # Only the command runs _prepare (the broker process: neither the script nor the fork server does).
+    prepare = next(i for i, line in enumerate(source, 1) if line.strip() == "tune_gc()")
+    assert prepare in lines
