@@ -365,6 +365,7 @@ def _reap(children, wait):
 def _fork_one(request, fds, children, server_fds):
     status_fd, stderr_fd = fds
     status = socket.socket(fileno=status_fd)
+    parsed = _parse_ahead(request["args"])
     pid = os.fork()
     if pid == 0:
         try:
@@ -374,7 +375,7 @@ def _fork_one(request, fds, children, server_fds):
                 os.close(fd)
             for sock in children.values():
                 sock.close()
-            code = _run_broker(request, stderr_fd)
+            code = _run_broker(request, parsed, stderr_fd)
         except BaseException:
             import traceback
 
@@ -389,7 +390,40 @@ def _fork_one(request, fds, children, server_fds):
         pass
 
 
-def _run_broker(request, stderr_fd):
+def _parse_ahead(args):
+    """The nsqd command line parsed here, before the fork: a click context, or None to leave it all
+    to the broker process's ``main()`` (a command name, help, a flag click rejects: ``main()`` then
+    says what the command says).  Parsing is the largest part of a broker process's own start
+    (click builds an object per flag): in a forked process it also copies every page it touches."""
+    from nsqd_threaded import cli
+
+    if not args or not args[0].startswith("-") or args[0] in ("--help", "-help", "-h"):
+        return None
+    try:
+        return cli.main.make_context("nsqd-threaded", list(args))
+    except BaseException:  # click's Exit (help), UsageError ...: the broker process says it itself
+        return None
+
+
+def _run_parsed(ctx):
+    """``main()`` from a context :func:`_parse_ahead` made: click's standalone handling of what runs."""
+    import click
+
+    try:
+        with ctx:
+            ctx.command.invoke(ctx)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    sys.exit(0)
+
+
+def _run_broker(request, parsed, stderr_fd):
     """In the broker process: its stdio, environment and signals as an exec'd one would have, the command, exit."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -411,7 +445,10 @@ def _run_broker(request, stderr_fd):
     sys.argv = [entry.__file__] + request["args"]
     code = 0
     try:
-        entry.main(request["args"])
+        if parsed is not None:
+            _run_parsed(parsed)
+        else:
+            entry.main(request["args"])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):

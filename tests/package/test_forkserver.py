@@ -153,3 +153,30 @@ def test_coverage_counts_the_lines_a_forked_broker_ran(tmp_path):
     # Only the command runs _prepare (the broker process: neither the script nor the fork server does).
     prepare = next(i for i, line in enumerate(source, 1) if line.strip() == "tune_gc()")
     assert prepare in lines
+
+
+@pytest.mark.parametrize("args", [
+    ["--no-such-flag"],
+    ["--mem-queue-size=many"],
+    ["--version"],
+    ["--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=/nonexistent/nsqd"],
+])
+def test_a_forked_broker_says_and_exits_as_the_command_does(args, tmp_path):
+    """The fork server parses the command line ahead of the fork; what the broker process then says
+    on stderr, and its exit status, are the exec'd command's."""
+    import re
+
+    def normal(text):
+        return re.sub(rb"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+", b"TIME", text)
+
+    server = ForkServer().start()
+    try:
+        forked = server.spawn(args, cwd=str(tmp_path))
+        said = forked.stderr.read()
+        code = forked.wait(30)
+        forked.close()
+    finally:
+        server.close()
+    executed = subprocess.run([sys.executable, "-m", "nsqd_threaded"] + args, cwd=str(tmp_path),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+    assert (code, normal(said)) == (executed.returncode, normal(executed.stderr))
