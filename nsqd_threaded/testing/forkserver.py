@@ -83,6 +83,13 @@ class ForkServer:
                 server = cls._shared = cls()
             return server
 
+    @staticmethod
+    def available():
+        """Whether this platform has what a fork server needs (Linux: fork, descriptors over
+        ``SOCK_SEQPACKET`` unix sockets); elsewhere ``BrokerProcess`` executes its command."""
+        return (sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(socket, "send_fds")
+                and hasattr(socket, "SOCK_SEQPACKET"))
+
     @property
     def pid(self):
         """The fork server's pid, or None before it started."""

@@ -52,7 +52,7 @@ class BrokerProcess(ServedBroker):
         self._init_broker(resolve_options(flags, options), log_stream, tmp_dir)  # checks the flags first
         self._flags = list(flags) + values_to_flags({k: self._values[k] for k in options})
         self.command = list(command) if command else [sys.executable, "-m", "nsqd_threaded"]
-        self._forked = not command  # the default command comes from the fork server
+        self._forked = not command and ForkServer.available()  # the default command is forked
         self._env = env
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout

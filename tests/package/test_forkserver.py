@@ -11,7 +11,7 @@ from nsqd_threaded.client import Consumer, Producer
 from nsqd_threaded.testing import Broker, BrokerProcess, ForkServer
 from support.core import wait_until
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the fork server needs fork")
+pytestmark = pytest.mark.skipif(not ForkServer.available(), reason="no fork server on this platform")
 
 
 def parent_pid(pid):
