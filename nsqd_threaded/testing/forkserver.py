@@ -13,6 +13,13 @@ process.  A broker process ends with ``os._exit`` once its command returns,
 after the atexit handlers (where coverage saves what it measured in it):
 the broker's stop has already flushed and closed everything it wrote.
 
+What a broker process still does itself is kept small, because in a forked
+process every page it touches is copied first: the fork server parses each
+command line before it forks (:func:`_parse_ahead`), and it froze what it had
+allocated out of the cyclic gc (whose passes would touch all of it).  The
+broker process widens its futex hash while it has one thread (the broker does
+it after starting its threads, where the kernel takes some 30 ms).
+
 The requests go over a ``SOCK_SEQPACKET`` socket pair, one message each
 (``send_fds``: the arguments, environment and working directory as JSON, with
 two descriptors: the write end of the broker's stderr pipe, and the fork
@@ -210,6 +217,8 @@ class ForkedProcess:
             if not data:  # the fork server ended without a status: it was killed
                 self._status.close()
                 self._status = None
+                if self.pid is not None:
+                    _kill_orphan(self.pid, remaining)
                 self._buffer += b"exit -1\n"
                 continue
             self._buffer += data
@@ -275,6 +284,24 @@ class ForkedProcess:
                 self._status.close()
                 self._status = None
         self.stderr.close()
+
+
+def _kill_orphan(pid, timeout):
+    """SIGKILL a broker process whose fork server died before it, and wait (up to ``timeout``, with a
+    pidfd where there is one) until it is gone: its ports are then free for a restart."""
+    try:
+        waiter = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+    except OSError:
+        return  # already gone
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if waiter is not None:
+        try:
+            select.select([waiter], [], [], 10.0 if timeout is None else max(timeout, 1.0))
+        finally:
+            os.close(waiter)
 
 
 def _exit_code(status):
@@ -445,7 +472,7 @@ def _run_broker(request, parsed, stderr_fd):
     os.chdir(request["cwd"])
     # While this process has one thread, widening its futex hash is a fraction of a millisecond;
     # the broker does it after starting its threads (server.idle.new_idle_watcher), where the
-    # kernel takes some 30 ms to move the waiters over: most of a forked broker's start.
+    # kernel takes some 30 ms to move the waiters over: then most of a forked broker's start.
     widen_futex_hash()
     from nsqd_threaded import __main__ as entry
 

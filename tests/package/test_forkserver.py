@@ -180,3 +180,16 @@ def test_a_forked_broker_says_and_exits_as_the_command_does(args, tmp_path):
     executed = subprocess.run([sys.executable, "-m", "nsqd_threaded"] + args, cwd=str(tmp_path),
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
     assert (code, normal(said)) == (executed.returncode, normal(executed.stderr))
+
+
+def test_a_broker_outlived_by_its_killed_fork_server_is_killed_too(tmp_path):
+    server = ForkServer().start()
+    child = server.spawn(["--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=%s" % tmp_path])
+    try:
+        assert b"TCP: listening on" in child.stderr.readline()
+        os.kill(server.pid, 9)  # no chance to end its brokers
+        assert child.wait(30) == -9
+        wait_until(lambda: gone(child.pid), 30, "the broker process to end")
+    finally:
+        child.close()
+        server.close()
