@@ -107,7 +107,7 @@ class ForkServer:
         return self._proc is not None and self._proc.poll() is None
 
     def spawn(self, args, env=None, cwd=None):
-        """Fork a process that runs ``python -m nsqd_threaded ARGS``: a :class:`ForkedProcess`."""
+        """Fork a process that runs the ``nsqd-threaded`` command with ``args``: a :class:`ForkedProcess`."""
         request = json.dumps({"args": list(args), "env": dict(os.environ if env is None else env),
                               "cwd": cwd or os.getcwd()}).encode()
         if len(request) > _MAX_REQUEST:
@@ -318,8 +318,7 @@ def serve():
     """The fork server's main loop (``python -c "...; serve()"``, the request socket on stdin)."""
     import gc
 
-    import nsqd_threaded.__main__  # noqa: F401 (what every broker process would import)
-    from nsqd_threaded import cli
+    from nsqd_threaded import cli  # what every broker process would import
 
     # A command line parsed once here warms what the first parse fills in (click's, the settings');
     # then everything allocated so far is frozen out of the cyclic gc, whose collections would
@@ -426,12 +425,12 @@ def _fork_one(request, fds, children, server_fds):
 
 def _parse_ahead(args):
     """The nsqd command line parsed here, before the fork: a click context, or None to leave it all
-    to the broker process's ``main()`` (a command name, help, a flag click rejects: ``main()`` then
-    says what the command says).  Parsing is the largest part of a broker process's own start
+    to the broker process's ``cli.main`` (help, a flag click rejects: it then says what the command
+    says).  Parsing is the largest part of a broker process's own start
     (click builds an object per flag): in a forked process it also copies every page it touches."""
     from nsqd_threaded import cli
 
-    if not args or not args[0].startswith("-") or args[0] in ("--help", "-help", "-h"):
+    if not args or args[0] in ("--help", "-help", "-h"):
         return None
     try:
         return cli.main.make_context("nsqd-threaded", list(args))
@@ -440,7 +439,7 @@ def _parse_ahead(args):
 
 
 def _run_parsed(ctx):
-    """``main()`` from a context :func:`_parse_ahead` made: click's standalone handling of what runs."""
+    """``cli.main`` from a context :func:`_parse_ahead` made: click's standalone handling of what runs."""
     import click
 
     try:
@@ -474,15 +473,15 @@ def _run_broker(request, parsed, stderr_fd):
     # the broker does it after starting its threads (server.idle.new_idle_watcher), where the
     # kernel takes some 30 ms to move the waiters over: then most of a forked broker's start.
     widen_futex_hash()
-    from nsqd_threaded import __main__ as entry
+    from nsqd_threaded import cli
 
-    sys.argv = [entry.__file__] + request["args"]
+    sys.argv = ["nsqd-threaded"] + request["args"]
     code = 0
     try:
         if parsed is not None:
             _run_parsed(parsed)
         else:
-            entry.main(request["args"])
+            cli.main(request["args"], prog_name="nsqd-threaded")
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
