@@ -145,9 +145,9 @@ class FaultProxy:
         with self._cond:
             conns, self._conns = self._conns, []
             self._finished.extend(conns)
+        self._event("reset", conns=len(conns))  # first: whoever sees an RST finds it already recorded
         for conn in conns:
             conn.close(reset=True)
-        self._event("reset", conns=len(conns))
         return len(conns)
 
     def cut(self):
