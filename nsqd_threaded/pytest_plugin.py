@@ -14,6 +14,10 @@ Fixtures:
   (:class:`~nsqd_threaded.testing.BrokerProcess`), to ``kill()`` and ``restart()``.
 * ``nsqlookupd``: an in-process nsqlookupd for the test (:class:`~nsqd_threaded.testing.Lookupd`);
   ``@pytest.mark.nsqlookupd(**overrides)`` sets its options (e.g. ``inactive_producer_timeout=1``).
+* ``fault_proxy``: ``fault_proxy(target, **toxics)`` puts a
+  :class:`~nsqd_threaded.testing.FaultProxy` in front of a broker (ours or Go's): the test
+  gives ``proxy.addr`` to its clients and stalls, delays or cuts their connections; closed
+  (every thread joined) at the end of the test.
 * ``nsq_cluster``: a lookupd and brokers registered with it (:class:`~nsqd_threaded.testing.Cluster`,
   three in-process brokers unless ``@pytest.mark.nsq_cluster(n=2, processes=True)`` says otherwise;
   the brokers take the ``nsqd`` flags and options, the lookupd the ``nsqlookupd`` marker's).
@@ -30,7 +34,7 @@ When a test fails, the log of each broker it used is attached to its report
 
 import pytest
 
-from .testing import Broker, BrokerProcess, Cluster, Lookupd
+from .testing import Broker, BrokerProcess, Cluster, FaultProxy, Lookupd
 
 _BROKERS = pytest.StashKey()  # item -> [(broker, log position at its start)]
 _SESSION = pytest.StashKey()  # config -> the session broker
@@ -143,6 +147,21 @@ def nsqd_process(request):
         return broker.start()
 
     yield from _running(flags, make)
+
+
+@pytest.fixture
+def fault_proxy():
+    """``fault_proxy(target, **toxics)``: a started FaultProxy to ``target`` (``"host:port"`` or a tuple)."""
+    proxies = []
+
+    def factory(target, **toxics):
+        proxy = FaultProxy(target, **toxics)
+        proxies.append(proxy)
+        return proxy.start()
+
+    yield factory
+    for proxy in reversed(proxies):
+        proxy.close()
 
 
 def _marker_kwargs(node, name):

@@ -20,9 +20,11 @@ Nothing here is module-global: any number of brokers of either kind can run at o
 
 from .broker import Broker
 from .cluster import Cluster
+from .faults import FaultProxy
 from .flags import resolve_options
+from .forkserver import ForkServer
 from .logs import LogBuffer
 from .lookupd import Lookupd
 from .process import BrokerProcess
 
-__all__ = ["Broker", "BrokerProcess", "Cluster", "Lookupd", "LogBuffer", "resolve_options"]
+__all__ = ["Broker", "BrokerProcess", "Cluster", "FaultProxy", "ForkServer", "Lookupd", "LogBuffer", "resolve_options"]

@@ -11,6 +11,7 @@ import threading
 import weakref
 
 from .flags import resolve_options, values_to_flags
+from .forkserver import ForkServer
 from .served import LOCALHOST, TEMP_PREFIX, ServedBroker, logged_address
 from .waiting import messages_over_http, wait_over_http
 from .skipping import http_advance, http_next_deadline_in
@@ -25,8 +26,10 @@ class BrokerProcess(ServedBroker):
 
     ``BrokerProcess(*flags, command=None, tmp_dir=None, env=None, log_stream=None,
     start_timeout=10.0, stop_timeout=10.0, **options)``.  ``command`` defaults to
-    ``[sys.executable, "-m", "nsqd_threaded"]`` (any nsqd-compatible command works:
-    readiness is read from its ``TCP: listening on`` / ``HTTP: listening on`` log
+    ``[sys.executable, "-m", "nsqd_threaded"]``, which is not exec'd but forked by this
+    process's :class:`~nsqd_threaded.testing.forkserver.ForkServer` (the same command,
+    already imported: see there); any nsqd-compatible command works and is exec'd
+    (readiness is read from its ``TCP: listening on`` / ``HTTP: listening on`` log
     lines).  :meth:`start` returns once both listeners are bound; :meth:`kill` is a
     crash (SIGKILL, data directory kept); :meth:`restart` starts it again on the same
     ports; :meth:`stop` is a graceful SIGTERM and removes the temporary data.
@@ -52,6 +55,7 @@ class BrokerProcess(ServedBroker):
         self._flags = list(flags) + values_to_flags({k: self._values[k] for k in options})
         self._default_command = not command  # ours: the test-only flags below are given (another may lack them)
         self.command = list(command) if command else [sys.executable, "-m", "nsqd_threaded"]
+        self._forked = not command and ForkServer.available()  # the default command is forked
         self._env = env
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -105,14 +109,17 @@ class BrokerProcess(ServedBroker):
         offset = self._log.tell()
         self._log.reopen()
         self._log.write("--- started: %s\n" % " ".join(args))
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
-            close_fds=True,
-        )
+        if self._forked:
+            proc = ForkServer.shared().spawn(args[len(self.command):], env)
+        else:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=env,
+                close_fds=True,
+            )
         self.proc = proc
         self._finalizer = weakref.finalize(self, _kill_quietly, proc)
         self._reader = threading.Thread(

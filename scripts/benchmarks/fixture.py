@@ -7,13 +7,18 @@ Three measurements, each printed as median / p90 / max in milliseconds:
 2. the pytest plugin's ``nsqd`` fixture: a generated test file with N tests that each ask for
    it, run in-process by pytest; the fixture's share of each test's setup and teardown is timed
    from inside the fixture chain (pytest's own per-test overhead is reported separately);
-3. ``BrokerProcess`` (a child ``nsqd-threaded``), fewer cycles: start = spawn until it listens.
+3. ``BrokerProcess`` (a child ``nsqd-threaded``, forked by the fork server), fewer cycles: start =
+   fork until it listens, stop = SIGTERM until reaped; then Go's nsqd the same way
+   (``BrokerProcess(command=[go_nsqd])``) when its binary is found, side by side: the median of
+   ``--process`` cycles after a first one, with the CPU time of this process and of the broker's.
 
 The goal is a median under 50 ms for the first two.  ``--check`` exits 1 if it is missed.
 """
 
 import argparse
 import os
+import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -109,19 +114,59 @@ def bench_plugin(n):
     return start, stop
 
 
-def bench_process(n):
-    starts, stops = [], []
-    for _ in range(n):
-        broker = BrokerProcess()
+def bench_process(n, command=None, name="BrokerProcess"):
+    """``n`` start/stop cycles after a first one (which starts the fork server, when there is one).
+
+    CPU time: the benchmark process's own, and the broker process's (for a forked one the fork
+    server reports it; for an exec'd one it is this process's reaped-children total)."""
+    starts, stops, cycles, own_cpu, child_cpu = [], [], [], [], []
+    for i in range(n + 1):
+        broker = BrokerProcess(command=command)
+        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         broker.start()
         t1 = time.perf_counter()
         broker.stop()
         t2 = time.perf_counter()
+        cpu = time.process_time() - cpu0
+        children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        child = getattr(broker.proc, "cpu_seconds", None)
+        if child is None:
+            child = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
+        if i == 0:
+            continue  # the first: imports here, and the fork server's start
         starts.append(t1 - t0)
         stops.append(t2 - t1)
-    summary("BrokerProcess.start() (spawn)", starts)
-    summary("BrokerProcess.stop() (SIGTERM)", stops)
+        cycles.append(t2 - t0)
+        own_cpu.append(cpu)
+        child_cpu.append(child)
+    summary(name + ".start()", starts)
+    summary(name + ".stop()", stops)
+    median = summary(name + " start+stop", cycles)
+    summary("  CPU: this process", own_cpu)
+    summary("  CPU: the broker process", child_cpu)
+    return median
+
+
+def go_nsqd(directory):
+    """Go's nsqd in ``directory`` (``--go``, else $NSQ_GO_BIN, else the reference location), or None."""
+    directory = directory or os.environ.get("NSQ_GO_BIN", "/work/shared/reference/go-nsq-1.3.0")
+    path = os.path.join(directory, "nsqd")
+    return path if os.access(path, os.X_OK) else None
+
+
+def bench_processes(args):
+    print("child-process broker (nsqd_threaded.testing.BrokerProcess, forked by the fork server), "
+          "median of %d after the first" % args.process)
+    ours = bench_process(args.process)
+    go = go_nsqd(args.go)
+    if go is None:
+        print("\n(Go's nsqd not found: --go DIR or $NSQ_GO_BIN for the comparison)")
+        return
+    print("\nGo's nsqd as a child process (BrokerProcess(command=[%s]))" % go)
+    theirs = bench_process(args.process, [go], "BrokerProcess(go)")
+    print("\nstart+stop: ours %.2f ms, Go's %.2f ms: %.2fx" % (ours, theirs, ours / theirs))
 
 
 def main():
@@ -129,15 +174,22 @@ def main():
     parser.add_argument("-n", type=int, default=200, help="in-process cycles and fixture tests (default 200)")
     parser.add_argument("--process", type=int, default=10, help="child-process cycles (default 10; 0 to skip)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a median is %g ms or more" % GOAL_MS)
+    parser.add_argument("--go", help="directory of Go's nsqd, for the child-process comparison (default: $NSQ_GO_BIN)")
+    parser.add_argument("--process-only", action="store_true", help="only the child-process brokers")
     args = parser.parse_args()
+    print("load average %.2f %.2f %.2f, %d CPUs, %s %s\n" % (os.getloadavg() + (os.cpu_count(),) + (
+        platform.python_implementation(), platform.python_version())))
+    if args.process_only:
+        bench_processes(args)
+        return
 
     print("in-process broker (nsqd_threaded.testing.Broker)")
     medians = list(bench_broker(args.n))
     print("\npytest plugin fixture `nsqd` (pytest run in-process)")
     medians += bench_plugin(args.n)
     if args.process:
-        print("\nchild-process broker (nsqd_threaded.testing.BrokerProcess)")
-        bench_process(args.process)
+        print()
+        bench_processes(args)
     ok = all(m < GOAL_MS for m in medians)
     print("\nfixture start/stop medians %s the %g ms goal" % ("meet" if ok else "MISS", GOAL_MS))
     if args.check and not ok:

@@ -26,7 +26,7 @@ The modules, from the bottom up:
 * ``history``: the JSON-lines histories;
 * ``network``: namespaces, veth pairs, the bridge, partitions (blackhole routes);
 * ``clients``: the client modes (producer, consumer, pynsq's Reader, lookupd watcher, HTTP);
-* ``proxy``: the userspace fault proxy and its toxics;
+* ``proxy``: the userspace fault proxy mode (the package's ``nsqd_threaded.testing.FaultProxy``);
 * ``checker``: lost, duplicates and why, recovery times;
 * ``cluster``: processes in the hosts (ours or Go's) and their fault controls;
 * ``scenarios``: the faults, one function each;

@@ -2,7 +2,7 @@
 
 ``_producer`` and ``_consumer`` drive the package's ``Producer`` and ``Consumer``, ``_pynsq_consumer``
 pynsq's ``Reader`` (a third-party client), ``_watch`` polls lookupd's ``/nodes`` and ``_http`` makes
-one HTTP request from a host.  The fault proxy (``_proxy``) is in :mod:`faultlib.proxy`."""
+one HTTP request from a host.  The fault proxy mode (``_proxy``) is in :mod:`faultlib.proxy`."""
 
 import json
 import os

@@ -10,7 +10,7 @@ import pytest
 
 from nsqd_threaded.client import Consumer, Producer
 from nsqd_threaded.settings.options import OptionError
-from nsqd_threaded.testing import Broker, BrokerProcess, resolve_options
+from nsqd_threaded.testing import Broker, BrokerProcess, ForkServer, resolve_options
 
 
 def fds():
@@ -298,6 +298,7 @@ def test_the_default_temporary_directory_is_removed():
 
 
 def test_process_broker_starts_when_ready_and_stops(tmp_root):
+    ForkServer.shared().start()  # the test process's one fork server stays: its socket is no leak
     before = snapshot()
     with BrokerProcess("--mem-queue-size=5", msg_timeout=2.5, tmp_dir=str(tmp_root)) as nsqd:
         assert nsqd.running and nsqd.pid != os.getpid()
