@@ -537,14 +537,13 @@ class BrokerCore:
 
     def _wait_deliveries(self):
         """Until no channel holds a message that a subscribed consumer with a free RDY slot
-        could take (its pump was woken by the requeue): polled, bounded."""
-        deadline = time.monotonic() + ADVANCE_DELIVERY_TIMEOUT  # real time: a bound on waiting for the pumps
-        pause = 0.0005
-        while any(c.owes_delivery() for t in self.topics() for c in t.channels()):
-            if time.monotonic() > deadline:
-                return
-            time.sleep(pause)  # (the pumps signal their consumers, not us: polled with a growing pause)
-            pause = min(pause * 2, 0.01)
+        could take (its pump was woken by the requeue): woken by each delivery through the
+        broker's :class:`~nsqd_threaded.broker.watch.StateWatch`, bounded."""
+
+        def delivered():
+            return None if any(c.owes_delivery() for t in self.topics() for c in t.channels()) else True
+
+        self.watch.wait_for(delivered, ADVANCE_DELIVERY_TIMEOUT)
 
 
 def _stored_json(own):
