@@ -41,20 +41,19 @@ Differences from go-diskqueue, all invisible in the files it reads:
 """
 
 import os
-import struct
 import time
 
 from .backend import Backend, BackendError
 from .deferred import SIDECAR_COMPACT_MIN, DeferredSidecar
-from .files import remove_quietly, replace_atomically, strerror, write_all
-from .meta_file import format_meta, parse_meta
-from .records import read_records
+from .files import replace_atomically, strerror
+from .meta_file import format_meta
+from . import records
+from .queue_files import DiskQueueFiles
+from .records import RECORD_LENGTH, read_records
 from ..wire.message import RECORD_HEADER, Message
 
-_LEN = struct.Struct(">i")  # a record's length prefix
-MSG_HEADER_LENGTH = RECORD_HEADER.size  # (26) the smallest record
+MSG_HEADERRECORD_LENGTHGTH = RECORD_HEADER.size  # (26) the smallest record
 
-READ_CHUNK = 256 * 1024  # bytes read per refill (more if one record is bigger)
 
 
 
@@ -77,11 +76,11 @@ else:  # pragma: no cover - Windows
         return os.read(fd, size)
 
 
-class DiskQueue(Backend):
+class DiskQueue(DiskQueueFiles, Backend):
     """A go-diskqueue compatible queue of messages in ``data_path``.
 
     ``min_msg_size``/``max_msg_size`` bound the record payload (the message
-    header, :data:`MSG_HEADER_LENGTH` bytes, + body), as nsqd passes them: the
+    header, :data:`MSG_HEADERRECORD_LENGTHGTH` bytes, + body), as nsqd passes them: the
     header's size and --max-msg-size + that.
     ``sync_timeout`` is in seconds.  ``clock`` reads the owner's time in Unix ns
     (a broker's :class:`~nsqd_threaded.internal.clock.Clock`, which a test may skip).
@@ -108,8 +107,8 @@ class DiskQueue(Backend):
         name,
         data_path,
         max_bytes_per_file,
-        min_msg_size=MSG_HEADER_LENGTH,
-        max_msg_size=1048576 + MSG_HEADER_LENGTH,
+        min_msg_size=MSG_HEADERRECORD_LENGTHGTH,
+        max_msg_size=1048576 + MSG_HEADERRECORD_LENGTHGTH,
         sync_every=2500,
         sync_timeout=2.0,
         logger=None,
@@ -191,7 +190,7 @@ class DiskQueue(Backend):
             raise BackendError("exiting")
         if not msgs:
             return
-        pack = _LEN.pack
+        pack = RECORD_LENGTH.pack
         lo, hi, max_bytes = self.min_msg_size, self.max_msg_size, self.max_bytes_per_file
         start_file, start_pos = self.write_file_num, self.write_pos
         fnum, pos = start_file, start_pos
@@ -337,9 +336,9 @@ class DiskQueue(Backend):
         Anything else (the end of the buffer, a bad or short record) stops it,
         and :meth:`_parse_records` takes that record.
         """
-        unpack_len = _LEN.unpack_from
+        unpack_len = RECORD_LENGTH.unpack_from
         append = out.append
-        floor = max(self.min_msg_size, MSG_HEADER_LENGTH)
+        floor = max(self.min_msg_size, MSG_HEADERRECORD_LENGTHGTH)
         hi = self.max_msg_size
         avail = len(buf)
         got = 0
@@ -376,18 +375,18 @@ class DiskQueue(Backend):
             if p + 4 > avail:
                 need = 4
                 break
-            size = _LEN.unpack_from(buf, p)[0]
+            size = RECORD_LENGTH.unpack_from(buf, p)[0]
             if size < lo or size > hi:
                 return p, took, need, "invalid message read size (%d)" % size
             end = p + 4 + size
             if end > avail:
                 need = 4 + size
                 break
-            if size >= MSG_HEADER_LENGTH and records and (not dmap or (rf, base + p) not in dmap):
+            if size >= MSG_HEADERRECORD_LENGTHGTH and records and (not dmap or (rf, base + p) not in dmap):
                 out.append(buf[p + 4 : end])
-            elif size >= MSG_HEADER_LENGTH:
+            elif size >= MSG_HEADERRECORD_LENGTHGTH:
                 ts, attempts, msg_id = unpack_header(buf, p + 4)
-                msg = Message(msg_id, buf[p + 4 + MSG_HEADER_LENGTH : end], ts, attempts)
+                msg = Message(msg_id, buf[p + 4 + MSG_HEADERRECORD_LENGTHGTH : end], ts, attempts)
                 if dmap:
                     entry = dtake((rf, base + p), None)
                     if entry is not None and entry[0] == msg_id:
@@ -416,7 +415,7 @@ class DiskQueue(Backend):
         Returns ``(buf, base, error)``: the old buffer kept on an error (a
         record running past the end of the file, a short or failed read).
         """
-        want = min(max(READ_CHUNK, need), limit - self.read_pos)
+        want = min(max(records.READ_CHUNK, need), limit - self.read_pos)
         if want <= 0:
             return b"", self.read_pos, None
         if want < need:
@@ -468,7 +467,7 @@ class DiskQueue(Backend):
     def _stored_records(self, num, pos, end, count=None):
         """peek's reading of file ``num`` (:func:`~.records.read_records`); a failure is logged."""
         try:
-            yield from read_records(self.file_name(num), pos, end, max(self.min_msg_size, MSG_HEADER_LENGTH),
+            yield from read_records(self.file_name(num), pos, end, max(self.min_msg_size, MSG_HEADERRECORD_LENGTHGTH),
                                     self.max_msg_size, count)
         except OSError as e:
             self.log.error("DISKQUEUE(%s) failed to read %s for a peek - %s", self.name, self.file_name(num), e)
@@ -672,267 +671,3 @@ class DiskQueue(Backend):
         return self.read_file_num
 
     # -- startup ------------------------------------------------------------
-
-    def _retrieve_meta_data(self):
-        try:
-            with open(self.meta_file_name, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            self.log.error("DISKQUEUE(%s) failed to retrieveMetaData - %s", self.name, e)
-            return
-        fields, err = parse_meta(data)
-        names = ("_depth", "read_file_num", "read_pos", "write_file_num", "write_pos")
-        for attr, value in zip(names[1:], fields[1:]):
-            setattr(self, attr, value)
-        if err is None:
-            self._depth = fields[0]  # as Go: depth only when the whole file parsed
-        else:
-            self.log.error("DISKQUEUE(%s) failed to retrieveMetaData - %s", self.name, err)
-
-    def _recover_write_file(self):
-        """The write file is larger than the metadata says (crash before the last sync).
-
-        As Go: new writes go to the next file and the reader consumes the
-        stale one up to its real size.  Beyond Go: the records found past
-        writePos are added to depth, a chain of such files is followed, and
-        this also runs when the metadata file was missing.
-        """
-        while True:
-            path = self.file_name(self.write_file_num)
-            try:
-                size = os.stat(path).st_size
-            except OSError:
-                return
-            if size <= self.write_pos:
-                return
-            self.log.warn(
-                "DISKQUEUE(%s) %s metadata writePos %d < file size of %d, skipping to new file",
-                self.name,
-                path,
-                self.write_pos,
-                size,
-            )
-            self._depth += self._count_records(path, self.write_pos, size)
-            self.write_file_num += 1
-            self.write_pos = 0
-            self._need_sync = True
-
-    def _count_records(self, path, pos, size):
-        count = 0
-        try:
-            with open(path, "rb") as f:
-                f.seek(pos)
-                buf = b""
-                p = 0
-                while pos < size:
-                    if len(buf) - p < 4:
-                        buf = buf[p:] + f.read(READ_CHUNK)
-                        p = 0
-                        if len(buf) < 4:
-                            break
-                    n = _LEN.unpack_from(buf, p)[0]
-                    if n < self.min_msg_size or n > self.max_msg_size or pos + 4 + n > size:
-                        break
-                    p += 4 + n
-                    pos += 4 + n
-                    count += 1
-                    if p > len(buf):
-                        f.seek(pos)
-                        buf, p = b"", 0
-        except OSError as e:
-            self.log.error("DISKQUEUE(%s) failed to scan %s - %s", self.name, path, e)
-        return count
-
-    # -- write side ---------------------------------------------------------
-
-    def _open_write_file(self, file_num, pos):
-        fd = os.open(self.file_name(file_num), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            if os.fstat(fd).st_size > pos:
-                # Only the leftovers of a failed write can lie past writePos.
-                try:
-                    os.ftruncate(fd, pos)
-                except OSError:
-                    pass
-            os.lseek(fd, pos, os.SEEK_SET)
-        except OSError:
-            os.close(fd)
-            raise
-        return fd
-
-    def _write_segments(self, start_file, start_pos, segments):
-        created = []
-        wrote_start = False
-        num = segments[0][0]
-        op = "open"
-        try:
-            for num, pos, parts in segments:  # (a path is built only for an error)
-                if num != start_file and self._must_roll():
-                    op = "sync"
-                    self._roll_write_file(num)
-                if self._wfd is None:
-                    op = "open"
-                    self._wfd = self._open_write_file(num, pos)
-                    if num != start_file:
-                        created.append(num)
-                    self._write_file_opened(self._wfd, num)
-                op = "write"
-                if num == start_file:
-                    wrote_start = True
-                write_all(self._wfd, b"".join(parts))
-        except OSError as e:
-            path = self.file_name(num - 1 if op == "sync" else num)
-            # Nothing of the batch counts: drop what reached the files.
-            self._close_write_file()
-            if wrote_start:
-                try:
-                    os.truncate(self.file_name(start_file), start_pos)
-                except OSError:
-                    pass
-            for num in created:
-                remove_quietly(self.file_name(num))
-            self._write_failed((start_file, start_pos))
-            raise BackendError("%s %s: %s" % (op, path, strerror(e)))
-
-    def _roll_write_file(self, new_num):
-        """The writer moves on to file ``new_num``: fsync the finished file (failure logged)."""
-        self._fsync_logged()
-        self._close_write_file()
-
-    def _fsync_logged(self):
-        if self._wfd is not None:
-            try:
-                os.fsync(self._wfd)
-            except OSError as e:
-                self.log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
-
-    def _close_write_file(self):
-        if self._wfd is not None:
-            try:
-                os.close(self._wfd)
-            except OSError:
-                pass
-            self._wfd = None
-
-    # -- read side ------------------------------------------------------------
-
-    def _open_read_file(self):
-        """Open the read file; on failure handle it as a read error and return False."""
-        path = self.file_name(self.read_file_num)
-        try:
-            self._rfd = os.open(path, os.O_RDONLY)
-        except OSError as e:
-            self._handle_read_error("open %s: %s" % (path, strerror(e)))
-            return False
-        self._rsize = None
-        self._rbuf, self._rbuf_start = b"", self.read_pos
-        return True
-
-    def _read_file_size(self):
-        if self._rsize is None:
-            try:
-                self._rsize = os.fstat(self._rfd).st_size
-            except OSError:
-                self._rsize = self.max_bytes_per_file
-        return self._rsize
-
-    def _close_read_file(self):
-        if self._rfd is not None:
-            try:
-                os.close(self._rfd)
-            except OSError:
-                pass
-            self._rfd = None
-        self._rsize = None
-        self._rbuf = b""
-
-    def _finish_read_file(self):
-        """The read file is fully consumed: delete it and move to the next one."""
-        self._close_read_file()
-        num = self.read_file_num
-        self._read_file_consumed(num)
-        self._complete_sizes.pop(num, None)
-        self.read_file_num = num + 1
-        self.read_pos = 0
-        self._need_sync = True
-        self._sidecar.prune(self._first_live_file())  # deferred entries of the files left
-
-    def _handle_read_error(self, err):
-        num = self.read_file_num
-        bad = self.file_name(num)
-        self.log.error("DISKQUEUE(%s) reading at %d of %s - %s", self.name, self.read_pos, bad, err)
-        self._close_read_file()
-        if num == self.write_file_num:
-            # The current write file cannot be read: skip it for writes too.
-            self._close_write_file()
-            self.write_file_num += 1
-            self.write_pos = 0
-        bad_rename = bad + ".bad"
-        self.log.warn("DISKQUEUE(%s) jump to next file and saving bad file as %s", self.name, bad_rename)
-        self._set_aside_bad_file(num)
-        self._complete_sizes.pop(num, None)
-        self.read_file_num = num + 1
-        self.read_pos = 0
-        self._need_sync = True
-        self._sidecar.prune(self._first_live_file())
-        self._check_tail_corruption()
-
-    def _check_tail_corruption(self):
-        rf, rp, wf, wp = self.read_file_num, self.read_pos, self.write_file_num, self.write_pos
-        if rf < wf or (rf == wf and rp < wp):
-            return
-        if self._depth != 0:
-            if self._depth < 0:
-                self.log.error(
-                    "DISKQUEUE(%s) negative depth at tail (%d), metadata corruption, resetting 0...",
-                    self.name,
-                    self._depth,
-                )
-            else:
-                self.log.error(
-                    "DISKQUEUE(%s) positive depth at tail (%d), data loss, resetting 0...", self.name, self._depth
-                )
-            self._depth = 0
-            self._need_sync = True
-        if rf != wf or rp != wp:
-            if rf > wf:
-                self.log.error(
-                    "DISKQUEUE(%s) readFileNum > writeFileNum (%d > %d), corruption, "
-                    "skipping to next writeFileNum and resetting 0...",
-                    self.name,
-                    rf,
-                    wf,
-                )
-            if rp > wp:
-                self.log.error(
-                    "DISKQUEUE(%s) readPos > writePos (%d > %d), corruption, "
-                    "skipping to next writeFileNum and resetting 0...",
-                    self.name,
-                    rp,
-                    wp,
-                )
-            self._skip_to_next_rw_file()
-            self._need_sync = True
-
-    def _skip_to_next_rw_file(self, emptying=False):
-        self._close_read_file()
-        self._close_write_file()
-        first = self._first_file_to_remove(emptying)
-        for num in range(first, self.write_file_num + 1):
-            path = self.file_name(num)
-            try:
-                os.remove(path)
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                self.log.error("DISKQUEUE(%s) failed to remove data file - %s", self.name, e)
-        self._complete_sizes.clear()
-        self.write_file_num += 1
-        self.write_pos = 0
-        self.read_file_num = self.write_file_num
-        self.read_pos = 0
-        self._depth = 0
-        if self._sidecar.in_use():
-            self._sidecar.drop()

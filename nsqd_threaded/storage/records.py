@@ -11,8 +11,10 @@ import struct
 
 from ..wire.message import RECORD_HEADER, Message
 
-_LEN = struct.Struct(">i")  # a record's length prefix
-READ_CHUNK = 256 * 1024  # bytes read at a time (more if one record is bigger)
+RECORD_LENGTH = struct.Struct(">i")  # a record's length prefix
+# Bytes read at a time (more if one record is bigger): by the queue's reader, its recovery
+# scan and a peek alike (read as ``records.READ_CHUNK``, so that a test can make it small).
+READ_CHUNK = 256 * 1024
 
 
 def read_records(path, pos, end, min_size, max_size, count=None):
@@ -33,12 +35,12 @@ def read_records(path, pos, end, min_size, max_size, count=None):
         buf, base = b"", pos
         while pos < end and (count is None or count > 0):
             p = pos - base
-            need = 4 if len(buf) - p < 4 else 4 + _LEN.unpack_from(buf, p)[0]
+            need = 4 if len(buf) - p < 4 else 4 + RECORD_LENGTH.unpack_from(buf, p)[0]
             if len(buf) - p < need:
                 buf, base, p = os.pread(fd, min(max(READ_CHUNK, need), end - pos), pos), pos, 0
                 if len(buf) < 4:
                     return
-            size = _LEN.unpack_from(buf, p)[0]
+            size = RECORD_LENGTH.unpack_from(buf, p)[0]
             if size < min_size or size > max_size or pos + 4 + size > end or p + 4 + size > len(buf):
                 return
             timestamp, attempts, msg_id = RECORD_HEADER.unpack_from(buf, p + 4)

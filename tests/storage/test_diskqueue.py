@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from nsqd_threaded.storage import diskqueue as dq_mod
+from nsqd_threaded.storage import records as records_mod
 from nsqd_threaded.storage.backend import BackendError
 from nsqd_threaded.storage.diskqueue import DiskQueue
 from nsqd_threaded.storage.meta_file import parse_meta
@@ -243,7 +243,7 @@ def test_reads_see_unsynced_writes_interleaved(env):
 
 
 def test_buffered_reads_large_and_many_records(env, monkeypatch):
-    monkeypatch.setattr(dq_mod, "READ_CHUNK", 1000)  # records straddle every refill
+    monkeypatch.setattr(records_mod, "READ_CHUNK", 1000)  # records straddle every refill
     q = env.open(max_bytes_per_file=50000)
     bodies = [bytes([65 + i % 26]) * (i * 37 % 400) for i in range(300)]
     bodies[100] = b"L" * 5000  # bigger than a refill

@@ -4,7 +4,7 @@ import os
 import struct
 import time
 
-from nsqd_threaded.storage import diskqueue as dq_mod
+from nsqd_threaded.storage import records as records_mod
 
 from support.diskqueue import env, go_record, ids, mid, msg  # noqa: F401 (fixtures among them)
 
@@ -249,7 +249,7 @@ def test_read_file_past_write_file_is_reset(env):
 
 
 def test_recovery_follows_a_chain_of_unsynced_files(env, monkeypatch):
-    monkeypatch.setattr(dq_mod, "READ_CHUNK", 50)  # the record count scan straddles reads
+    monkeypatch.setattr(records_mod, "READ_CHUNK", 50)  # the record count scan straddles reads
     q = env.open(max_bytes_per_file=100)
     q.put([msg(0)])
     q.sync()
