@@ -19,6 +19,8 @@ import time
 
 import pytest
 
+from support.wire import wait_for
+
 JAVA_HELP = ("the spark tests need Java 17+ (`java` on PATH or JAVA_HOME): "
              "apt-get install openjdk-17-jre-headless (Debian/Ubuntu), then run scripts/test again")
 PYSPARK_HELP = "the spark tests need the spark extra: pip install -e '.[test,spark]' (scripts/test does)"
@@ -80,15 +82,8 @@ def spark(tmp_path_factory):
 
 
 def wait_until(predicate, timeout, what, interval=0.2):
-    """Poll ``predicate`` until true; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what() if callable(what) else what))
-        time.sleep(interval)  # polling with a deadline: Spark and nsqd are observed from outside
+    """:func:`support.wire.wait_for` polling every 0.2 s: Spark and nsqd are observed from outside."""
+    return wait_for(predicate, timeout, interval=interval, what=what)
 
 
 def channel_stats(broker, topic, channel):
