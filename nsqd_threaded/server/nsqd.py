@@ -134,7 +134,7 @@ class NSQD(BrokerCore):
 
     def _log_persisting(self):
         """Go's line before it writes nsqd.dat at start and at exit (not repeated for each change here)."""
-        self.log.info("NSQ: persisting topic/channel metadata to %s", os.path.join(self.data_path, "nsqd.dat"))
+        self.log.info("NSQ: persisting topic/channel metadata to %s", os.path.join(self.options.data_path, "nsqd.dat"))
 
     def _listen(self):
         options = self.options
