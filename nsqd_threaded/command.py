@@ -29,6 +29,7 @@ import threading
 import click
 
 from .broker.stats import runtime_name
+from .internal.gocompat import go_quote
 from .internal.logger import Logger
 from .settings import config
 from .settings.options import LOG_LEVELS, UNSUPPORTED, VERSION, OptionError, check_settings, table_fields
@@ -130,7 +131,8 @@ def param_name(setting):
 
 
 def help_text(setting):
-    """A setting's help with its default as Go prints it (zero values left out).
+    """A setting's help with its default as Go prints it (zero values left out, a string quoted as ``%q``:
+    to_nsq's delimiter shows as ``"\\n"``).
 
     An unbuilt feature shows the value in effect (``--snappy``: false), which
     is the only one it accepts, besides off or empty.
@@ -143,7 +145,7 @@ def help_text(setting):
         return text + " [not supported yet]"
     if default not in (None, "", (), 0, False):
         formatted = setting.kind.format(default)
-        text += ' (default "%s")' % formatted if setting.kind.type is str else " (default %s)" % formatted
+        text += " (default %s)" % (go_quote(formatted) if setting.kind.type is str else formatted)
     return text
 
 
