@@ -100,7 +100,7 @@ def test_pytest_fixtures(pytester):
     )
     result = pytester.runpytest("-p", "nsqd_threaded.pytest_plugin", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4, failed=1)
-    result.stdout.fnmatch_lines(["*Captured nsqlookupd log call*", "*nsqlookupd-threaded v*",
+    result.stdout.fnmatch_lines(["*Captured nsqlookupd log call*", "*nsqlookupd v* (built w/*",
                                  "*Captured nsqd log call*"])
 
 
