@@ -19,8 +19,6 @@ import time
 
 import pytest
 
-from support.wire import wait_for
-
 JAVA_HELP = ("the spark tests need Java 17+ (`java` on PATH or JAVA_HOME): "
              "apt-get install openjdk-17-jre-headless (Debian/Ubuntu), then run scripts/test again")
 PYSPARK_HELP = "the spark tests need the spark extra: pip install -e '.[test,spark]' (scripts/test does)"
@@ -83,6 +81,8 @@ def spark(tmp_path_factory):
 
 def wait_until(predicate, timeout, what, interval=0.2):
     """:func:`support.wire.wait_for` polling every 0.2 s: Spark and nsqd are observed from outside."""
+    from support.wire import wait_for  # (here: this file also runs as a script, where support is not a package)
+
     return wait_for(predicate, timeout, interval=interval, what=what)
 
 
