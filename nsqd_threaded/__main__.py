@@ -17,8 +17,13 @@ ambiguous):
 * ``versions``: this package's version, the versions of what it runs with
   (for the ``.pyz``, what it bundles) and the interpreter's;
 * ``--help`` (or ``help``) alone: the list of commands, then nsqd's flags.
+
+Any other first argument that is not a flag is a mistyped command (nsqd
+takes no positional argument): it is refused with the list of commands,
+exit 2, as a bad flag is.
 """
 
+import difflib
 import os
 import platform
 import sys
@@ -64,6 +69,27 @@ def commands_help():
     return "\n".join(lines)
 
 
+def command_names():
+    """Every first argument that names a command (short and Go names of the tools included)."""
+    from . import tools
+
+    names = ["nsqd", "nsqlookupd", "nsqadmin"]
+    for go_name, (_, short) in tools.COMMANDS.items():
+        names += [short, go_name]
+    return names + ["versions", "help"]
+
+
+def no_such_command(name):
+    """The three lines (usage, error, hint) for a first argument that names no command; exit status 2."""
+    names = command_names()
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = " (did you mean %s?)" % close[0] if close else ""
+    sys.stderr.write("Usage: nsqd-threaded [COMMAND] [FLAGS]   (commands: %s)\n" % ", ".join(names[:-1]))
+    sys.stderr.write("Error: no such command %r%s; without a command the flags are nsqd's.\n" % (name, hint))
+    sys.stderr.write("Try 'nsqd-threaded --help' for the commands and nsqd's flags.\n")
+    return 2
+
+
 def main(argv=None, bundle=None):
     """Dispatch on the first argument (see the module docstring); ``bundle`` is the .pyz's manifest."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -95,6 +121,8 @@ def main(argv=None, bundle=None):
         nsqadmin(args[1:] if command == "nsqadmin" else args, prog_name="nsqadmin-threaded")
     elif command == "versions" and len(args) == 1:
         print("\n".join(versions(bundle)))
+    elif command and not command.startswith("-") and command not in command_names():
+        sys.exit(no_such_command(command))
     else:
         from .cli import main as nsqd
 

@@ -55,7 +55,8 @@ def go_style_args(args):
 
 
 def version_line():
-    return command.version_line("nsqd-threaded")
+    """``nsqd v1.3.0 (built w/cpython3.11.7)``, Go's nsqd's line."""
+    return main.version_line()
 
 
 def given_flags(params):

@@ -22,13 +22,14 @@ holds the start/stop of a daemon's listening servers.
 """
 
 import dataclasses
-import platform
 import signal
 import socket
 import threading
 
 import click
 
+from .broker.stats import runtime_name
+from .internal.gocompat import go_quote
 from .internal.logger import Logger
 from .settings import config
 from .settings.options import LOG_LEVELS, UNSUPPORTED, VERSION, OptionError, check_settings, table_fields
@@ -53,7 +54,7 @@ class GoValue(click.ParamType):
 class GoFlagCommand(click.Command):
     """A daemon's command over its settings table; it first rewrites Go ``flag`` syntax.
 
-    Run, it prints :func:`version_line` for ``--version``, else calls
+    Run, it prints :meth:`version_line` for ``--version``, else calls
     ``serve(*resolve(params))``.
     """
 
@@ -62,7 +63,7 @@ class GoFlagCommand(click.Command):
 
         def run(**params):
             if params.get("version"):
-                click.echo(version_line(name))
+                click.echo(self.version_line())
                 return
             serve(*resolve(params))
 
@@ -70,6 +71,9 @@ class GoFlagCommand(click.Command):
 
     def parse_args(self, ctx, args):
         return super().parse_args(ctx, go_style_args(args, self.settings))
+
+    def version_line(self):
+        return version_line(go_name(self.name))
 
 
 def go_style_args(args, settings):
@@ -127,7 +131,8 @@ def param_name(setting):
 
 
 def help_text(setting):
-    """A setting's help with its default as Go prints it (zero values left out).
+    """A setting's help with its default as Go prints it (zero values left out, a string quoted as ``%q``:
+    to_nsq's delimiter shows as ``"\\n"``).
 
     An unbuilt feature shows the value in effect (``--snappy``: false), which
     is the only one it accepts, besides off or empty.
@@ -140,7 +145,7 @@ def help_text(setting):
         return text + " [not supported yet]"
     if default not in (None, "", (), 0, False):
         formatted = setting.kind.format(default)
-        text += ' (default "%s")' % formatted if setting.kind.type is str else " (default %s)" % formatted
+        text += " (default %s)" % (go_quote(formatted) if setting.kind.type is str else formatted)
     return text
 
 
@@ -178,8 +183,20 @@ def resolve(params, settings, options_class, daemon, log_prefix):
     return options, warnings
 
 
-def version_line(program):
-    return "%s v%s (python %s)" % (program, VERSION, platform.python_version())
+def go_name(program):
+    """The Go program a command stands for: ``nsq_tail-threaded`` -> ``nsq_tail``."""
+    return program[:-len("-threaded")] if program.endswith("-threaded") else program
+
+
+def version_line(name, daemon=False):
+    """Go's version line: ``nsq_tail v1.3.0`` for a tool, ``nsqd v1.3.0 (built w/cpython3.11.7)`` for a daemon.
+
+    The daemons' ``built w/`` part names the interpreter as ``/stats?format=text``
+    does (:func:`~nsqd_threaded.broker.stats.runtime_name`); client libraries'
+    test harnesses parse the line (``^[a-z]+ v\\d+\\.\\d+\\.\\d+ \\(built w/[a-z0-9.-]+\\)``).
+    """
+    line = "%s v%s" % (name, VERSION)
+    return "%s (built w/%s)" % (line, runtime_name()) if daemon else line
 
 
 def fatal(message, prefix):
@@ -317,7 +334,8 @@ class AppCommand(GoFlagCommand):
         return go_style_args(args, self.settings)
 
     def version_line(self):
-        return version_line(self.program)
+        """``--version``'s line: Go's program name (the daemon's, else the tool's), as Go prints it."""
+        return version_line(self.daemon or go_name(self.program), daemon=self.daemon is not None)
 
     def parse(self, args):
         """Parse a command line: ``(flags, params)``; raises what click raises (Exit for --help)."""
@@ -435,7 +453,7 @@ class ListeningApp:
     (as pynsq's ``lookupd_http_addresses`` takes it), ``http_url`` its URL.
     """
 
-    program = None  # the name the start-up line logs ("nsqlookupd-threaded")
+    program = None  # Go's name of the daemon, for the start-up line ("nsqlookupd")
     servers = ("_http",)  # the attributes _open sets to its servers
     listen_order = None  # kinds whose listeners start (and log) first
     _http = None
@@ -467,7 +485,7 @@ class ListeningApp:
         with self._state_lock:
             if self._listeners is not None or self._stopped:
                 raise RuntimeError("%s can be started once" % type(self).__name__)
-            self.log.info("%s v%s", self.program, self.version)
+            self.log.info("%s", version_line(self.program, daemon=True))
             listeners = Listeners(self.log)
             try:
                 self._open(listeners)

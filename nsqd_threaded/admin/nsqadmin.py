@@ -35,7 +35,7 @@ class NSQAdmin(ListeningApp):
     take one reference and keep it.
     """
 
-    program = "nsqadmin-threaded"
+    program = "nsqadmin"
 
     def __init__(self, options=None, logger=None, **overrides):
         self._setup(options, AdminOptions, logger, overrides)

@@ -22,7 +22,7 @@ import ssl
 from ..internal.gocompat import parse_duration, parse_go_bool, parse_go_int
 
 
-class ConfigError(ValueError):
+class ClientConfigError(ValueError):
     """An unknown option or an unusable value (the message names the option, as go-nsq's does)."""
 
 
@@ -114,21 +114,21 @@ class ClientConfig:
         """Set one option as go-nsq's ``Config.Set`` does (text values parsed; ``-`` read as ``_``)."""
         name = name.replace("-", "_")
         if name in _REFUSED:
-            raise ConfigError("option %s: %s" % (name, _REFUSED[name]))
+            raise ClientConfigError("option %s: %s" % (name, _REFUSED[name]))
         spec = OPTIONS.get(name)
         if spec is None:
-            raise ConfigError("invalid option %s" % name)
+            raise ClientConfigError("invalid option %s" % name)
         parse, _, bounds = spec
         try:
             parsed = parse(value) if isinstance(value, str) or parse is _bool else value
         except ValueError as e:
-            raise ConfigError("failed to set option %s - %s" % (name, e)) from None
+            raise ClientConfigError("failed to set option %s - %s" % (name, e)) from None
         if bounds is not None and not isinstance(parsed, str):
             low, high = bounds
             if parsed < low or (high is not None and parsed > high):
-                raise ConfigError("invalid %s ! %r (min %r, max %r)" % (name, value, low, high))
+                raise ClientConfigError("invalid %s ! %r (min %r, max %r)" % (name, value, low, high))
         if name == "tls_min_version" and parsed and parsed not in _TLS_VERSIONS:
-            raise ConfigError("unknown tls_min_version %s" % parsed)
+            raise ClientConfigError("unknown tls_min_version %s" % parsed)
         self.values[name] = parsed
         self.given.add(name)
         return self
@@ -151,7 +151,7 @@ class ClientConfig:
         context = ssl.create_default_context(cafile=v["tls_root_ca_file"] or None)
         if v["tls_cert"] or v["tls_key"]:
             if not (v["tls_cert"] and v["tls_key"]):
-                raise ConfigError("tls_cert and tls_key must be given together")
+                raise ClientConfigError("tls_cert and tls_key must be given together")
             context.load_cert_chain(v["tls_cert"], v["tls_key"])
         if v["tls_insecure_skip_verify"]:
             context.check_hostname = False

@@ -33,9 +33,13 @@ _RETRY_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
 class _Node:
     """One nsqd of a Producer: one pipelined connection, its reader thread, its back-off.
 
-    ``lock`` guards ``conn``, ``threads``, ``down_until`` and ``backoff``, and is held
-    while a request is written so that the connection's ``pending`` queue is in
-    write order.
+    ``lock`` guards ``conn``, ``threads``, ``down_until``, ``backoff`` and ``producer``
+    (None once closed), and is held while a request is written so that the
+    connection's ``pending`` queue is in write order.
+
+    Nothing a closed node leaves is cyclic garbage (the producer and its nodes
+    refer to each other until :meth:`close`), so that a process with a high gc
+    threshold can make and close producers freely.
     """
 
     def __init__(self, producer, address):
@@ -50,7 +54,7 @@ class _Node:
     def connection(self):
         """The open connection, made now if there is none (call with ``lock`` held)."""
         producer = self.producer
-        if producer._closed:
+        if producer is None or producer._closed:
             raise ConnectionClosed("producer is closed")
         conn = self.conn
         if conn is None:
@@ -134,7 +138,7 @@ class _Node:
                     return
         except (OSError, ValueError) as e:  # EOF (ConnectionClosed), reset, timeout, closed
             if cause is None:
-                cause = e
+                cause = str(e)  # (not the exception: its traceback holds this frame, a cycle)
         finally:
             with self.lock:
                 if self.conn is conn:
@@ -163,14 +167,18 @@ class _Node:
             conn.shutdown()
         for thread in threads:
             thread.join()
+        with self.lock:
+            self.producer = None  # the reader threads that used it have ended
 
 
 def _failed(future, node, error):
-    """Record that ``node`` could not take ``future``'s request; returns the nodes tried so far."""
+    """Record that ``node`` could not take ``future``'s request; returns the nodes tried so far.
+
+    The error is kept as text: a raised one's traceback holds the frames that hold ``future``."""
     if future.tried is None:
         future.tried, future.errors = set(), []
     future.tried.add(node)
-    future.errors.append(error)
+    future.errors.append(str(error))
     return future.tried
 
 
@@ -258,16 +266,20 @@ class Producer:
         """Connect now to every node (otherwise the first request does); returns self.
 
         Raises the first failure when no node could be connected."""
-        errors = []
+        first = None
         nodes, _ = self._nodes_now(advance=False)
         for node in nodes:
             try:
                 with node.lock:
                     node.connection()
             except (OSError, NSQError) as e:
-                errors.append(e)
-        if errors and not self.connected:
-            raise errors[0]
+                if first is None:
+                    first = e
+        try:
+            if first is not None and not self.connected:
+                raise first
+        finally:
+            first = None  # the raised error's traceback holds this frame: no cycle through it
         return self
 
     def __enter__(self):
@@ -366,7 +378,7 @@ class Producer:
                 return
             except (OSError, NSQError) as e:
                 tried = _failed(future, node, e)
-        why = "; ".join(str(e) for e in future.errors) or "no nsqd known"
+        why = "; ".join(future.errors) or "no nsqd known"
         future.set_exception(ConnectionClosed("no nsqd could take the request (%s)" % why))
 
     def _wait(self, future, timeout):
@@ -376,6 +388,8 @@ class Producer:
         except concurrent.futures.TimeoutError:
             where = " at " + format_address(self._single.address) if self._single is not None else ""
             raise TimeoutError("no answer from nsqd%s within %gs" % (where, timeout)) from None
+        finally:
+            future = None  # the future's error, raised here, has this frame in its traceback: no cycle
 
     # -- commands --------------------------------------------------------------
 

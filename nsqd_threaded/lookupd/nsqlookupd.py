@@ -31,7 +31,7 @@ from .tcp import LookupdTCPServer
 class NSQLookupd(ListeningApp):
     """One lookup daemon.  :meth:`start` binds both listeners (or raises), :meth:`stop` undoes everything."""
 
-    program = "nsqlookupd-threaded"
+    program = "nsqlookupd"
     servers = ("_tcp", "_http")
     listen_order = ("HTTP", "TCP")
     _tcp = None

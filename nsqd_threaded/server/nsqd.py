@@ -32,11 +32,13 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
 
 import gc
 import math
+import os
 import socket
 import threading
 import time
 
 from ..broker.core import BrokerCore
+from ..broker.stats import runtime_name
 from ..broker.topic import TopicError
 from ..wire.protocol_v1 import PING
 from ..wire.protocol_v2 import is_valid_name
@@ -94,9 +96,12 @@ class NSQD(BrokerCore):
         On failure (e.g. an address in use) everything created is closed again:
         the topics from nsqd.dat (never started), the listeners, the data-path lock.
         """
+        self.log.info("nsqd v%s (built w/%s)", self.options.version, runtime_name())  # Go's first two lines
+        self.log.info("ID: %d", self.options.node_id)
         self._lock_data_path()
         try:
             self.load_metadata()
+            self._log_persisting()
             self.persist_metadata()
             self._listen()
         except BaseException:
@@ -127,6 +132,10 @@ class NSQD(BrokerCore):
             gc.callbacks.append(self._on_gc)
         self._started = True
         return self
+
+    def _log_persisting(self):
+        """Go's line before it writes nsqd.dat at start and at exit (not repeated for each change here)."""
+        self.log.info("NSQ: persisting topic/channel metadata to %s", os.path.join(self.options.data_path, "nsqd.dat"))
 
     def _listen(self):
         options = self.options
@@ -218,6 +227,7 @@ class NSQD(BrokerCore):
                     server.close_connections()
                     server.server_close()
             self._stop_metadata_writer()
+            self._log_persisting()
             self.persist_metadata()
             with self._lock:
                 topics = list(self._topics.values())

@@ -1,6 +1,6 @@
 """What the tools share: their common flags and turning ``--consumer-opt``/``--producer-opt`` into a client."""
 
-from ..client.config import ClientConfig, ConfigError
+from ..client.config import ClientConfig, ClientConfigError
 from ..internal.logger import Logger
 from ..settings.options import BOOL, META, STR, STR_LIST, VERSION, OptionError, Setting
 
@@ -34,7 +34,7 @@ def client_config(opts, flag):
     for text in opts:
         try:
             config.set_flag(text)
-        except ConfigError as e:
+        except ClientConfigError as e:
             raise OptionError("invalid value %r for flag --%s: %s" % (text, flag, e)) from None
     return config
 

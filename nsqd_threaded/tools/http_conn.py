@@ -30,7 +30,7 @@ RECV_SIZE = 65536
 HEX_DIGITS = b"0123456789abcdefABCDEF"
 
 
-class ProtocolError(ValueError):
+class MalformedResponseError(ValueError):
     """The server's answer is not HTTP/1.x as this client reads it."""
 
 
@@ -45,13 +45,13 @@ _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_CLOSE, _
 def parse_head(head):
     """``(status, keep_alive, content_length or None, chunked)`` of a status line and headers (no blank line).
 
-    Pure: ProtocolError for what is not HTTP/1.x as this client reads it.
+    Pure: MalformedResponseError for what is not HTTP/1.x as this client reads it.
     """
     lines = head.split(b"\r\n")
     version, _, rest = lines[0].partition(b" ")
     code = rest[:3]
     if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit() or rest[3:4] not in (b"", b" "):
-        raise ProtocolError("malformed status line %r" % lines[0][:100])
+        raise MalformedResponseError("malformed status line %r" % lines[0][:100])
     status = int(code)
     keep_alive = version != b"HTTP/1.0"
     length = None
@@ -59,17 +59,17 @@ def parse_head(head):
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
         if not colon:
-            raise ProtocolError("malformed header line %r" % line[:100])
+            raise MalformedResponseError("malformed header line %r" % line[:100])
         name = name.lower()
         if name == b"content-length":
             value = value.strip()
             if not value.isdigit() or (length is not None and int(value) != length):
-                raise ProtocolError("bad Content-Length %r" % value[:100])
+                raise MalformedResponseError("bad Content-Length %r" % value[:100])
             length = int(value)
         elif name == b"transfer-encoding":
             # Go's rule: chunked is the only encoding it knows (and then Content-Length is ignored)
             if value.strip().lower() != b"chunked":
-                raise ProtocolError("unsupported Transfer-Encoding %r" % value[:100])
+                raise MalformedResponseError("unsupported Transfer-Encoding %r" % value[:100])
             chunked = True
         elif name == b"connection":
             tokens = [t.strip() for t in value.lower().split(b",")]
@@ -87,7 +87,7 @@ class ResponseReader:
     received (``b""`` at the end of the connection) until it returns
     ``(status, keep_alive)``; None means more bytes are needed.  Bytes past
     the end of a response stay buffered for the next.  Raises
-    :class:`ProtocolError` for a malformed answer, :class:`Closed` when the
+    :class:`MalformedResponseError` for a malformed answer, :class:`Closed` when the
     connection ended before the response's first byte and ConnectionError when
     it ended in the middle.  Interim answers (1xx but 101) are skipped; the
     body is dropped.
@@ -138,14 +138,14 @@ class ResponseReader:
                 end = buf.find(b"\r\n\r\n", self._pos)
                 if end < 0:
                     if len(buf) - self._pos > MAX_HEADER_BYTES:
-                        raise ProtocolError("response headers larger than %d bytes" % MAX_HEADER_BYTES)
+                        raise MalformedResponseError("response headers larger than %d bytes" % MAX_HEADER_BYTES)
                     return None
                 status, keep_alive, length, chunked = parse_head(buf[self._pos:end])
                 self._pos = end + 4
                 if 100 <= status < 200 and status != 101:
                     continue  # an interim answer (100 Continue, 103 Early Hints): the real one follows
                 if status == 101:
-                    raise ProtocolError("unexpected 101 Switching Protocols")
+                    raise MalformedResponseError("unexpected 101 Switching Protocols")
                 self._status, self._keep_alive = status, keep_alive
                 if status in (204, 304):
                     return self._done()  # never a body
@@ -175,7 +175,7 @@ class ResponseReader:
                 if state == _CHUNK_SIZE:
                     size = line.partition(b";")[0].strip()
                     if not size or size.strip(HEX_DIGITS) or len(size) > 16:  # int(, 16) alone takes 0x, _, signs
-                        raise ProtocolError("bad chunk size %r" % size[:100])
+                        raise MalformedResponseError("bad chunk size %r" % size[:100])
                     n = int(size, 16)
                     if n == 0:
                         self._state = _TRAILERS
@@ -183,7 +183,7 @@ class ResponseReader:
                         self._state, self._left = _CHUNK_DATA, n
                 elif state == _CHUNK_END:
                     if line:
-                        raise ProtocolError("chunk data not followed by CRLF")
+                        raise MalformedResponseError("chunk data not followed by CRLF")
                     self._state = _CHUNK_SIZE
                 elif not line:  # _TRAILERS: up to the blank line
                     return self._done()
@@ -194,7 +194,7 @@ class ResponseReader:
         end = self._buf.find(b"\r\n", self._pos)
         if end < 0:
             if len(self._buf) - self._pos > MAX_LINE:
-                raise ProtocolError("line longer than %d bytes in a chunked body" % MAX_LINE)
+                raise MalformedResponseError("line longer than %d bytes in a chunked body" % MAX_LINE)
             return None
         line = self._buf[self._pos:end]
         self._pos = end + 2
@@ -246,7 +246,7 @@ class HTTPConnection:
 
         ``timeout`` bounds every send and recv.  Raises OSError (:class:`Closed`
         when the server closed the connection before answering at all,
-        ``socket.timeout`` on a timeout) or :class:`ProtocolError`.  With
+        ``socket.timeout`` on a timeout) or :class:`MalformedResponseError`.  With
         ``keep_alive`` False the caller closes the connection.
         """
         sock = self.sock

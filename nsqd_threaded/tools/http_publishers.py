@@ -387,7 +387,7 @@ class HTTPPublishers:
                         return
                     if not data:
                         return  # (feed of b"" answers or raises)
-        except (OSError, ValueError) as e:  # ProtocolError is a ValueError; ssl.SSLError an OSError
+        except (OSError, ValueError) as e:  # MalformedResponseError is a ValueError; ssl.SSLError an OSError
             self._error(job, conn, e)
 
     def _answered(self, job, conn, answer):

@@ -154,13 +154,13 @@ class Stat:
                 try:
                     producers = self.producers()
                 except (OSError, ValueError) as e:
-                    return self._fail("ERROR: failed to get topic producers - %s" % command.error_text(e))
+                    return self._fail("failed to get topic producers - %s" % command.error_text(e))
                 try:
                     current = self.channel_stats(producers)
                 except (OSError, ValueError) as e:
-                    return self._fail("ERROR: failed to get nsqd stats - %s" % command.error_text(e))
+                    return self._fail("failed to get nsqd stats - %s" % command.error_text(e))
                 if current is None:
-                    return self._fail("ERROR: failed to find channel(%s) in stats metadata for topic(%s)"
+                    return self._fail("failed to find channel(%s) in stats metadata for topic(%s)"
                                       % (o.channel, o.topic))
                 if i % 25 == 0:
                     self.out.write(HEADER)

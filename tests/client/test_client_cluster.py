@@ -14,16 +14,13 @@ from nsqd_threaded.testing import BrokerProcess, Cluster, Lookupd
 
 from support.hostile import HostileNode
 from support.pynsq import Loop
-from support.wire import SilentNSQD
+from support.wire import SilentNSQD, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def wait_until(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting for %s" % what
-        time.sleep(0.005)
+    return wait_for(predicate, timeout, interval=0.005, what=what)
 
 
 def create(broker, topic, channel=None):
@@ -366,9 +363,6 @@ def test_fin_all_answers_messages_of_two_nodes_in_one_write_each(nsqd_factory):
             channel = node.stats(topic="batch")["topics"][0]["channels"][0]
             return channel["in_flight_count"] == 0 and channel["depth"] == 0 and channel["requeue_count"] == 0
 
-        deadline = time.monotonic() + 20
-        while not (finished(first) and finished(second)):
-            assert time.monotonic() < deadline, "the FINs did not arrive"
-            time.sleep(0.02)
+        wait_until(lambda: finished(first) and finished(second), 20, what="the FINs to arrive")
         with pytest.raises(TimeoutError):
             consumer.get(timeout=0.2)  # nothing comes back

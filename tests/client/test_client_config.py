@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from nsqd_threaded.client import ClientConfig, Consumer, Producer
-from nsqd_threaded.client.config import ConfigError
+from nsqd_threaded.client.config import ClientConfigError
 from nsqd_threaded.testing import Broker
 
 from support.wire import wait_for
@@ -37,13 +37,13 @@ def test_go_nsq_names_defaults_and_syntax():
     assert config["max_in_flight"] == 50 and config["snappy"] is True
     assert (config["msg_timeout"], config["heartbeat_interval"]) == (90.0, 5.0)
     assert config.identify()["msg_timeout"] == 90000 and config.identify()["heartbeat_interval"] == 5000
-    with pytest.raises(ConfigError, match="invalid option nope"):
+    with pytest.raises(ClientConfigError, match="invalid option nope"):
         config.set_flag("nope,1")
-    with pytest.raises(ConfigError, match="deflate_level"):
+    with pytest.raises(ClientConfigError, match="deflate_level"):
         config.set_flag("deflate_level,10")
-    with pytest.raises(ConfigError, match="tls_v1"):
+    with pytest.raises(ClientConfigError, match="tls_v1"):
         config.set_flag("tls_v1,maybe")
-    with pytest.raises(ConfigError, match="local_addr"):
+    with pytest.raises(ClientConfigError, match="local_addr"):
         config.set_flag("local_addr,127.0.0.1:0")
 
 

@@ -78,7 +78,7 @@ def test_version():
     for flag in ("--version", "-version"):
         result = invoke(flag)
         assert result.exit_code == 0
-        assert re.fullmatch(r"nsqlookupd-threaded v1\.3\.0 \(python [\d.]+\w*\)\n", result.output), result.output
+        assert re.fullmatch(r"nsqlookupd v1\.3\.0 \(built w/[a-z]+\d+\.\d+\.\d+\)\n", result.output), result.output
 
 
 def test_help_lists_the_flags():

@@ -6,12 +6,13 @@ import os
 import socket
 import struct
 import threading
-import time
 
 import pytest
 
 from nsqd_threaded.client import Consumer
 from nsqd_threaded.testing import Broker, BrokerProcess, Cluster, Lookupd
+
+from support.wire import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -19,10 +20,7 @@ pytest_plugins = ["pytester"]
 
 
 def wait_until(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting for %s" % what
-        time.sleep(0.005)
+    return wait_for(predicate, timeout, interval=0.005, what=what)
 
 
 def cluster_threads():
@@ -102,7 +100,7 @@ def test_pytest_fixtures(pytester):
     )
     result = pytester.runpytest("-p", "nsqd_threaded.pytest_plugin", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4, failed=1)
-    result.stdout.fnmatch_lines(["*Captured nsqlookupd log call*", "*nsqlookupd-threaded v*",
+    result.stdout.fnmatch_lines(["*Captured nsqlookupd log call*", "*nsqlookupd v* (built w/*",
                                  "*Captured nsqd log call*"])
 
 

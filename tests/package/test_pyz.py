@@ -157,8 +157,8 @@ def test_pyz_versions_and_commands(bare_python, pyz, tmp_path):
     lines = output("versions")
     assert lines[:3] == ["nsqd-threaded %s" % VERSION] + ["%s %s" % (d, metadata.version(d)) for d in DEPENDENCIES]
     assert lines[3].startswith("python %s " % ".".join(map(str, sys.version_info[:3])))
-    assert output("--version")[0].startswith("nsqd-threaded v%s " % VERSION)
-    assert output("nsqd", "--version")[0].startswith("nsqd-threaded v%s " % VERSION)
+    assert output("--version")[0].startswith("nsqd v%s (built w/" % VERSION)
+    assert output("nsqd", "--version")[0].startswith("nsqd v%s (built w/" % VERSION)
     assert "--inactive-producer-timeout" in "\n".join(output("nsqlookupd", "--help"))
     assert "--lookupd-http-address" in "\n".join(output("nsqadmin", "--help"))
     listed = "\n".join(output("--help"))
@@ -176,7 +176,7 @@ def test_pyz_versions_and_commands(bare_python, pyz, tmp_path):
     link.symlink_to(pyz)
     result = subprocess.run(bare_python + [str(link), "--version"], stdin=subprocess.DEVNULL,
                             capture_output=True, text=True, timeout=60)
-    assert result.stdout.startswith("nsqlookupd-threaded v%s " % VERSION), result.stderr
+    assert result.stdout.startswith("nsqlookupd v%s (built w/" % VERSION), result.stderr
 
 
 def test_python_m_nsqd_threaded_dispatches_the_same():
@@ -187,8 +187,8 @@ def test_python_m_nsqd_threaded_dispatches_the_same():
         assert result.returncode == 0, result.stderr
         return result.stdout.splitlines()
 
-    assert output("nsqlookupd", "--version")[0].startswith("nsqlookupd-threaded v")
-    assert output("--version")[0].startswith("nsqd-threaded v")
+    assert output("nsqlookupd", "--version")[0].startswith("nsqlookupd v")
+    assert output("--version")[0].startswith("nsqd v")
     assert output("versions")[:3] == ["nsqd-threaded %s" % VERSION] + [
         "%s %s" % (d, metadata.version(d)) for d in DEPENDENCIES]
 

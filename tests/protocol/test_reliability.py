@@ -297,15 +297,14 @@ def _get_quietly(broker):
 
 
 def _remove_cgroup(path):
-    deadline = time.monotonic() + 15
-    while True:
+    def removed():
         try:
             os.rmdir(path)
-            return
+            return True
         except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)  # its last task is still being reaped
+            return False  # its last task is still being reaped
+
+    wait_for(removed, 15, interval=0.05, what="cgroup %s to be removable" % path)
 
 
 # -- many channels -------------------------------------------------------------

@@ -154,7 +154,7 @@ def test_invalid_options_are_fatal(args, reason):
 def test_version():
     result = invoke("--version")
     assert result.exit_code == 0
-    assert re.fullmatch(r"nsqd-threaded v1\.3\.0 \(python \d+\.\d+\.\d+\S*\)\n", result.output)
+    assert re.fullmatch(r"nsqd v1\.3\.0 \(built w/[a-z]+\d+\.\d+\.\d+\)\n", result.output)
     assert invoke("-version=true").output == result.output
 
 
@@ -496,7 +496,7 @@ def test_version_process():
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("nsqd-threaded v1.3.0 (python ")
+    assert done.stdout.startswith("nsqd v1.3.0 (built w/")
     assert len(done.stdout.splitlines()) == 1
 
 

@@ -16,7 +16,7 @@ import pytest
 from nsqd_threaded.testing import BrokerProcess
 from nsqd_threaded.wire import protocol_v2
 
-from support.wire import Conn
+from support.wire import Conn, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -113,10 +113,7 @@ def drain(address, topic, expected, seconds=30):
 
 
 def run_until_acked(load, count, seconds=30):
-    deadline = time.monotonic() + seconds
-    while len(load.acked) < count and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert len(load.acked) >= count, "the publisher stalled"
+    wait_for(lambda: len(load.acked) >= count, seconds, what="the publisher (stalled?)")
 
 
 @pytest.mark.parametrize("trial", range(3))

@@ -6,12 +6,11 @@ Clients (the broker's state of a client, without a connection or a pump):
 the test thread calls ``Channel.take`` / ``finish_many`` itself.
 """
 
-import time
-
 from nsqd_threaded import NSQD, Options
 from nsqd_threaded.broker.client import Client
 
 from support.logs import LogCapture
+from support.wire import wait_for
 
 
 def make_owner(path, **options):
@@ -43,13 +42,12 @@ class DrivenSubscriber:
     def take_all(self, expect, timeout=10.0):
         """take() until ``expect`` messages arrived (polling with a deadline)."""
         out = []
-        deadline = time.monotonic() + timeout
-        while len(out) < expect:
-            assert time.monotonic() < deadline, "got %d of %d messages" % (len(out), expect)
-            got = self.take(expect - len(out))
-            if not got:
-                time.sleep(0.005)
-            out.extend(got)
+
+        def all_taken():
+            out.extend(self.take(expect - len(out)))
+            return len(out) >= expect
+
+        wait_for(all_taken, timeout, interval=0.005, what=lambda: "%d of %d messages" % (len(out), expect))
         return out
 
     def close(self):
@@ -57,10 +55,8 @@ class DrivenSubscriber:
 
 
 def wait_until(predicate, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting for " + what
-        time.sleep(0.005)
+    """:func:`support.wire.wait_for` polling every 5 ms (the core's unit tests wait for threads of this process)."""
+    return wait_for(predicate, timeout, interval=0.005, what=what)
 
 
 class OutputClient(Client):

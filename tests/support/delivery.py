@@ -91,9 +91,8 @@ class GoBroker:
         for topic in topics:
             for path in ("/topic/create?topic=%s" % topic, "/channel/create?topic=%s&channel=%s" % (topic, channel)):
                 urllib.request.urlopen(urllib.request.Request(self._http + path, data=b""), timeout=10).read()
-        wait = self._started + 5.5 - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
+        refreshed = self._started + 5.5
+        wait_for(lambda: time.monotonic() >= refreshed, 10, interval=0.1, what="Go nsqd's first scanner refresh")
 
     def close(self):
         self._proc.terminate()

@@ -18,9 +18,10 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
+
+from support.wire import wait_for
 
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
 CHROME_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -68,16 +69,20 @@ class Chrome:
             raise
 
     def _wait_ready(self):
-        deadline = time.monotonic() + self.timeout
-        while True:
+        def ready():
             try:
                 if self._call("GET", "/status", timeout=2).get("ready"):
-                    return
+                    return True
             except (OSError, WebDriverError):
                 pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise WebDriverError("chromedriver did not start")
-            time.sleep(0.05)
+            if self.proc.poll() is not None:
+                raise WebDriverError("chromedriver did not start (it exited)")
+            return False
+
+        try:
+            wait_for(ready, self.timeout, interval=0.05, what="chromedriver")
+        except AssertionError:
+            raise WebDriverError("chromedriver did not start") from None
 
     def _call(self, method, path, body=None, timeout=None):
         data = json.dumps(body).encode() if body is not None else None
@@ -148,18 +153,17 @@ class Chrome:
 
     def wait(self, predicate, what, timeout=None):
         """Poll ``predicate()`` until true (page scripts run on their own clock); returns its value."""
-        deadline = time.monotonic() + (timeout or self.timeout)
-        last = None
-        while True:
+        last = []  # the last WebDriverError, named in the failure
+
+        def answered():
             try:
-                value = predicate()
-                if value:
-                    return value
+                return predicate()
             except WebDriverError as e:
-                last = e
-            if time.monotonic() > deadline:
-                raise AssertionError("timed out waiting for %s (%s)" % (what, last))
-            time.sleep(0.05)
+                last[:] = [e]
+                return None
+
+        return wait_for(answered, timeout or self.timeout, interval=0.05,
+                        what=lambda: "%s (%s)" % (what, last[0] if last else None))
 
     def quit(self):
         if self.session is not None:

@@ -120,15 +120,20 @@ class Conn:
 
 
 def wait_for(predicate, timeout=10.0, interval=0.01, what="condition"):
-    """Poll ``predicate`` until true or fail after ``timeout`` seconds."""
+    """Poll ``predicate`` until true (returns its value) or fail after ``timeout`` seconds.
+
+    The tests' one poller: every other wait in tests/ is an event or goes
+    through here.  ``what`` names the awaited condition in the failure (a
+    callable is called then, to describe the state at the deadline).
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for %s" % what)
-        time.sleep(interval)
+            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what() if callable(what) else what))
+        time.sleep(interval)  # the pause between polls, bounded by the deadline above
 
 
 class SilentNSQD:

@@ -5,7 +5,7 @@ import ssl
 
 import pytest
 
-from nsqd_threaded.tools.http_conn import Closed, HTTPConnection, ProtocolError
+from nsqd_threaded.tools.http_conn import Closed, HTTPConnection, MalformedResponseError
 
 from support.http_sink import CLOSE, ScriptedServer, then_close
 from support.transport import certs  # noqa: F401 (a fixture)
@@ -90,7 +90,7 @@ def test_a_kept_connection_the_server_closed_raises_closed():
 def test_malformed_answers_are_protocol_errors(answer):
     with ScriptedServer([answer]) as server:
         conn = connected(server)
-        with pytest.raises(ProtocolError):
+        with pytest.raises(MalformedResponseError):
             conn.exchange(REQUEST, 5.0)
         conn.close()
 

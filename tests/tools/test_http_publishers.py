@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from nsqd_threaded.client import Producer
-from nsqd_threaded.tools.http_conn import Closed, ProtocolError, ResponseReader
+from nsqd_threaded.tools.http_conn import Closed, MalformedResponseError, ResponseReader
 
 from support.http_sink import Endpoint
 from support.tools import Tool, channel_counts, make_channels
@@ -89,7 +89,7 @@ def test_the_end_of_the_connection_before_and_within_a_reply():
     with pytest.raises(ConnectionError) as info:
         reader.feed(b"")
     assert not isinstance(info.value, Closed)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(MalformedResponseError):
         ResponseReader().feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
 
 
