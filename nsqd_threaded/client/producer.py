@@ -138,7 +138,7 @@ class _Node:
         except (OSError, ValueError) as e:  # EOF (ConnectionClosed), reset, timeout, closed
             if cause is None:
                 cause = e
-            if not conn.closed:  # not our own close
+            if self.conn is conn and not self.producer._closed:  # not our own close (close() unsets conn first)
                 self.producer.log.conn("error", conn.address, "IO error - %s", error_words(e))
         finally:
             with self.lock:
