@@ -550,14 +550,16 @@ class Consumer:
                         e, words = e.error, dial_words(e.error, address)
                     if not self._stop.is_set():
                         self.log.conn("error", address, "error connecting to nsqd - %s", words)
-                    if first is not None:
+                    starting = first is not None  # start() is waiting: it closes the consumer on this failure
+                    if starting:
                         first.fail(e)
                         first = None
                     elif not self._stop.is_set():
                         self._report(e, logged=True)
                     if not persistent and not subscribed_once:
                         return  # the next lookupd poll that lists it brings it back
-                    self.log.conn("info", address, "re-connecting in %s", format_duration(delay))
+                    if not starting:
+                        self.log.conn("info", address, "re-connecting in %s", format_duration(delay))
                     if self._stop.wait(delay):
                         return
                     delay = min(delay * 2, high)
