@@ -558,7 +558,7 @@ class Consumer:
                         self._report(e, logged=True)
                     if not persistent and not subscribed_once:
                         return  # the next lookupd poll that lists it brings it back
-                    if not starting:
+                    if not starting and not self._stop.is_set():
                         self.log.conn("info", address, "re-connecting in %s", format_duration(delay))
                     if self._stop.wait(delay):
                         return
