@@ -125,6 +125,7 @@ class ToNSQ:
         rate = self.options.rate
         interval = 1.0 / rate if rate >= 1 else 0.0
         balance, refilled = 1.0, time.monotonic()
+        bodies = 0  # messages in `pending` (each once per live nsqd)
         try:
             for body in self._messages():
                 if interval:
@@ -134,29 +135,34 @@ class ToNSQ:
                     if balance < 1.0 and self._stopping.wait((1.0 - balance) * interval):
                         break
                     balance -= 1.0
-                for producer in self.live:
+                for producer in list(self.live):
                     try:
                         pending.append((producer, producer.pub_async(self.options.topic, body)))
                     except (OSError, NSQError) as e:
                         self._drop(producer, e)
+                bodies += 1
                 if len(pending) >= MAX_PENDING or not self.live:
-                    self._settle(pending)
+                    self._settle(pending, bodies)
+                    bodies = 0
                 if not self.live:
                     self.log.error("no nsqd left to publish to")
                     return
-            self._settle(pending)
+            self._settle(pending, bodies)
+        except Exception as e:  # not an nsqd's failure (those drop it): end with a line, exit 1
+            self.log.error("%s", command.error_text(e))
+            self.exit_code = 1
         finally:
             self.done.set()
 
-    def _settle(self, pending):
-        """Wait for every answer; a failed one drops its nsqd.  A message counts once every live nsqd took it."""
-        bodies = len(pending) // max(1, len(self.live))
+    def _settle(self, pending, bodies):
+        """Wait for every answer; a failed one drops its nsqd.  The ``bodies`` count once the live nsqd took them."""
         for producer, future in pending:
             try:
                 future.result(timeout=60)
             except (OSError, NSQError, concurrent.futures.TimeoutError) as e:
                 self._drop(producer, e)
-        self.published += bodies
+        if self.live:
+            self.published += bodies
         del pending[:]
 
     def _drop(self, producer, error):

@@ -8,12 +8,15 @@
 
 import re
 import signal
+import subprocess
 
 import pytest
 
 from nsqd_threaded.client import Consumer
+from nsqd_threaded.testing import BrokerProcess
 
 from support.tools import Tool, go_tool, make_channels, run
+from support.wire import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -125,3 +128,24 @@ def test_to_nsq_with_every_nsqd_down_exits_1_naming_them():
     assert code == 1
     assert re.search(r"FATAL: .*127\.0\.0\.1:1.*127\.0\.0\.1:2", err), err
 
+
+
+def test_to_nsq_keeps_publishing_to_the_nsqd_left_when_one_dies_midway(broker):
+    make_channels(broker, "t", "check")
+    with BrokerProcess() as dying:
+        pub = Tool("to_nsq", "--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr,
+                   "--nsqd-tcp-address=" + dying.tcp_addr, stdin=subprocess.PIPE)
+        try:
+            pub.proc.stdin.write(b"before\n")
+            pub.proc.stdin.flush()
+            wait_for(lambda: [t["message_count"] for t in dying.stats(topic="t")["topics"] or ()] == [1], timeout=30,
+                     what="the first line on the nsqd that will die")
+            dying.kill()
+            pub.proc.stdin.write(b"after\nand more\n")
+            pub.proc.stdin.close()
+            assert pub.wait(timeout=60) == 1
+            err = pub.err.decode()
+            assert re.search(r"ERROR: %s: .*not publishing to it any more" % re.escape(dying.tcp_addr), err), err
+        finally:
+            pub.close()
+    assert drain(broker, "t", "check", 3) == [b"before", b"after", b"and more"]
