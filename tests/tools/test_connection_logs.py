@@ -69,7 +69,9 @@ def test_a_killed_broker_is_logged_with_its_address_and_the_tail_reconnects_to_i
             broker.kill()
             for tool in running:
                 # go-nsq's: the IO error naming the address, the connections left, then the redials
-                wait_line(tool, r"ERR.* \[v/tail\d{6}#ephemeral\] \(%s\) IO error - EOF$" % re.escape(addr))
+                # EOF, or a reset when the killed broker had not read everything sent to it
+                wait_line(tool, r"ERR.* \[v/tail\d{6}#ephemeral\] \(%s\) IO error - (EOF|.*connection reset by peer)$"
+                          % re.escape(addr))
                 wait_line(tool, r"WRN.* there are 0 connections left alive$|WARNING: .* there are 0 connections")
                 wait_line(tool, r"\(%s\) re-connecting in \S+$" % re.escape(addr))
                 wait_line(tool, r"\(%s\) error connecting to nsqd - dial tcp %s: connect: connection refused$"
