@@ -85,12 +85,8 @@ def first_lines(argv, until, tmp_path):
 
 def normalized(lines):
     """Lines with what differs between two runs or two implementations replaced."""
-    out = []
-    for line in lines:
-        line = re.sub(r"built w/\S+\)", "built w/X)", line)
-        line = re.sub(r"(127\.0\.0\.1|\[::\]|0\.0\.0\.0):\d+", "ADDR", line)
-        out.append(line)
-    return out
+    return [re.sub(r"(127\.0\.0\.1|\[::\]|0\.0\.0\.0):\d+", "ADDR", re.sub(r"built w/\S+\)", "built w/X)", line))
+            for line in lines]
 
 
 DAEMON_ARGS = {
