@@ -26,6 +26,11 @@ success, so their failures arrive later and go to the Consumer's ``on_error``.
 
 Durations on the wire (``delay_ms``, IDENTIFY fields) are in milliseconds as in the
 protocol; client-side waits (``timeout``, ``reconnect_backoff``) are in seconds.
+
+Connection events (connecting, a failed dial, an IO error, re-connecting, each lookupd
+query and failure) are logged in go-nsq's words to the ``logger`` a Producer or
+Consumer is given (the tools give theirs), else to the ``logging`` module's
+``nsqd_threaded.client`` (:mod:`nsqd_threaded.client.log`).
 """
 from .connection import (
     DEFAULT_HEARTBEAT_MS,

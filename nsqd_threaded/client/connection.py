@@ -35,6 +35,10 @@ class ConnectionClosed(ConnectionError):
     """The connection is closed or ended before the answer came."""
 
 
+class EndOfStream(ConnectionClosed):
+    """nsqd closed the connection (Go's ``io.EOF``): the read found no more bytes."""
+
+
 def parse_address(address):
     """``"host:port"``, ``"[v6]:port"`` or ``(host, port)`` -> ``(host, port)``; a unix socket
     path (a str starting with ``/``, ``./`` or ``../``) is returned as it is."""
@@ -228,7 +232,7 @@ class Connection:
         except BlockingIOError:  # SO_RCVTIMEO ran out (kernel_timeouts)
             raise socket.timeout("timed out") from None
         if not chunk:
-            raise ConnectionClosed("nsqd at %s closed the connection" % format_address(self.address))
+            raise EndOfStream("nsqd at %s closed the connection" % format_address(self.address))
         if self._decode is not None:
             try:
                 chunk = self._decode(chunk)

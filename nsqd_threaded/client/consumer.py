@@ -1,12 +1,12 @@
 """Consumer: SUB and RDY over one or several nsqd, messages to a handler or an iterator."""
 
-import logging
 import queue
 import random
 import threading
 import time
 import urllib.parse
 
+from ..internal.gocompat import format_duration
 from ..wire import protocol_v2
 from .connection import (
     ConnectionClosed,
@@ -18,10 +18,8 @@ from .connection import (
     format_address,
     parse_addresses,
 )
+from .log import ClientLog, dial_words, error_words
 from .lookupd import lookup_addresses, parse_lookupd_address
-
-
-log = logging.getLogger("nsqd_threaded.client")
 
 # -- Consumer --------------------------------------------------------------------
 
@@ -163,6 +161,13 @@ class Consumer:
     * ``on_error(error)`` receives every NSQError that arrives on an established
       connection (e.g. the non-fatal E_FIN_FAILED), every failed reconnection and every
       failed lookupd query; by default they are logged.
+    * ``logger`` (an object with ``debug``/``info``/``warn``/``error(fmt, *args)``, such as
+      a tool's :class:`~nsqd_threaded.internal.logger.Logger`; default: the ``logging``
+      module's ``nsqd_threaded.client``) gets every connection event in go-nsq's words
+      (:class:`~nsqd_threaded.client.log.ClientLog`): connecting, a failed dial, an IO error
+      naming the address, re-connecting, the connections left, each lookupd query and its
+      failure (a 404 ``TOPIC_NOT_FOUND`` included); ``log_id`` is go-nsq's instance number
+      at the head of each line.
 
     :meth:`start` (or ``with``) connects and subscribes; :meth:`close` sends ``CLS``,
     waits for ``CLOSE_WAIT``, requeues the messages nobody took, stops the handler
@@ -200,7 +205,9 @@ class Consumer:
         max_backoff_duration=0.0,
         backoff_strategy="exponential",
         default_requeue_delay=90.0,
-        max_requeue_delay=900.0
+        max_requeue_delay=900.0,
+        logger=None,
+        log_id=1
     ):
         self.lookupd_http_addresses = [parse_lookupd_address(a) for a in address_list(lookupd_http_addresses)]
         if addresses or not self.lookupd_http_addresses:
@@ -209,6 +216,7 @@ class Consumer:
             self.addresses = []
         self.topic = topic
         self.channel = channel
+        self.log = ClientLog(logger, log_id, topic, channel)
         self._sub = b"SUB %s %s\n" % (encode_name(topic, "topic"), encode_name(channel, "channel"))
         # Connecting: to each address (again after a loss) and to each node lookupd lists.
         self._connect = ConnectOptions(timeout, identify, auth_secret, tls_v1, tls_options, snappy, deflate, deflate_level)
@@ -275,7 +283,8 @@ class Consumer:
         """Connect to every address (and every node lookupd lists).  With ``wait``, return
         once each one is subscribed, or close and raise the first failure of a given
         address (NSQError, OSError, TimeoutError) or, when every lookupd failed, the
-        first lookupd error."""
+        first lookupd error.  Without ``wait`` nothing is raised: a failed lookupd query
+        is logged (and given to ``on_error``) and the polls go on, as go-nsq's do."""
         with self._lock:
             if self._started:
                 raise RuntimeError("consumer already started")
@@ -286,6 +295,8 @@ class Consumer:
             if errors and len(errors) == len(self.lookupd_http_addresses) and not self.addresses and wait:
                 self.close()
                 raise errors[0]
+            for error in errors:
+                self._report(error, logged=True)
         firsts = []  # (outcome, must succeed)
         n = len(self.addresses) + len([a for a in found if a not in self.addresses])
         for i, address in enumerate(self.addresses):
@@ -488,8 +499,8 @@ class Consumer:
                 return
             try:
                 result = self.handler(msg)
-            except Exception:
-                log.exception("handler failed for %r; requeueing", msg)
+            except Exception as e:
+                self.log.exception("Handler returned error (%s) for msg %s", e, msg.id.decode("ascii", "replace"))
                 result = False
             if msg.responded or msg._async:
                 continue
@@ -499,18 +510,21 @@ class Consumer:
                 else:
                     msg.fin()
             except ConnectionClosed as e:
-                log.info("cannot answer %r: %s", msg, e)
+                self.log.conn("info", msg.connection.address, "cannot answer msg %s - %s",
+                              msg.id.decode("ascii", "replace"), error_words(e))
 
     # -- connections -----------------------------------------------------------
 
-    def _report(self, error):
+    def _report(self, error, logged=False):
+        """``on_error(error)`` when there is one, else the log (unless the event was ``logged`` already)."""
         if self.on_error is None:
-            log.warning("%s: %s", self, error)
+            if not logged:
+                self.log.error("%s", error)
             return
         try:
             self.on_error(error)
-        except Exception:
-            log.exception("on_error failed")
+        except Exception as e:
+            self.log.exception("on_error failed - %s", e)
 
     def _run(self, address, rdy, first, persistent):
         """The thread of one address: connect, subscribe, read; again after a loss, with backoff.
@@ -527,15 +541,26 @@ class Consumer:
         subscribed_once = False
         try:
             while not self._stop.is_set():
+                self.log.conn("info", address, "connecting to nsqd")
                 try:
                     conn = self._subscribe(address, rdy)
-                except (OSError, NSQError, ValueError) as e:  # ConnectionClosed and TimeoutError are OSErrors
-                    if first is not None:
+                except (_DialFailed, OSError, NSQError, ValueError) as e:  # ConnectionClosed, TimeoutError: OSErrors
+                    words = error_words(e)
+                    if isinstance(e, _DialFailed):
+                        e, words = e.error, dial_words(e.error, address)
+                    if not self._stop.is_set():
+                        self.log.conn("error", address, "error connecting to nsqd - %s", words)
+                    starting = first is not None  # start() is waiting: it closes the consumer on this failure
+                    if starting:
                         first.fail(e)
                         first = None
                     elif not self._stop.is_set():
-                        self._report(e)
-                    if (not persistent and not subscribed_once) or self._stop.wait(delay):
+                        self._report(e, logged=True)
+                    if not persistent and not subscribed_once:
+                        return  # the next lookupd poll that lists it brings it back
+                    if not starting and not self._stop.is_set():
+                        self.log.conn("info", address, "re-connecting in %s", format_duration(delay))
+                    if self._stop.wait(delay):
                         return
                     delay = min(delay * 2, high)
                     if not persistent and not self._recheck_lookupd(address):
@@ -550,6 +575,7 @@ class Consumer:
                     return  # a deliberate close: nothing to redial
                 if fatal:
                     # Ended by a fatal error: retrying at once could spin.
+                    self.log.conn("info", address, "re-connecting in %s", format_duration(delay))
                     if self._stop.wait(delay):
                         return
                     delay = min(delay * 2, high)
@@ -564,7 +590,10 @@ class Consumer:
                 self._changed.notify_all()
 
     def _subscribe(self, address, rdy):
-        conn = self._connect.open(address)
+        try:
+            conn = self._connect.open(address)
+        except OSError as e:
+            raise _DialFailed(e) from None
         with self._lock:
             if self._closing:
                 conn.close()
@@ -621,39 +650,43 @@ class Consumer:
                     elif data == b"CLOSE_WAIT":
                         conn.close_wait.set()
                     else:
-                        log.warning("%s: unexpected response %r", format_address(conn.address), data[:64])
+                        self.log.conn("warn", conn.address, "unexpected response %r", data[:64])
                 elif frame_type == protocol_v2.FRAME_TYPE_ERROR:
                     error = NSQError(data, conn.address)
-                    self._report(error)
+                    self.log.conn("error", conn.address, "protocol error - %s", error)
+                    self._report(error, logged=True)
                     if error.fatal:
                         return True  # nsqd closes the connection
                 else:
-                    log.error("%s: unknown frame type %d; closing", format_address(conn.address), frame_type)
+                    self.log.conn("error", conn.address, "IO error - unknown frame type %d", frame_type)
                     return True
         except (OSError, ValueError) as e:
             if not self._stop.is_set():
-                log.info("%s: connection lost (%s); reconnecting", format_address(conn.address), e)
+                self.log.conn("error", conn.address, "IO error - %s", error_words(e))
             return False
         finally:
             with self._changed:
                 self._conns.discard(conn)
                 self._subscribed.discard(conn)
+                left = len(self._subscribed)
                 self._changed.notify_all()
             conn.close()
+            if not self._stop.is_set():
+                self.log.warn("there are %d connections left alive", left)
 
     # -- the cluster: lookupd polls and RDY re-splits -------------------------------
 
     def _lookup(self):
         """``(addresses, errors)`` of the topic's producers on every lookupd."""
         path = "/lookup?topic=" + urllib.parse.quote(self.topic, safe="")
-        return lookup_addresses(self.lookupd_http_addresses, path, self.timeout)
+        return lookup_addresses(self.lookupd_http_addresses, path, self.timeout, log=self.log)
 
     def _connect_found(self):
         """Ask every lookupd and connect to the nodes listed that have no connection thread yet;
-        the addresses listed (errors are reported)."""
+        the addresses listed (each query and failure is logged, errors go to ``on_error``)."""
         found, errors = self._lookup()
         for error in errors:
-            self._report(error)
+            self._report(error, logged=True)
         with self._lock:
             new = [a for a in found if a not in self._known]
             n = len(self._known) + len(new)
@@ -669,7 +702,7 @@ class Consumer:
             return False
         listed = address in self._connect_found()
         if not listed:
-            log.info("%s: no longer listed by lookupd; not redialling", format_address(address))
+            self.log.conn("info", address, "no longer listed by nsqlookupd; not re-connecting until a poll lists it")
         return listed and not self._stop.is_set()
 
     def _cluster_loop(self):
@@ -724,7 +757,7 @@ class Consumer:
         for conn, rdy in targets:
             sent = self._send_rdy(conn, rdy)
             if sent is not None:
-                log.debug("%s: RDY %d (%s)", format_address(conn.address), sent, "idle" if conn in idle else "busy")
+                self.log.conn("debug", conn.address, "sending RDY %d (%s)", sent, "idle" if conn in idle else "busy")
 
 
     # -- max_attempts and backoff ------------------------------------------------------
@@ -737,13 +770,12 @@ class Consumer:
         """A message past max_attempts: tell on_give_up (or log it), then FIN it."""
         self.given_up += 1
         if self.on_give_up is None:
-            log.warning("%s: message %s has %d attempts (max_attempts %d); giving up on it (FIN)",
-                        self, msg.id.decode("ascii", "replace"), msg.attempts, self.max_attempts)
+            self.log.warn("msg %s attempted %d times, giving up", msg.id.decode("ascii", "replace"), msg.attempts)
         else:
             try:
                 self.on_give_up(msg)
-            except Exception:
-                log.exception("on_give_up failed for %r", msg)
+            except Exception as e:
+                self.log.exception("on_give_up failed for msg %s - %s", msg.id.decode("ascii", "replace"), e)
         try:
             msg.responded = True
             msg.connection.send(b"FIN %s\n" % msg.id)
@@ -783,11 +815,12 @@ class Consumer:
                 updated = True
             self._backoff_level = level
             if level == 0 and updated:
-                log.warning("%s: exiting backoff, returning all to RDY", self)
+                self.log.warn("exiting backoff, returning all to RDY")
                 self._set_all_rdy(None)
             elif level > 0:
                 duration = min(self._backoff_duration(level), self.max_backoff_duration)
-                log.warning("%s: backing off for %.3fs (backoff level %d), setting all to RDY 0", self, duration, level)
+                self.log.warn("backing off for %s (backoff level %d), setting all to RDY 0",
+                              format_duration(duration), level)
                 self._set_all_rdy(0)
                 self._start_backoff_timer(duration)
 
@@ -839,6 +872,14 @@ class Consumer:
             conn.rdy = rdy
         conn.send(b"RDY %d\n" % rdy)
         return rdy
+
+
+class _DialFailed(Exception):
+    """Connecting failed before a byte was sent (``error``, the OSError): Go says ``dial tcp ...``."""
+
+    def __init__(self, error):
+        super().__init__(error)
+        self.error = error
 
 
 class _Outcome(threading.Event):

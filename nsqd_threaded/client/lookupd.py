@@ -7,6 +7,7 @@ import time
 from ..internal.gocompat import is_socket_path
 from ..internal.httpclient import NSQ_V1_ACCEPT, request
 from .connection import format_address, parse_address
+from .log import error_words, lookupd_status_words
 
 LOOKUPD_ACCEPT = NSQ_V1_ACCEPT
 
@@ -44,22 +45,37 @@ def producer_addresses(doc, port_field="tcp_port"):
     return result
 
 
-def lookup_addresses(lookupds, path, timeout, port_field="tcp_port"):
+def lookupd_url(address, path):
+    """The URL go-nsq names in its lookupd lines: ``http://127.0.0.1:4161/lookup?topic=orders``."""
+    return "http://%s%s" % (format_address(address), path)
+
+
+def lookup_addresses(lookupds, path, timeout, port_field="tcp_port", log=None):
     """The union of the producers ``path`` lists on every lookupd, in a stable order.
 
     A 404 (``TOPIC_NOT_FOUND``) counts as an empty answer.  Returns ``(addresses,
-    errors)``: the lookupds that could not be asked are in ``errors``.
+    errors)``: the lookupds that could not be asked are in ``errors``.  With a
+    ``log`` (a :class:`~nsqd_threaded.client.log.ClientLog`) each query and each
+    failure, a 404 included, is logged in go-nsq's words.
     """
     found, errors = {}, []
     for lookupd in lookupds:
+        if log is not None:
+            log.info("querying nsqlookupd %s", lookupd_url(lookupd, path))
         try:
             status, doc = query_lookupd(lookupd, path, timeout)
         except OSError as e:
+            if log is not None:
+                log.error("error querying nsqlookupd (%s) - %s", lookupd_url(lookupd, path), error_words(e))
             errors.append(e)
             continue
         if status == 200:
             for address in producer_addresses(doc, port_field):
                 found.setdefault(address, None)
-        elif status != 404:
+            continue
+        if log is not None:
+            log.error("error querying nsqlookupd (%s) - %s", lookupd_url(lookupd, path),
+                      lookupd_status_words(status, json.dumps(doc, separators=(",", ":"))))
+        if status != 404:
             errors.append(ConnectionError("nsqlookupd at %s answered %d %s" % (format_address(lookupd), status, doc)))
     return sorted(found), errors

@@ -2,7 +2,6 @@
 
 import collections
 import concurrent.futures
-import logging
 import threading
 import time
 
@@ -19,10 +18,8 @@ from .connection import (
     format_address,
     parse_addresses,
 )
+from .log import ClientLog, dial_words, error_words
 from .lookupd import lookup_addresses, parse_lookupd_address
-
-
-log = logging.getLogger("nsqd_threaded.client")
 
 # -- Producer --------------------------------------------------------------------
 
@@ -58,11 +55,17 @@ class _Node:
             raise ConnectionClosed("producer is closed")
         conn = self.conn
         if conn is None:
+            producer.log.conn("info", self.address, "connecting to nsqd")
             try:
-                conn = producer._connect.open(self.address)
+                try:
+                    conn = producer._connect.open(self.address)
+                except OSError as e:
+                    producer.log.conn("error", self.address, "error connecting to nsqd - %s", dial_words(e, self.address))
+                    raise
                 try:
                     producer._connect.handshake(conn)
-                except BaseException:
+                except BaseException as e:
+                    producer.log.conn("error", self.address, "error connecting to nsqd - %s", error_words(e))
                     conn.close()
                     raise
             except (OSError, NSQError):
@@ -123,7 +126,7 @@ class _Node:
                             if self.conn is conn:
                                 self.conn = None
                     if future is None:
-                        log.warning("%s: error without a request: %s", format_address(conn.address), error)
+                        self.producer.log.conn("error", conn.address, "protocol error - %s", error)
                     elif error.code in _RETRY_CODES and self.producer._single is None:
                         self.producer._retry(future, self, error)
                     else:
@@ -134,11 +137,13 @@ class _Node:
                     cause = "unexpected frame type %d %r" % (frame_type, data[:64])
                     if future is not None:
                         future.set_exception(ConnectionClosed(cause))
-                    log.error("%s: %s; closing", format_address(conn.address), cause)
+                    self.producer.log.conn("error", conn.address, "IO error - %s", cause)
                     return
         except (OSError, ValueError) as e:  # EOF (ConnectionClosed), reset, timeout, closed
             if cause is None:
                 cause = str(e)  # (not the exception: its traceback holds this frame, a cycle)
+            if self.conn is conn and not self.producer._closed:  # not our own close (close() unsets conn first)
+                self.producer.log.conn("error", conn.address, "IO error - %s", error_words(e))
         finally:
             with self.lock:
                 if self.conn is conn:
@@ -196,7 +201,10 @@ class Producer:
       overrides IDENTIFY fields (wire names and units); ``auth_secret`` is sent with
       ``AUTH`` after IDENTIFY when nsqd requires it;
     * ``tls_v1``, ``tls_options``, ``snappy``, ``deflate``, ``deflate_level``: TLS and
-      compression (see :func:`~nsqd_threaded.client.connection.transport_options`).
+      compression (see :func:`~nsqd_threaded.client.connection.transport_options`);
+    * ``logger`` and ``log_id``: where connection events go, in go-nsq's words, as for
+      the :class:`~nsqd_threaded.client.Consumer` (connecting, a failed dial naming the
+      address, an IO error, a request handed to another nsqd, each lookupd failure).
 
     Connections are made on first use (or by :meth:`connect`) and again on the next
     request after one ends.  **One nsqd**: a request in flight when its connection ends
@@ -222,8 +230,11 @@ class Producer:
         reconnect_backoff=(0.1, 5.0),
         lookupd_poll_interval=60.0,
         auth_secret=None,
-        tls_v1=False, tls_options=None, snappy=False, deflate=False, deflate_level=None  # the transport: ConnectOptions
+        tls_v1=False, tls_options=None, snappy=False, deflate=False, deflate_level=None,  # the transport: ConnectOptions
+        logger=None,
+        log_id=1
     ):
+        self.log = ClientLog(logger, log_id)
         direct = parse_addresses(addresses) if addresses else []
         self.lookupd_http_addresses = [parse_lookupd_address(a) for a in address_list(lookupd_http_addresses)]
         if not direct and not self.lookupd_http_addresses:
@@ -314,9 +325,7 @@ class Producer:
         return [n for n in ordered if n.down_until <= now] + [n for n in ordered if n.down_until > now]
 
     def _poll_lookupd(self):
-        found, errors = lookup_addresses(self.lookupd_http_addresses, "/nodes", self.timeout)
-        for error in errors:
-            log.warning("%s: %s", self, error)
+        found, errors = lookup_addresses(self.lookupd_http_addresses, "/nodes", self.timeout, log=self.log)
         if errors and not found:
             return  # keep what we know
         wanted = set(self.addresses) | set(found)
@@ -359,7 +368,7 @@ class Producer:
     def _retry(self, future, node, error):
         """``node`` failed ``future``'s request (it was not published there): try the next node."""
         _failed(future, node, error)
-        log.info("%s: %s; trying another nsqd", format_address(node.address), error)
+        self.log.conn("info", node.address, "%s; trying another nsqd", error_words(error))
         self._dispatch(future)
 
     def _dispatch(self, future):

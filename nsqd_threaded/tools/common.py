@@ -3,6 +3,7 @@
 from ..client.config import ClientConfig, ClientConfigError
 from ..internal.logger import Logger
 from ..settings.options import BOOL, META, STR, STR_LIST, VERSION, OptionError, Setting
+from ..wire.protocol_v2 import is_valid_name
 
 VERSION_SETTING = Setting("version", BOOL, False, "print version string", META)
 # Not in Go's tools: every command of this package takes a TOML config file (keys are the fields).
@@ -55,6 +56,15 @@ def one_of_nsqd_or_lookupd(nsqd, lookupd, nsqd_flag="--nsqd-tcp-address"):
         raise OptionError("%s or --lookupd-http-address required" % nsqd_flag)
     if nsqd and lookupd:
         raise OptionError("use %s or --lookupd-http-address not both" % nsqd_flag)
+
+
+def valid_names(topics, channel):
+    """go-nsq's NewConsumer check, made before anything connects: nsqd would refuse the SUB
+    (``E_BAD_TOPIC``), and a consumer over lookupd would wait for a topic that can never exist."""
+    if not all(is_valid_name(topic) for topic in topics):
+        raise OptionError("invalid topic name")
+    if channel and not is_valid_name(channel):
+        raise OptionError("invalid channel name")
 
 
 def no_scheme(addresses, flag):

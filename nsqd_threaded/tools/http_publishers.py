@@ -24,19 +24,18 @@ new connection.
 
 import collections
 import errno
-import logging
 import os
 import selectors
 import socket
 import ssl
 import threading
 import time
+import traceback
 
 from .. import command
 from ..client.connection import ConnectionClosed
 from . import http_conn
 
-log = logging.getLogger("nsqd_threaded.tools")
 
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 
@@ -170,8 +169,9 @@ class HTTPPublishers:
     def _run(self):
         try:
             self._loop()
-        except Exception:
-            log.exception("nsq_to_http publishers failed; requeueing what they hold")
+        except Exception:  # a bug: say so in the tool's log, with where it happened
+            self.app.log.error("nsq_to_http publishers failed; requeueing what they hold\n%s",
+                               traceback.format_exc().rstrip())
         finally:
             self._shut()
 
@@ -453,7 +453,7 @@ class HTTPPublishers:
             else:
                 msg.req(requeue, backoff=backoff)
         except ConnectionClosed as e:
-            log.info("cannot answer %r: %s", msg, e)  # nsqd gives it to another consumer
+            self.app.log.info("cannot answer msg %s - %s", msg.id.decode("ascii", "replace"), e)  # nsqd redelivers it
 
     def _expire(self, now):
         for job in [j for j in self._jobs if j.conn is not None and j.deadline <= now]:

@@ -39,6 +39,7 @@ def _validate(options):
     if not options.topics:
         raise OptionError("--topic required")
     common.client_config(options.consumer_opts, "consumer-opt")
+    common.valid_names(options.topics, options.channel)
 
 
 TailOptions = command.table_options("TailOptions", SETTINGS, _validate)
@@ -72,12 +73,14 @@ class Tail:
 
     def start(self):
         kwargs = self.config.consumer_kwargs()
+        lookupds = self.options.lookupd_http_addresses
         for topic in self.options.topics:
             self.log.info("Adding consumer for topic: %s", topic)
             consumer = Consumer(self.options.nsqd_tcp_addresses or None, topic, self.channel, self._handler(topic),
-                                lookupd_http_addresses=self.options.lookupd_http_addresses or None, **kwargs)
+                                lookupd_http_addresses=lookupds or None, logger=self.log,
+                                log_id=len(self.consumers) + 1, **kwargs)
             self.consumers.append(consumer)
-            consumer.start()
+            consumer.start(wait=not lookupds)  # over lookupd a failed query is logged and polled again
         return self
 
     def _handler(self, topic):

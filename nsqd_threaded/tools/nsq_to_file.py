@@ -104,6 +104,7 @@ def _validate(o):
             and "<REV>" not in o.filename_format:
         raise OptionError("missing <REV> in --filename-format when gzip, rotation, or work dir enabled")
     common.client_config(o.consumer_opts, "consumer-opt")
+    common.valid_names(o.topics, o.channel)
 
 
 ToFileOptions = command.table_options("ToFileOptions", SETTINGS, _validate)
@@ -166,7 +167,7 @@ class FileLogger:
         kwargs = app.config.consumer_kwargs()
         self.consumer = Consumer(o.nsqd_tcp_addresses or None, topic, o.channel,
                                  lookupd_http_addresses=o.lookupd_http_addresses or None,
-                                 on_message=self._queue.put, **kwargs)
+                                 on_message=self._queue.put, logger=self.log, log_id=app.next_log_id(), **kwargs)
         self.max_in_flight = kwargs["max_in_flight"]
         self._held = []  # written, not yet synced (nor FINed)
         self._pending = []  # the bodies of _held's last messages, not yet written to the file
@@ -183,7 +184,7 @@ class FileLogger:
         self._thread = threading.Thread(target=self._router, name="nsq_to_file[%s]" % topic)
 
     def start(self):
-        self.consumer.start()
+        self.consumer.start(wait=not self.options.lookupd_http_addresses)  # lookupd failures: logged, polled again
         self._thread.start()
 
     def hup(self):
@@ -400,7 +401,7 @@ class FileLogger:
 class ToFile:
     """The nsq_to_file app: a FileLogger per topic, given or discovered (the ``nsq_to_file-topics`` thread).
 
-    ``_lock`` guards ``loggers`` (the discoverer adds to it while a signal may
+    ``_lock`` guards ``loggers`` and ``_log_ids`` (the discoverer adds to them while a signal may
     reload or stop them).  ``done`` is set when a logger failed (``exit_code``
     1: a file could not be written).
     """
@@ -419,8 +420,14 @@ class ToFile:
         self.exit_code = 0
         self._lock = threading.Lock()
         self.loggers = {}
+        self._log_ids = 0  # the consumers made so far (go-nsq's instance numbers in their log lines)
         self._stopping = threading.Event()
         self._discoverer = None
+
+    def next_log_id(self):
+        with self._lock:
+            self._log_ids += 1
+            return self._log_ids
 
     def failed(self):
         self.exit_code = 1

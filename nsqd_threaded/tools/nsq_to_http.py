@@ -115,6 +115,7 @@ def _validate(o):
     for address in o.get_addresses or o.post_addresses:
         Endpoint(address)  # a URL we can request
     common.client_config(o.consumer_opts, "consumer-opt")
+    common.valid_names([o.topic], o.channel)
 
 
 ToHTTPOptions = command.table_options("ToHTTPOptions", SETTINGS, _validate)
@@ -277,9 +278,9 @@ class ToHTTP:
                                          kwargs.get("requeue_delay_ms", -1)).start()
         self.consumer = Consumer(o.nsqd_tcp_addresses or None, o.topic, o.channel,
                                  lookupd_http_addresses=o.lookupd_http_addresses or None,
-                                 on_message=self.publishers.submit, **kwargs)
+                                 on_message=self.publishers.submit, logger=self.log, **kwargs)
         try:
-            self.consumer.start()
+            self.consumer.start(wait=not o.lookupd_http_addresses)  # lookupd failures: logged, polled again
         except BaseException:
             self.publishers.stop(0.0)
             raise

@@ -224,7 +224,8 @@ class Relay:
         pconfig.set("user_agent", agent)
         self.cconfig = cconfig
         self.addresses = list(dict.fromkeys(o.destination_nsqd_tcp_addresses))
-        self.producers = {a: Producer(a, **pconfig.producer_kwargs()) for a in self.addresses}
+        self.producers = {a: Producer(a, logger=self.log, log_id=i + 1, **pconfig.producer_kwargs())
+                          for i, a in enumerate(self.addresses)}
         self.pool = upstream.pool_for(o.mode, self.addresses) or upstream.RoundRobin(self.addresses)
         single = len(self.addresses) == 1
         self.per_address = {a: upstream.TimerMetrics(0 if single else o.status_every, "[%s]:" % a, self.log)
@@ -245,9 +246,10 @@ class Relay:
             destination = o.destination_topic or topic
             consumer = Consumer(o.nsqd_tcp_addresses or None, topic, o.channel, self._handler(destination),
                                 lookupd_http_addresses=o.lookupd_http_addresses or None,
-                                concurrency=len(self.addresses), **kwargs)
+                                concurrency=len(self.addresses), logger=self.log,
+                                log_id=len(self.addresses) + len(self.consumers) + 1, **kwargs)
             self.consumers.append(consumer)
-            consumer.start()
+            consumer.start(wait=not o.lookupd_http_addresses)  # lookupd failures: logged, polled again
         return self
 
     def _handler(self, destination):

@@ -159,6 +159,7 @@ def test_pyz_versions_and_commands(bare_python, pyz, tmp_path):
     assert lines[3].startswith("python %s " % ".".join(map(str, sys.version_info[:3])))
     assert output("--version")[0].startswith("nsqd v%s (built w/" % VERSION)
     assert output("nsqd", "--version")[0].startswith("nsqd v%s (built w/" % VERSION)
+    assert output("tail", "--version") == ["nsq_tail v%s" % VERSION]
     assert "--inactive-producer-timeout" in "\n".join(output("nsqlookupd", "--help"))
     assert "--lookupd-http-address" in "\n".join(output("nsqadmin", "--help"))
     listed = "\n".join(output("--help"))
@@ -172,6 +173,14 @@ def test_pyz_versions_and_commands(bare_python, pyz, tmp_path):
     result = subprocess.run(bare_python + [str(tail_link), "--help"], stdin=subprocess.DEVNULL,
                             capture_output=True, text=True, timeout=60)
     assert "--print-topic" in result.stdout, result.stderr
+    result = subprocess.run(bare_python + [str(tail_link), "--version"], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=60)
+    assert result.stdout == "nsq_tail v%s\n" % VERSION, result.stderr
+    nsqd_link = tmp_path / "nsqd"
+    nsqd_link.symlink_to(pyz)
+    result = subprocess.run(bare_python + [str(nsqd_link), "--version"], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=60)
+    assert result.stdout.startswith("nsqd v%s (built w/" % VERSION), result.stderr
     link = tmp_path / "nsqlookupd.pyz"
     link.symlink_to(pyz)
     result = subprocess.run(bare_python + [str(link), "--version"], stdin=subprocess.DEVNULL,

@@ -71,10 +71,13 @@ def test_to_nsq_has_no_version_flag_as_in_go():
 
 
 def first_lines(argv, until, tmp_path):
-    """The log lines of a daemon up to the one matching ``until``, timestamps and prefixes left out."""
+    """The log lines of a daemon up to the last one matching a pattern of ``until`` (in any order),
+    timestamps and prefixes left out."""
     proc = CommandProcess(argv, cwd=str(tmp_path))
     try:
-        proc.wait_for(until)
+        for pattern in until:
+            if not any(re.search(pattern, line) for line in proc.log):
+                proc.wait_for(pattern)
     finally:
         proc.close()
     return [re.sub(r"^\[\w+\] [\d/]+ [\d:.]+ INFO: |^[\d/]+ [\d:.]+ ", "", line.rstrip("\n")) for line in proc.log]
@@ -82,18 +85,15 @@ def first_lines(argv, until, tmp_path):
 
 def normalized(lines):
     """Lines with what differs between two runs or two implementations replaced."""
-    out = []
-    for line in lines:
-        line = re.sub(r"built w/\S+\)", "built w/X)", line)
-        line = re.sub(r"(127\.0\.0\.1|\[::\]|0\.0\.0\.0):\d+", "ADDR", line)
-        out.append(line)
-    return out
+    return [re.sub(r"(127\.0\.0\.1|\[::\]|0\.0\.0\.0):\d+", "ADDR", re.sub(r"built w/\S+\)", "built w/X)", line))
+            for line in lines]
 
 
 DAEMON_ARGS = {
-    "nsqd": (["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"], r"HTTP: listening on"),
-    "nsqlookupd": (["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"], r"TCP: listening on"),
-    "nsqadmin": (["--http-address=127.0.0.1:0", "--nsqd-http-address=127.0.0.1:1"], r"HTTP: listening on"),
+    "nsqd": (["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"], [r"HTTP: listening on", r"TCP: listening on"]),
+    "nsqlookupd": (["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"],
+                   [r"HTTP: listening on", r"TCP: listening on"]),
+    "nsqadmin": (["--http-address=127.0.0.1:0", "--nsqd-http-address=127.0.0.1:1"], [r"HTTP: listening on"]),
 }
 
 
@@ -116,6 +116,6 @@ def test_a_daemon_logs_gos_first_lines(daemon, tmp_path):
 
 def test_the_nsqd_log_line_names_the_node_id(tmp_path):
     lines = first_lines([sys.executable, "-m", "nsqd_threaded", "--tcp-address=127.0.0.1:0",
-                         "--http-address=127.0.0.1:0", "--node-id=42"], r"ID: ", tmp_path)
+                         "--http-address=127.0.0.1:0", "--node-id=42"], [r"ID: "], tmp_path)
     assert lines[-1] == "ID: 42"
 
