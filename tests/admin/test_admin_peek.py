@@ -6,10 +6,12 @@ Real brokers, a real lookupd, a real nsqadmin and, for the page, headless Chromi
 
 import pytest
 
+from nsqd_threaded.admin.peek import PEEK_COUNT
 from nsqd_threaded.testing import Broker, Cluster
 
 from support.admin import call, start_admin
 from support.auth import AuthServer
+from support.hostile import HostileNode
 from support.wire import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -133,6 +135,44 @@ def test_under_auth_nsqadmin_sends_no_secret_so_the_node_gives_no_bodies():
     assert status == 200
     [nd] = doc["nodes"]
     assert nd["peek"] == "refused" and nd["messages"] == [] and nd["error"] == "AUTH_REQUIRED"
+
+
+def test_bodies_come_only_from_the_nodes_peek_answer_field_by_field():
+    """A node's /stats and /debug/state full of body-like fields give no peeked message; its peek answer
+    keeps only the known fields of the right type."""
+    stats = {"version": "1.3.0", "health": "OK", "start_time": 1, "topics": [{
+        "topic_name": "orders", "depth": 1, "messages": [{"id": "x", "body": "from-stats"}], "body": "from-stats",
+        "channels": [{"channel_name": "billing", "depth": 1, "body": "from-stats",
+                      "messages": [{"id": "x", "body": "from-stats"}], "clients": []}]}]}
+    state = {"topics": [{"name": "orders", "memory": {"messages": [{"id": "x", "body": "from-state"}]}}]}
+    quiet = HostileNode({"/stats": stats, "/debug/state": state})
+    chatty = HostileNode({"/stats": stats, "/debug/state": state, "/channel/peek": {
+        "messages": [{"id": "a", "attempts": 1, "timestamp": 5, "body": "peeked", "state": "queued", "due_ns": None,
+                      "extra": "<b>x</b>"},
+                     {"id": 7, "attempts": "1", "body": {"html": "<i>"}, "state": True},
+                     "not an object"],
+        "body": "from-the-document"}})
+    try:
+        with Cluster(1) as cluster:
+            quiet.register(cluster.lookupd.tcp_address, "orders", "billing")
+            chatty.register(cluster.lookupd.tcp_address, "orders", "billing")
+            wait_for(lambda: len(cluster.lookupd.lookup("orders")) == 2, what="registrations")
+            admin = start_admin(lookupd_http_addresses=[cluster.lookupd.http_addr], admin_users=["alice"])
+            try:
+                status, doc = peek(admin)
+            finally:
+                admin.stop()
+    finally:
+        quiet.close()
+        chatty.close()
+    assert status == 200
+    by_node = {nd["node"]: nd for nd in doc["nodes"]}
+    assert by_node[quiet.node] == {"node": quiet.node, "peek": "off", "messages": [], "error": ""}
+    assert by_node[chatty.node]["messages"] == [
+        {"id": "a", "attempts": 1, "timestamp": 5, "body": "peeked", "state": "queued"}, {}]
+    assert "from-" not in str(doc)
+    assert [r for r in quiet.requests if r.startswith("/channel/peek?")] \
+        == ["/channel/peek?topic=orders&channel=billing&n=%d" % PEEK_COUNT]
 
 
 @pytest.mark.browser
