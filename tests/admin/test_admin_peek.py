@@ -197,6 +197,7 @@ def test_the_page_shows_bodies_as_text_and_the_off_note(browser, tmp_path):
                 assert bodies == ["first"] + HOSTILE
                 notes = [browser.text(e) for e in browser.find_all("#peek tr.peek-note")]
                 assert notes == [node_name(off) + " peek is off on this node"]
+                browser.run("document.getElementById('peek').scrollIntoView();")
                 browser.screenshot(str(tmp_path / "peek.png"))
                 found = browser.run(
                     "var f = []; document.querySelectorAll('#peek *').forEach(function (e) {"

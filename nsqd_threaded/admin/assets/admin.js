@@ -415,6 +415,8 @@
     off: "peek is off on this node",
     refused: "this node's auth refused the peek (nsqadmin sends no secret)"
   };
+  // a message's timestamp is nanoseconds since the epoch, past a double's exact integers: shown to the ms
+  function published(ns) { return isNum(ns) ? new Date(ns / 1e6).toISOString() : invalid(); }
   function renderPeek(holder, doc) {
     var rows = [];
     list(obj(doc).nodes).forEach(function (nd) {
@@ -428,12 +430,12 @@
       msgs.forEach(function (m, i) {
         m = obj(m);
         rows.push(el("tr", null, el("td", null, t(nd.node)), el("td", null, String(i + 1)), el("td", null, t(m.id)),
-                     el("td", null, n(m.attempts)), el("td", null, t(m.state)), el("td", null, n(m.timestamp)),
+                     el("td", null, n(m.attempts)), el("td", null, t(m.state)), el("td", null, published(m.timestamp)),
                      el("td", { "class": "body" }, t(m.body))));
       });
     });
     var table = el("table", { "class": "stats peek" },
-      el("thead", null, el("tr", null, ["Node", "#", "ID", "Attempts", "State", "Timestamp", "Body"].map(function (h) {
+      el("thead", null, el("tr", null, ["Node", "#", "ID", "Attempts", "State", "Published", "Body"].map(function (h) {
         return el("th", null, h);
       }))),
       el("tbody", null, rows));
