@@ -27,9 +27,9 @@ from ..internal.logger import LOG_LEVELS
 from ..server import http_server
 from ..server.http_server import TEXT_TYPE, HTTPError, QueryError, Response, Router, ok_json, ok_text, parse_query
 from ..settings.options import DURATION
-from . import pages, static
+from . import pages, peek, static
 from .actions import Actions
-from .api import AdminAPI, AdminError
+from .api import AdminAPI, AdminError, Answer
 from .options import SETTINGS
 
 # config-file key -> Setting: what /config/:opt can name (Go: every option with a flag)
@@ -60,6 +60,7 @@ ROUTES = (
     ("GET", "/api/nodes/:node", "api_node"),
     ("GET", "/api/nodes/:node/state", "api_node_state"),
     ("GET", "/api/counter", "api_counter"),
+    ("GET", "/api/peek/:topic/:channel", "api_peek"),
     ("GET", "/api/charts/:topic", "api_charts"),
     ("GET", "/api/charts/:topic/:channel", "api_charts"),
     ("POST", "/api/topics", "api_create"),
@@ -162,7 +163,7 @@ class AdminRouter(Router):
         return self._page(self.pages.topic, topic)
 
     def page_channel(self, request, topic, channel):
-        return self._page(self.pages.channel, topic, channel)
+        return self._page(self.pages.channel, topic, channel, self.may_peek(request))
 
     def page_nodes(self, request):
         return self._page(self.pages.nodes)
@@ -208,6 +209,19 @@ class AdminRouter(Router):
     def api_node_state(self, request, node):
         bodies = self.admin.options.inside_view_bodies and self.actions.is_admin(request)
         return ok_json(self.api.node_state(node, bodies=bodies, topic=self._query(request).get("topic", "")))
+
+    def may_peek(self, request):
+        """Peeked bodies are for admins only: ``--admin-user`` given and the ACL header naming one."""
+        return bool(self.admin.options.admin_users) and self.actions.is_admin(request)
+
+    def api_peek(self, request, topic, channel):
+        """(ours) a channel's next messages on each node (:mod:`.peek`): an admin's, same-origin read."""
+        if http_server.is_cross_origin(request, referer=True):
+            raise AdminError(403, "CROSS_ORIGIN_FORBIDDEN")
+        if not self.may_peek(request):
+            raise AdminError(403, "FORBIDDEN")
+        doc, gathered = peek.channel_peek(self.admin, topic, channel)
+        return self._json(Answer(doc, [gathered]))
 
     def api_counter(self, request):
         return self._json(self.api.counter())

@@ -297,7 +297,8 @@ class Pages:
         return self.layout("Topic %s" % topic, "topics", body, answer,
                            {"kind": "topic", "api": api_url, "topic": topic, "charts": self.charts_url(topic)})
 
-    def channel(self, topic, channel):
+    def channel(self, topic, channel, peek=False):
+        """The channel page; with ``peek`` (an admin's request) its Peek section, filled by the script."""
         try:
             answer = self._api().channel(topic, channel)
         except TopicNotFound:
@@ -339,10 +340,14 @@ class Pages:
                self.table(("Node",) + CHANNEL_HEADERS + (POLICY_HEADERS if policies else ()), node_rows),
                el("h2", None, "Clients"),
                self.table(("Client", "Address", "User-Agent", "Node", "Features", "RDY", "In-Flight", "Messages",
-                           "Finished", "Requeued", "Connected"), client_rows, "stats clients")))
+                           "Finished", "Requeued", "Connected"), client_rows, "stats clients")),
+            el("div", {"id": "peek", "class": "peek"}, el("h2", None, "Peek"),
+               el("p", None, "The next messages of each node (an admin's view; nothing is consumed)."))
+            if peek else None)
         return self.layout("Channel %s/%s" % (topic, channel), "topics", body, answer,
                            {"kind": "channel", "api": api_url, "topic": topic, "channel": channel,
-                            "charts": self.charts_url(topic, channel)})
+                            "charts": self.charts_url(topic, channel),
+                            "peek": self.url("api", "peek", topic, channel) if peek else None})
 
     def charts_url(self, *parts):
         """The charts' API route of a topic or channel, or None when nsqadmin keeps no samples."""

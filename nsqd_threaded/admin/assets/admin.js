@@ -409,6 +409,51 @@
     tick();
   }
 
+  // -- a channel's next messages, for admins (data-peek: GET /api/peek/<topic>/<channel>): one row per
+  // message naming its node, each field as text; a node without --channel-peek says so
+  var PEEK_NOTES = {
+    off: "peek is off on this node",
+    refused: "this node's auth refused the peek (nsqadmin sends no secret)"
+  };
+  // a message's timestamp is nanoseconds since the epoch, past a double's exact integers: shown to the ms
+  function published(ns) { return isNum(ns) ? new Date(ns / 1e6).toISOString() : invalid(); }
+  function renderPeek(holder, doc) {
+    var rows = [];
+    list(obj(doc).nodes).forEach(function (nd) {
+      nd = obj(nd);
+      var msgs = list(nd.messages);
+      if (nd.peek !== "on" || msgs.length === 0) {
+        var note = PEEK_NOTES[nd.peek] || (nd.peek === "on" ? "no messages waiting" : "failed: " + name(nd.error));
+        rows.push(el("tr", { "class": "peek-note" }, el("td", null, t(nd.node)), el("td", { "colspan": "6" }, note)));
+        return;
+      }
+      msgs.forEach(function (m, i) {
+        m = obj(m);
+        rows.push(el("tr", null, el("td", null, t(nd.node)), el("td", null, String(i + 1)), el("td", null, t(m.id)),
+                     el("td", null, n(m.attempts)), el("td", null, t(m.state)), el("td", null, published(m.timestamp)),
+                     el("td", { "class": "body" }, t(m.body))));
+      });
+    });
+    var table = el("table", { "class": "stats peek" },
+      el("thead", null, el("tr", null, ["Node", "#", "ID", "Attempts", "State", "Published", "Body"].map(function (h) {
+        return el("th", null, h);
+      }))),
+      el("tbody", null, rows));
+    var old = holder.querySelector("table.peek");
+    if (old) holder.replaceChild(table, old); else holder.appendChild(table);
+  }
+
+  function startPeek(url) {
+    var holder = document.getElementById("peek");
+    if (!holder) return;
+    function tick() {
+      request("GET", url).then(function (doc) { renderPeek(holder, doc); },
+                               function (err) { flash(err.message, false); })
+        .then(function () { setTimeout(tick, POLL_MS); });
+    }
+    tick();
+  }
+
   // -- the server-rendered tables follow too: the page itself is fetched again and its #tables and
   // #warnings are moved in (one renderer, the server's, which escapes everything; DOMParser's document is
   // inert, and its nodes are adopted, never re-parsed from text)
@@ -434,6 +479,8 @@
   }
 
   startTables();
+  var peekUrl = body.getAttribute("data-peek");
+  if (peekUrl && /^\/(?![\/\\])/.test(peekUrl)) startPeek(peekUrl);
   var kind = body.getAttribute("data-kind");
   var api = body.getAttribute("data-api");
   var charts = body.getAttribute("data-charts");
