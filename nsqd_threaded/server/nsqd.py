@@ -102,6 +102,9 @@ class NSQD(BrokerCore):
         except BaseException:
             self._abort_start()
             raise
+        # Before the first thread this broker starts: widening the futex hash of a process
+        # with few threads costs well under a millisecond, after them some 30 ms.
+        self.idle_watcher = new_idle_watcher()
         with self._lock:
             self._topics_started = True
             topics = list(self._topics.values())
@@ -111,7 +114,6 @@ class NSQD(BrokerCore):
             self._spawn("nsqd-http-accept", self._http_server.serve_forever)
         if self._https_server is not None:
             self._spawn("nsqd-https-accept", self._https_server.serve_forever)
-        self.idle_watcher = new_idle_watcher()
         if self.idle_watcher is not None:
             self.idle_watcher.start()
         self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
