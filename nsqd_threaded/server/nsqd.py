@@ -38,6 +38,7 @@ import time
 
 from ..broker.core import BrokerCore
 from ..broker.topic import TopicError
+from ..internal.process import widen_futex_hash
 from ..wire.protocol_v1 import PING
 from ..wire.protocol_v2 import is_valid_name
 from ..wire.transport import server_context
@@ -94,6 +95,9 @@ class NSQD(BrokerCore):
         On failure (e.g. an address in use) everything created is closed again:
         the topics from nsqd.dat (never started), the listeners, the data-path lock.
         """
+        # Before this broker's first thread (its listeners start some): the kernel widens the
+        # futex hash of a process with few threads in under a millisecond, with more in ~30 ms.
+        widen_futex_hash()
         self._lock_data_path()
         try:
             self.load_metadata()
