@@ -23,7 +23,7 @@ messages and connections pays and a small program does not:
   (``cli.serve``), never :class:`~nsqd_threaded.server.nsqd.NSQD`: a program
   that embeds brokers keeps its own settings.
 * :func:`widen_futex_hash` (Linux 6.16+): the daemon itself makes this one
-  (``NSQD.start``, before its first thread; the command earlier still, in
+  (``NSQD.start``, before its listeners start its first threads; the command earlier still, in
   ``cli._prepare``): any process serving thousands of
   connections needs it, embedded or not, it is only ever raised, and it
   changes nothing else the program sees.

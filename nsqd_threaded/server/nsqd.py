@@ -95,9 +95,6 @@ class NSQD(BrokerCore):
         On failure (e.g. an address in use) everything created is closed again:
         the topics from nsqd.dat (never started), the listeners, the data-path lock.
         """
-        # Before this broker's first thread (its listeners start some): the kernel widens the
-        # futex hash of a process with few threads in under a millisecond, with more in ~30 ms.
-        widen_futex_hash()
         self._lock_data_path()
         try:
             self.load_metadata()
@@ -134,6 +131,9 @@ class NSQD(BrokerCore):
 
     def _listen(self):
         options = self.options
+        # Before this broker's first thread (the listeners' servers start the first ones): the kernel
+        # widens the futex hash of a process with few threads in under a millisecond, with more in ~30 ms.
+        widen_futex_hash()
         try:
             self._tcp_server = TCPServer(options.tcp_address, self)
         except OSError as e:
