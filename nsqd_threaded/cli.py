@@ -12,18 +12,21 @@ failure is one ``FATAL`` line naming what to fix, never a traceback.
 import click  # noqa: F401 (testing/flags.py catches the exceptions of this click)
 
 from . import command
-from .internal.process import tune_gc
+from .internal.process import tune_gc, widen_futex_hash
 from .server.nsqd import NSQD
 from .settings.options import BY_FIELD, SETTINGS, Options, check_data_path
 
 
 def _prepare(options):
     """Before the broker exists: its data path must be usable; then the process-wide tuning
-    (this process is the broker's)."""
+    (this process is the broker's).  The futex hash is widened here, while the process has
+    one thread: the broker would do it after its first threads, where the kernel takes some
+    30 ms to move their waiters to the new table."""
     problem = check_data_path(options.data_path)
     if problem:
         fatal("failed to instantiate nsqd - %s" % problem)
     tune_gc()
+    widen_futex_hash()
 
 
 def _start_failure(exc):

@@ -74,6 +74,7 @@ class BrokerCore:
         self._metadata_written = 0  # changes covered by a finished rewrite
         self._metadata_waiters = 0  # requests waiting for a rewrite (the writer does not rest then)
         self._metadata_writing = False  # a metadata_loop runs (see open_metadata_writer)
+        self._start_metadata_writer = None  # starts that loop's thread, on the first change
         self._loading = False  # while nsqd.dat is being loaded: no persisting
         self._gc_pauses = collections.deque(maxlen=256)
         self._gc_started = None
@@ -224,7 +225,7 @@ class BrokerCore:
             if self._metadata_writing:
                 self._metadata_requested += 1
                 mine = self._metadata_requested
-                cond.notify_all()
+                self._wake_metadata_writer_locked()
                 if wait:
                     self._metadata_waiters += 1
                     try:
@@ -240,22 +241,32 @@ class BrokerCore:
         with cond:
             mine = self._metadata_requested
             self._metadata_waiters += 1
-            cond.notify_all()  # a resting writer writes now
+            cond.notify_all()  # a resting writer writes now (none has started while nothing changed)
             try:
                 return cond.wait_for(lambda: self._metadata_written >= mine or not self._metadata_writing, timeout)
             finally:
                 self._metadata_waiters -= 1
 
-    def open_metadata_writer(self):
-        """From now on changes go to :meth:`metadata_loop`, which the caller then runs on a thread."""
+    def open_metadata_writer(self, start_writer):
+        """From now on changes go to :meth:`metadata_loop`, which ``start_writer()`` starts on the
+        caller's thread (called once, with the first change, under ``_metadata_cond``'s lock, which
+        the loop takes first: a broker that changes nothing never starts it)."""
         with self._metadata_cond:
             self._metadata_writing = True
+            self._start_metadata_writer = start_writer
+
+    def _wake_metadata_writer_locked(self):
+        start, self._start_metadata_writer = self._start_metadata_writer, None
+        if start is not None:
+            start()
+        self._metadata_cond.notify_all()
 
     def close_metadata_writer(self):
         """Let :meth:`metadata_loop` finish the changes made so far and return (the caller joins
         its thread, then writes the final state itself)."""
         with self._metadata_cond:
             self._metadata_writing = False
+            self._start_metadata_writer = None
             self._metadata_cond.notify_all()
 
     def metadata_loop(self):

@@ -23,7 +23,8 @@ messages and connections pays and a small program does not:
   (``cli.serve``), never :class:`~nsqd_threaded.server.nsqd.NSQD`: a program
   that embeds brokers keeps its own settings.
 * :func:`widen_futex_hash` (Linux 6.16+): the daemon itself makes this one
-  (``server.idle.new_idle_watcher``): any process serving thousands of
+  (``NSQD.start``, before its listeners start its first threads; the command earlier still, in
+  ``cli._prepare``): any process serving thousands of
   connections needs it, embedded or not, it is only ever raised, and it
   changes nothing else the program sees.
 * :func:`malloc_trim` (glibc): the idle watcher calls it after a mass
@@ -47,17 +48,28 @@ def tune_gc():
         gc.set_threshold(max(gen0, GC_GEN0_THRESHOLD), gen1, gen2)
 
 
-def malloc_trim():
-    """glibc's ``malloc_trim`` (ctypes releases the GIL around it), or None elsewhere."""
+def _libc_function(name, argtypes, restype=ctypes.c_int):
+    """A function of this process's C library through ctypes, or None where there is none."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        trim = ctypes.CDLL(None).malloc_trim  # glibc only (not musl)
+        function = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
+    function.argtypes = argtypes
+    function.restype = restype
+    return function
+
+
+# Looked up once, at import: each ctypes.CDLL builds a class, a cost every broker paid twice as it
+# started.  Constants (set here, never changed), so the brokers of one process may share them.
+_MALLOC_TRIM = _libc_function("malloc_trim", [ctypes.c_size_t])  # glibc only (not musl)
+_PRCTL = _libc_function("prctl", [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong])
+
+
+def malloc_trim():
+    """glibc's ``malloc_trim`` (ctypes releases the GIL around it), or None elsewhere."""
+    return _MALLOC_TRIM
 
 
 FUTEX_HASH_SLOTS = 8192  # futex hash buckets wanted for a process holding thousands of threads
@@ -79,15 +91,9 @@ def widen_futex_hash(slots=FUTEX_HASH_SLOTS):
     The setting is the process's and only ever raised, so brokers sharing a
     process agree on it; 8192 buckets cost the kernel about half a MB.
     """
-    if not sys.platform.startswith("linux"):
+    prctl = _PRCTL
+    if prctl is None:
         return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
     current = prctl(_PR_FUTEX_HASH, _PR_FUTEX_HASH_GET_SLOTS, 0, 0, 0)
     if current < 0:
         return None  # before Linux 6.16: one global table, nothing to do

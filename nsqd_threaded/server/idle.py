@@ -66,7 +66,8 @@ class IdleWatcher:
     """Parks idle connection threads; owned by an NSQD (:meth:`start` / :meth:`stop`).
 
     ``_lock`` guards ``_parked`` (fd -> [the parked thread's lock, permit
-    granted, its hangup callable or None]), ``_stopping`` and ``_closed``.  ``_permits`` bounds the released
+    granted, its hangup callable or None]), ``_stopping``, ``_closed``, ``_started``
+    and ``_thread`` (the watcher thread, started with its first work).  ``_permits`` bounds the released
     threads still running up to their next ``recv``.
 
     The watcher also gives memory back after a mass disconnect: once
@@ -82,7 +83,7 @@ class IdleWatcher:
     def __init__(self, max_running=MAX_RUNNING, trim=None, trim_after_closed=TRIM_AFTER_CLOSED, trim_quiet=TRIM_QUIET):
         """``trim``: called with 0 to give memory back (default: glibc's ``malloc_trim``, if any)."""
         self._epoll = select.epoll()
-        self._lock = threading.Lock()  # guards _parked, _stopping and _closed
+        self._lock = threading.Lock()  # guards _parked, _stopping, _closed, _started and _thread
         self._parked = {}
         self._stopping = False
         self._closed = 0  # connections closed since the last trim
@@ -93,20 +94,31 @@ class IdleWatcher:
         self._permits = threading.Semaphore(max_running)  # released threads not yet past their recv
         self._wake_r, self._wake_w = os.pipe()
         self._epoll.register(self._wake_r, select.EPOLLIN)
+        self._started = False  # start() was called: the thread may run once it has work
         self._thread = None
 
     def start(self):
-        self._thread = threading.Thread(target=self._run, name="nsqd-idle-watch", daemon=True)
-        self._thread.start()
+        """Let the watcher run.  Its thread starts with its first work (a parked connection, a
+        trim due), so a broker stopped before any connection went idle never pays for it."""
+        with self._lock:
+            self._started = True
+            if self._parked or self._closed >= self._trim_after_closed:
+                self._start_thread_locked()
+
+    def _start_thread_locked(self):
+        if self._thread is None and self._started and not self._stopping:
+            # (under _lock, which the thread's loop takes: it waits for this caller to release it)
+            self._thread = threading.Thread(target=self._run, name="nsqd-idle-watch", daemon=True)
+            self._thread.start()
 
     def stop(self):
         """Stop and join the watcher; call once no connection thread can park any more."""
         with self._lock:
             self._stopping = True
+            thread, self._thread = self._thread, None  # (none starts once _stopping is set)
         os.write(self._wake_w, b"x")
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        if thread is not None:
+            thread.join()
         self._epoll.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -130,6 +142,7 @@ class IdleWatcher:
             if self._stopping:
                 return TIMED_OUT
             self._parked[fd] = entry
+            self._start_thread_locked()
         try:
             self._epoll.register(fd, WATCHED)
             registered = True
@@ -163,6 +176,7 @@ class IdleWatcher:
             self._closed += 1
             self._last_closed = time.monotonic()
             if self._closed == self._trim_after_closed and self._trim is not None and not self._stopping:
+                self._start_thread_locked()
                 os.write(self._wake_w, b"t")  # the watcher may be asleep without a timeout
 
     def _run(self):

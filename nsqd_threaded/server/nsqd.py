@@ -13,15 +13,15 @@ Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
 * ``nsqd-http[...]``       one per HTTP connection while it has a request to serve
   (joined by ``HTTPServer.server_close``),
 * ``nsqd-http-idle``       holds idle keep-alive HTTP connections without a thread
-  (Linux; joined by ``HTTPServer.server_close``),
+  (Linux; started by the first; joined by ``HTTPServer.server_close``),
 * ``nsqd-https-accept`` and ``nsqd-https[...]``: the same for HTTPS (with --tls-cert/--tls-key),
 * ``nsqd-topic-pump[...]`` one per topic (joined by ``Topic.close``); started by
   ``Topic.start`` once the listeners are bound (topics from nsqd.dat) or at
   creation (later topics),
 * ``nsqd-queue-scan``      timeouts of in-flight messages and due deferred messages,
 * ``nsqd-metadata``        rewrites nsqd.dat after topics or channels come or go
-  (joined by :meth:`NSQD.stop`),
-* ``nsqd-idle-watch``      wakes parked idle connection threads (Linux).
+  (started by the first change; joined by :meth:`NSQD.stop`),
+* ``nsqd-idle-watch``      wakes parked idle connection threads (Linux; started by the first).
 * ``nsqd-statsd``          pushes stats to ``--statsd-address`` (only when set; joined by
   ``StatsdLoop.close``).
 * ``nsqd-lookup[host:port]`` one per ``--lookupd-tcp-address`` (joined by
@@ -40,6 +40,7 @@ import time
 from ..broker.core import BrokerCore
 from ..broker.stats import runtime_name
 from ..broker.topic import TopicError
+from ..internal.process import widen_futex_hash
 from ..wire.protocol_v1 import PING
 from ..wire.protocol_v2 import is_valid_name
 from ..wire.transport import server_context
@@ -107,6 +108,9 @@ class NSQD(BrokerCore):
         except BaseException:
             self._abort_start()
             raise
+        # Before the first thread this broker starts: widening the futex hash of a process
+        # with few threads costs well under a millisecond, after them some 30 ms.
+        self.idle_watcher = new_idle_watcher()
         with self._lock:
             self._topics_started = True
             topics = list(self._topics.values())
@@ -116,14 +120,11 @@ class NSQD(BrokerCore):
             self._spawn("nsqd-http-accept", self._http_server.serve_forever)
         if self._https_server is not None:
             self._spawn("nsqd-https-accept", self._https_server.serve_forever)
-        self.idle_watcher = new_idle_watcher()
         if self.idle_watcher is not None:
             self.idle_watcher.start()
         self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
         self._spawn("nsqd-queue-scan", self.queue_scan_loop)
-        self.open_metadata_writer()
-        self._metadata_writer = threading.Thread(target=self.metadata_loop, name="nsqd-metadata", daemon=True)
-        self._metadata_writer.start()
+        self.open_metadata_writer(self._start_metadata_writer_thread)
         self._lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
         if self.options.statsd_address:
             self._statsd = StatsdLoop(self, self.statsd_prefix())
@@ -139,6 +140,9 @@ class NSQD(BrokerCore):
 
     def _listen(self):
         options = self.options
+        # Before this broker's first thread (the listeners' servers start the first ones): the kernel
+        # widens the futex hash of a process with few threads in under a millisecond, with more in ~30 ms.
+        widen_futex_hash()
         try:
             self._tcp_server = TCPServer(options.tcp_address, self)
         except OSError as e:
@@ -246,6 +250,11 @@ class NSQD(BrokerCore):
             self.log.info("NSQ: stopped")
         finally:
             self._stopped.set()
+
+    def _start_metadata_writer_thread(self):
+        """(BrokerCore calls it with the first change, under its metadata lock; stop() joins it.)"""
+        self._metadata_writer = threading.Thread(target=self.metadata_loop, name="nsqd-metadata", daemon=True)
+        self._metadata_writer.start()
 
     def _stop_metadata_writer(self):
         """Let the writer finish the changes made so far, then join it (stop() writes the final state)."""

@@ -23,7 +23,8 @@ class ConnectionPark:
     watcher thread and must not block.
 
     ``_lock`` guards ``_parked`` (fd -> (sock, address, deadline)), the heap
-    of deadlines ``_deadlines`` (stale entries are skipped) and ``_stopping``.
+    of deadlines ``_deadlines`` (stale entries are skipped), ``_stopping`` and
+    ``_thread`` (the watcher thread, started by the first :meth:`park`).
     Linux only (epoll): see :func:`new_connection_park`.
     """
 
@@ -31,14 +32,14 @@ class ConnectionPark:
         self._resume = resume
         self._expire = expire
         self._epoll = select.epoll()
-        self._lock = threading.Lock()  # guards _parked, _deadlines and _stopping
+        self._lock = threading.Lock()  # guards _parked, _deadlines, _stopping and _thread
         self._parked = {}
         self._deadlines = []
         self._stopping = False
         self._wake_r, self._wake_w = os.pipe()
         self._epoll.register(self._wake_r, select.EPOLLIN)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._name = name
+        self._thread = None  # started by the first park(): with nothing parked it has nothing to do
 
     def park(self, sock, address, timeout):
         """Hold ``sock`` until readable or ``timeout`` seconds pass; False when stopping (keep it)."""
@@ -50,6 +51,11 @@ class ConnectionPark:
             first = not self._deadlines or deadline < self._deadlines[0][0]
             self._parked[fd] = (sock, address, deadline)
             heapq.heappush(self._deadlines, (deadline, fd))
+            if self._thread is None:
+                # Started (under _lock, which its first step takes) here rather than with the
+                # server: a broker that stops before any connection goes idle never pays for it.
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
         try:
             self._epoll.register(fd, select.EPOLLIN | select.EPOLLONESHOT)  # EOF is readable too
         except (OSError, ValueError):  # (ValueError: stop() closed the epoll meanwhile)
@@ -69,7 +75,8 @@ class ConnectionPark:
         with self._lock:
             self._stopping = True
         os.write(self._wake_w, b"x")
-        self._thread.join()
+        if self._thread is not None:  # (no park() can start it now: _stopping is set)
+            self._thread.join()
         self._epoll.close()
         os.close(self._wake_r)
         os.close(self._wake_w)

@@ -12,8 +12,9 @@ so a data directory without policies is written byte for byte as Go does.
 """
 
 import json
+import os
 
-from .files import replace_atomically
+from .files import fsync_dir, replace_atomically
 
 FILE_NAME = "nsqd.dat"
 
@@ -59,7 +60,28 @@ def decode(data):
 
 
 def write_atomic(path, data):
-    """Temp file, fsync, rename over ``path``, fsync the directory."""
+    """Temp file, fsync, rename over ``path``, fsync the directory; or, when ``path`` already
+    holds exactly ``data``, only the two fsyncs.
+
+    A broker writes nsqd.dat as it starts and as it stops, most often with the bytes it
+    read (or wrote) a moment before.  Rewriting those costs two journal commits (several
+    milliseconds each on a disk); fsyncing the file and its directory instead keeps the same
+    promise (these bytes under this name survive power loss) and costs next to nothing when
+    they are durable already.  The broker holds the data path's lock, so no one else
+    replaces the file between the comparison and the fsyncs.
+    """
+    if read(path) == data:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            fd = None
+        if fd is not None:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(os.path.dirname(path))
+            return
     replace_atomically(path, data, sync_dir=True)
 
 

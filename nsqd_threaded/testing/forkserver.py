@@ -16,9 +16,7 @@ the broker's stop has already flushed and closed everything it wrote.
 What a broker process still does itself is kept small, because in a forked
 process every page it touches is copied first: the fork server parses each
 command line before it forks (:func:`_parse_ahead`), and it froze what it had
-allocated out of the cyclic gc (whose passes would touch all of it).  The
-broker process widens its futex hash while it has one thread (the broker does
-it after starting its threads, where the kernel takes some 30 ms).
+allocated out of the cyclic gc (whose passes would touch all of it).
 
 The requests go over a ``SOCK_SEQPACKET`` socket pair, one message each
 (``send_fds``: the arguments, environment and working directory as JSON, with
@@ -47,7 +45,6 @@ import sys
 import threading
 import time
 
-from ..internal.process import widen_futex_hash
 
 __all__ = ["ForkServer", "ForkedProcess"]
 
@@ -473,10 +470,6 @@ def _run_broker(request, parsed, stderr_fd):
         if os.environ.get(name) != value:
             os.environ[name] = value
     os.chdir(request["cwd"])
-    # While this process has one thread, widening its futex hash is a fraction of a millisecond;
-    # the broker does it after starting its threads (server.idle.new_idle_watcher), where the
-    # kernel takes some 30 ms to move the waiters over: then most of a forked broker's start.
-    widen_futex_hash()
     from nsqd_threaded import cli
 
     sys.argv = ["nsqd-threaded"] + request["args"]

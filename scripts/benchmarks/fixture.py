@@ -114,39 +114,46 @@ def bench_plugin(n):
     return start, stop
 
 
-def bench_process(n, command=None, name="BrokerProcess"):
-    """``n`` start/stop cycles after a first one (which starts the fork server, when there is one).
+def one_cycle(command):
+    """Start and stop one ``BrokerProcess``: (start, stop, this process's CPU, the broker's CPU) in seconds.
 
-    CPU time: the benchmark process's own, and the broker process's (for a forked one the fork
-    server reports it; for an exec'd one it is this process's reaped-children total)."""
-    starts, stops, cycles, own_cpu, child_cpu = [], [], [], [], []
+    The broker's CPU: for a forked one the fork server reports it; for an exec'd one it is this
+    process's reaped-children total."""
+    broker = BrokerProcess(command=command)
+    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    broker.start()
+    t1 = time.perf_counter()
+    broker.stop()
+    t2 = time.perf_counter()
+    cpu = time.process_time() - cpu0
+    children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child = getattr(broker.proc, "cpu_seconds", None)
+    if child is None:
+        child = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
+    return t1 - t0, t2 - t1, cpu, child
+
+
+def bench_process(n, brokers):
+    """``n`` start/stop cycles of each of ``brokers`` (``[(name, command or None)]``), alternately
+    (one of each in turn, so a change in the machine's load touches all alike), after a first one
+    each (which starts the fork server, when there is one).  Returns the start+stop medians."""
+    samples = {name: [] for name, _ in brokers}
     for i in range(n + 1):
-        broker = BrokerProcess(command=command)
-        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu0 = time.process_time()
-        t0 = time.perf_counter()
-        broker.start()
-        t1 = time.perf_counter()
-        broker.stop()
-        t2 = time.perf_counter()
-        cpu = time.process_time() - cpu0
-        children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        child = getattr(broker.proc, "cpu_seconds", None)
-        if child is None:
-            child = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
-        if i == 0:
-            continue  # the first: imports here, and the fork server's start
-        starts.append(t1 - t0)
-        stops.append(t2 - t1)
-        cycles.append(t2 - t0)
-        own_cpu.append(cpu)
-        child_cpu.append(child)
-    summary(name + ".start()", starts)
-    summary(name + ".stop()", stops)
-    median = summary(name + " start+stop", cycles)
-    summary("  CPU: this process", own_cpu)
-    summary("  CPU: the broker process", child_cpu)
-    return median
+        for name, command in brokers:
+            cycle = one_cycle(command)
+            if i:
+                samples[name].append(cycle)
+    medians = []
+    for name, _ in brokers:
+        starts, stops, own_cpu, child_cpu = zip(*samples[name])
+        summary(name + ".start()", starts)
+        summary(name + ".stop()", stops)
+        medians.append(summary(name + " start+stop", [a + b for a, b in zip(starts, stops)]))
+        summary("  CPU: this process", own_cpu)
+        summary("  CPU: the broker process", child_cpu)
+    return medians
 
 
 def go_nsqd(directory):
@@ -157,16 +164,17 @@ def go_nsqd(directory):
 
 
 def bench_processes(args):
-    print("child-process broker (nsqd_threaded.testing.BrokerProcess, forked by the fork server), "
-          "median of %d after the first" % args.process)
-    ours = bench_process(args.process)
     go = go_nsqd(args.go)
+    brokers = [("BrokerProcess", None)]
+    if go is not None:
+        brokers.append(("BrokerProcess(go)", [go]))
+    print("child-process brokers, median of %d after the first: BrokerProcess (forked by the fork server)%s"
+          % (args.process, ", alternately with Go's nsqd (BrokerProcess(command=[%s]))" % go if go else ""))
+    medians = bench_process(args.process, brokers)
     if go is None:
         print("\n(Go's nsqd not found: --go DIR or $NSQ_GO_BIN for the comparison)")
         return
-    print("\nGo's nsqd as a child process (BrokerProcess(command=[%s]))" % go)
-    theirs = bench_process(args.process, [go], "BrokerProcess(go)")
-    print("\nstart+stop: ours %.2f ms, Go's %.2f ms: %.2fx" % (ours, theirs, ours / theirs))
+    print("\nstart+stop: ours %.2f ms, Go's %.2f ms: %.2fx" % (medians[0], medians[1], medians[0] / medians[1]))
 
 
 def main():

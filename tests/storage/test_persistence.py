@@ -136,3 +136,30 @@ def test_mem_queue_size_zero_goes_through_disk(tmp_path):
         assert time.monotonic() - started < 5
     finally:
         nsqd.stop()
+
+
+def test_nsqd_dat_with_unchanged_bytes_is_fsynced_not_rewritten(tmp_path):
+    """A restart that changes nothing keeps the file (same inode, no temp file); a change replaces it."""
+    nsqd = start(tmp_path)
+    try:
+        nsqd.get_topic("kept").get_channel("c")
+        nsqd.persist_metadata()
+    finally:
+        nsqd.stop()
+    path = tmp_path / "nsqd.dat"
+    written = path.read_bytes()
+    inode = path.stat().st_ino
+    nsqd = start(tmp_path)
+    try:
+        assert path.stat().st_ino == inode  # the start's write found the same bytes
+    finally:
+        nsqd.stop()
+    assert path.stat().st_ino == inode and path.read_bytes() == written
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    nsqd = start(tmp_path)
+    try:
+        nsqd.get_topic("kept").pause()
+    finally:
+        nsqd.stop()
+    assert path.stat().st_ino != inode
+    assert json.loads(path.read_bytes())["topics"][0]["paused"] is True
