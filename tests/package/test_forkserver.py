@@ -110,12 +110,22 @@ def test_the_fork_server_and_its_brokers_exit_with_the_test_process(tmp_path):
         test_process.stdout.close()
 
 
+def read_until_listening(child):
+    """The broker's log lines up to its TCP listener's (the version and ID lines come first); the
+    readline blocks until each line comes or the log ends (b"": the broker is gone)."""
+    lines = []
+    for line in iter(child.stderr.readline, b""):
+        lines.append(line)
+        if b"TCP: listening on" in line:
+            return lines
+    raise AssertionError("the broker's log ended before it listened: %r" % lines)
+
+
 def test_a_fork_server_of_ones_own_ends_with_its_brokers(tmp_path):
     server = ForkServer().start()
     child = server.spawn(["--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=%s" % tmp_path])
     try:
-        line = child.stderr.readline()
-        assert b"TCP: listening on" in line
+        assert read_until_listening(child)
         assert child.poll() is None
         server.close()
         assert child.wait(30) == -9 and not server.running
@@ -186,7 +196,7 @@ def test_a_broker_outlived_by_its_killed_fork_server_is_killed_too(tmp_path):
     server = ForkServer().start()
     child = server.spawn(["--tcp-address=127.0.0.1:0", "--http-address=", "--data-path=%s" % tmp_path])
     try:
-        assert b"TCP: listening on" in child.stderr.readline()
+        assert read_until_listening(child)
         os.kill(server.pid, 9)  # no chance to end its brokers
         assert child.wait(30) == -9
         wait_until(lambda: gone(child.pid), 30, "the broker process to end")
