@@ -54,7 +54,7 @@ class StateWatch:
         ``check`` runs without this watch's lock (it may take topic and
         channel locks).
         """
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout  # real time: how long a test waits, whatever its broker skips
         with self._changed:
             self.watchers += 1
             seen = self.generation

@@ -125,8 +125,10 @@ def test_to_nsq_logs_its_connections_in_go_nsqs_words(broker):
     if go is not None:
         runs.append(run(argv=[go, "--topic=t", "--nsqd-tcp-address=" + broker.tcp_addr,
                               "--nsqd-tcp-address=127.0.0.1:1"], input=data))
-    for code, _, err in runs:
+    for (code, _, err), ours in zip(runs, (True, False)):
         assert code == 1, err
-        assert re.search(r"\d \(%s\) connecting to nsqd$" % re.escape(broker.tcp_addr), err, re.M), err
+        if ours:  # Go's to_nsq visits its producers in map order and exits at the first failure,
+            # so it may never dial the broker that is up; ours dials each
+            assert re.search(r"\d \(%s\) connecting to nsqd$" % re.escape(broker.tcp_addr), err, re.M), err
         assert re.search(r"\d \(127\.0\.0\.1:1\) error connecting to nsqd - dial tcp 127\.0\.0\.1:1: connect: "
                          r"connection refused$", err, re.M), err
