@@ -150,11 +150,14 @@ def test_coverage_counts_the_lines_a_forked_broker_ran(tmp_path):
         with BrokerProcess(tmp_dir=%r) as nsqd:
             assert nsqd.http("GET", "/ping") == (200, b"OK")
         """ % str(tmp_path)))
+    # Not the suite's own measurement (scripts/test runs it under coverage): its COVERAGE_FILE would
+    # take this run's data, and its subprocess patch would start a second measurement.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
     subprocess.run([sys.executable, "-m", "coverage", "run", "--rcfile=%s" % rc, str(script)],
-                   check=True, timeout=120, cwd=str(tmp_path))
+                   check=True, timeout=120, cwd=str(tmp_path), env=env)
     data = coverage.CoverageData(str(tmp_path / ".coverage"), suffix=None)
-    combiner = coverage.Coverage(config_file=str(rc))
-    combiner.combine()
+    combiner = coverage.Coverage(data_file=str(tmp_path / ".coverage"), config_file=str(rc))  # (not COVERAGE_FILE's)
+    combiner.combine([str(tmp_path)])
     combiner.save()
     data.read()
     lines = data.lines(nsqd_threaded.cli.__file__) or []
