@@ -8,25 +8,11 @@ import pytest
 from nsqd_threaded.broker.channel import DIRECT_DELIVERY_BYTES, DIRECT_DELIVERY_MAX, REFILL_MAX, ChannelError, DirectDeliveries, FinishError
 from nsqd_threaded.wire.message import Message
 
-from support.core import DrivenSubscriber, HoldingSubscriber, OutputClient, make_owner
+from support.core import DrivenSubscriber, HoldingSubscriber, OutputClient
 
 pytestmark = pytest.mark.timeout(60)
 
 SECOND = 10**9
-
-
-@pytest.fixture
-def owners(tmp_path):
-    made = []
-
-    def make(**options):
-        nsqd = make_owner(tmp_path / "data", **options)
-        made.append(nsqd)
-        return nsqd
-
-    yield make
-    for nsqd in made:
-        nsqd.stop()
 
 
 def msgs(n, start=0, defer_ns=0):

@@ -8,23 +8,9 @@ import pytest
 from nsqd_threaded.broker.policy import MOVING_MAX, NO_POLICY, Policy
 from nsqd_threaded.wire.message import Message
 
-from support.core import DrivenSubscriber, make_owner
+from support.core import DrivenSubscriber
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def owners(tmp_path):
-    made = []
-
-    def make(**options):
-        nsqd = make_owner(tmp_path / "data", **options)
-        made.append(nsqd)
-        return nsqd
-
-    yield make
-    for nsqd in made:
-        nsqd.stop()
 
 
 def msgs(n, timestamp=None):

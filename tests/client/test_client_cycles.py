@@ -1,7 +1,6 @@
 """The client leaves no cyclic garbage behind a closed connection (what a process with a
 high gc threshold, such as the broker's, needs from the producers it makes)."""
 
-import gc
 import platform
 import socket
 import threading
@@ -11,7 +10,7 @@ import pytest
 from nsqd_threaded.client import NSQError, Producer
 from nsqd_threaded.testing import Broker
 
-from support.core import wait_until
+from support.core import unreachable_after
 
 CPYTHON = platform.python_implementation() == "CPython"
 
@@ -51,19 +50,7 @@ def test_the_producer_leaves_no_reference_cycles_behind_its_connections():
                 for _ in range(2):  # round robin: one of them is first tried on the refusing node
                     producer.pub("orders", b"x7")
 
-        one_round()  # the topic and everything made once
-        wait_until(lambda: not _producer_threads(), what="the first round's reader threads to end")
-        gc.collect()
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            for _ in range(rounds):
-                one_round()
-            wait_until(lambda: not _producer_threads(), what="every reader thread to end")
-            unreachable = gc.collect()
-        finally:
-            if enabled:
-                gc.enable()
+        unreachable = unreachable_after(rounds, one_round, lambda: not _producer_threads(), "reader threads to end")
     # A cycle per connection would be dozens of objects each round: allow what a stray
     # object of the test process itself may leave, far below one per round.
     assert unreachable < rounds, unreachable

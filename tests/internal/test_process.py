@@ -10,7 +10,7 @@ import pytest
 from nsqd_threaded.internal import process
 from nsqd_threaded.testing import Broker
 
-from support.core import make_owner, wait_until
+from support.core import make_owner, unreachable_after
 from support.wire import Conn
 
 pytestmark = pytest.mark.timeout(30)
@@ -82,19 +82,7 @@ def test_the_broker_leaves_no_reference_cycles_behind_its_connections():
                 sub.send(b"".join(b"FIN %s\n" % msg_id for msg_id, _ in held) + b"CLS\n")
                 assert sub.read_response() == b"CLOSE_WAIT"
 
-        one_round()  # the topic, the channel and everything made once
-        wait_until(lambda: not _broker_connection_threads(), what="the first round's connections to end")
-        gc.collect()
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            for _ in range(rounds):
-                one_round()
-            wait_until(lambda: not _broker_connection_threads(), what="every connection's threads to end")
-            unreachable = gc.collect()
-        finally:
-            if enabled:
-                gc.enable()
+        unreachable = unreachable_after(rounds, one_round, lambda: not _broker_connection_threads(), "connections to end")
     # A cycle per connection would be dozens of objects each round: allow what a stray
     # object of the test process itself may leave, far below one per round.
     assert unreachable < rounds, unreachable

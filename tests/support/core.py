@@ -104,3 +104,25 @@ class HoldingSubscriber(DrivenSubscriber):
     def wait(self):
         """Take from an empty channel: the consumer becomes a waiting one."""
         assert self.take() == []
+
+
+def unreachable_after(rounds, one_round, settled, what):
+    """What the cyclic gc finds after ``rounds`` more calls of ``one_round`` (each waited for
+    until ``settled()``), with the collector off meanwhile: reference cycles the rounds left.
+
+    A first round runs before the count, to make what is made once (topics, caches)."""
+    import gc
+
+    one_round()
+    wait_until(settled, what="the first round's %s" % what)
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            one_round()
+        wait_until(settled, what="every round's %s" % what)
+        return gc.collect()
+    finally:
+        if enabled:
+            gc.enable()
