@@ -43,6 +43,7 @@ COMMANDS = {
     "spark": "the Spark source and sink against a broker, with Go's bench_reader for reference",
     "to_file": "Go's nsq_to_file draining a queued channel, from Go nsqd and from ours",
     "warmup": "how the round-trip p99 falls with a broker's warm-up (a JIT's)",
+    "work": "CPU, voluntary context switches and instructions per PUB and per round trip: ours, the floor, Go",
     "writer": "publish load (bench_writer)",
 }
 

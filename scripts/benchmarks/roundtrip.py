@@ -20,34 +20,52 @@ def _recv_frame(sock, buf):
         buf += chunk
 
 
-def run(address, topic="rtt", count=5000, size=200):
-    host, port = address.rsplit(":", 1)
-    pub = socket.create_connection((host, int(port)))
-    sub = socket.create_connection((host, int(port)))
-    for s in (pub, sub):
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        s.sendall(b"  V2")
-    pbuf, sbuf = bytearray(), bytearray()
-    sub.sendall(b"SUB %s c\nRDY 1\n" % topic.encode())
-    assert _recv_frame(sub, sbuf) == (0, b"OK")
-    cmd = b"PUB " + topic.encode() + b"\n" + struct.pack(">i", size) + b"r" * size
-    samples = []
-    for i in range(count + 100):
-        t0 = time.perf_counter()
-        pub.sendall(cmd)
-        while True:
-            ft, data = _recv_frame(sub, sbuf)
-            if ft == 2:
-                break
-            if data == b"_heartbeat_":
-                sub.sendall(b"NOP\n")
-        t1 = time.perf_counter()
-        sub.sendall(b"FIN " + data[10:26] + b"\n")
-        ft, data = _recv_frame(pub, pbuf)
-        if i >= 100:  # warm-up
+class Session:
+    """A publishing and a subscribed connection (RDY 1) to one topic, for round trips one at a time."""
+
+    def __init__(self, address, topic="rtt", size=200):
+        host, port = address.rsplit(":", 1)
+        self.pub = socket.create_connection((host, int(port)))
+        self.sub = socket.create_connection((host, int(port)))
+        for s in (self.pub, self.sub):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.sendall(b"  V2")
+        self.pbuf, self.sbuf = bytearray(), bytearray()
+        self.sub.sendall(b"SUB %s c\nRDY 1\n" % topic.encode())
+        assert _recv_frame(self.sub, self.sbuf) == (0, b"OK")
+        self.cmd = b"PUB " + topic.encode() + b"\n" + struct.pack(">i", size) + b"r" * size
+
+    def round_trips(self, count):
+        """``count`` round trips: PUB, its MESSAGE, FIN, the PUB's OK; the publish-to-delivery seconds of each."""
+        pub, sub, sbuf, pbuf, cmd = self.pub, self.sub, self.sbuf, self.pbuf, self.cmd
+        samples = []
+        for _ in range(count):
+            t0 = time.perf_counter()
+            pub.sendall(cmd)
+            while True:
+                ft, data = _recv_frame(sub, sbuf)
+                if ft == 2:
+                    break
+                if data == b"_heartbeat_":
+                    sub.sendall(b"NOP\n")
+            t1 = time.perf_counter()
+            sub.sendall(b"FIN " + data[10:26] + b"\n")
+            _recv_frame(pub, pbuf)
             samples.append(t1 - t0)
-    pub.close()
-    sub.close()
+        return samples
+
+    def close(self):
+        self.pub.close()
+        self.sub.close()
+
+
+def run(address, topic="rtt", count=5000, size=200):
+    session = Session(address, topic, size)
+    try:
+        session.round_trips(100)  # warm-up
+        samples = session.round_trips(count)
+    finally:
+        session.close()
     samples.sort()
     n = len(samples)
     return {
