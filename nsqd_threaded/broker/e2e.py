@@ -37,16 +37,13 @@ class E2ELatency:
 
     def __init__(self, quantiles, window_seconds, clock=time.monotonic):
         self.quantiles = list(quantiles)
+        self.enabled = bool(self.quantiles)  # (an attribute: read on every FIN)
         self._half = window_seconds / 2.0
         self._clock = clock
         self._lock = threading.Lock()  # guards both buckets and the rotation time
         self._current = _Bucket()
         self._previous = _Bucket()
         self._rotate_at = clock() + self._half
-
-    @property
-    def enabled(self):
-        return bool(self.quantiles)
 
     def _rotate_locked(self):
         now = self._clock()

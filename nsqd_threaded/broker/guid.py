@@ -90,15 +90,19 @@ class GUIDFactory:
             return [prefix + s for s in suffixes]
         return [prefix + s for prefix, suffixes in blocks for s in suffixes]
 
-    def new_id(self):
+    def new_id(self, now_ns=None):
         """One ID as a 16-byte hex string (a PUB's): the same ID ``new_ids(1)`` makes.
 
-        In the tick of the last ID it is the last one plus one, made here with
-        no intermediate list or slice; otherwise :meth:`new_id_blocks` reads the
-        clock again and starts a tick (or waits as it does).
+        ``now_ns``: the clock's time, if the caller has just read it (for the
+        message's timestamp: one read, not two).  In the tick of the last ID it is the last one plus
+        one, made here with no intermediate list or slice; otherwise
+        :meth:`new_id_blocks` reads the clock again and starts a tick (or waits
+        as it does).
         """
+        if now_ns is None:
+            now_ns = self._clock()
         with self._lock:
-            if self._clock() >> 20 == self._last_ts and self._sequence < SEQUENCE_MASK:
+            if now_ns >> 20 == self._last_ts and self._sequence < SEQUENCE_MASK:
                 sequence = self._sequence = self._sequence + 1
                 self._last_id += 1
                 return self._prefix + SEQUENCE_HEX[sequence]

@@ -13,23 +13,34 @@ entries reference too many stale messages and are rebuilt from the dict
 (amortized O(1) per removal).  A delivery batch shares one deadline, so it
 takes one entry, not one per message.
 
+Why two sequences of entries: deadlines are nearly always added in order (a
+channel's consumers mostly share one message timeout, and time moves forward),
+so an entry not earlier than the last one is appended to a deque (``_tail``, in
+order by construction: a C-level append); only one that is earlier (a shorter
+timeout, a TOUCH's or REQ's deadline behind it) goes to the ``SortedList``.
+Both are read in deadline order, merged.
+
 Not thread-safe: the owning Channel's lock guards every call.
 """
 
+import heapq
 import itertools
+from collections import deque
 from itertools import repeat
 
 from sortedcontainers import SortedList
 
 
 class TimedIndex:
-    __slots__ = ("_by_id", "_entries", "_referenced", "_seq")
+    __slots__ = ("_by_id", "_entries", "_tail", "_referenced", "_seq")
 
     def __init__(self):
         self._by_id = {}
-        # (deadline_ns, sequence, [msg, ...]) in deadline order: one entry per batch
-        # added together.  The sequence is unique, so lists are never compared.
+        # (deadline_ns, sequence, [msg, ...]): one entry per batch added together.  The
+        # sequence is unique, so lists are never compared.  Entries added in deadline
+        # order are appended to _tail; any other goes to _entries (see the module's docstring).
         self._entries = SortedList()
+        self._tail = deque()
         self._referenced = 0  # messages referenced by the entries, stale ones included
         self._seq = itertools.count()
 
@@ -43,7 +54,11 @@ class TimedIndex:
         return self._by_id.get(msg_id)
 
     def _push(self, deadline_ns, msgs):
-        self._entries.add((deadline_ns, next(self._seq), msgs))
+        tail = self._tail
+        if not tail or deadline_ns >= tail[-1][0]:
+            tail.append((deadline_ns, next(self._seq), msgs))
+        else:
+            self._entries.add((deadline_ns, next(self._seq), msgs))
         self._referenced += len(msgs)
         if self._referenced > 2 * len(self._by_id) + 1024:
             self._rebuild()
@@ -55,15 +70,23 @@ class TimedIndex:
             by_deadline.setdefault(msg.expiry_ns, []).append(msg)
         seq = self._seq
         self._entries = SortedList((deadline, next(seq), msgs) for deadline, msgs in by_deadline.items())
+        self._tail.clear()
         self._referenced = len(self._by_id)
 
     def add(self, msg, deadline_ns):
         """Index ``msg`` due at ``deadline_ns``; False if its ID is already here."""
-        if msg.id in self._by_id:
+        by_id = self._by_id
+        if msg.id in by_id:
             return False
         msg.expiry_ns = deadline_ns
-        self._by_id[msg.id] = msg
-        self._push(deadline_ns, [msg])
+        by_id[msg.id] = msg
+        tail = self._tail
+        if (tail and deadline_ns >= tail[-1][0]) and self._referenced <= 2 * len(by_id) + 1024:
+            # _push's usual case, inline: one message a round trip delivers
+            tail.append((deadline_ns, next(self._seq), [msg]))
+            self._referenced += 1
+        else:
+            self._push(deadline_ns, [msg])
         return True
 
     def add_many(self, msgs, deadline_ns):
@@ -123,20 +146,26 @@ class TimedIndex:
     def pop_due(self, now_ns):
         """Remove and return every message whose deadline is <= now_ns, earliest first
         (equal deadlines in ID order)."""
+        due = []
         entries = self._entries
-        if not entries or entries[0][0] > now_ns:
+        if entries and entries[0][0] <= now_ns:
+            cut = entries.bisect_left((now_ns + 1,))  # every entry due by now_ns comes before
+            due.extend(entries.islice(0, cut))
+            del entries[:cut]
+        tail = self._tail
+        while tail and tail[0][0] <= now_ns:
+            due.append(tail.popleft())
+        if not due:
             return []
-        cut = entries.bisect_left((now_ns + 1,))  # every entry due by now_ns comes before
         by_id = self._by_id
         out = []
-        for deadline, _, msgs in entries.islice(0, cut):
+        for deadline, _, msgs in due:
             self._referenced -= len(msgs)
             for msg in msgs:
                 # Live only if this very message is still indexed at this deadline.
                 if msg.expiry_ns == deadline and by_id.get(msg.id) is msg:
                     del by_id[msg.id]
                     out.append(msg)
-        del entries[:cut]
         out.sort(key=_deadline_and_id)
         return out
 
@@ -145,6 +174,7 @@ class TimedIndex:
         out = list(self._by_id.values())
         self._by_id.clear()
         self._entries.clear()
+        self._tail.clear()
         self._referenced = 0
         return out
 
@@ -158,7 +188,7 @@ class TimedIndex:
         """
         by_id = self._by_id
         out = []
-        for deadline, _, msgs in self._entries:
+        for deadline, _, msgs in heapq.merge(self._entries, self._tail):
             live = [m for m in msgs if m.expiry_ns == deadline and by_id.get(m.id) is m]
             live.sort(key=_deadline_and_id)
             out.extend(live)

@@ -99,11 +99,12 @@ class Topic(BackedQueue):
         :meth:`_put`, none of its other machinery.  Anything else (channels,
         a full memory queue, the backend) is :meth:`_put`'s.
         """
+        now = self._now_ns()
         if self._channels and self._consumed():
             body = bytes(body)
-            self._put([Message(self._guid.new_id(), body, self._now_ns())], len(body), MESSAGES)
+            self._put([Message(self._guid.new_id(now), body, now)], len(body), MESSAGES)
             return
-        record = RECORD_HEADER.pack(self._now_ns(), 0, self._guid.new_id()) + body
+        record = RECORD_HEADER.pack(now, 0, self._guid.new_id(now)) + body
         with self._lock:
             if self.exiting:
                 raise TopicError("exiting")

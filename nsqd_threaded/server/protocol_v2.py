@@ -36,7 +36,7 @@ class ProtocolV2:
         self.client = client
         self.limits = limits
         # The hangup closes over nsqd and client, not self (a cycle would wait for a full collection).
-        self.reader = Reader(sock, nsqd.idle_watcher, lambda: client.disconnected, client.tick_heartbeat,
+        self.reader = Reader(sock, nsqd.idle_watcher, client, client.tick_heartbeat,
                              lambda: leave_on_hangup(nsqd, client))
         self._valid_topics = {}  # raw name -> str, for names already validated
         self.transport = None  # the TLS/compression layers, once IDENTIFY has negotiated one
@@ -46,8 +46,8 @@ class ProtocolV2:
     def io_loop(self):
         """Serve commands until the connection ends or a fatal error is sent."""
         client = self.client
-        readline = self.reader.readline
-        set_deadline = self.reader.set_deadline
+        reader = self.reader
+        read_command = reader.read_command
         # Bound methods in a local, not an attribute: ``self`` holding its own
         # bound methods would be a reference cycle, and then every ended
         # connection (with its client, buffers and pump thread object) would
@@ -70,11 +70,13 @@ class ProtocolV2:
         # --tls-required (true or tcp-https): until the connection has
         # upgraded, every command but IDENTIFY fails (fatally).
         tls_gate = bool(self.options.tls_required)
+        hb = None
         try:
             while True:
-                hb = client.heartbeat_interval
-                set_deadline(2 * hb if hb > 0 else None)
-                params = protocol_v2.parse_line(readline())
+                if client.heartbeat_interval != hb:  # (the first command, or IDENTIFY changed it)
+                    hb = client.heartbeat_interval
+                    reader.set_command_timeout(2 * hb if hb > 0 else None)
+                params = read_command()
                 handler = commands.get(params[0])
                 try:
                     if tls_gate and not client.tls and params[0] != b"IDENTIFY":
@@ -308,18 +310,23 @@ class ProtocolV2:
         return None
 
     def FIN(self, params):
-        self._subscribed_or_closing("FIN")
+        # (_subscribed_or_closing and _message_id, inline: once per message)
+        if self.client.state not in (STATE_SUBSCRIBED, STATE_CLOSING):
+            raise ProtocolError("E_INVALID", "cannot FIN in current state")
         if len(params) < 2:
             raise ProtocolError("E_INVALID", "FIN insufficient number of params")
-        ids = [self._message_id(params[1])]
+        if len(params[1]) != protocol_v2.MSG_ID_LENGTH:
+            raise ProtocolError("E_INVALID", "invalid message ID")
+        ids = [params[1]]
         # Batch the FINs already buffered behind this one: one channel lock
         # acquisition and at most one pump wake-up for the whole run.
         # A line that is not a plain FIN ends the run; it is parsed normally next.
-        buf, pos, _ = self.reader.buffered()
-        more, end = protocol_v2.fin_run(buf, pos)
-        if more:
-            ids += more
-            self.reader.advance(end)
+        buf, pos, end = self.reader.buffered()
+        if end > pos:  # (a FIN alone, as in a round trip, has nothing behind it)
+            more, end = protocol_v2.fin_run(buf, pos)
+            if more:
+                ids += more
+                self.reader.advance(end)
         try:
             self.client.channel.finish_many(self.client, ids)
         except FinishError as e:
@@ -373,28 +380,23 @@ class ProtocolV2:
     def PUB(self, params):
         if len(params) < 2:
             raise ProtocolError("E_INVALID", "PUB insufficient number of parameters")
-        topic_name = self._topic_name(params[1], "PUB")
+        topic_name = self._valid_topics.get(params[1]) or self._topic_name(params[1], "PUB")
         # The common case first: size and body already buffered, the size valid.
         # Anything else takes the step-by-step path below, from the same position.
-        buf, pos, end = self.reader.buffered()
-        if end - pos >= 4:
-            size = protocol_v2.decode_size_from(buf, pos)[0]
-            start = pos + 4
-            if 0 < size <= self.options.max_msg_size and end - start >= size:
-                end = start + size
-                body = buf[start:end]  # one copy (a bytearray: publish_one keeps it only inside a record)
-                self.reader.advance(end)
-                if self._auth_enabled:
-                    self._check_auth("PUB", topic_name)
-                topic = self._topics.get(topic_name)
-                if topic is None or topic.exiting:
-                    topic = self._topic(topic_name)
-                try:
-                    topic.publish_one(body)
-                except TopicError as e:
-                    raise ProtocolError("E_PUB_FAILED", "PUB failed %s" % e) from None
-                self.client.count_published(topic_name, 1)
-                return protocol_v2.OK_FRAME
+        body = self.reader.take_body(self.options.max_msg_size)
+        if body is not None:  # (a bytearray: publish_one keeps it only inside a record)
+            if self._auth_enabled:
+                self._check_auth("PUB", topic_name)
+            topic = self._topics.get(topic_name)
+            if topic is None or topic.exiting:
+                topic = self._topic(topic_name)
+            try:
+                topic.publish_one(body)
+            except TopicError as e:
+                raise ProtocolError("E_PUB_FAILED", "PUB failed %s" % e) from None
+            counts = self.client.pub_counts  # (Client.count_published, inline: once per PUB)
+            counts[topic_name] = counts.get(topic_name, 0) + 1
+            return protocol_v2.OK_FRAME
         size = self._read_size("E_BAD_MESSAGE", "PUB failed to read message body size")
         protocol_v2.check_message_size("PUB", size, self.options.max_msg_size)
         body = self._read_body(size, "E_BAD_MESSAGE", "PUB failed to read message body")

@@ -29,6 +29,7 @@ MIN_CHUNK = 4096
 MAX_LINE = protocol_v2.MAX_LINE
 _monotonic = time.monotonic
 MAX_CHUNK = 262144
+_decode_size_from = protocol_v2.decode_size_from
 
 
 class Reader:
@@ -37,16 +38,16 @@ class Reader:
     Used by the connection thread only.
     """
 
-    def __init__(self, sock, idle_watcher=None, disconnected=None, ticker=None, hangup=None):
-        """``disconnected``: a callable, true once the connection is being closed
-        (checked before each recv and each decode: a stream that inflates to
-        gigabytes from what is already received must not outlive the broker).
+    def __init__(self, sock, idle_watcher=None, connection=None, ticker=None, hangup=None):
+        """``connection``: an object whose ``disconnected`` attribute turns true once the
+        connection is being closed (read before each recv and each decode: a stream that
+        inflates to gigabytes from what is already received must not outlive the broker).
 
         ``ticker(now)``: called with ``time.monotonic()`` once the time it last
-        returned has come (and whenever the read deadline changes: IDENTIFY
+        returned has come (and whenever the command timeout changes: IDENTIFY
         may change the heartbeat interval); it sends a heartbeat if one is
         due and returns when to call it next, or None for never (the pump
-        sends them now, or heartbeats are off).  Without a deadline (no
+        sends them now, or heartbeats are off).  Without a command timeout (no
         heartbeats) it is not called.
 
         ``hangup``: given to the idle watcher with each park (see
@@ -54,14 +55,17 @@ class Reader:
         the watcher calls it when the peer has closed the parked connection.
         """
         self._sock = sock
-        self._disconnected = disconnected
+        self._connection = connection
         self._ticker = ticker
         self._tick_at = 0.0 if ticker is not None else None  # when to call the ticker next
         self._buf = bytearray()
         self._pos = 0
+        # The command deadline (see set_command_timeout): each command's seconds, and when the
+        # one being read must be in (None until its first recv: read_command clears it).
+        self._command_timeout = None
         self._deadline = None
-        sock.settimeout(None)  # blocking: deadlines are the kernel's (see set_deadline)
-        self._timeout = None
+        sock.settimeout(None)  # blocking: deadlines are the kernel's (see set_command_timeout)
+        self._timeout = None  # the socket's (SO_RCVTIMEO/SO_SNDTIMEO) now: the command's, or what is left of it
         # With a watcher, a recv also times out after IDLE_AFTER seconds and
         # the thread parks there (see nsqd_threaded.server.idle).
         self._idle = idle_watcher
@@ -77,29 +81,44 @@ class Reader:
         self._decode = None
         self._layers = None  # the Transport behind _decode
 
-    def set_deadline(self, seconds):
-        """Start reading a command: its line and body must arrive within ``seconds``.
+    def set_command_timeout(self, seconds):
+        """Each command's line and body must arrive within ``seconds`` of its start (None or 0: no limit).
 
         nsqd sets one read deadline before each command (2 x heartbeat
         interval; none when heartbeats are off), so a client trickling bytes
-        cannot extend it.  The deadline is enforced by the kernel
-        (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket: no poll() before every
-        recv and send, unlike a Python socket timeout).  It is set only when it
-        changes, and lowered only for a command that has used half its time.
+        cannot extend it.  Here a command's deadline starts with the first
+        recv it needs (:meth:`read_command` clears it; a command already
+        buffered needs none, and one that is not starts its recv at once), and
+        is enforced by the kernel (SO_RCVTIMEO/SO_SNDTIMEO on a blocking
+        socket: no poll() before every recv and send, unlike a Python socket
+        timeout), lowered only for a command that has used half its time.
         """
-        if seconds == self._timeout and seconds is not None:  # the usual case: same as the last command's
-            self._deadline = _monotonic() + seconds
-            return
+        if seconds is not None and seconds <= 0:
+            seconds = None
         if self._ticker is not None:
             self._tick_at = 0.0  # the heartbeat interval may have changed: ask the ticker again
-        if seconds is None or seconds <= 0:
-            self._deadline = None
-            if self._timeout is not None:
-                self._set_timeout(None)
-            return
-        self._deadline = time.monotonic() + seconds
+        self._command_timeout = seconds
+        self._deadline = None
         if self._timeout != seconds:
             self._set_timeout(seconds)
+
+    def read_command(self):
+        """Start a command (its deadline) and return its line's params, split as nsqd splits them
+        (see :func:`~nsqd_threaded.wire.protocol_v2.parse_line`, inline here: once per command)."""
+        self._deadline = None
+        while True:
+            buf = self._buf
+            pos = self._pos
+            i = buf.find(b"\n", pos, pos + MAX_LINE)
+            if i >= 0:
+                break
+            if len(buf) - pos >= MAX_LINE:
+                raise ConnectionEnded("line longer than %d bytes" % MAX_LINE)
+            self._fill()
+        self._pos = i + 1
+        if i > pos and buf[i - 1] == 13:  # one trailing \r is dropped
+            i -= 1
+        return bytes(buf[pos:i]).split(b" ")
 
     def _set_timeout(self, seconds):
         tv = _timeval(seconds)
@@ -114,10 +133,14 @@ class Reader:
 
     def _fill(self, missing=0):
         """One recv; ``missing`` is how many more bytes the caller is known to need."""
-        if self._disconnected is not None and self._disconnected():
+        if self._connection is not None and self._connection.disconnected:
             raise ConnectionEnded("closed by the broker")
-        if self._deadline is not None:
+        if self._command_timeout is not None:
             now = _monotonic()
+            if self._deadline is None:  # the command's first recv: its deadline starts now
+                self._deadline = now + self._command_timeout
+                if self._timeout != self._command_timeout:  # (lowered for the last command)
+                    self._set_timeout(self._command_timeout)
             remaining = self._deadline - now
             if remaining <= 0:
                 raise ConnectionEnded("i/o timeout")
@@ -214,7 +237,7 @@ class Reader:
                 tick_at = self._tick_at
                 if tick_at is not None and now >= tick_at:
                     tick_at = self._tick_at = self._ticker(now)
-                if self._disconnected is not None and self._disconnected():
+                if self._connection is not None and self._connection.disconnected:
                     raise ConnectionEnded("closed by the broker")  # the heartbeat's write failed
                 if tick_at is not None and tick_at - now < wait:
                     wait = tick_at - now
@@ -296,6 +319,22 @@ class Reader:
         while len(self._buf) - self._pos < n:
             self._fill(n - (len(self._buf) - self._pos))
         return self._buf, self._pos
+
+    def take_body(self, limit):
+        """A PUB's size and body when both are buffered whole and ``0 < size <= limit``: the body
+        (a bytearray), consumed; None otherwise, with nothing consumed (the step-by-step path
+        then reads them, and reports what is wrong in nsqd's order)."""
+        buf = self._buf
+        pos = self._pos
+        if len(buf) - pos < 4:
+            return None
+        size = _decode_size_from(buf, pos)[0]
+        start = pos + 4
+        end = start + size
+        if size <= 0 or size > limit or end > len(buf):
+            return None
+        self._pos = end
+        return buf[start:end]
 
     def buffered(self):
         return self._buf, self._pos, len(self._buf)

@@ -79,10 +79,11 @@ def broker_command(kind, argv0, root, data):
     return cmd + TOPIC_FLAGS, env, cwd
 
 
-def run_broker(kind, argv0, root, load, count, callgrind=False):
+def run_broker(kind, argv0, root, load, count, callgrind=None):
     """Start a broker, run ``load`` (``count`` messages) against it, stop it.
 
-    Returns per-message ``(cpu_us, switches)``, or ``instructions`` under callgrind:
+    Returns per-message ``(cpu_us, switches)``, or ``instructions`` under callgrind (``callgrind``:
+    where to keep its profile of the load, for ``callgrind_annotate``):
     counted from after ``load.open`` (connections made, a warm-up sent) to before
     ``load.close``, so neither the process's start and stop nor the connections' are in it.
     """
@@ -91,7 +92,9 @@ def run_broker(kind, argv0, root, load, count, callgrind=False):
     cmd, env, cwd = broker_command(kind, argv0, root, data)
     if callgrind:
         # the interpreter itself, not a shim that execs it (valgrind would follow the shim only)
-        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, os.path.realpath(cmd[0])] + cmd[1:]
+        # (names uncompressed: the dumped part must be readable by callgrind_annotate on its own)
+        cmd = ["valgrind", "--tool=callgrind", "--compress-strings=no", "--callgrind-out-file=" + out,
+               os.path.realpath(cmd[0])] + cmd[1:]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
     try:
         deadline = time.monotonic() + (300 if callgrind else 30)
@@ -118,6 +121,7 @@ def run_broker(kind, argv0, root, load, count, callgrind=False):
         proc.terminate()
         proc.wait(300)
         if callgrind:
+            shutil.copy(out + ".1", callgrind)
             with open(out + ".1") as f:
                 return int(re.search(r"^summary: (\d+)", f.read(), re.M).group(1)) / count
         return (after.cpu - before.cpu) / count * 1e6, (after.switches - before.switches) / count
@@ -197,7 +201,7 @@ class RoundTrips:
         self.session.close()
 
 
-def measure(brokers, pubs, rtts, rounds, instructions):
+def measure(brokers, pubs, rtts, rounds, instructions, keep):
     """{kind: {figure: per-message value}} for each ``(kind, argv0, root)`` broker."""
     loads = {"pub": (Publishers, pubs), "rtt": (RoundTrips, rtts)}
     runs = {kind: {"pub": [], "rtt": []} for kind, _, _ in brokers}
@@ -210,10 +214,12 @@ def measure(brokers, pubs, rtts, rounds, instructions):
     for kind, argv0, root in brokers:
         f = figures[kind] = {}
         for name, (load, n) in loads.items():
-            f[name + " cpu_us"] = statistics.median(r[0] for r in runs[kind][name])
-            f[name + " switches"] = statistics.median(r[1] for r in runs[kind][name])
+            if runs[kind][name]:
+                f[name + " cpu_us"] = statistics.median(r[0] for r in runs[kind][name])
+                f[name + " switches"] = statistics.median(r[1] for r in runs[kind][name])
             if instructions and kind != "go":  # Go's runtime does not run under valgrind 3.19
-                f[name + " instructions"] = run_broker(kind, argv0, root, load, n, callgrind=True)
+                profile = os.path.join(keep, "callgrind.%s.%s" % (kind, name))
+                f[name + " instructions"] = run_broker(kind, argv0, root, load, n, callgrind=profile)
         if instructions and kind != "go":
             print("%-5s counted under callgrind" % kind, file=sys.stderr, flush=True)
     return figures
@@ -237,8 +243,11 @@ def main():
     ap.add_argument("--baseline", metavar="TREE", help="also this project's broker from another tree")
     ap.add_argument("--pubs", type=int, default=5000)
     ap.add_argument("--round-trips", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="native rounds (0: instructions only)")
     ap.add_argument("--no-instructions", action="store_true", help="skip the callgrind runs")
+    ap.add_argument("--profiles", metavar="DIR", default=".",
+                    help="where the callgrind profiles of the loads go (callgrind.KIND.LOAD; callgrind_annotate "
+                         "reads them): the current directory by default")
     a = ap.parse_args()
     if not a.no_instructions and shutil.which("valgrind") is None:
         ap.error("valgrind is not installed (apt-get install -y valgrind), or pass --no-instructions")
@@ -250,7 +259,8 @@ def main():
     brokers.append(("ours", a.python, ROOT))
     if a.baseline:
         brokers.append(("base", a.python, os.path.abspath(a.baseline)))
-    figures = measure(brokers, a.pubs, a.round_trips, a.rounds, not a.no_instructions)
+    os.makedirs(a.profiles, exist_ok=True)
+    figures = measure(brokers, a.pubs, a.round_trips, a.rounds, not a.no_instructions, a.profiles)
     print("ours and the floor under %s; %d PUBs over 2 connections, %d round trips; median of %d rounds;"
           % (interpreter(a.python), a.pubs, a.round_trips, a.rounds))
     print("load average %.2f at the start, %.2f at the end (CPU and switches; instructions do not depend on it)"
