@@ -1,5 +1,7 @@
 """TimedIndex (in-flight and deferred index): add/remove/reschedule/pop-due/drain semantics."""
 
+import random
+
 import pytest
 
 from nsqd_threaded.broker.pqueue import TimedIndex
@@ -179,3 +181,29 @@ def test_earliest_lists_live_messages_in_deadline_order_and_leaves_them():
     assert ids(index.earliest(2)) == [2, 4]
     assert index.earliest(0) == []
     assert len(index) == 4 and ids(index.pop_due(1000)) == [2, 4, 5, 1]
+
+
+def test_deadlines_in_order_and_out_of_order_come_due_merged_in_deadline_order():
+    """In-order adds go to the tail (a deque), earlier ones to the sorted list: read merged."""
+    rng = random.Random(7)
+    index = TimedIndex()
+    deadlines = {}
+    clock = 0
+    for i in range(2000):
+        clock += rng.randrange(3)
+        # mostly rising deadlines (one message timeout), some shorter ones behind them
+        deadline = clock + (1000 if rng.random() < 0.8 else rng.randrange(1000))
+        index.add(msg(i), deadline)
+        deadlines[i] = deadline
+    for i in range(0, 2000, 7):  # FINs: stale entries in both sequences
+        assert index.remove(msg(i).id) is not None
+        del deadlines[i]
+    expected = sorted(deadlines, key=lambda i: (deadlines[i], i))
+    assert ids(index.earliest(50)) == expected[:50]
+    popped = []
+    for now in range(0, 6000, 250):  # a scanner's passes
+        due = index.pop_due(now)
+        assert all(m.expiry_ns <= now for m in due)
+        popped += due
+    assert ids(popped) == expected
+    assert len(index) == 0 and index.pop_due(10**18) == []
