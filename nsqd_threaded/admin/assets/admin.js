@@ -103,19 +103,42 @@
     });
   }
 
+  // -- polls and actions: a page's polls (its tables, charts, peek, inside view) never start while one
+  // of its actions is under way, nor after one succeeded (the page is about to change), and an action
+  // waits for the polls in flight: otherwise a poll asks for what the action has just deleted (a 404
+  // the browser reports as an error).
+  var gate = { acting: false, inFlight: 0, idle: [] };
+  // One poll: start() makes its request and handles the answer (a promise); tick runs again after ms.
+  function polled(tick, ms, start) {
+    if (gate.acting) { setTimeout(tick, ms); return; }
+    gate.inFlight += 1;
+    start().then(null, function () {}).then(function () {
+      gate.inFlight -= 1;
+      if (!gate.inFlight) gate.idle.splice(0).forEach(function (resume) { resume(); });
+      setTimeout(tick, ms);
+    });
+  }
+  // An action starts: no poll from now on (until actionFailed); resolves once none is in flight.
+  function act() {
+    gate.acting = true;
+    return gate.inFlight ? new Promise(function (resume) { gate.idle.push(resume); }) : Promise.resolve();
+  }
+  function actionFailed() { gate.acting = false; }
+
   document.addEventListener("click", function (ev) {
     var btn = ev.target.closest ? ev.target.closest("button.action") : null;
     if (!btn) return;
     var question = btn.getAttribute("data-confirm");
     if (question && !window.confirm(question)) return;
     btn.disabled = true;
-    request(btn.getAttribute("data-method"), btn.getAttribute("data-url"), btn.getAttribute("data-body"))
-      .then(function (doc) {
+    act().then(function () {
+      return request(btn.getAttribute("data-method"), btn.getAttribute("data-url"), btn.getAttribute("data-body"));
+    }).then(function (doc) {
         if (message(doc)) flash(message(doc), false);
         var next = btn.getAttribute("data-next");
         // data-next is a path here, never "//host"
         if (next && /^\/(?![\/\\])/.test(next)) { window.location.href = next; } else { window.location.reload(); }
-      }, function (err) { btn.disabled = false; flash(err.message, false); });
+      }, function (err) { actionFailed(); btn.disabled = false; flash(err.message, false); });
   });
 
   var form = document.getElementById("create-form");
@@ -124,9 +147,11 @@
       ev.preventDefault();
       var doc = { topic: form.topic.value.trim() };
       if (form.channel.value.trim()) doc.channel = form.channel.value.trim();
-      request("POST", form.querySelector("button").getAttribute("data-url"), doc).then(function () {
+      act().then(function () {
+        return request("POST", form.querySelector("button").getAttribute("data-url"), doc);
+      }).then(function () {
         window.location.href = base + "/topics/" + encodeURIComponent(doc.topic);
-      }, function (err) { flash(err.message, false); });
+      }, function (err) { actionFailed(); flash(err.message, false); });
     });
   }
 
@@ -148,10 +173,12 @@
       if (!changed) { flash("Nothing changed.", false); return; }
       var button = policyForm.querySelector("button");
       button.disabled = true;
-      request("POST", policyForm.getAttribute("data-url"), doc).then(function (answer) {
-        if (message(answer)) { flash(message(answer), false); button.disabled = false; return; }
+      act().then(function () {
+        return request("POST", policyForm.getAttribute("data-url"), doc);
+      }).then(function (answer) {
+        if (message(answer)) { actionFailed(); flash(message(answer), false); button.disabled = false; return; }
         window.location.reload();
-      }, function (err) { button.disabled = false; flash(err.message, false); });
+      }, function (err) { actionFailed(); button.disabled = false; flash(err.message, false); });
     });
   }
 
@@ -231,14 +258,14 @@
       return div;
     });
     function tick() {
-      request("GET", url).then(function (doc) {
+      polled(tick, POLL_MS, function () { return request("GET", url).then(function (doc) {
         doc = obj(doc);
         var interval = isNum(doc.interval_ms) && doc.interval_ms > 0 ? doc.interval_ms : POLL_MS;
         SAMPLED.forEach(function (s, i) {
           drawChart(boxes[i], { title: s[0], rate: s[1], points: sampledPoints(doc, s[2], interval) });
           boxes[i].setAttribute("data-samples", String(list(doc.time).length));
         });
-      }, function () {}).then(function () { setTimeout(tick, POLL_MS); });
+      }); });
     }
     tick();
   }
@@ -265,7 +292,7 @@
     var series = EXTRACT[kind].map(function (e) { return new Series(e[0], e[1]); });
     var boxes = series.map(function () { var div = el("div", { "class": "chart" }); holder.appendChild(div); return div; });
     function tick() {
-      request("GET", api).then(function (doc) {
+      polled(tick, POLL_MS, function () { return request("GET", api).then(function (doc) {
         var now = Date.now();
         doc = obj(doc);
         EXTRACT[kind].forEach(function (e, i) { series[i].add(now, e[2](doc)); drawChart(boxes[i], series[i]); });
@@ -277,7 +304,7 @@
           var pts = series[0].points;
           if (rate && pts.length) rate.textContent = pts[pts.length - 1].v.toFixed(1) + " msgs/s";
         }
-      }, function () {}).then(function () { setTimeout(tick, POLL_MS); });
+      }); });
     }
     tick();
   }
@@ -399,12 +426,12 @@
   function startInside(api) {
     var live = document.getElementById("live");
     function tick() {
-      request("GET", api).then(function (doc) {
+      polled(tick, INSIDE_POLL_MS, function () { return request("GET", api).then(function (doc) {
         renderInside(doc);
         if (live) { live.textContent = "live " + new Date().toLocaleTimeString(); live.className = "live ok"; }
       }, function (err) {
         if (live) { live.textContent = "not answering: " + err.message; live.className = "live bad"; }
-      }).then(function () { setTimeout(tick, INSIDE_POLL_MS); });
+      }); });
     }
     tick();
   }
@@ -447,9 +474,10 @@
     var holder = document.getElementById("peek");
     if (!holder) return;
     function tick() {
-      request("GET", url).then(function (doc) { renderPeek(holder, doc); },
-                               function (err) { flash(err.message, false); })
-        .then(function () { setTimeout(tick, POLL_MS); });
+      polled(tick, POLL_MS, function () {
+        return request("GET", url).then(function (doc) { renderPeek(holder, doc); },
+                                        function (err) { flash(err.message, false); });
+      });
     }
     tick();
   }
@@ -461,7 +489,8 @@
     var tables = document.getElementById("tables");
     if (!tables || !window.DOMParser) return;
     function tick() {
-      fetch(window.location.href, { headers: { "Accept": "text/html" }, credentials: "same-origin" })
+      polled(tick, POLL_MS, function () {
+        return fetch(window.location.href, { headers: { "Accept": "text/html" }, credentials: "same-origin" })
         .then(function (resp) {
           if (!resp.ok) throw new Error(resp.status);
           return resp.text();
@@ -473,7 +502,8 @@
               return document.adoptNode(c);
             }));
           });
-        }, function () {}).then(function () { setTimeout(tick, POLL_MS); });
+        });
+      });
     }
     setTimeout(tick, POLL_MS);
   }
