@@ -79,17 +79,21 @@ def broker_command(kind, argv0, root, data):
     return cmd + TOPIC_FLAGS, env, cwd
 
 
-def run_broker(kind, argv0, root, load, count, callgrind=None):
+def run_broker(kind, argv0, root, load, count, callgrind=None, calls=None):
     """Start a broker, run ``load`` (``count`` messages) against it, stop it.
 
     Returns per-message ``(cpu_us, switches)``, or ``instructions`` under callgrind (``callgrind``:
-    where to keep its profile of the load, for ``callgrind_annotate``):
+    where to keep its profile of the load, for ``callgrind_annotate``), or with ``calls`` (where to
+    write them) the Python and C-level calls counted by ``calls.py``, as ``{(file, function,
+    caller): calls per message}``;
     counted from after ``load.open`` (connections made, a warm-up sent) to before
     ``load.close``, so neither the process's start and stop nor the connections' are in it.
     """
     data = tempfile.mkdtemp(prefix="nsqd-work-%s-" % kind)
     out = os.path.join(data, "callgrind.out")
     cmd, env, cwd = broker_command(kind, argv0, root, data)
+    if calls:
+        cmd = cmd[:1] + [os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.py"), calls] + cmd[1:]
     if callgrind:
         # the interpreter itself, not a shim that execs it (valgrind would follow the shim only)
         # (names uncompressed: the dumped part must be readable by callgrind_annotate on its own)
@@ -107,12 +111,16 @@ def run_broker(kind, argv0, root, load, count, callgrind=None):
                 time.sleep(0.05)  # polling /proc for the listener, bounded by the deadline
         session = load(address)
         try:
-            if callgrind:
+            if calls:
+                count_calls(calls, "zero")
+            elif callgrind:
                 control(proc.pid, "--zero")
             else:
                 before = Counters(proc.pid)
             session.run(count)
-            if callgrind:
+            if calls:
+                count_calls(calls, "dump")
+            elif callgrind:
                 control(proc.pid, "--dump")
             else:
                 after = Counters(proc.pid)
@@ -120,6 +128,13 @@ def run_broker(kind, argv0, root, load, count, callgrind=None):
             session.close()
         proc.terminate()
         proc.wait(300)
+        if calls:
+            per = {}
+            with open(calls) as f:
+                for line in f:
+                    n, path, name, caller = line.rstrip("\n").split("\t")
+                    per[(path, name, caller)] = int(n) / count
+            return per
         if callgrind:
             shutil.copy(out + ".1", callgrind)
             with open(out + ".1") as f:
@@ -130,6 +145,18 @@ def run_broker(kind, argv0, root, load, count, callgrind=None):
             proc.kill()
             proc.wait()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def count_calls(out, command):
+    """``zero`` or ``dump`` to a broker under ``calls.py`` (writing OUT), waiting for a dump."""
+    with open(out + ".ctl", "w") as f:
+        f.write(command + "\n")
+    if command == "dump":
+        deadline = time.monotonic() + 120
+        while not os.path.exists(out + ".done"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the broker wrote no call counts")
+            time.sleep(0.05)  # polling for the file the dump ends with, bounded by the deadline
 
 
 def control(pid, command):
@@ -225,6 +252,34 @@ def measure(brokers, pubs, rtts, rounds, instructions, keep):
     return figures
 
 
+def call_profiles(brokers, pubs, rtts, top):
+    """Print, per load, the Python and C-level calls per message of ours and the floor, and
+    ours' ``top`` callees (``calls.py``: counts, which do not depend on the host either)."""
+    loads = {"PUB": (Publishers, pubs), "round trip": (RoundTrips, rtts)}
+    for name, (load, n) in loads.items():
+        profiles = {}
+        for kind, argv0, root in brokers:
+            if kind == "go":
+                continue
+            data = tempfile.mkdtemp(prefix="nsqd-work-calls-")
+            try:
+                profiles[kind] = run_broker(kind, argv0, root, load, n, calls=os.path.join(data, "calls"))
+            finally:
+                shutil.rmtree(data, ignore_errors=True)
+        print("\ncalls per %s (Python functions / C-level builtins):" % name)
+        for kind, per in profiles.items():
+            py = sum(v for k, v in per.items() if k[0] != "C")
+            c = sum(v for k, v in per.items() if k[0] == "C")
+            print("  %-6s %6.1f / %6.1f" % (kind, py, c))
+        for kind in ("ours", "base"):
+            if kind not in profiles:
+                continue
+            print("  %s, the callees called at least 0.05 times per %s (most first, top %d):" % (kind, name, top))
+            ranked = sorted(profiles[kind].items(), key=lambda kv: -kv[1])
+            for (path, fn, caller), v in [kv for kv in ranked if kv[1] >= 0.05][:top]:
+                print("  %6.2f  %s %s  <- %s" % (v, "" if path == "C" else path + ":", fn, caller))
+
+
 ROWS = (
     ("pub cpu_us", "CPU per single PUB (us)", "%.1f"),
     ("pub switches", "voluntary context switches per PUB", "%.2f"),
@@ -245,6 +300,8 @@ def main():
     ap.add_argument("--round-trips", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3, help="native rounds (0: instructions only)")
     ap.add_argument("--no-instructions", action="store_true", help="skip the callgrind runs")
+    ap.add_argument("--calls", type=int, metavar="TOP", default=0,
+                    help="also count the calls per message (benchmarks/calls.py) and list ours' TOP callees")
     ap.add_argument("--profiles", metavar="DIR", default=".",
                     help="where the callgrind profiles of the loads go (callgrind.KIND.LOAD; callgrind_annotate "
                          "reads them): the current directory by default")
@@ -276,6 +333,8 @@ def main():
         floor = figures["floor"][key]
         ratio = "%.2f" % (figures["ours"][key] / floor) if floor > 0 else "-"
         print("| %s | %s | %s |" % (label, " | ".join(cells), ratio))
+    if a.calls:
+        call_profiles(brokers, min(a.pubs, 5000), min(a.round_trips, 2000), a.calls)
 
 
 if __name__ == "__main__":
