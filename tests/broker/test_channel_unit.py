@@ -295,6 +295,37 @@ def test_direct_delivery_to_a_waiting_consumer_keeps_it_waiting(owners):
     assert consumer.client.wakes == 0
 
 
+def test_a_lone_message_goes_straight_to_a_waiting_consumer_as_the_queue_would_deliver_it(owners):
+    """One message put while a consumer waits and nothing is queued (a round trip's): marked in
+    flight to the consumer, counted as the general path counts it, the consumer blocked at its RDY."""
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    consumer = HoldingSubscriber(nsqd, channel, ready=1)
+    consumer.wait()
+    assert put_direct(channel, msgs(1)) == [(consumer.client, [0])]
+    (msg,) = consumer.client.delivered[0]
+    assert msg.attempts == 1 and msg.client_id == consumer.client.id
+    assert channel.in_flight_count() == 1 and channel.depth() == 0
+    assert channel.message_count == 1 and channel.global_msg_count == 1
+    assert consumer.client.in_flight_count == 1 and consumer.client.message_count == 1
+    assert consumer.client.blocked and consumer.client.wakes == 0
+    # Blocked: not waiting, so the next one is queued, and its FIN wakes the pump to take it.
+    assert put_direct(channel, msgs(1, start=1)) == [] and channel.depth() == 1
+    assert consumer.client.wakes == 0
+    consumer.fin([msg])
+    assert consumer.client.wakes == 1 and nums(consumer.take()) == [1]
+
+
+def test_a_lone_message_for_a_sampling_consumer_or_a_policy_takes_the_general_path(owners):
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    consumer = HoldingSubscriber(nsqd, channel)
+    consumer.client.sample_rate = 100  # (every message kept: <= 100)
+    consumer.wait()
+    assert put_direct(channel, msgs(1)) == [(consumer.client, [0])]  # delivered all the same
+    assert channel.global_msg_count == 1 and channel.in_flight_count() == 1
+
+
 def test_a_consumer_whose_output_is_busy_is_woken_instead(owners):
     nsqd = owners()
     channel = channel_of(nsqd)
