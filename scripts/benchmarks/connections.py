@@ -328,6 +328,20 @@ FIGURES = [
 ]
 
 
+def start_profiler(command, pid):
+    """``command`` (with ``{pid}``) started 1 s ahead of what it profiles, or None."""
+    if not (command and pid):
+        return None
+    import shlex
+    import subprocess
+
+    profiler = subprocess.Popen(
+        shlex.split(command.format(pid=pid)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    time.sleep(1.0)  # the profiler attaches (a measurement aid, not a wait for an event)
+    return profiler
+
+
 def measure(a, tcp_address, http_address, pid):
     """One run against a listening broker: the figures (a dict keyed as FIGURES)."""
     figures = {"connections_asked": a.connections}
@@ -340,6 +354,7 @@ def measure(a, tcp_address, http_address, pid):
     rss_before = rss(pid) if pid else None
     threads_before = threads_of(pid) if pid else None
 
+    opening_profiler = start_profiler(a.profile_open, pid)
     ctx = multiprocessing.get_context("fork")
     workers = []
     per = [a.connections // a.workers + (1 if i < a.connections % a.workers else 0) for i in range(a.workers)]
@@ -365,6 +380,8 @@ def measure(a, tcp_address, http_address, pid):
         figures["subscribed_seconds"] = time.perf_counter() - t0
         held = wait_clients(http_address, subscribed, 60, poll=0.02)
         figures["open_seconds"] = time.perf_counter() - t0
+        if opening_profiler is not None:
+            opening_profiler.wait()
         figures["connections_held"] = held
         figures["open_errors"] = errors
         if pid:
@@ -395,17 +412,7 @@ def measure(a, tcp_address, http_address, pid):
         pinger = Pinger(http_address)
         pinger.start()
         time.sleep(0.3)  # a few baseline pings
-        profiler = None
-        if a.profile_close and pid:
-            import shlex
-            import subprocess
-
-            profiler = subprocess.Popen(
-                shlex.split(a.profile_close.format(pid=pid)),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            time.sleep(1.0)  # the profiler attaches (a measurement aid, not a wait for an event)
+        profiler = start_profiler(a.profile_close, pid)
         cpu0 = cpu_seconds(pid) if pid else None
         t0 = time.perf_counter()
         for _, control, _ in workers:
@@ -492,6 +499,8 @@ def main():
                          "perf report --pid {pid}; perf -p fails on thousands of threads) or "
                          "'py-spy record --gil -d 4 -f raw -o close.txt --pid {pid}' (few samples with "
                          "thousands of threads)")
+    ap.add_argument("--profile-open", metavar="COMMAND",
+                    help="as --profile-close, started 1 s before the connections open and waited for once held")
     a = ap.parse_args()
 
     nofile = raise_nofile()
