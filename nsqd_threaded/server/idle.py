@@ -12,7 +12,10 @@ socket with this watcher's epoll and sleeps on a lock of its own (a thread
 waiting on a lock sleeps in the kernel until released).  The watcher thread
 releases parked threads as their sockets become readable, but never more
 than ``max_running`` at a time: a released thread holds a permit until its
-next ``recv`` has returned.  A busy connection never idles that long and pays
+next ``recv`` has returned.  The threads chosen while every permit is out
+wait in the watcher's queue; the watcher goes on polling meanwhile (a permit
+returned wakes it), so the hang-ups that arrive later are not held up behind
+the releases.  A busy connection never idles that long and pays
 nothing; an idle one pays two epoll calls and one hand-off per wake-up.
 
 A parked thread may leave a ``hangup`` callable with its socket.  When the
@@ -31,6 +34,7 @@ connection threads simply block in ``recv``.
 """
 
 import array
+import collections
 import os
 import select
 import threading
@@ -66,9 +70,13 @@ class IdleWatcher:
     """Parks idle connection threads; owned by an NSQD (:meth:`start` / :meth:`stop`).
 
     ``_lock`` guards ``_parked`` (fd -> [the parked thread's lock, permit
-    granted, its hangup callable or None]), ``_stopping``, ``_closed``, ``_started``
-    and ``_thread`` (the watcher thread, started with its first work).  ``_permits`` bounds the released
-    threads still running up to their next ``recv``.
+    granted, its hangup callable or None]), ``_stopping``, ``_closed``, ``_started``,
+    ``_thread`` (the watcher thread, started with its first work), ``_running``
+    (released threads holding a permit, still running up to their next
+    ``recv``) and ``_permit_wanted`` (the watcher waits for a permit: the next
+    one returned must wake it).  ``_queued`` (chosen threads waiting for a
+    permit) and ``_queue_stalled_since`` (when the head of the queue began
+    waiting for one) are the watcher thread's own.
 
     The watcher also gives memory back after a mass disconnect: once
     :data:`TRIM_AFTER_CLOSED` connections have closed and then
@@ -91,7 +99,11 @@ class IdleWatcher:
         self._trim = trim if trim is not None else malloc_trim()
         self._trim_after_closed = trim_after_closed
         self._trim_quiet = trim_quiet
-        self._permits = threading.Semaphore(max_running)  # released threads not yet past their recv
+        self._max_running = max_running
+        self._running = 0  # released threads not yet past their recv
+        self._permit_wanted = False
+        self._queued = collections.deque()  # chosen entries waiting for a permit: the watcher thread's
+        self._queue_stalled_since = 0.0
         self._wake_r, self._wake_w = os.pipe()
         self._epoll.register(self._wake_r, select.EPOLLIN)
         self._started = False  # start() was called: the thread may run once it has work
@@ -168,7 +180,11 @@ class IdleWatcher:
 
     def resumed(self):
         """A thread released with a permit has its recv done: the permit goes back."""
-        self._permits.release()
+        with self._lock:
+            self._running -= 1
+            wake, self._permit_wanted = self._permit_wanted, False
+        if wake:
+            os.write(self._wake_w, b"p")
 
     def connection_closed(self):
         """A connection has been torn down (its thread is about to end): counts towards a trim."""
@@ -195,13 +211,15 @@ class IdleWatcher:
                 if timeout != -1 and timeout <= 0:
                     trim(0)  # the disconnects are over: give freed memory back
                     continue
+            if self._queued:
+                due = max(0.0, self._queue_stalled_since + PERMIT_WAIT - time.monotonic())
+                timeout = due if timeout == -1 else min(timeout, due)
             try:
                 # Room for every parked socket: a mass disconnect's hang-ups are all
                 # handled in this one pass, before any permit wait (len() is a hint).
                 events = self._epoll.poll(timeout, max(MIN_EVENTS, len(self._parked) + 1))
             except InterruptedError:
                 continue
-            chosen = []
             stopping = False
             for fd, mask in events:
                 if fd == wake_r:
@@ -216,14 +234,40 @@ class IdleWatcher:
                 # Chosen: its thread waits on its gate, so fd stays open until released.
                 if entry[2] is not None and mask & HANGUP and not _unread(fd):
                     entry[2]()
-                chosen.append(entry)
-            for entry in chosen:  # (also when stopping: a chosen thread waits for its release)
-                # Waiting for a permit is bounded: should the permits ever be
-                # held up, threads are released uncounted rather than not at all.
-                entry[1] = not stopping and self._permits.acquire(timeout=PERMIT_WAIT)
-                entry[0].release()
+                if not self._queued:
+                    self._queue_stalled_since = time.monotonic()
+                self._queued.append(entry)
+            self._release_queued(stopping)
             if stopping:
                 return
+
+    def _release_queued(self, stopping):
+        """Release the queued threads there are permits for (all of them, uncounted, when
+        stopping: a chosen thread waits for its release).
+
+        Should the permits ever be held up, the head of the queue waits at most
+        PERMIT_WAIT, then is released uncounted rather than not at all (one
+        such release per PERMIT_WAIT: never the whole queue at once)."""
+        queued = self._queued
+        released = []
+        with self._lock:
+            while queued:
+                if stopping:
+                    counted = False
+                elif self._running < self._max_running:
+                    counted = True
+                    self._running += 1
+                elif time.monotonic() - self._queue_stalled_since >= PERMIT_WAIT:
+                    counted = False
+                else:
+                    break
+                entry = queued.popleft()
+                entry[1] = counted
+                released.append(entry)
+                self._queue_stalled_since = time.monotonic()  # (the next head's wait begins)
+            self._permit_wanted = bool(queued)
+        for entry in released:
+            entry[0].release()
 
 
 def _unread(fd):
