@@ -303,6 +303,8 @@ FIGURES = [
     ("open errors", "open_errors", "%d"),
     ("open time (all subscribed and held)", "open_seconds", "%.2f s"),
     ("  of which until every SUB's OK", "subscribed_seconds", "%.2f s"),
+    ("broker CPU during open (user)", "open_cpu_user_s", "%.2f s"),
+    ("broker CPU during open (system)", "open_cpu_sys_s", "%.2f s"),
     ("broker RSS before", "rss_before_mb", "%.1f MB"),
     ("broker RSS holding", "rss_held_mb", "%.1f MB"),
     ("RSS per connection", "rss_per_connection_kb", "%.1f KB"),
@@ -355,6 +357,7 @@ def measure(a, tcp_address, http_address, pid):
     threads_before = threads_of(pid) if pid else None
 
     opening_profiler = start_profiler(a.profile_open, pid)
+    open_cpu0 = cpu_seconds(pid) if pid else None
     ctx = multiprocessing.get_context("fork")
     workers = []
     per = [a.connections // a.workers + (1 if i < a.connections % a.workers else 0) for i in range(a.workers)]
@@ -380,6 +383,10 @@ def measure(a, tcp_address, http_address, pid):
         figures["subscribed_seconds"] = time.perf_counter() - t0
         held = wait_clients(http_address, subscribed, 60, poll=0.02)
         figures["open_seconds"] = time.perf_counter() - t0
+        if pid:
+            open_cpu1 = cpu_seconds(pid)
+            figures["open_cpu_user_s"] = open_cpu1[0] - open_cpu0[0]
+            figures["open_cpu_sys_s"] = open_cpu1[1] - open_cpu0[1]
         if opening_profiler is not None:
             opening_profiler.wait()
         figures["connections_held"] = held
