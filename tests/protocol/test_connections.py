@@ -290,14 +290,15 @@ def test_idle_watcher_leaves_a_close_with_unread_bytes_to_its_thread():
 
 
 @pytest.mark.timeout(60)
-def test_idle_watcher_runs_a_hangup_while_chosen_threads_wait_for_a_permit(monkeypatch):
+def test_idle_watcher_runs_a_hangup_and_its_teardown_while_chosen_threads_wait_for_a_permit(monkeypatch):
     # A mass close: the threads woken first take every permit, and the hang-ups that arrive
     # after them must not wait behind their releases (/stats would show those clients for as
-    # long). The only permit is held; a thread chosen meanwhile waits in the watcher's queue,
-    # and a hang-up arriving next runs at once. The permit returned then releases the queued
-    # thread, counted (PERMIT_WAIT made long: not a release for want of a permit).
+    # long). The only permit is held; a thread chosen meanwhile waits in the watcher's queue;
+    # a hang-up arriving next runs at once, and its thread (only a teardown left) is released
+    # with a teardown permit of its own. The permit returned then releases the queued thread,
+    # counted (PERMIT_WAIT made long: not a release for want of a permit).
     monkeypatch.setattr(idle, "PERMIT_WAIT", 600.0)
-    watcher = IdleWatcher(max_running=1)
+    watcher = IdleWatcher(max_running=1, max_teardowns=1)
     watcher.start()
     pairs = [socket.socketpair() for _ in range(3)]
     results = {}
@@ -311,6 +312,9 @@ def test_idle_watcher_runs_a_hangup_while_chosen_threads_wait_for_a_permit(monke
     def park_hung_up():
         results["hung up"] = watcher.park(pairs[2][0].fileno(), 30,
                                           lambda: hangups.append(queued_released.is_set()))
+        results["hung up read"] = pairs[2][0].recv(1)
+        results["queued then"] = queued_released.is_set()
+        watcher.resumed()  # (its teardown done)
 
     threads = [threading.Thread(target=park_queued), threading.Thread(target=park_hung_up)]
     try:
@@ -322,16 +326,14 @@ def test_idle_watcher_runs_a_hangup_while_chosen_threads_wait_for_a_permit(monke
         pairs[1][1].sendall(b"x")  # chosen: waits for the permit
         wait_for(lambda: len(watcher._parked) == 1, what="the first chosen")
         pairs[2][1].close()
-        wait_for(lambda: hangups, what="the hangup")
-        assert hangups == [False]  # run while the chosen thread still waited for its permit
-        assert not queued_released.is_set()
-        watcher.resumed()  # the permit comes back: the queued thread goes...
-        threads[0].join(30)
-        assert results == {"queued": WOKEN}
-        assert pairs[1][0].recv(1) == b"x"
-        watcher.resumed()  # ...and its permit lets the hung-up one go
         threads[1].join(30)
-        assert results == {"queued": WOKEN, "hung up": WOKEN}
+        assert hangups == [False]  # run while the chosen thread still waited for its permit
+        assert results == {"hung up": WOKEN, "hung up read": b"", "queued then": False}
+        assert not queued_released.is_set()
+        watcher.resumed()  # the permit comes back: the queued thread goes
+        threads[0].join(30)
+        assert results["queued"] == WOKEN
+        assert pairs[1][0].recv(1) == b"x"
         watcher.resumed()
     finally:
         watcher.stop()
