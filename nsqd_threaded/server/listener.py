@@ -92,7 +92,6 @@ RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.EN
 ACCEPT_BACKOFF_MIN = 0.005  # seconds before the first retry of a failed accept
 ACCEPT_BACKOFF_MAX = 0.1  # the backoff doubles up to this (a file freed is used within it)
 LIMIT_REPORT_INTERVAL = 1.0  # seconds between two log lines about the same host limit
-ACCEPT_BATCH = 64  # connections accepted per wake-up of the accept loop (shutdown is checked between)
 
 
 class LimitReporter:
@@ -144,19 +143,12 @@ class PromptShutdownMixIn:
     The stock loop notices shutdown only at its next poll (0.5 s by default);
     brokers started and stopped by test suites need milliseconds, so the loop
     also watches a pipe that :meth:`shutdown` writes to.
-
-    The listening socket is non-blocking: each wake-up accepts until the
-    queue is empty (at most :data:`ACCEPT_BATCH`), so a burst of thousands of
-    clients costs one ``select`` per batch, not one per connection (each
-    system call of the accept thread is a turn at the GIL to win back from
-    the connection threads it has started).
     """
 
     _wake_r = _wake_w = None  # the pipe, made by server_activate (a failed bind never makes it)
 
     def server_activate(self):
         super().server_activate()
-        self.socket.setblocking(False)  # (an accepted socket is blocking all the same: accept4 without SOCK_NONBLOCK)
         self._wake_r, self._wake_w = os.pipe()
         self._run_lock = threading.Lock()  # guards _stopping against _serving being set: one of them wins
         self._stopping = False
@@ -178,14 +170,11 @@ class PromptShutdownMixIn:
                 while not self._stopping:
                     for key, _ in selector.select():
                         if key.fileobj is self and not self._stopping:
-                            for _ in range(ACCEPT_BATCH):
-                                accepted = self._accept_one()
-                                if accepted and backoff:
+                            if self._accept_one():
+                                if backoff:
                                     backoff = 0.0
                                     self.limits.cleared("accept", "accepting connections")
-                                if not accepted or self._stopping:
-                                    break
-                            if accepted is False:
+                            else:
                                 # Out of files (or buffers): the listen queue stays
                                 # readable, so wait a little, longer each time, then
                                 # try again; the clients wait in the queue meanwhile.
@@ -195,12 +184,9 @@ class PromptShutdownMixIn:
             self._served.set()
 
     def _accept_one(self):
-        """Accept and dispatch one connection: True; None when none was waiting; False when
-        accept failed for lack of a resource."""
+        """Accept and dispatch one connection; False when accept failed for lack of a resource."""
         try:
             request, client_address = self.get_request()
-        except BlockingIOError:
-            return None
         except OSError as e:
             if e.errno in RESOURCE_ERRORS:
                 self.limits.hit("accept", "accept failed - %s" % e,
