@@ -44,8 +44,7 @@ class Topic(BackedQueue):
     """A topic.
 
     ``_lock`` (BackedQueue's) guards the channel map, the backlog (memory and
-    backend), ``paused``/``exiting``/``_started``/``_held``, and the counters
-    (``_channel_deletions`` included).
+    backend), ``paused``/``exiting``/``_started``/``_held``, and the counters.
     ``_backlog_ready`` (a Condition on ``_lock``) signals the pump that the
     backlog may now be drained or that it must exit.
     """
@@ -68,7 +67,6 @@ class Topic(BackedQueue):
         # pre-created from nsqlookupd; the backlog keeps the messages for all of them).
         self._held = held
         self._delete_scheduled = False
-        self._channel_deletions = 0  # channels deleted so far (see get_channel)
         self.message_count = 0
         self.message_bytes = 0
         self._pump = threading.Thread(target=self._pump_loop, name="nsqd-topic-pump[%s]" % name, daemon=True)
@@ -315,40 +313,21 @@ class Topic(BackedQueue):
     # -- channels ----------------------------------------------------------
 
     def get_channel(self, name):
-        """Get or create a channel.
-
-        A new Channel is built outside the topic's lock: opening its disk
-        queue reads files, and under a burst of new channels (thousands of
-        SUBs) each of those system calls would make every SUB and publish of
-        the topic wait for the GIL to come back to the lock's holder.  Two
-        threads building the same channel keep the first one inserted (the
-        other's queue holds no file open).  ``_channel_deletions`` tells a
-        build that raced a deletion of the same name, which read files being
-        deleted: it is built again.
-        """
-        while True:
-            with self._lock:
-                channel = self._channels.get(name)
-                if channel is not None:
-                    return channel
-                if self.exiting:
-                    raise TopicError("exiting")
-                deletions = self._channel_deletions
-            built = Channel(self.name, name, self._nsqd)
-            with self._lock:
-                channel = self._channels.get(name)
-                if channel is not None:
-                    return channel  # another thread's build won
-                if self.exiting:
-                    raise TopicError("exiting")
-                if deletions != self._channel_deletions:
-                    continue
-                channel = self._channels[name] = built
-                if self._memory or self._backend.depth():
-                    self._backlog_ready.notify()  # (only a backlog gives the pump work for the new channel)
-                self._nsqd.lookupd_notify(encode_register(self.name, name))  # queued under the lock: in order
-            break
-        self._nsqd.log.info("TOPIC(%s): new channel(%s)", self.name, name)
+        """Get or create a channel."""
+        with self._lock:
+            channel = self._channels.get(name)
+            if channel is not None:
+                return channel
+            if self.exiting:
+                raise TopicError("exiting")
+            channel = Channel(self.name, name, self._nsqd)
+            self._channels[name] = channel
+            if self._memory or self._backend.depth():
+                # (only a backlog gives the pump work for the new channel: waking it for every
+                # new channel of a burst of SUBs cost a thread switch each)
+                self._backlog_ready.notify()
+            self._nsqd.log.info("TOPIC(%s): new channel(%s)", self.name, name)
+            self._nsqd.lookupd_notify(encode_register(self.name, name))  # queued under the lock: in order
         if self._watch.watchers:
             self._watch.notify()
         if not (self.ephemeral or channel.ephemeral):
@@ -373,8 +352,6 @@ class Topic(BackedQueue):
             channel = self._channels.get(name)
         if channel is None:
             return False
-        with self._lock:
-            self._channel_deletions += 1  # before its files go: a build under way reads them again
         channel.close(delete=True)
         with self._lock:
             if self._channels.get(name) is channel:

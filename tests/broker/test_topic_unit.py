@@ -347,8 +347,8 @@ def test_publish_one_into_a_durable_topic_goes_through_the_disk_queue(owners, tm
 
 
 def test_concurrent_creations_of_one_channel_keep_one_and_a_deletion_is_not_undone(owners):
-    # A new channel is built outside the topic's lock (its disk queue reads files): of the
-    # threads that build the same one at once, the first inserted wins and every caller gets it.
+    # A burst of SUBs to one new channel: every caller gets the same channel, and one
+    # created again after a deletion is a fresh one.
     nsqd = owners()
     topic = nsqd.get_topic("burst")
     topic.start()
