@@ -67,13 +67,14 @@ class BrokerCore:
         # The nsqd.dat writer: a topic or channel created or deleted bumps
         # _metadata_requested, and one thread rewrites the file once for all
         # the changes made while its previous rewrite ran.  _metadata_cond's
-        # lock guards the three counters and _metadata_writing (False while no
+        # lock guards the three counters, _metadata_resting and _metadata_writing (False while no
         # writer runs: a change then rewrites the file itself).
         self._metadata_cond = threading.Condition(threading.Lock())
         self._metadata_requested = 0  # changes made so far
         self._metadata_written = 0  # changes covered by a finished rewrite
         self._metadata_waiters = 0  # requests waiting for a rewrite (the writer does not rest then)
         self._metadata_writing = False  # a metadata_loop runs (see open_metadata_writer)
+        self._metadata_resting = False  # the writer rests between two rewrites: a change need not wake it
         self._start_metadata_writer = None  # starts that loop's thread, on the first change
         self._loading = False  # while nsqd.dat is being loaded: no persisting
         self._gc_pauses = collections.deque(maxlen=256)
@@ -225,7 +226,10 @@ class BrokerCore:
             if self._metadata_writing:
                 self._metadata_requested += 1
                 mine = self._metadata_requested
-                self._wake_metadata_writer_locked()
+                if wait or not self._metadata_resting:
+                    # (a resting writer writes this change when its rest ends: waking it for
+                    # each change of a burst would cost a thread switch per new channel)
+                    self._wake_metadata_writer_locked()
                 if wait:
                     self._metadata_waiters += 1
                     try:
@@ -292,11 +296,13 @@ class BrokerCore:
                 # as the rewrite took: the writer's share of the broker stays
                 # small however many channels a rewrite lists.
                 rest_until = time.monotonic() + METADATA_REST * took
+                self._metadata_resting = True
                 while self._metadata_writing and not self._metadata_waiters:
                     remaining = rest_until - time.monotonic()
                     if remaining <= 0:
                         break
-                    cond.wait(remaining)  # (woken by every change: rest on)
+                    cond.wait(remaining)  # (woken by a waiter or the close, not by a change)
+                self._metadata_resting = False
 
     def _lock_data_path(self):
         path = self.options.data_path or os.getcwd()

@@ -323,7 +323,10 @@ class Topic(BackedQueue):
                 raise TopicError("exiting")
             channel = Channel(self.name, name, self._nsqd)
             self._channels[name] = channel
-            self._backlog_ready.notify()
+            if self._memory or self._backend.depth():
+                # (only a backlog gives the pump work for the new channel: waking it for every
+                # new channel of a burst of SUBs cost a thread switch each)
+                self._backlog_ready.notify()
             self._nsqd.log.info("TOPIC(%s): new channel(%s)", self.name, name)
             self._nsqd.lookupd_notify(encode_register(self.name, name))  # queued under the lock: in order
         if self._watch.watchers:

@@ -257,11 +257,16 @@ class ClientConnection(Client):
         except OSError:
             pass
 
-    def stop_pump(self):
-        """Tell the pump to stop (it ends at its next wake-up); see :meth:`join_pump`."""
+    def stop_pump(self, wake=True):
+        """Tell the pump to stop (it ends at its next wake-up); see :meth:`join_pump`.
+
+        ``wake=False`` leaves a sleeping pump asleep until its next heartbeat or
+        a later stop_pump(): the idle watcher's hang-ups after a mass disconnect
+        would otherwise wake thousands of pumps at once."""
         with self._lock:
             self._closing = True
-            self._wakeup.notify()
+            if wake:
+                self._wakeup.notify()
 
     def has_pump(self):
         """True once the pump thread has started (the connection thread's question)."""

@@ -12,7 +12,10 @@ socket with this watcher's epoll and sleeps on a lock of its own (a thread
 waiting on a lock sleeps in the kernel until released).  The watcher thread
 releases parked threads as their sockets become readable, but never more
 than ``max_running`` at a time: a released thread holds a permit until its
-next ``recv`` has returned.  A busy connection never idles that long and pays
+next ``recv`` has returned.  The threads chosen while every permit is out
+wait in the watcher's queue; the watcher goes on polling meanwhile (a permit
+returned wakes it), so the hang-ups that arrive later are not held up behind
+the releases.  A busy connection never idles that long and pays
 nothing; an idle one pays two epoll calls and one hand-off per wake-up.
 
 A parked thread may leave a ``hangup`` callable with its socket.  When the
@@ -31,6 +34,7 @@ connection threads simply block in ``recv``.
 """
 
 import array
+import collections
 import os
 import select
 import threading
@@ -46,6 +50,7 @@ from ..internal.process import malloc_trim, widen_futex_hash
 
 IDLE_AFTER = 0.5  # seconds without a byte before a connection thread parks
 MAX_RUNNING = 32  # released parked threads that may be running at once
+MAX_TEARDOWNS = 4  # released threads whose peer hung up (their client already gone) tearing down at once
 PERMIT_WAIT = 1.0  # seconds the watcher waits for a permit before releasing a thread without one
 TRIM_AFTER_CLOSED = 256  # connections closed since the last trim that make one worth it
 TRIM_QUIET = 1.0  # seconds without a close before the watcher trims
@@ -66,9 +71,20 @@ class IdleWatcher:
     """Parks idle connection threads; owned by an NSQD (:meth:`start` / :meth:`stop`).
 
     ``_lock`` guards ``_parked`` (fd -> [the parked thread's lock, permit
-    granted, its hangup callable or None]), ``_stopping``, ``_closed``, ``_started``
-    and ``_thread`` (the watcher thread, started with its first work).  ``_permits`` bounds the released
-    threads still running up to their next ``recv``.
+    granted, its hangup callable or None, its thread's ident]), ``_stopping``,
+    ``_closed``, ``_started``, ``_thread`` (the watcher thread, started with
+    its first work), the ``running`` counts of ``_live`` and ``_teardowns``
+    (:class:`_Permits`), ``_tearing_down`` (idents of the threads holding a
+    teardown permit) and ``_permit_wanted`` (the watcher waits for a permit:
+    the next one returned must wake it).  The permits' queues are the watcher
+    thread's own.
+
+    Two kinds of permit: a thread whose peer hung up (its hangup already took
+    the client out of its channel) only has its teardown left, which can
+    wait; those go :data:`MAX_TEARDOWNS` at a time, so that a mass
+    disconnect's thousands of teardowns leave the GIL to the live clients and
+    requests (``/stats``, the connections that were not parked) rather than
+    contend for it 32 at a time.
 
     The watcher also gives memory back after a mass disconnect: once
     :data:`TRIM_AFTER_CLOSED` connections have closed and then
@@ -80,7 +96,8 @@ class IdleWatcher:
     (ctypes releases it), once the disconnects are over.
     """
 
-    def __init__(self, max_running=MAX_RUNNING, trim=None, trim_after_closed=TRIM_AFTER_CLOSED, trim_quiet=TRIM_QUIET):
+    def __init__(self, max_running=MAX_RUNNING, trim=None, trim_after_closed=TRIM_AFTER_CLOSED, trim_quiet=TRIM_QUIET,
+                 max_teardowns=MAX_TEARDOWNS):
         """``trim``: called with 0 to give memory back (default: glibc's ``malloc_trim``, if any)."""
         self._epoll = select.epoll()
         self._lock = threading.Lock()  # guards _parked, _stopping, _closed, _started and _thread
@@ -91,7 +108,10 @@ class IdleWatcher:
         self._trim = trim if trim is not None else malloc_trim()
         self._trim_after_closed = trim_after_closed
         self._trim_quiet = trim_quiet
-        self._permits = threading.Semaphore(max_running)  # released threads not yet past their recv
+        self._live = _Permits(max_running)
+        self._teardowns = _Permits(max_teardowns)
+        self._tearing_down = set()
+        self._permit_wanted = False
         self._wake_r, self._wake_w = os.pipe()
         self._epoll.register(self._wake_r, select.EPOLLIN)
         self._started = False  # start() was called: the thread may run once it has work
@@ -135,7 +155,8 @@ class IdleWatcher:
         ``fd`` (the caller's recv will see the end).  It must be quick, must
         not raise, and must tolerate the caller's own teardown running after it.
         """
-        entry = [threading.Lock(), False, hangup]  # the gate, whether a permit came with its release, hangup
+        # the gate, whether a permit came with its release, hangup, the thread (see resumed)
+        entry = [threading.Lock(), False, hangup, threading.get_ident()]
         gate = entry[0]
         gate.acquire()
         with self._lock:
@@ -167,8 +188,18 @@ class IdleWatcher:
         return WOKEN if entry[1] else WOKEN_UNCOUNTED
 
     def resumed(self):
-        """A thread released with a permit has its recv done: the permit goes back."""
-        self._permits.release()
+        """A thread released with a permit has its recv done (or, when the
+        connection ended, its teardown): the permit goes back (the thread's own call)."""
+        ident = threading.get_ident()
+        with self._lock:
+            if ident in self._tearing_down:
+                self._tearing_down.discard(ident)
+                self._teardowns.running -= 1
+            else:
+                self._live.running -= 1
+            wake, self._permit_wanted = self._permit_wanted, False
+        if wake:
+            os.write(self._wake_w, b"p")
 
     def connection_closed(self):
         """A connection has been torn down (its thread is about to end): counts towards a trim."""
@@ -195,13 +226,16 @@ class IdleWatcher:
                 if timeout != -1 and timeout <= 0:
                     trim(0)  # the disconnects are over: give freed memory back
                     continue
+            for permits in (self._live, self._teardowns):
+                if permits.queued:
+                    due = max(0.0, permits.stalled_since + PERMIT_WAIT - time.monotonic())
+                    timeout = due if timeout == -1 else min(timeout, due)
             try:
                 # Room for every parked socket: a mass disconnect's hang-ups are all
                 # handled in this one pass, before any permit wait (len() is a hint).
                 events = self._epoll.poll(timeout, max(MIN_EVENTS, len(self._parked) + 1))
             except InterruptedError:
                 continue
-            chosen = []
             stopping = False
             for fd, mask in events:
                 if fd == wake_r:
@@ -214,16 +248,61 @@ class IdleWatcher:
                 if entry is None:
                     continue  # its thread timed out and left
                 # Chosen: its thread waits on its gate, so fd stays open until released.
+                permits = self._live
                 if entry[2] is not None and mask & HANGUP and not _unread(fd):
                     entry[2]()
-                chosen.append(entry)
-            for entry in chosen:  # (also when stopping: a chosen thread waits for its release)
-                # Waiting for a permit is bounded: should the permits ever be
-                # held up, threads are released uncounted rather than not at all.
-                entry[1] = not stopping and self._permits.acquire(timeout=PERMIT_WAIT)
-                entry[0].release()
+                    permits = self._teardowns
+                if not permits.queued:
+                    permits.stalled_since = time.monotonic()
+                permits.queued.append(entry)
+            self._release_queued(stopping)
             if stopping:
                 return
+
+    def _release_queued(self, stopping):
+        """Release the queued threads there are permits for (all of them, uncounted, when
+        stopping: a chosen thread waits for its release).
+
+        Should the permits ever be held up, the head of the queue waits at most
+        PERMIT_WAIT, then is released uncounted rather than not at all (one
+        such release per PERMIT_WAIT: never the whole queue at once)."""
+        released = []
+        with self._lock:
+            for permits in (self._live, self._teardowns):
+                queued = permits.queued
+                while queued:
+                    if stopping:
+                        counted = False
+                    elif permits.running < permits.limit:
+                        counted = True
+                        permits.running += 1
+                    elif time.monotonic() - permits.stalled_since >= PERMIT_WAIT:
+                        counted = False
+                    else:
+                        break
+                    entry = queued.popleft()
+                    entry[1] = counted
+                    if counted and permits is self._teardowns:
+                        self._tearing_down.add(entry[3])
+                    released.append(entry)
+                    permits.stalled_since = time.monotonic()  # (the next head's wait begins)
+            self._permit_wanted = bool(self._live.queued or self._teardowns.queued)
+        for entry in released:
+            entry[0].release()
+
+
+class _Permits:
+    """One kind of permit: how many released threads hold one (``running``, guarded by the
+    IdleWatcher's ``_lock``) out of ``limit``, and the chosen threads waiting for one
+    (``queued``) since ``stalled_since`` (the watcher thread's own)."""
+
+    __slots__ = ("limit", "running", "queued", "stalled_since")
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.running = 0
+        self.queued = collections.deque()
+        self.stalled_since = 0.0
 
 
 def _unread(fd):

@@ -486,7 +486,7 @@ def leave_on_hangup(nsqd, client):
     """
     try:
         with nsqd.teardown_lock:
-            client.stop_pump()
+            client.stop_pump(wake=False)  # (its connection thread's teardown wakes it)
             nsqd.remove_client(client)
     except Exception:  # noqa: BLE001 - logged; the connection thread's teardown still runs
         nsqd.log.error("client(%s): leaving on hangup failed\n%s", client, traceback.format_exc())

@@ -15,7 +15,16 @@ published to, so the consumers stay idle.  Then it measures:
   broker has removed every client, and the max /ping latency meanwhile,
 * the broker's RSS after the close (memory returned?).
 
-Example: ``scripts/bench connections --connections 5000``.
+``--channel-per-connection``: each connection subscribes to a channel of its
+own (``ch0`` .. ``chN-1``, all new), a burst of channel creations.  The open
+time runs until every connection is subscribed and held (per /stats).
+
+``--go PATH_TO_GO_NSQD``: Go's nsqd too (on ephemeral 127.0.0.1 ports, with a
+temporary data directory), alternately with ours for ``--rounds`` rounds; the
+figures are then printed side by side as medians.
+
+Example: ``scripts/bench connections --connections 5000``, or
+``scripts/bench connections --channel-per-connection --go PATH_TO_GO_NSQD --rounds 3``.
 """
 
 import argparse
@@ -73,16 +82,22 @@ def threads_of(pid):
 # -- worker process -------------------------------------------------------------
 
 
-def consumer_worker(host, port, count, heartbeat_ms, control, report):
-    """Open ``count`` subscribed connections, keep them alive, close them all on "close"."""
+def consumer_worker(host, port, count, heartbeat_ms, control, report, first_channel=None):
+    """Open ``count`` subscribed connections, keep them alive, close them all on "close".
+
+    ``first_channel``: None, every connection subscribes to channel ``ch``; else the
+    connections subscribe to ``ch<first_channel>``, ``ch<first_channel + 1>``, ... one each."""
     raise_nofile()
     identify = json.dumps({"heartbeat_interval": heartbeat_ms, "client_id": "bench", "hostname": "bench"}).encode()
-    hello = (
-        b"  V2"
-        + b"IDENTIFY\n" + struct.pack(">i", len(identify)) + identify
-        + ("SUB %s ch\n" % IDLE_TOPIC).encode()
-        + b"RDY 1\n"
-    )
+
+    def hello(i):
+        channel = "ch" if first_channel is None else "ch%d" % (first_channel + i)
+        return (
+            b"  V2"
+            + b"IDENTIFY\n" + struct.pack(">i", len(identify)) + identify
+            + ("SUB %s %s\n" % (IDLE_TOPIC, channel)).encode()
+            + b"RDY 1\n"
+        )
     sel = selectors.DefaultSelector()
     state = {}  # sock -> [buffer, OKs seen]
     subscribed = 0
@@ -127,7 +142,7 @@ def consumer_worker(host, port, count, heartbeat_ms, control, report):
         for _ in range(min(64, count - opened)):
             try:
                 sock = socket.create_connection((host, port), timeout=30)
-                sock.sendall(hello)
+                sock.sendall(hello(opened))
             except OSError as e:
                 errors += 1
                 opened += 1
@@ -174,12 +189,10 @@ def http_get(address, path, timeout=60.0):
 
 
 def client_count(http_address):
+    """The idle topic's clients, over all its channels."""
     status, body = http_get(http_address, "/stats?format=json&topic=%s&include_clients=false" % IDLE_TOPIC)
     doc = json.loads(body)
-    for t in doc.get("topics") or []:
-        for c in t["channels"]:
-            return c["client_count"]
-    return 0
+    return sum(c["client_count"] for t in doc.get("topics") or [] for c in t["channels"] or [])
 
 
 def wait_clients(http_address, want, timeout, poll=0.1):
@@ -285,78 +298,97 @@ def ms(seconds):
     return "%.1f ms" % (seconds * 1e3)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--connections", type=int, default=5000)
-    ap.add_argument("--workers", type=int, default=4, help="processes opening the connections")
-    ap.add_argument("--heartbeat-ms", type=int, default=5000, help="IDENTIFY heartbeat_interval")
-    ap.add_argument("--pubs", type=int, default=500, help="PUBs for the latency figures")
-    ap.add_argument("--stats-runs", type=int, default=5)
-    ap.add_argument("--settle", type=float, default=3.0, help="seconds before reading RSS after the close")
-    ap.add_argument("--nsqd-tcp-address", help="use this broker (host:port) instead of starting one")
-    ap.add_argument("--nsqd-http-address", help="its HTTP address (host:port)")
-    ap.add_argument("--pid", type=int, help="the given broker's pid, for RSS figures")
-    ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
-    ap.add_argument("--broker-env", action="append", default=[], metavar="NAME=VALUE",
-                    help="environment of the started broker (e.g. MALLOC_ARENA_MAX=2); repeatable")
-    ap.add_argument("--profile-close", metavar="COMMAND",
-                    help="a profiler command started 1 s before the mass close and waited for after it, {pid} "
-                         "being the broker's, e.g. 'perf record -a -g -o close.{pid}.perf -- sleep 4' (then "
-                         "perf report --pid {pid}; perf -p fails on thousands of threads) or "
-                         "'py-spy record --gil -d 4 -f raw -o close.txt --pid {pid}' (few samples with "
-                         "thousands of threads)")
-    a = ap.parse_args()
+FIGURES = [
+    ("connections held", "connections_held", "%d"),
+    ("open errors", "open_errors", "%d"),
+    ("open time (all subscribed and held)", "open_seconds", "%.2f s"),
+    ("  of which until every SUB's OK", "subscribed_seconds", "%.2f s"),
+    ("broker CPU during open (user)", "open_cpu_user_s", "%.2f s"),
+    ("broker CPU during open (system)", "open_cpu_sys_s", "%.2f s"),
+    ("broker RSS before", "rss_before_mb", "%.1f MB"),
+    ("broker RSS holding", "rss_held_mb", "%.1f MB"),
+    ("RSS per connection", "rss_per_connection_kb", "%.1f KB"),
+    ("broker threads", "broker_threads", "%d"),
+    ("/stats (JSON, clients) median", "stats_median_ms", "%.0f ms"),
+    ("/stats max", "stats_max_ms", "%.0f ms"),
+    ("/stats size", "stats_bytes", "%d bytes"),
+    ("PUB->OK p50", "pub_ok_p50_ms", "%.2f ms"),
+    ("PUB->OK p99", "pub_ok_p99_ms", "%.2f ms"),
+    ("PUB->OK max", "pub_ok_max_ms", "%.2f ms"),
+    ("PUB->delivery p50", "pub_delivery_p50_ms", "%.2f ms"),
+    ("PUB->delivery p99", "pub_delivery_p99_ms", "%.2f ms"),
+    ("mass close (all clients removed)", "mass_close_seconds", "%.2f s"),
+    ("clients left", "clients_left_after_close", "%d"),
+    ("broker CPU during close (user)", "close_cpu_user_s", "%.2f s"),
+    ("broker CPU during close (system)", "close_cpu_sys_s", "%.2f s"),
+    ("/ping max during close", "ping_max_ms", "%.1f ms"),
+    ("/ping p99 during close", "ping_p99_ms", "%.1f ms"),
+    ("/ping count", "ping_count", "%d"),
+    ("/ping failures", "ping_failures", "%d"),
+    ("broker RSS after close", "rss_after_close_mb", "%.1f MB"),
+    ("broker threads after close", "broker_threads_after", "%d"),
+]
 
-    nofile = raise_nofile()
-    if a.connections + 100 > nofile:
-        print("warning: open-file limit %d is below --connections" % nofile, file=sys.stderr)
 
-    broker = None
-    if a.nsqd_tcp_address:
-        host, port = a.nsqd_tcp_address.rsplit(":", 1)
-        tcp_address = (host, int(port))
-        if not a.nsqd_http_address:
-            ap.error("--nsqd-http-address is required with --nsqd-tcp-address")
-        host, port = a.nsqd_http_address.rsplit(":", 1)
-        http_address = (host, int(port))
-        pid = a.pid
-    else:
-        from nsqd_threaded.testing import BrokerProcess
+def start_profiler(command, pid):
+    """``command`` (with ``{pid}``) started 1 s ahead of what it profiles, or None."""
+    if not (command and pid):
+        return None
+    import shlex
+    import subprocess
 
-        env = dict(os.environ)
-        env.update(kv.split("=", 1) for kv in a.broker_env)
-        broker = BrokerProcess(stop_timeout=60, env=env).start()
-        tcp_address, http_address, pid = broker.tcp_address, broker.http_address, broker.pid
+    profiler = subprocess.Popen(
+        shlex.split(command.format(pid=pid)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    time.sleep(1.0)  # the profiler attaches (a measurement aid, not a wait for an event)
+    return profiler
 
+
+def measure(a, tcp_address, http_address, pid):
+    """One run against a listening broker: the figures (a dict keyed as FIGURES)."""
     figures = {"connections_asked": a.connections}
-    try:
-        # Create the topics first so their fixed cost is not counted per connection.
-        http_get(http_address, "/topic/create?topic=%s" % IDLE_TOPIC)
+    # Create the topics first so their fixed cost is not counted per connection.
+    http_get(http_address, "/topic/create?topic=%s" % IDLE_TOPIC)
+    if not a.channel_per_connection:
         http_get(http_address, "/channel/create?topic=%s&channel=ch" % IDLE_TOPIC)
-        http_get(http_address, "/topic/create?topic=%s" % RT_TOPIC)
-        pub_latency(tcp_address, 20)  # warm up
-        rss_before = rss(pid) if pid else None
-        threads_before = threads_of(pid) if pid else None
+    http_get(http_address, "/topic/create?topic=%s" % RT_TOPIC)
+    pub_latency(tcp_address, 20)  # warm up
+    rss_before = rss(pid) if pid else None
+    threads_before = threads_of(pid) if pid else None
 
-        ctx = multiprocessing.get_context("fork")
-        workers = []
-        per = [a.connections // a.workers + (1 if i < a.connections % a.workers else 0) for i in range(a.workers)]
-        t0 = time.perf_counter()
-        for n in per:
-            control_r, control_w = ctx.Pipe(duplex=False)
-            report_r, report_w = ctx.Pipe(duplex=False)
-            p = ctx.Process(
-                target=consumer_worker, args=(tcp_address[0], tcp_address[1], n, a.heartbeat_ms, control_r, report_w)
-            )
-            p.start()
-            workers.append((p, control_w, report_r))
+    opening_profiler = start_profiler(a.profile_open, pid)
+    open_cpu0 = cpu_seconds(pid) if pid else None
+    ctx = multiprocessing.get_context("fork")
+    workers = []
+    per = [a.connections // a.workers + (1 if i < a.connections % a.workers else 0) for i in range(a.workers)]
+    t0 = time.perf_counter()
+    first = 0
+    for n in per:
+        control_r, control_w = ctx.Pipe(duplex=False)
+        report_r, report_w = ctx.Pipe(duplex=False)
+        p = ctx.Process(
+            target=consumer_worker,
+            args=(tcp_address[0], tcp_address[1], n, a.heartbeat_ms, control_r, report_w,
+                  first if a.channel_per_connection else None),
+        )
+        p.start()
+        workers.append((p, control_w, report_r))
+        first += n
+    try:
         subscribed = errors = 0
         for _, _, report in workers:
             _, s, e = report.recv()
             subscribed += s
             errors += e
+        figures["subscribed_seconds"] = time.perf_counter() - t0
+        held = wait_clients(http_address, subscribed, 60, poll=0.02)
         figures["open_seconds"] = time.perf_counter() - t0
-        held = wait_clients(http_address, subscribed, 60)
+        if pid:
+            open_cpu1 = cpu_seconds(pid)
+            figures["open_cpu_user_s"] = open_cpu1[0] - open_cpu0[0]
+            figures["open_cpu_sys_s"] = open_cpu1[1] - open_cpu0[1]
+        if opening_profiler is not None:
+            opening_profiler.wait()
         figures["connections_held"] = held
         figures["open_errors"] = errors
         if pid:
@@ -364,7 +396,7 @@ def main():
             rss_held = rss(pid)
             figures["rss_before_mb"] = rss_before / 1e6
             figures["rss_held_mb"] = rss_held / 1e6
-            figures["rss_per_connection_kb"] = (rss_held - rss_before) / max(1, held) / 1024
+            figures["rss_per_connection_kb"] = (rss_held - rss_before) / max(1, held or 0) / 1024
             figures["broker_threads"] = threads_of(pid)
             figures["broker_threads_before"] = threads_before
 
@@ -387,17 +419,7 @@ def main():
         pinger = Pinger(http_address)
         pinger.start()
         time.sleep(0.3)  # a few baseline pings
-        profiler = None
-        if a.profile_close and pid:
-            import shlex
-            import subprocess
-
-            profiler = subprocess.Popen(
-                shlex.split(a.profile_close.format(pid=pid)),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            time.sleep(1.0)  # the profiler attaches (a measurement aid, not a wait for an event)
+        profiler = start_profiler(a.profile_close, pid)
         cpu0 = cpu_seconds(pid) if pid else None
         t0 = time.perf_counter()
         for _, control, _ in workers:
@@ -423,50 +445,108 @@ def main():
             p.join()
         if pid:
             time.sleep(a.settle)  # memory is returned asynchronously (thread exits, allocator trim)
-            rss_after = rss(pid)
-            figures["rss_after_close_mb"] = rss_after / 1e6
+            figures["rss_after_close_mb"] = rss(pid) / 1e6
             figures["broker_threads_after"] = threads_of(pid)
     except BaseException:
         print("figures so far: %s" % json.dumps(figures), file=sys.stderr)
-        if broker is not None:
-            print("broker running: %s; its log ends:\n%s" % (broker.running, broker.log[-3000:]), file=sys.stderr)
+        for p, control, _ in workers:
+            if p.is_alive():
+                p.terminate()
+        raise
+    return figures
+
+
+def measure_started(a, command=None, env=None):
+    """Start a broker (ours, or ``command``: Go's nsqd), measure it, stop it."""
+    from nsqd_threaded.testing import BrokerProcess
+
+    broker = BrokerProcess(command=command, stop_timeout=60, start_timeout=30, env=env).start()
+    try:
+        return measure(a, broker.tcp_address, broker.http_address, broker.pid)
+    except BaseException:
+        print("broker running: %s; its log ends:\n%s" % (broker.running, broker.log[-3000:]), file=sys.stderr)
         raise
     finally:
-        if broker is not None:
-            broker.stop()
+        broker.stop()
 
-    order = [
-        ("connections held", "connections_held", "%d"),
-        ("open errors", "open_errors", "%d"),
-        ("open time", "open_seconds", "%.1f s"),
-        ("broker RSS before", "rss_before_mb", "%.1f MB"),
-        ("broker RSS holding", "rss_held_mb", "%.1f MB"),
-        ("RSS per connection", "rss_per_connection_kb", "%.1f KB"),
-        ("broker threads", "broker_threads", "%d"),
-        ("/stats (JSON, clients) median", "stats_median_ms", "%.0f ms"),
-        ("/stats max", "stats_max_ms", "%.0f ms"),
-        ("/stats size", "stats_bytes", "%d bytes"),
-        ("PUB->OK p50", "pub_ok_p50_ms", "%.2f ms"),
-        ("PUB->OK p99", "pub_ok_p99_ms", "%.2f ms"),
-        ("PUB->OK max", "pub_ok_max_ms", "%.2f ms"),
-        ("PUB->delivery p50", "pub_delivery_p50_ms", "%.2f ms"),
-        ("PUB->delivery p99", "pub_delivery_p99_ms", "%.2f ms"),
-        ("mass close (all clients removed)", "mass_close_seconds", "%.2f s"),
-        ("clients left", "clients_left_after_close", "%d"),
-        ("broker CPU during close (user)", "close_cpu_user_s", "%.2f s"),
-        ("broker CPU during close (system)", "close_cpu_sys_s", "%.2f s"),
-        ("/ping max during close", "ping_max_ms", "%.1f ms"),
-        ("/ping p99 during close", "ping_p99_ms", "%.1f ms"),
-        ("/ping count", "ping_count", "%d"),
-        ("/ping failures", "ping_failures", "%d"),
-        ("broker RSS after close", "rss_after_close_mb", "%.1f MB"),
-        ("broker threads after close", "broker_threads_after", "%d"),
-    ]
-    for label, key, fmt in order:
-        if key in figures:
-            print("%-34s %s" % (label, fmt % figures[key]))
+
+def print_figures(columns):
+    """``columns``: ``[(heading, [figures of each round])]``; one round: its figures, else medians."""
+    print("%-38s" % "" + "".join("%16s" % heading for heading, _ in columns))
+    for label, key, fmt in FIGURES:
+        cells = []
+        for _, rounds in columns:
+            values = [f[key] for f in rounds if key in f]
+            cells.append(fmt % statistics.median(values) if values else "-")
+        if any(c != "-" for c in cells):
+            print("%-38s" % label + "".join("%16s" % c for c in cells))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--connections", type=int, default=5000)
+    ap.add_argument("--workers", type=int, default=4, help="processes opening the connections")
+    ap.add_argument("--heartbeat-ms", type=int, default=5000, help="IDENTIFY heartbeat_interval")
+    ap.add_argument("--pubs", type=int, default=500, help="PUBs for the latency figures")
+    ap.add_argument("--stats-runs", type=int, default=5)
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds before reading RSS after the close")
+    ap.add_argument("--channel-per-connection", action="store_true",
+                    help="each connection subscribes to a new channel of its own (ch0 .. chN-1)")
+    ap.add_argument("--go", metavar="PATH_TO_GO_NSQD", help="also Go's nsqd, alternately with ours")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each broker (alternately); medians printed")
+    ap.add_argument("--nsqd-tcp-address", help="use this broker (host:port) instead of starting one")
+    ap.add_argument("--nsqd-http-address", help="its HTTP address (host:port)")
+    ap.add_argument("--pid", type=int, help="the given broker's pid, for RSS figures")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    ap.add_argument("--broker-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="environment of the started broker (e.g. MALLOC_ARENA_MAX=2); repeatable")
+    ap.add_argument("--profile-close", metavar="COMMAND",
+                    help="a profiler command started 1 s before the mass close and waited for after it, {pid} "
+                         "being the broker's, e.g. 'perf record -a -g -o close.{pid}.perf -- sleep 4' (then "
+                         "perf report --pid {pid}; perf -p fails on thousands of threads) or "
+                         "'py-spy record --gil -d 4 -f raw -o close.txt --pid {pid}' (few samples with "
+                         "thousands of threads)")
+    ap.add_argument("--profile-open", metavar="COMMAND",
+                    help="as --profile-close, started 1 s before the connections open and waited for once held")
+    a = ap.parse_args()
+
+    nofile = raise_nofile()
+    if a.connections + 100 > nofile:
+        print("warning: open-file limit %d is below --connections" % nofile, file=sys.stderr)
+    print("load average %.2f %.2f %.2f, %d CPUs; %d connections, %s" % (
+        os.getloadavg() + (os.cpu_count(), a.connections,
+                           "a channel each" if a.channel_per_connection else "one channel")))
+
+    if a.nsqd_tcp_address:
+        if a.go:
+            ap.error("--go starts its own brokers: not with --nsqd-tcp-address")
+        host, port = a.nsqd_tcp_address.rsplit(":", 1)
+        tcp_address = (host, int(port))
+        if not a.nsqd_http_address:
+            ap.error("--nsqd-http-address is required with --nsqd-tcp-address")
+        host, port = a.nsqd_http_address.rsplit(":", 1)
+        http_address = (host, int(port))
+        runs = {"broker": [measure(a, tcp_address, http_address, a.pid) for _ in range(a.rounds)]}
+    else:
+        env = dict(os.environ)
+        env.update(kv.split("=", 1) for kv in a.broker_env)
+        runs = {"ours": []}
+        if a.go:
+            runs["go"] = []
+        for r in range(a.rounds):
+            runs["ours"].append(measure_started(a, env=env))
+            if a.go:
+                runs["go"].append(measure_started(a, command=[a.go]))
+            if a.rounds > 1:
+                print("round %d: %s" % (r + 1, "; ".join(
+                    "%s open %.2f s, mass close %.2f s, /ping max %.0f ms" % (
+                        name, f[-1]["open_seconds"], f[-1]["mass_close_seconds"], f[-1]["ping_max_ms"])
+                    for name, f in runs.items())), flush=True)
+    if a.rounds > 1:
+        print("\nmedians of %d rounds" % a.rounds)
+    print_figures([(name, rounds) for name, rounds in runs.items()])
     if a.json:
-        print(json.dumps(figures))
+        print(json.dumps(runs))
 
 
 if __name__ == "__main__":

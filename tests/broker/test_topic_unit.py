@@ -344,3 +344,31 @@ def test_publish_one_into_a_durable_topic_goes_through_the_disk_queue(owners, tm
     topic = nsqd.get_topic("one-durable")
     topic.publish_one(bytearray(b"kept"))
     assert topic.snapshot()[:3] == (1, 1, 1)  # acknowledged only once on disk: nothing in memory
+
+
+def test_concurrent_creations_of_one_channel_keep_one_and_a_deletion_is_not_undone(owners):
+    # A burst of SUBs to one new channel: every caller gets the same channel, and one
+    # created again after a deletion is a fresh one.
+    nsqd = owners()
+    topic = nsqd.get_topic("burst")
+    topic.start()
+    n = 8
+    start = threading.Barrier(n)
+    got = []
+
+    def create():
+        start.wait()
+        got.append(topic.get_channel("c"))
+
+    threads = [threading.Thread(target=create) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(got) == n and all(c is got[0] for c in got)
+    assert topic.channels() == [got[0]]
+    topic.delete_channel("c")
+    assert topic.channels() == []
+    again = topic.get_channel("c")  # a fresh channel, not the deleted one
+    assert again is not got[0] and not again.exiting and again.depth() == 0
+

@@ -16,6 +16,7 @@ from nsqd_threaded.broker.channel import Subscriber
 from nsqd_threaded.broker.client import STATE_CLOSING, STATE_SUBSCRIBED
 from nsqd_threaded.internal.process import FUTEX_HASH_SLOTS, widen_futex_hash
 from nsqd_threaded.server.connection import ClientConnection
+from nsqd_threaded.server import idle
 from nsqd_threaded.server.idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED, IdleWatcher
 from nsqd_threaded.server.reader import MAX_CHUNK, MIN_CHUNK, ConnectionEnded, Reader
 from nsqd_threaded.wire import protocol_v2
@@ -286,6 +287,59 @@ def test_idle_watcher_leaves_a_close_with_unread_bytes_to_its_thread():
         watcher.stop()
         a.close()
         b.close()
+
+
+@pytest.mark.timeout(60)
+def test_idle_watcher_runs_a_hangup_and_its_teardown_while_chosen_threads_wait_for_a_permit(monkeypatch):
+    # A mass close: the threads woken first take every permit, and the hang-ups that arrive
+    # after them must not wait behind their releases (/stats would show those clients for as
+    # long). The only permit is held; a thread chosen meanwhile waits in the watcher's queue;
+    # a hang-up arriving next runs at once, and its thread (only a teardown left) is released
+    # with a teardown permit of its own. The permit returned then releases the queued thread,
+    # counted (PERMIT_WAIT made long: not a release for want of a permit).
+    monkeypatch.setattr(idle, "PERMIT_WAIT", 600.0)
+    watcher = IdleWatcher(max_running=1, max_teardowns=1)
+    watcher.start()
+    pairs = [socket.socketpair() for _ in range(3)]
+    results = {}
+    queued_released = threading.Event()
+    hangups = []
+
+    def park_queued():
+        results["queued"] = watcher.park(pairs[1][0].fileno(), 30)
+        queued_released.set()
+
+    def park_hung_up():
+        results["hung up"] = watcher.park(pairs[2][0].fileno(), 30,
+                                          lambda: hangups.append(queued_released.is_set()))
+        results["hung up read"] = pairs[2][0].recv(1)
+        results["queued then"] = queued_released.is_set()
+        watcher.resumed()  # (its teardown done)
+
+    threads = [threading.Thread(target=park_queued), threading.Thread(target=park_hung_up)]
+    try:
+        pairs[0][1].sendall(b"x")
+        assert watcher.park(pairs[0][0].fileno(), 30) == WOKEN  # holds the only permit
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(watcher._parked) == 2, what="two threads parked")
+        pairs[1][1].sendall(b"x")  # chosen: waits for the permit
+        wait_for(lambda: len(watcher._parked) == 1, what="the first chosen")
+        pairs[2][1].close()
+        threads[1].join(30)
+        assert hangups == [False]  # run while the chosen thread still waited for its permit
+        assert results == {"hung up": WOKEN, "hung up read": b"", "queued then": False}
+        assert not queued_released.is_set()
+        watcher.resumed()  # the permit comes back: the queued thread goes
+        threads[0].join(30)
+        assert results["queued"] == WOKEN
+        assert pairs[1][0].recv(1) == b"x"
+        watcher.resumed()
+    finally:
+        watcher.stop()
+        for a, b in pairs:
+            a.close()
+            b.close()
 
 
 @pytest.mark.timeout(60)

@@ -163,3 +163,36 @@ def test_nsqd_dat_with_unchanged_bytes_is_fsynced_not_rewritten(tmp_path):
         nsqd.stop()
     assert path.stat().st_ino != inode
     assert json.loads(path.read_bytes())["topics"][0]["paused"] is True
+
+
+def test_a_burst_of_new_channels_reaches_nsqd_dat_and_survives_a_restart(tmp_path):
+    # The nsqd.dat writer coalesces a burst of creations (it is not woken by each while it
+    # rests between two rewrites): every channel still reaches the file without anyone
+    # waiting for it, and a restart brings every one back.
+    nsqd = start(tmp_path)
+    names = ["c%d" % i for i in range(300)]
+    try:
+        subs = [Conn(nsqd.tcp_address) for _ in range(20)]
+        try:
+            for sub, name in zip(subs, names):
+                sub.sub("burst", name)
+            topic = nsqd.get_existing_topic("burst")
+            for name in names[len(subs):]:
+                topic.get_channel(name)
+
+            def listed():
+                data = json.loads((tmp_path / "nsqd.dat").read_bytes())
+                return {c["name"] for t in data["topics"] or [] if t["name"] == "burst" for c in t["channels"] or []}
+
+            wait_for(lambda: listed() == set(names), timeout=30, what="every channel in nsqd.dat")
+        finally:
+            for sub in subs:
+                sub.close()
+    finally:
+        nsqd.stop()
+    nsqd = start(tmp_path)
+    try:
+        topic = nsqd.get_existing_topic("burst")
+        assert sorted(c.name for c in topic.channels()) == sorted(names)
+    finally:
+        nsqd.stop()
