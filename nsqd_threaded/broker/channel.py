@@ -245,9 +245,6 @@ class Channel(BackedQueue, ChannelPolicyMethods):
                 token = self._backend.sync_point()
                 self.message_count += len(msgs)
                 waiters = self._take_waiters_locked()
-            elif (deliveries is not None and not deferred and len(msgs) == 1 and self._waiting
-                  and type(msgs[0]) is not bytes and self._deliver_one_locked(msgs[0], deliveries)):
-                return None  # (the usual round trip: see _deliver_one_locked)
             else:
                 immediate = self._index_deferred_locked(msgs, self._now_ns()) if deferred else msgs
                 if immediate:
@@ -346,43 +343,6 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             else:
                 waiting[client] = None  # the pump has nothing to do: still waiting
         return to_wake
-
-    def _deliver_one_locked(self, msg, deliveries):
-        """One Message (not a record) put while consumers wait and nothing is queued: straight to the first
-        waiting consumer, as the general path (queue it, then :meth:`_deliver_to_waiting_locked`
-        and :meth:`_take_for_locked`) would deliver it, with none of that path's lists.
-
-        Returns False, having changed nothing, where the general path is needed: the
-        channel paused, a delivery policy, a queue or backlog, a sampling consumer, one
-        without a free slot, or whose output is busy.
-        """
-        if self.paused or self.policy is not None or self._memory or self._backend.depth():
-            return False
-        waiting = self._waiting
-        client = next(iter(waiting))
-        if client.sample_rate or client.in_flight_count >= client.ready_count or not client.hold_output():
-            return False
-        del waiting[client]
-        self.message_count += 1
-        self.global_msg_count += 1  # (through the memory queue, as nsqd counts it)
-        now = self._now_ns()
-        msg.attempts = (msg.attempts + 1) & 0xFFFF
-        msg.client_id = client.id
-        msg.delivery_ns = now
-        if self._in_flight.add(msg, now + client.msg_timeout_ns):
-            client.in_flight_count += 1
-        else:
-            self._backend.ack([msg.id])  # a duplicate ID already in flight: sent, counted once
-        if not self._scan_listed:
-            self.mark_scan_locked()  # timeouts to watch
-        client.message_count += 1
-        client.blocked = client.in_flight_count >= client.ready_count  # (blocked: its FINs wake the pump)
-        if not client.blocked:
-            waiting[client] = None  # nothing more queued: still waiting
-        deliveries.append((client, [msg]))
-        if self._watch.watchers:
-            self._watch.notify()  # (a leaf lock)
-        return True
 
     def _refill_held_locked(self, client):
         """Take what a consumer whose output is held may have now; ``(messages, wake the pump?)``.

@@ -75,18 +75,11 @@ class TimedIndex:
 
     def add(self, msg, deadline_ns):
         """Index ``msg`` due at ``deadline_ns``; False if its ID is already here."""
-        by_id = self._by_id
-        if msg.id in by_id:
+        if msg.id in self._by_id:
             return False
         msg.expiry_ns = deadline_ns
-        by_id[msg.id] = msg
-        tail = self._tail
-        if (tail and deadline_ns >= tail[-1][0]) and self._referenced <= 2 * len(by_id) + 1024:
-            # _push's usual case, inline: one message a round trip delivers
-            tail.append((deadline_ns, next(self._seq), [msg]))
-            self._referenced += 1
-        else:
-            self._push(deadline_ns, [msg])
+        self._by_id[msg.id] = msg
+        self._push(deadline_ns, [msg])
         return True
 
     def add_many(self, msgs, deadline_ns):

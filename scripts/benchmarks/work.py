@@ -109,21 +109,19 @@ def run_broker(kind, argv0, root, load, count, callgrind=None, calls=None):
             address = listening_address(proc.pid)
             if address is None:
                 time.sleep(0.05)  # polling /proc for the listener, bounded by the deadline
+        # What starts and ends the count around the load: the call counter's, callgrind's, or
+        # two readings of the process's counters.
+        if calls:
+            start, end = (lambda: count_calls(calls, "zero")), (lambda: count_calls(calls, "dump"))
+        elif callgrind:
+            start, end = (lambda: control(proc.pid, "--zero")), (lambda: control(proc.pid, "--dump"))
+        else:
+            start = end = lambda: Counters(proc.pid)
         session = load(address)
         try:
-            if calls:
-                count_calls(calls, "zero")
-            elif callgrind:
-                control(proc.pid, "--zero")
-            else:
-                before = Counters(proc.pid)
+            before = start()
             session.run(count)
-            if calls:
-                count_calls(calls, "dump")
-            elif callgrind:
-                control(proc.pid, "--dump")
-            else:
-                after = Counters(proc.pid)
+            after = end()
         finally:
             session.close()
         proc.terminate()

@@ -295,9 +295,9 @@ def test_direct_delivery_to_a_waiting_consumer_keeps_it_waiting(owners):
     assert consumer.client.wakes == 0
 
 
-def test_a_lone_message_goes_straight_to_a_waiting_consumer_as_the_queue_would_deliver_it(owners):
-    """One message put while a consumer waits and nothing is queued (a round trip's): marked in
-    flight to the consumer, counted as the general path counts it, the consumer blocked at its RDY."""
+def test_a_lone_message_put_while_a_consumer_waits_is_delivered_counted_and_blocks_it_at_its_rdy(owners):
+    """One message put while a consumer waits and nothing is queued (a round trip's): delivered by
+    the publisher's thread, marked in flight to the consumer and counted, the consumer blocked at its RDY."""
     nsqd = owners()
     channel = channel_of(nsqd)
     consumer = HoldingSubscriber(nsqd, channel, ready=1)
@@ -316,7 +316,7 @@ def test_a_lone_message_goes_straight_to_a_waiting_consumer_as_the_queue_would_d
     assert consumer.client.wakes == 1 and nums(consumer.take()) == [1]
 
 
-def test_a_lone_message_for_a_sampling_consumer_or_a_policy_takes_the_general_path(owners):
+def test_a_lone_message_for_a_sampling_consumer_is_delivered_directly_too(owners):
     nsqd = owners()
     channel = channel_of(nsqd)
     consumer = HoldingSubscriber(nsqd, channel)
