@@ -1,3 +1,4 @@
+import os
 import threading
 
 import pytest
@@ -61,3 +62,25 @@ def make_lookupd():
 @pytest.fixture
 def lookupd(make_lookupd):
     return make_lookupd()
+
+
+def pytest_collection_modifyitems(config, items):
+    """``NSQD_TEST_SHARD=K/N`` (set by scripts/test): keep the K-th of N shards of the collected tests.
+
+    A shard is whole test files, every N-th in path order from the K-th, so that each directory's
+    files (browser pages, clusters, codecs) are spread over the shards and their times come out close;
+    a file's module-scoped fixtures are set up once.  Unset, every test runs.
+    """
+    shard = os.environ.get("NSQD_TEST_SHARD")
+    if not shard:
+        return
+    k, n = (int(part) for part in shard.split("/"))
+    if not 1 <= k <= n:
+        raise pytest.UsageError("NSQD_TEST_SHARD=%s: want K/N with 1 <= K <= N" % shard)
+    files = sorted({item.nodeid.split("::", 1)[0] for item in items})
+    mine = set(files[k - 1::n])
+    kept = [item for item in items if item.nodeid.split("::", 1)[0] in mine]
+    dropped = [item for item in items if item.nodeid.split("::", 1)[0] not in mine]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
