@@ -412,6 +412,24 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             self._watch.notify()
         return msgs
 
+    def await_messages(self, client):
+        """A consumer without a pump became ready: False if it could take a message now (its pump
+        should start and take it); otherwise True, and it is a waiting one if a free RDY slot and an
+        empty queue are the reason, as an empty :meth:`take` would make it (the next put delivers
+        to it directly, or wakes it).  Paused, it waits for the unpause's wake-up; with no free
+        slot, for a release's."""
+        with self._lock:
+            if self.paused or self.exiting or client.id not in self._clients:
+                return True
+            if client.in_flight_count >= client.ready_count:
+                client.blocked = True
+                return True
+            client.blocked = False
+            if self._memory or self._backend.depth():
+                return False
+            self._waiting[client] = None
+            return True
+
     def _take_for_locked(self, client, limit):
         """Up to ``limit`` messages marked in flight to ``client``: [] when there are
         none, None when the client has no free RDY slot (it is then ``blocked``)."""

@@ -7,11 +7,13 @@ Each nsqd connection has two goroutines, IOLoop and messagePump.  Here:
   :class:`~nsqd_threaded.server.reader.Reader`), and
 * the pump thread (owned by the connection thread, which joins it) takes
   batches of messages from the channel and writes them out, and sends the
-  heartbeats.  It starts with the client's first ``RDY`` above zero: a
-  producer, or a consumer not yet ready, never has anything to pump, and a
-  thread costs a start-up hand-off, a stack and a turn at the GIL.  Until
-  then the connection thread sends the heartbeats itself, between reads
-  (:meth:`ClientConnection.tick_heartbeat`, called by the ``Reader``).
+  heartbeats.  It starts when a ready consumer first has something to pump
+  (:meth:`ClientConnection.wake`): a producer, a consumer not yet ready, or
+  one ready on an empty channel, which publishers' threads deliver to
+  directly, has nothing, and a thread costs a start-up hand-off, a stack
+  and a turn at the GIL.  Until then the connection thread sends the
+  heartbeats itself, between reads (:meth:`ClientConnection.tick_heartbeat`,
+  called by the ``Reader``).
 
 Frames from both threads go through :meth:`ClientConnection.send`, serialized
 by ``_write_lock``.  A pump batch is written with one ``sendall``.
@@ -39,7 +41,11 @@ _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)  # (without it, no direct deliver
 class ClientConnection(Client):
     """A :class:`~nsqd_threaded.broker.client.Client` with its socket: output, upgrades, the pump.
 
-    Locks (besides the Client's ``_lock``):
+    Locks:
+    * the Client's ``_lock`` also guards starting the pump: ``_pump`` is set
+      under it, once (by whichever thread's wake-up first has work for it),
+      and never after ``_closing``; the connection thread reads it without
+      the lock once ``stop_pump`` has returned.
     * ``_write_lock`` serializes writes to the socket, and guards ``_encode``
       and ``_pending``.
     """
@@ -51,12 +57,16 @@ class ClientConnection(Client):
         self._encode = None  # output bytes -> socket bytes, None on a plain connection
         self._pending = None  # bytes a direct delivery could not write without blocking: the next write's first
         self._connection_thread = threading.get_ident()  # (created by the connection thread)
-        self._pump = None  # the pump thread, once the first RDY above zero has started it
+        self._pump = None  # the pump thread, once a wake-up with something to pump has started it (under _lock)
         # The heartbeat ticker: when the next is due, and the interval it was
         # computed with.  The connection thread's until the pump starts, then the pump's.
         self._heartbeat_at = None
         self._heartbeat_every = None
         self.disconnected = False  # close_connection was called: the reader stops at its next fill
+        # Told (client, error) of a pump the host had no thread for, on any thread: it reports and
+        # answers the refusal; the connection is then closed.  Set by the protocol.
+        self.pump_refused = None
+        self._pump_asleep = True  # (no pump yet: nothing in hand)
 
     def upgrade(self, negotiate):
         """IDENTIFY's upgrades: ``negotiate(sock, send, install)`` runs holding the write lock.
@@ -183,13 +193,54 @@ class ClientConnection(Client):
     # -- pump --------------------------------------------------------------
 
     def set_ready(self, count):
-        """RDY: the first count above zero starts the pump (RuntimeError when the host allows no more threads)."""
-        super().set_ready(count)
-        if count > 0 and self._pump is None:
-            self.start_pump()
+        """RDY (connection thread): a pump runs only when there is something to pump.
 
-    def start_pump(self):
-        """Start the pump thread (connection thread only; RuntimeError when the host allows no more threads)."""
+        A consumer made ready on an empty channel waits without one: a put
+        delivers to it directly from the publisher's thread, or wakes it,
+        which starts the pump then (:meth:`wake`).  RuntimeError when the
+        host allows no more threads.
+        """
+        self.ready_count = count
+        if self._pump is not None:
+            Client.wake(self)
+        elif count > 0 and self.state == STATE_SUBSCRIBED and not self.channel.await_messages(self):
+            with self._lock:
+                if self._pump is None and not self._closing:
+                    self._woken = True
+                    self._start_pump_locked()
+
+    def wake(self):
+        """Make the pump look again; without one, start it if it has something to do.
+
+        Called from any thread (publishers', the scanner's, this connection's).
+        A wake-up with no pump, of a consumer that is not ready (IDENTIFY,
+        SUB, RDY 0) or is closing, has nothing for one to do.  If the host
+        allows no more threads, the consumer is refused as at connect and
+        disconnected: the publisher that woke it never hears of it.
+        """
+        with self._lock:
+            if self._pump is not None:
+                self._woken = True
+                self._wakeup.notify()
+                return
+            if self._closing or not (self._pending is not None or (
+                    self.ready_count > 0 and self.state == STATE_SUBSCRIBED)):
+                return
+            self._woken = True
+            try:
+                self._start_pump_locked()
+                return
+            except RuntimeError as e:
+                refused = e
+        if self.pump_refused is not None:
+            self.pump_refused(self, refused)
+        self.close_connection()
+
+    def _start_pump_locked(self):
+        """Start the pump thread (``_lock`` held, none started yet; RuntimeError when the host allows no more threads).
+
+        Its owner is the connection thread, which joins it (:meth:`join_pump`).
+        """
         pump = threading.Thread(
             target=self._pump_loop, name="nsqd-client-pump[%d %s]" % (self.id, self.remote_address), daemon=True
         )
@@ -208,7 +259,7 @@ class ClientConnection(Client):
                     if timeout is None or timeout > 0:
                         self._pump_asleep = True  # (between batches: nothing in hand)
                         self._wakeup.wait(timeout)
-                        self._pump_asleep = False
+                self._pump_asleep = False
                 self._woken = False
                 if self._closing:
                     return

@@ -9,6 +9,7 @@ its body is read).  Everything that can be computed without I/O lives in
 :mod:`nsqd_threaded.server.connection`'s.
 """
 
+import functools
 import ssl
 import threading
 import time
@@ -42,6 +43,8 @@ class ProtocolV2:
         self.transport = None  # the TLS/compression layers, once IDENTIFY has negotiated one
         self._topics = {}  # name -> Topic
         self._auth_enabled = bool(self.options.auth_http_addresses)
+        # (a partial over the limits, not a closure over self or client: no reference cycle)
+        client.pump_refused = functools.partial(refuse_pump, limits)
 
     def io_loop(self):
         """Serve commands until the connection ends or a fatal error is sent."""
@@ -300,12 +303,9 @@ class ProtocolV2:
         if not 0 <= count <= self.options.max_rdy_count:
             raise ProtocolError("E_INVALID", "RDY count %d out of range 0-%d" % (count, self.options.max_rdy_count))
         try:
-            client.set_ready(count)  # the first count above zero starts the pump
+            client.set_ready(count)  # (starts the pump if there is something to pump already)
         except RuntimeError as e:  # "can't start new thread": the host's task limit
-            if self.limits is not None:
-                self.limits.hit("thread", "cannot start a client pump thread - %s" % e,
-                                "raise the task limit (ulimit -u, systemd TasksMax, pids cgroup)")
-            client.send(thread_refusal(str(e)))
+            refuse_pump(self.limits, client, e)
             raise ConnectionEnded("no pump thread") from None
         return None
 
@@ -476,6 +476,16 @@ def thread_refusal(reason="can't start new thread"):
     return protocol_v2.error_frame(ProtocolError("E_INVALID", "cannot start a client thread - %s" % reason))
 
 
+def refuse_pump(limits, client, error):
+    """A consumer's pump could not start (``error``: the RuntimeError of a host at its task limit):
+    ``limits`` (the listener's LimitReporter, if any) hears of it and the client is told, as a
+    connection is at accept; the caller disconnects it."""
+    if limits is not None:
+        limits.hit("thread", "cannot start a client pump thread - %s" % error,
+                   "raise the task limit (ulimit -u, systemd TasksMax, pids cgroup)")
+    client.send(thread_refusal(str(error)))
+
+
 def leave_on_hangup(nsqd, client):
     """The idle watcher saw this parked client's peer close: stop its pump and unsubscribe now.
 
@@ -496,7 +506,7 @@ def handle_connection(nsqd, sock, address, limits=None):
     """Serve one accepted connection from its magic to its close (connection thread).
 
     ``limits`` (the listener's LimitReporter) hears of a pump thread that
-    could not start (at the client's first RDY above zero); that client is
+    could not start (when the consumer first had something to pump); that client is
     refused with :func:`thread_refusal` and disconnected.
     """
     try:

@@ -205,13 +205,23 @@ def test_client_provides_what_a_channel_needs(nsqd):
         for name in Subscriber.__annotations__:
             assert hasattr(client, name), name
         assert callable(client.wake) and callable(client.close_connection)
-        channel = nsqd.get_topic("t").get_channel("c")
+        topic = nsqd.get_topic("t")
+        channel = topic.get_channel("c")
+        channel.add_client(client)
         client.subscribe("t", channel)
         assert client.state == STATE_SUBSCRIBED and client.topic_name == "t"
         assert not [t for t in threading.enumerate() if t.name.startswith("nsqd-client-pump[1 ")]
-        client.set_ready(8)  # the first RDY above zero starts the pump
+        client.set_ready(8)  # ready on an empty channel: a waiting consumer, no pump yet
         assert client.ready_count == 8
+        assert not [t for t in threading.enumerate() if t.name.startswith("nsqd-client-pump[1 ")]
+        # Published from the connection's own thread (no direct delivery from there): the wake-up starts the pump.
+        topic.publish([b"x"])
         assert [t for t in threading.enumerate() if t.name == "nsqd-client-pump[1 127.0.0.1:4150]"]
+        b.settimeout(10)
+        header = b""
+        while len(header) < 8:
+            header += b.recv(8 - len(header))
+        assert struct.unpack(">ii", header)[1] == 2  # a MESSAGE frame, written by the pump
         client.start_close()
         assert client.state == STATE_CLOSING and client.ready_count == 0
         client.count_published("t", 3)

@@ -276,21 +276,30 @@ def _pump_threads(nsqd):
     return [t for t in threading.enumerate() if t.name.startswith("nsqd-client-pump[")]
 
 
-def test_the_pump_thread_starts_with_the_first_rdy_and_heartbeats_go_on(nsqd):
-    """Before its first RDY above zero a consumer has one thread (its connection thread sends the
-    heartbeats); RDY starts the pump, which takes the heartbeats over: never two per interval."""
+def test_the_pump_thread_starts_when_there_is_something_to_pump_and_heartbeats_go_on(nsqd):
+    """A consumer has one thread (its connection thread sends the heartbeats) until something waits
+    for it that a publisher's thread does not deliver: RDY on an empty channel leaves it waiting, a
+    PUB is delivered from the publisher's thread, a backlog starts the pump, which takes the
+    heartbeats over: never two per interval."""
     with Conn(nsqd.tcp_address) as sub:
         sub.identify(heartbeat_interval=1000)
         sub.sub("lazy", "c")
         sub.cmd(b"RDY 0")
         assert sub.read_frame(skip_heartbeats=False) == (0, b"_heartbeat_")  # from the connection thread
         sub.cmd(b"NOP")
-        assert _pump_threads(nsqd) == []
         sub.cmd(b"RDY 1")
-        wait_for(lambda: len(_pump_threads(nsqd)) == 1, timeout=10, what="the pump thread")
+        sub.cmd(b"FIN 0123456789abcdef")  # answered after the RDY: it has been taken when the answer comes
+        assert sub.read_frame()[1].startswith(b"E_FIN_FAILED")
         with Conn(nsqd.tcp_address) as pub:
             pub.pub("lazy", b"x")
-        assert sub.read_message()[3] == b"x"
+            first = sub.read_message()
+            assert first[3] == b"x"  # written by the publisher's thread
+            assert _pump_threads(nsqd) == []
+            for body in (b"y", b"z"):
+                pub.pub("lazy", body)  # queued: the one RDY slot is taken
+        sub.cmd(b"RDY 5")  # a backlog to take: the pump starts
+        assert [sub.read_message()[3] for _ in range(2)] == [b"y", b"z"]
+        assert len(_pump_threads(nsqd)) == 1
         started = time.monotonic()
         beats = 0
         while time.monotonic() - started < 3.5:

@@ -219,7 +219,7 @@ def _pids_cgroup(limit):
 
 
 def _subscribe(address, topic, channel):
-    """SUB and RDY 1 (which starts the pump thread), then a FIN of an unknown ID for an answer:
+    """SUB and RDY 1, then a FIN of an unknown ID for an answer:
     ``(answer, conn)``: ``"OK"`` and the open Conn, or the error frame's text (or ``"closed"``) and None."""
     c = Conn(address, timeout=10)
     try:
