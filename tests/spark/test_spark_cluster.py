@@ -21,8 +21,8 @@ import pytest
 from nsqd_threaded.client import Consumer, Producer
 from nsqd_threaded.testing import Broker
 
-from support.spark import (StreamChild, channel_stats, committed_rows, drained, finished, spark_environment,
-                           topic_count, wait_until)
+from support.spark import (LEAN_JVM, StreamChild, channel_stats, committed_rows, drained, finished,
+                           spark_environment, topic_count, wait_until)
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -41,7 +41,8 @@ class SparkCluster:
     def conf(self, **more):
         """An application's settings: small executors, the driver on 127.0.0.1, the package shipped."""
         conf = {"spark.executor.memory": "512m", "spark.driver.host": "127.0.0.1",
-                "spark.driver.bindAddress": "127.0.0.1", "spark.submit.pyFiles": self.package}
+                "spark.driver.bindAddress": "127.0.0.1", "spark.submit.pyFiles": self.package,
+                "spark.executor.extraJavaOptions": LEAN_JVM}
         conf.update(more)
         return conf
 
@@ -62,7 +63,8 @@ def cluster(tmp_path_factory):
                    check=True, timeout=120, stdout=subprocess.DEVNULL)
     command = [sys.executable, SCRIPT, "--dir", directory]
     try:
-        started = subprocess.run(command + ["start", "--workers", "2"], timeout=240, stdout=subprocess.PIPE,
+        started = subprocess.run(command + ["start", "--workers", "2", "--java-options=" + LEAN_JVM], timeout=240,
+                                 stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, universal_newlines=True)
         assert started.returncode == 0, started.stderr
         assert started.stdout.strip().startswith("spark://127.0.0.1:")

@@ -43,6 +43,13 @@ def require_spark():
         pytest.fail("%s (%s)" % (PYSPARK_HELP, e), pytrace=False)
 
 
+# The tests' JVMs (drivers, executors, the cluster's daemons) compile with C1 only and collect with one
+# thread: they run seconds on small data, where C2's compilations and G1's threads cost the machine
+# more CPU than they give back (on two cores shared with the rest of the suite: about a third of it).
+# What the tests check (rows, messages, failures) does not depend on the JIT or the collector.
+LEAN_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def new_session(local_dir, app="nsqd-threaded-tests", master="local[2]", conf=None):
     """A SparkSession (``local[2]`` unless ``master`` says otherwise, more settings in ``conf``)
     with the nsq data source registered; its scratch files in ``local_dir``."""
@@ -61,7 +68,7 @@ def new_session(local_dir, app="nsqd-threaded-tests", master="local[2]", conf=No
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.local.dir", local_dir)
-        .config("spark.driver.extraJavaOptions", "-Djava.io.tmpdir=%s" % local_dir)
+        .config("spark.driver.extraJavaOptions", "-Djava.io.tmpdir=%s %s" % (local_dir, LEAN_JVM))
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .getOrCreate()
     )
