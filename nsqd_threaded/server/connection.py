@@ -197,17 +197,12 @@ class ClientConnection(Client):
 
         A consumer made ready on an empty channel waits without one: a put
         delivers to it directly from the publisher's thread, or wakes it,
-        which starts the pump then (:meth:`wake`).  RuntimeError when the
-        host allows no more threads.
+        which starts the pump then (:meth:`wake`, the one place a pump starts).
         """
         self.ready_count = count
-        if self._pump is not None:
-            Client.wake(self)
-        elif count > 0 and self.state == STATE_SUBSCRIBED and not self.channel.await_messages(self):
-            with self._lock:
-                if self._pump is None and not self._closing:
-                    self._woken = True
-                    self._start_pump_locked()
+        if self._pump is not None or (
+                count > 0 and self.state == STATE_SUBSCRIBED and not self.channel.await_messages(self)):
+            self.wake()
 
     def wake(self):
         """Make the pump look again; without one, start it if it has something to do.

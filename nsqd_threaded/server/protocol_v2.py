@@ -302,11 +302,7 @@ class ProtocolV2:
             count = protocol_v2.int64(count)
         if not 0 <= count <= self.options.max_rdy_count:
             raise ProtocolError("E_INVALID", "RDY count %d out of range 0-%d" % (count, self.options.max_rdy_count))
-        try:
-            client.set_ready(count)  # (starts the pump if there is something to pump already)
-        except RuntimeError as e:  # "can't start new thread": the host's task limit
-            refuse_pump(self.limits, client, e)
-            raise ConnectionEnded("no pump thread") from None
+        client.set_ready(count)  # (starts the pump if there is something to pump already: ClientConnection.wake)
         return None
 
     def FIN(self, params):
@@ -479,7 +475,7 @@ def thread_refusal(reason="can't start new thread"):
 def refuse_pump(limits, client, error):
     """A consumer's pump could not start (``error``: the RuntimeError of a host at its task limit):
     ``limits`` (the listener's LimitReporter, if any) hears of it and the client is told, as a
-    connection is at accept; the caller disconnects it."""
+    connection is at accept; the caller (:meth:`ClientConnection.wake`) disconnects it."""
     if limits is not None:
         limits.hit("thread", "cannot start a client pump thread - %s" % error,
                    "raise the task limit (ulimit -u, systemd TasksMax, pids cgroup)")
