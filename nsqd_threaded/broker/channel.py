@@ -742,22 +742,18 @@ class Channel(BackedQueue, ChannelPolicyMethods):
     # -- administration ----------------------------------------------------
 
     def snapshot(self):
-        """Figures for /stats, taken together under the lock."""
+        """Figures for /stats, taken together under the lock: ``(memory depth,
+        backend depth, in flight, deferred, message_count, global_msg_count,
+        requeue_count, timeout_count, clients, paused, policy figures or None)``.
+
+        A tuple: /stats takes one for each of thousands of channels.
+        """
         with self._lock:
-            backend_depth = self._backend.depth()
-            return {
-                "depth": len(self._memory) + backend_depth,
-                "backend_depth": backend_depth,
-                "in_flight_count": len(self._in_flight),
-                "deferred_count": len(self._deferred),
-                "message_count": self.message_count,
-                "global_msg_count": self.global_msg_count,
-                "requeue_count": self.requeue_count,
-                "timeout_count": self.timeout_count,
-                "clients": list(self._clients.values()),
-                "paused": self.paused,
-                "policy": None if self.policy is None else self.policy.stats_locked(),
-            }
+            policy = self.policy
+            return (len(self._memory), self._backend.depth(), len(self._in_flight), len(self._deferred),
+                    self.message_count, self.global_msg_count, self.requeue_count, self.timeout_count,
+                    list(self._clients.values()), self.paused,
+                    None if policy is None else policy.stats_locked())
 
     def inside(self, limit):
         """For /debug/state (:mod:`.state`): figures and bounded copies, taken together under the lock.

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 
+from ..internal.gil import yield_gil
 from ..internal.gocompat import format_duration
 
 # Channels collected between two voluntary GIL releases: a /stats of thousands
@@ -90,31 +91,32 @@ def _e2e(percentiles, quantiles):
 
 
 def channel_stats(channel, include_clients, quantiles, pub_topic=None):
-    snap = channel.snapshot()
-    clients = snap["clients"]
+    """One channel's /stats object (Go's keys, in Go's order)."""
+    (memory_depth, backend_depth, in_flight_count, deferred_count, message_count, global_msg_count,
+     requeue_count, timeout_count, clients, paused, policy) = channel.snapshot()
     doc = {
         "channel_name": channel.name,
-        "depth": snap["depth"],
-        "backend_depth": snap["backend_depth"],
-        "in_flight_count": snap["in_flight_count"],
-        "deferred_count": snap["deferred_count"],
-        "message_count": snap["message_count"],
+        "depth": memory_depth + backend_depth,
+        "backend_depth": backend_depth,
+        "in_flight_count": in_flight_count,
+        "deferred_count": deferred_count,
+        "message_count": message_count,
     }
-    if snap["global_msg_count"]:
-        doc["global_msg_count"] = snap["global_msg_count"]
-    doc["requeue_count"] = snap["requeue_count"]
-    doc["timeout_count"] = snap["timeout_count"]
-    if snap["policy"] is not None:
+    if global_msg_count:
+        doc["global_msg_count"] = global_msg_count
+    doc["requeue_count"] = requeue_count
+    doc["timeout_count"] = timeout_count
+    if policy is not None:
         # Not in Go nsqd, only where a delivery policy applies: the effective policy and its counters.
-        doc.update(snap["policy"])
+        doc.update(policy)
     doc["client_count"] = len(clients)
     doc["clients"] = [client_stats(c, pub_topic) for c in clients] if include_clients else None
-    doc["paused"] = snap["paused"]
+    doc["paused"] = paused
     # Without quantiles the estimator holds no samples: nothing to query.
     doc["e2e_processing_latency"] = (
         _e2e(channel.e2e.query(), quantiles) if quantiles else {"count": 0, "percentiles": None}
     )
-    return doc, channel.e2e
+    return doc
 
 
 def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None):
@@ -127,9 +129,9 @@ def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None)
             return None
     chans = []
     for i, c in enumerate(channels, 1):
-        chans.append(channel_stats(c, include_clients, quantiles, pub_topic)[0])
+        chans.append(channel_stats(c, include_clients, quantiles, pub_topic))
         if not i % YIELD_EVERY:
-            time.sleep(0)  # let threads waiting for the GIL run now, not at the next forced switch
+            yield_gil()  # let threads waiting for the GIL run now, not at the next forced switch
     # nsqd merges every channel's estimator, whatever the channel filter.
     estimators = [c.e2e for c in all_channels]
     depth, backend_depth, message_count, message_bytes, paused = topic.snapshot()

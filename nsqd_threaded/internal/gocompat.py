@@ -353,6 +353,10 @@ def _reject_constant(name):
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
+# Stateless once built: shared by every broker of the process.
+_GO_JSON_DECODER = json.JSONDecoder(object_pairs_hook=JSONObject, parse_constant=_reject_constant)
+
+
 def go_json_loads(data):
     """Parse JSON bytes as Go's encoding/json reads them; ValueError when Go would fail.
 
@@ -362,11 +366,8 @@ def go_json_loads(data):
     :func:`go_json_text` turns it into U+FFFD as Go does.
     """
     try:
-        return json.loads(
-            bytes(data).decode("utf-8", "surrogateescape"),
-            object_pairs_hook=JSONObject,
-            parse_constant=_reject_constant,
-        )
+        # (json.loads with these hooks would build a decoder, its scanner included, on every call)
+        return _GO_JSON_DECODER.decode(bytes(data).decode("utf-8", "surrogateescape"))
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 
