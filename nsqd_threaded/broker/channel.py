@@ -40,6 +40,7 @@ takes the next ones writes them after.  :class:`DirectDeliveries` states
 that protocol: where the reservation is taken, and where it ends.
 """
 
+import collections
 import itertools
 import random
 from typing import Protocol
@@ -164,6 +165,14 @@ class Subscriber(Protocol):
 
     def deliver_held(self, msgs):
         """Write ``msgs`` (taken while the output was held) without blocking, then release the output."""
+
+
+# A channel's /stats figures (:meth:`Channel.snapshot`): a named tuple, as /stats
+# takes one for each of thousands of channels.  ``depth`` is the memory queue's
+# and the backend's together; ``policy`` the delivery policy's figures or None.
+ChannelFigures = collections.namedtuple("ChannelFigures", (
+    "memory_depth", "backend_depth", "in_flight_count", "deferred_count", "message_count", "global_msg_count",
+    "requeue_count", "timeout_count", "clients", "paused", "policy"))
 
 
 class Channel(BackedQueue, ChannelPolicyMethods):
@@ -742,18 +751,13 @@ class Channel(BackedQueue, ChannelPolicyMethods):
     # -- administration ----------------------------------------------------
 
     def snapshot(self):
-        """Figures for /stats, taken together under the lock: ``(memory depth,
-        backend depth, in flight, deferred, message_count, global_msg_count,
-        requeue_count, timeout_count, clients, paused, policy figures or None)``.
-
-        A tuple: /stats takes one for each of thousands of channels.
-        """
+        """Figures for /stats, taken together under the lock (a :class:`ChannelFigures`)."""
         with self._lock:
             policy = self.policy
-            return (len(self._memory), self._backend.depth(), len(self._in_flight), len(self._deferred),
-                    self.message_count, self.global_msg_count, self.requeue_count, self.timeout_count,
-                    list(self._clients.values()), self.paused,
-                    None if policy is None else policy.stats_locked())
+            return ChannelFigures(len(self._memory), self._backend.depth(), len(self._in_flight), len(self._deferred),
+                                  self.message_count, self.global_msg_count, self.requeue_count, self.timeout_count,
+                                  list(self._clients.values()), self.paused,
+                                  None if policy is None else policy.stats_locked())
 
     def inside(self, limit):
         """For /debug/state (:mod:`.state`): figures and bounded copies, taken together under the lock.

@@ -40,7 +40,7 @@ def test_put_then_take_in_order_marks_in_flight(owners):
     consumer.fin(got[:2])
     assert nums(consumer.take()) == [3, 4]
     snap = channel.snapshot()
-    assert snap["message_count"] == 5 and snap["global_msg_count"] == 5 and snap["in_flight_count"] == 3
+    assert snap.message_count == 5 and snap.global_msg_count == 5 and snap.in_flight_count == 3
 
 
 def test_a_pump_that_outlives_its_client_takes_nothing(owners):
@@ -61,10 +61,10 @@ def test_memory_overflow_goes_to_the_disk_queue_in_order(owners):
     channel = channel_of(nsqd)
     channel.put_messages(msgs(10))
     snap = channel.snapshot()
-    assert (snap["depth"], snap["backend_depth"]) == (10, 6)
+    assert (snap.memory_depth + snap.backend_depth, snap.backend_depth) == (10, 6)
     got = DrivenSubscriber(nsqd, channel).take_all(10)
     assert nums(got) == list(range(10))
-    assert channel.snapshot()["global_msg_count"] == 4  # only the memory ones
+    assert channel.snapshot().global_msg_count == 4  # only the memory ones
 
 
 def test_in_flight_timeout_requeues_and_redelivers(owners):
@@ -77,7 +77,7 @@ def test_in_flight_timeout_requeues_and_redelivers(owners):
     assert channel.process_in_flight(now) is False  # not yet expired (60 s msg timeout)
     consumer.fin(first[1:2])
     assert channel.process_in_flight(now + 3600 * SECOND) is True
-    assert channel.snapshot()["timeout_count"] == 2 and channel.in_flight_count() == 0
+    assert channel.snapshot().timeout_count == 2 and channel.in_flight_count() == 0
     again = consumer.take()
     assert nums(again) == [0, 2]
     assert [m.attempts for m in again] == [2, 2]
@@ -114,7 +114,7 @@ def test_requeue_zero_goes_to_the_tail_and_delayed_to_the_deferred_index(owners)
     assert nums(consumer.take()) == [2]
     consumer.fin([Message(b"%016x" % 2, b"", 0)])
     assert nums(consumer.take()) == [0]  # REQ 0 went to the tail
-    assert channel.snapshot()["requeue_count"] == 2
+    assert channel.snapshot().requeue_count == 2
 
 
 def test_deferred_messages_are_released_in_due_order(owners):
@@ -175,7 +175,7 @@ def test_empty_drops_queued_in_flight_and_deferred(owners):
     consumer.take()
     channel.empty()
     snap = channel.snapshot()
-    assert (snap["depth"], snap["in_flight_count"], snap["deferred_count"]) == (0, 0, 0)
+    assert (snap.memory_depth + snap.backend_depth, snap.in_flight_count, snap.deferred_count) == (0, 0, 0)
     assert consumer.client.in_flight_count == 0
 
 
@@ -183,7 +183,7 @@ def test_durable_channel_keeps_records_until_fin(owners):
     nsqd = owners(durable=True)
     channel = channel_of(nsqd)
     channel.put_messages(msgs(6))
-    assert channel.snapshot()["backend_depth"] == 6  # durable: no memory queue for new messages
+    assert channel.snapshot().backend_depth == 6  # durable: no memory queue for new messages
     consumer = DrivenSubscriber(nsqd, channel)
     got = consumer.take()
     assert nums(got) == list(range(6))
@@ -263,8 +263,8 @@ def test_concurrent_put_take_fin_loses_and_duplicates_nothing(owners, options):
     assert len(finished) == total
     assert set(finished) == {b"%d-%d" % (p, i) for p in range(publishers) for i in range(per_publisher)}
     snap = channel.snapshot()
-    assert (snap["depth"], snap["in_flight_count"], snap["message_count"]) == (0, 0, total)
-    assert snap["requeue_count"] == total // 10
+    assert (snap.memory_depth + snap.backend_depth, snap.in_flight_count, snap.message_count) == (0, 0, total)
+    assert snap.requeue_count == total // 10
 
 
 # -- direct delivery: every branch of Channel._deliver_to_waiting_locked ---------

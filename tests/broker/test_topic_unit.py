@@ -201,7 +201,7 @@ def test_backlog_keeps_ids_timestamps_and_deferral_in_memory_and_across_a_flush(
     wait_until(lambda: channel.depth() == 4, what="the pump")
     got = DrivenSubscriber(nsqd, channel).take_all(4)
     assert [(m.id, m.body, m.timestamp) for m in got] == immediate
-    assert channel.snapshot()["deferred_count"] == 1
+    assert channel.snapshot().deferred_count == 1
 
     topic = nsqd.get_topic("records-flush")
     topic.publish([b"a"], defer_ns=3600 * 10**9)
@@ -214,7 +214,7 @@ def test_backlog_keeps_ids_timestamps_and_deferral_in_memory_and_across_a_flush(
     topic.start()
     got = DrivenSubscriber(again, channel).take_all(1)
     assert [(m.body, m.id, m.timestamp) for m in got] == [(b"b",) + before[b"b"]]
-    wait_until(lambda: channel.snapshot()["deferred_count"] == 1, what="the deferred message in its channel")
+    wait_until(lambda: channel.snapshot().deferred_count == 1, what="the deferred message in its channel")
 
 
 def test_delete_drops_the_backlog_and_its_files(owners, tmp_path):

@@ -344,7 +344,7 @@ def test_idle_channels_cost_the_queue_scanner_nothing(make_nsqd):
         assert again[1] == 2 and again[3] == b"late"
         c.cmd(b"FIN " + again[2])
         wait_for(lambda: nsqd.get_topic("t7").get_channel("c42").in_flight_count() == 0, what="FIN")
-    assert nsqd.get_topic("t7").get_channel("c42").snapshot()["timeout_count"] == 1
+    assert nsqd.get_topic("t7").get_channel("c42").snapshot().timeout_count == 1
     wait_for(lambda: len(nsqd.scan_set) == 0, what="the channel idle again")
 
 

@@ -128,7 +128,7 @@ def test_mem_queue_size_zero_goes_through_disk(tmp_path):
             with Conn(nsqd.tcp_address) as pub:
                 pub.mpub("disk", [b"a", b"b", b"c"])
             channel = nsqd.get_existing_topic("disk").get_existing_channel("c")
-            assert channel.snapshot()["backend_depth"] == 3
+            assert channel.snapshot().backend_depth == 3
             sub.cmd(b"RDY 3")
             assert [sub.read_message()[3] for _ in range(3)] == [b"a", b"b", b"c"]
         started = time.monotonic()
