@@ -12,14 +12,12 @@ import os
 import sys
 import time
 
-from ..internal.gil import yield_gil
+from ..internal.gil import GILPacer
 from ..internal.gocompat import format_duration
 
-# Channels collected between two voluntary GIL releases: a /stats of thousands
-# of channels is CPU-bound for tens of milliseconds, and a thread waiting for the
-# GIL (a disconnect's teardown, a publish) would otherwise wait for the
-# interpreter's forced switch (5 ms) after each of its system calls.
-YIELD_EVERY = 10
+# Channels collected between two looks at the GIL pacer (see internal.gil): a
+# /stats of thousands of channels is CPU-bound for tens of milliseconds.
+PACE_EVERY = 10
 
 
 # -- snapshot ----------------------------------------------------------------
@@ -128,10 +126,11 @@ def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None)
         if not channels:
             return None
     chans = []
+    pacer = GILPacer()
     for i, c in enumerate(channels, 1):
         chans.append(channel_stats(c, include_clients, quantiles, pub_topic))
-        if not i % YIELD_EVERY:
-            yield_gil()  # let threads waiting for the GIL run now, not at the next forced switch
+        if not i % PACE_EVERY:
+            pacer.tick()  # threads waiting for the GIL run now and then, not only at forced switches
     # nsqd merges every channel's estimator, whatever the channel filter.
     estimators = [c.e2e for c in all_channels]
     depth, backend_depth, message_count, message_bytes, paused = topic.snapshot()
