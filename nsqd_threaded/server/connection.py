@@ -67,6 +67,10 @@ class ClientConnection(Client):
         # answers the refusal; the connection is then closed.  Set by the protocol.
         self.pump_refused = None
         self._pump_asleep = True  # (no pump yet: nothing in hand)
+        # A wake-up on the connection thread itself, with no pump yet: the pump starts once the
+        # command being served is answered (see wake).  Set and cleared under _lock; read by the
+        # connection thread's loop without it (a hint it then acts on under the lock).
+        self.pump_deferred = False
 
     def upgrade(self, negotiate):
         """IDENTIFY's upgrades: ``negotiate(sock, send, install)`` runs holding the write lock.
@@ -209,15 +213,32 @@ class ClientConnection(Client):
 
         Called from any thread (publishers', the scanner's, this connection's).
         A wake-up with no pump, of a consumer that is not ready (IDENTIFY,
-        SUB, RDY 0) or is closing, has nothing for one to do.  If the host
-        allows no more threads, the consumer is refused as at connect and
-        disconnected: the publisher that woke it never hears of it.
+        SUB, RDY 0) or is closing, has nothing for one to do.  One on this
+        connection's own thread (its RDY, its FIN, a consumer's own PUB) only
+        marks the pump as due: :meth:`start_deferred_pump` starts it once the
+        command is answered, so that a consumer publishing on its own
+        connection gets its ``OK`` before the message, as from nsqd (a thread
+        started here could write first: the answer is written after this
+        returns, and a forced GIL switch in between lets the pump run).  If
+        the host allows no more threads, the consumer is refused as at connect
+        and disconnected: the publisher that woke it never hears of it.
         """
+        self._wake(threading.get_ident() == self._connection_thread)
+
+    def start_deferred_pump(self):
+        """The connection thread, between two commands: start the pump a wake-up marked as due."""
+        self._wake(False)
+
+    def _wake(self, defer):
         with self._lock:
             if self._pump is not None:
                 self._woken = True
                 self._wakeup.notify()
                 return
+            if defer:
+                self.pump_deferred = True
+                return
+            self.pump_deferred = False
             if self._closing or not (self._pending is not None or (
                     self.ready_count > 0 and self.state == STATE_SUBSCRIBED)):
                 return

@@ -76,6 +76,8 @@ class ProtocolV2:
         hb = None
         try:
             while True:
+                if client.pump_deferred:  # (the last command woke this consumer: see ClientConnection.wake)
+                    client.start_deferred_pump()
                 if client.heartbeat_interval != hb:  # (the first command, or IDENTIFY changed it)
                     hb = client.heartbeat_interval
                     reader.set_command_timeout(2 * hb if hb > 0 else None)

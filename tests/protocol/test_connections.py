@@ -214,8 +214,13 @@ def test_client_provides_what_a_channel_needs(nsqd):
         client.set_ready(8)  # ready on an empty channel: a waiting consumer, no pump yet
         assert client.ready_count == 8
         assert not [t for t in threading.enumerate() if t.name.startswith("nsqd-client-pump[1 ")]
-        # Published from the connection's own thread (no direct delivery from there): the wake-up starts the pump.
+        # Published from the connection's own thread (no direct delivery from there): the wake-up
+        # marks the pump as due, and the connection thread starts it between two commands.
         topic.publish([b"x"])
+        assert client.pump_deferred
+        assert not [t for t in threading.enumerate() if t.name.startswith("nsqd-client-pump[1 ")]
+        client.start_deferred_pump()
+        assert not client.pump_deferred
         assert [t for t in threading.enumerate() if t.name == "nsqd-client-pump[1 127.0.0.1:4150]"]
         b.settimeout(10)
         header = b""

@@ -330,6 +330,21 @@ def test_a_backlog_starts_the_pump_which_takes_the_heartbeats_over(nsqd):
         assert 2 <= beats <= 5, beats  # one a second (a doubled ticker would send 7 or more)
 
 
+def test_a_consumer_publishing_on_its_own_connection_gets_its_ok_before_the_message(nsqd):
+    """Its PUB wakes its own pump, which starts only once the PUB is answered: OK, then the message,
+    as from nsqd.  A pump thread started at the wake-up could write the message ahead of the OK
+    whenever a forced GIL switch fell between the two (seen on PyPy), so this race is rare here:
+    the test pins the order over many fresh connections (a pump starts at most once per connection)."""
+    for i in range(20):
+        with Conn(nsqd.tcp_address) as both:
+            both.sub("own", "c%d" % i, rdy=1)
+            both.cmd(b"PUB own", b"self")
+            assert both.read_frame() == (0, b"OK")
+            assert both.read_message()[3] == b"self"
+            both.cmd(b"PUB own", b"again")  # (RDY 1 is taken: queued, no wake-up)
+            assert both.read_frame() == (0, b"OK")
+
+
 def test_a_busy_producer_gets_heartbeats_without_a_pump_thread(nsqd):
     """A producer publishing without pause still gets its heartbeats, as from nsqd's messagePump."""
     with Conn(nsqd.tcp_address) as pub:
