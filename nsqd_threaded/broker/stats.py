@@ -15,10 +15,6 @@ import time
 from ..internal.gil import GILPacer
 from ..internal.gocompat import format_duration
 
-# Channels collected between two looks at the GIL pacer (see internal.gil): a
-# /stats of thousands of channels is CPU-bound for tens of milliseconds.
-PACE_EVERY = 10
-
 
 # -- snapshot ----------------------------------------------------------------
 
@@ -126,11 +122,12 @@ def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None)
         if not channels:
             return None
     chans = []
+    # Thousands of channels keep this thread on the GIL for tens of milliseconds: threads
+    # waiting for it (teardowns, publishers) get it now and then, not only at forced switches.
     pacer = GILPacer()
-    for i, c in enumerate(channels, 1):
+    for c in channels:
         chans.append(channel_stats(c, include_clients, quantiles, pub_topic))
-        if not i % PACE_EVERY:
-            pacer.tick()  # threads waiting for the GIL run now and then, not only at forced switches
+        pacer.tick()
     # nsqd merges every channel's estimator, whatever the channel filter.
     estimators = [c.e2e for c in all_channels]
     depth, backend_depth, message_count, message_bytes, paused = topic.snapshot()

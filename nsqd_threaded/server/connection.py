@@ -223,19 +223,19 @@ class ClientConnection(Client):
         the host allows no more threads, the consumer is refused as at connect
         and disconnected: the publisher that woke it never hears of it.
         """
-        self._wake(threading.get_ident() == self._connection_thread)
+        self._wake(True)
 
     def start_deferred_pump(self):
         """The connection thread, between two commands: start the pump a wake-up marked as due."""
         self._wake(False)
 
-    def _wake(self, defer):
+    def _wake(self, may_defer):
         with self._lock:
-            if self._pump is not None:
+            if self._pump is not None:  # (the usual case, from any thread: nothing more to ask)
                 self._woken = True
                 self._wakeup.notify()
                 return
-            if defer:
+            if may_defer and threading.get_ident() == self._connection_thread:
                 self.pump_deferred = True
                 return
             self.pump_deferred = False

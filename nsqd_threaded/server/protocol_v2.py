@@ -304,7 +304,7 @@ class ProtocolV2:
             count = protocol_v2.int64(count)
         if not 0 <= count <= self.options.max_rdy_count:
             raise ProtocolError("E_INVALID", "RDY count %d out of range 0-%d" % (count, self.options.max_rdy_count))
-        client.set_ready(count)  # (starts the pump if there is something to pump already: ClientConnection.wake)
+        client.set_ready(count)  # (a pump due if there is something to pump: io_loop starts it next; ClientConnection.wake)
         return None
 
     def FIN(self, params):
