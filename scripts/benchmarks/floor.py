@@ -62,6 +62,10 @@ class FloorServer:
             threading.Thread(target=self._serve, args=(sock,), name="floor-conn-%d" % n, daemon=True).start()
 
     def _serve(self, sock):
+        # SIGTERM goes to the main thread, which is blocked in accept(): a connection thread
+        # taking it would only set Python's flag, and nothing would wake the main thread to act
+        # on it (under valgrind, which picks the thread, the process then never ended).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
             self._commands(sock)
         except (OSError, ValueError):
