@@ -101,10 +101,21 @@ class GUIDFactory:
         """
         if now_ns is None:
             now_ns = self._clock()
+        ts = now_ns >> 20
         with self._lock:
-            if now_ns >> 20 == self._last_ts and self._sequence < SEQUENCE_MASK:
+            if ts == self._last_ts and self._sequence < SEQUENCE_MASK:
                 sequence = self._sequence = self._sequence + 1
                 self._last_id += 1
                 return self._prefix + SEQUENCE_HEX[sequence]
-        prefix, suffixes = self.new_id_blocks(1)[0]
+            if ts > self._last_ts:
+                # The first ID of a new tick (time moves on): sequence 0, its prefix made
+                # here, under the same lock and clock read (what new_id_blocks(1) would make).
+                first = ((ts - TWEPOCH) << TIMESTAMP_SHIFT) | (self.node_id << SEQUENCE_BITS)
+                if first > self._last_id:
+                    self._last_ts = ts
+                    self._sequence = 0
+                    self._last_id = first
+                    prefix = self._prefix = b"%013x" % (first >> SEQUENCE_BITS)
+                    return prefix + SEQUENCE_HEX[0]
+        prefix, suffixes = self.new_id_blocks(1)[0]  # (the clock went back, or the tick is used up)
         return prefix + suffixes[0]

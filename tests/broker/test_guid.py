@@ -87,3 +87,14 @@ def test_new_id_shortcut_follows_an_mpub_block():
     values = [int(i, 16) for i in ids]
     assert [v & 0xFFF for v in values] == list(range(13))
     assert all(v >> 22 == 42 and (v >> 12) & 0x3FF == 3 for v in values)
+
+
+def test_new_id_starts_a_tick_from_the_time_its_caller_read():
+    """A PUB's message timestamp and its ID's tick come from one clock read (the factory's own
+    clock is not read again), and a time behind the last ID's is waited out as new_ids does."""
+    ts = TWEPOCH + 900
+    f = GUIDFactory(5, Clock([ts + 10]))  # (read only by the fallback)
+    assert int(f.new_id(ts << 20), 16) == (900 << 22) | (5 << 12)
+    assert int(f.new_id(ts << 20), 16) == (900 << 22) | (5 << 12) | 1
+    assert int(f.new_id((ts + 2) << 20), 16) == (902 << 22) | (5 << 12)
+    assert int(f.new_id(ts << 20), 16) == (910 << 22) | (5 << 12)  # behind: the fallback's clock
