@@ -23,6 +23,11 @@ TIMESTAMP_SHIFT = NODE_ID_BITS + SEQUENCE_BITS
 SEQUENCE_HEX = tuple(b"%03x" % seq for seq in range(SEQUENCE_MASK + 1))
 
 
+def _prefix_of(id_number):
+    """The first 13 hex digits of an ID: those its tick's IDs share."""
+    return b"%013x" % (id_number >> SEQUENCE_BITS)
+
+
 class GUIDFactory:
     """Generates increasing IDs.  ``_lock`` guards the last timestamp, sequence, ID and prefix.
 
@@ -49,7 +54,6 @@ class GUIDFactory:
         millisecond.
         """
         blocks = []
-        node = self.node_id << SEQUENCE_BITS
         with self._lock:
             if n == 1:
                 # One ID in the tick of the last one (a stream of PUBs): the next
@@ -69,18 +73,22 @@ class GUIDFactory:
                 if count <= 0:
                     time.sleep(0.001)  # sequence expired for this tick
                     continue
-                first = ((ts - TWEPOCH) << TIMESTAMP_SHIFT) | node | start
+                first = self._id_number(ts, start)
                 if first <= self._last_id:
                     time.sleep(0.001)  # ID went backward
                     continue
                 if ts != self._last_ts:
-                    self._prefix = b"%013x" % (first >> SEQUENCE_BITS)
+                    self._prefix = _prefix_of(first)
                 blocks.append((self._prefix, SEQUENCE_HEX[start : start + count]))
                 n -= count
                 self._last_ts = ts
                 self._sequence = start + count - 1
                 self._last_id = first + count - 1
         return blocks
+
+    def _id_number(self, ts, sequence):
+        """The ID of ``sequence`` in tick ``ts`` (units of 2**20 ns), as a number."""
+        return ((ts - TWEPOCH) << TIMESTAMP_SHIFT) | (self.node_id << SEQUENCE_BITS) | sequence
 
     def new_ids(self, n):
         """``n`` IDs as 16-byte hex strings, in increasing order."""
@@ -110,12 +118,12 @@ class GUIDFactory:
             if ts > self._last_ts:
                 # The first ID of a new tick (time moves on): sequence 0, its prefix made
                 # here, under the same lock and clock read (what new_id_blocks(1) would make).
-                first = ((ts - TWEPOCH) << TIMESTAMP_SHIFT) | (self.node_id << SEQUENCE_BITS)
+                first = self._id_number(ts, 0)
                 if first > self._last_id:
                     self._last_ts = ts
                     self._sequence = 0
                     self._last_id = first
-                    prefix = self._prefix = b"%013x" % (first >> SEQUENCE_BITS)
+                    prefix = self._prefix = _prefix_of(first)
                     return prefix + SEQUENCE_HEX[0]
         prefix, suffixes = self.new_id_blocks(1)[0]  # (the clock went back, or the tick is used up)
         return prefix + suffixes[0]
