@@ -58,14 +58,18 @@ class FloorServer:
             sock, _ = self.listener.accept()
             n += 1
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # Connection threads end with their connection; the process ends with SIGTERM.
-            threading.Thread(target=self._serve, args=(sock,), name="floor-conn-%d" % n, daemon=True).start()
+            # Connection threads end with their connection; the process ends with SIGTERM, which
+            # only this thread may take: blocked around the start, the new thread inherits the mask
+            # from its first instruction (a SIGTERM meanwhile waits, and comes here once unblocked).
+            # Taken by a connection thread, it would only set Python's flag while this thread stays
+            # blocked in accept() (under valgrind, which picks the thread, the probe never ended).
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+            try:
+                threading.Thread(target=self._serve, args=(sock,), name="floor-conn-%d" % n, daemon=True).start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def _serve(self, sock):
-        # SIGTERM goes to the main thread, which is blocked in accept(): a connection thread
-        # taking it would only set Python's flag, and nothing would wake the main thread to act
-        # on it (under valgrind, which picks the thread, the process then never ended).
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
             self._commands(sock)
         except (OSError, ValueError):
