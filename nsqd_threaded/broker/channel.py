@@ -254,6 +254,11 @@ class Channel(BackedQueue, ChannelPolicyMethods):
                 token = self._backend.sync_point()
                 self.message_count += len(msgs)
                 waiters = self._take_waiters_locked()
+            elif (deliveries is not None and len(msgs) == 1 and self._waiting and not self._memory
+                  and type(msgs[0]) is not bytes and not msgs[0].deferred_ns
+                  and self._deliver_one_locked(msgs[0], deliveries)):
+                self.message_count += 1
+                waiters = ()
             else:
                 immediate = self._index_deferred_locked(msgs, self._now_ns()) if deferred else msgs
                 if immediate:
@@ -352,6 +357,43 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             else:
                 waiting[client] = None  # the pump has nothing to do: still waiting
         return to_wake
+
+    def _deliver_one_locked(self, msg, deliveries):
+        """A single PUB's message, with consumers waiting and nothing queued: straight to the
+        first waiting consumer, never through the memory queue; False (nothing done) when
+        anything is out of the ordinary, which :meth:`_deliver_to_waiting_locked` then handles.
+
+        The same outcome as queueing it and taking it with :meth:`_take_for_locked`
+        (its in-flight entry, counters and the consumer's place among the waiting),
+        with none of the batch machinery: this is a publish-to-delivery round trip's path.
+        """
+        if self.paused or self.policy is not None or self._backend.depth() or not (
+                self._mem_capacity > 0 or self.ephemeral):  # (no memory queue: to the backend, as nsqd)
+            return False
+        waiting = self._waiting
+        client = next(iter(waiting))
+        if client.sample_rate or client.ready_count <= client.in_flight_count or not client.hold_output():
+            return False
+        del waiting[client]
+        now = self._now_ns()
+        msg.attempts = (msg.attempts + 1) & 0xFFFF
+        msg.client_id = client.id
+        msg.delivery_ns = now
+        if self._in_flight.add(msg, now + client.msg_timeout_ns):
+            client.in_flight_count += 1
+        else:
+            self._backend.ack([msg.id])  # a duplicate ID in flight: sent, counted once (as nsqd)
+        if not self._scan_listed:
+            self.mark_scan_locked()  # timeouts to watch
+        client.message_count += 1
+        self.global_msg_count += 1  # (as if through the memory queue, which it stands for)
+        if client.in_flight_count >= client.ready_count:
+            client.blocked = True  # its FINs wake the pump
+        else:
+            client.blocked = False
+            waiting[client] = None  # nothing more to do: still waiting, now last in line
+        deliveries.append((client, [msg]))
+        return True
 
     def _refill_held_locked(self, client):
         """Take what a consumer whose output is held may have now; ``(messages, wake the pump?)``.

@@ -316,6 +316,31 @@ def test_a_lone_message_put_while_a_consumer_waits_is_delivered_counted_and_bloc
     assert consumer.client.wakes == 1 and nums(consumer.take()) == [1]
 
 
+def test_a_lone_message_whose_id_is_in_flight_is_delivered_again_and_counted_once(owners):
+    """nsqd sends a duplicate ID all the same and keeps the first in flight: the lone-message path too."""
+    nsqd = owners()
+    channel = channel_of(nsqd)
+    consumer = HoldingSubscriber(nsqd, channel, ready=2)
+    consumer.wait()
+    assert put_direct(channel, msgs(1)) == [(consumer.client, [0])]
+    assert put_direct(channel, msgs(1)) == [(consumer.client, [0])]  # still waiting: a slot is free
+    assert channel.in_flight_count() == 1 and consumer.client.in_flight_count == 1
+    assert channel.message_count == 2 and consumer.client.message_count == 2
+    assert not consumer.client.blocked and consumer.client.wakes == 0
+
+
+def test_a_lone_message_without_a_memory_queue_goes_through_the_backend(owners):
+    """--mem-queue-size 0 (not ephemeral): every message is written to disk first, as nsqd writes it,
+    a waiting consumer's included, and read back for it."""
+    nsqd = owners(mem_queue_size=0)
+    channel = channel_of(nsqd)
+    consumer = HoldingSubscriber(nsqd, channel)
+    consumer.wait()
+    assert put_direct(channel, msgs(1)) == [(consumer.client, [0])]
+    assert channel._backend.write_pos > 0  # (white-box: the disk queue took the write)
+    assert channel.depth() == 0 and channel.in_flight_count() == 1
+
+
 def test_a_lone_message_for_a_sampling_consumer_is_delivered_directly_too(owners):
     nsqd = owners()
     channel = channel_of(nsqd)
