@@ -4,6 +4,7 @@ loop, the registry of open connections, and the error-logging policy."""
 import errno
 import itertools
 import os
+import queue
 import selectors
 import socket
 import socketserver
@@ -201,15 +202,20 @@ class PromptShutdownMixIn:
         try:
             self.process_request(request, client_address)
         except RuntimeError as e:  # Thread.start: "can't start new thread" (the host's task limit)
-            self.limits.hit("thread", "cannot start a connection thread - %s" % e,
-                            "raise the task limit (ulimit -u, systemd TasksMax, pids cgroup)")
-            self.refuse_request(request, client_address)
+            self.refuse_threadless(request, client_address, e)
         except Exception:
             self.handle_error(request, client_address)
             self.shutdown_request(request)
         except BaseException:
             self.shutdown_request(request)
             raise
+
+    def refuse_threadless(self, request, client_address, error):
+        """The host had no thread for this connection (``error``: Thread.start's): report the
+        limit (at most once a while) and refuse the connection cleanly."""
+        self.limits.hit("thread", "cannot start a connection thread - %s" % error,
+                        "raise the task limit (ulimit -u, systemd TasksMax, pids cgroup)")
+        self.refuse_request(request, client_address)
 
     def refuse_request(self, request, client_address):
         """Answer a connection that gets no thread with the protocol's error, then close it.
@@ -259,6 +265,20 @@ class ConnectionThreadsMixIn:
     returned (a thread runs on after leaving the set: ``_ending``, pruned of
     finished threads at each accept).
 
+    A connection's thread is made by the thread that dispatches it (the
+    accept thread) and started by another, the starter (``thread_name`` +
+    ``-starter``, made with the first connection).  ``Thread.start`` waits
+    until the new thread has run, which under a burst of clients and a busy
+    GIL takes a millisecond or more: on the accept thread that wait set the
+    pace at which connections left the kernel's listen queue, and a burst of
+    a few thousand clients overflowed it (the kernel then drops handshakes,
+    which the clients retry 1 s, 3 s, 7 s... later: seconds, even minutes,
+    added to a burst).  Now the accept thread only accepts; the connections
+    wait for their thread in ``_to_start`` instead, in this process, in
+    accept order.  A thread the host cannot start (its task limit) has its
+    connection refused by :meth:`refuse_threadless`, which the server class
+    provides (:class:`PromptShutdownMixIn`).
+
     socketserver's ThreadingMixIn keeps a list that it reaps with a scan of
     every thread on each accept: O(connections) per accept.  The threads are
     daemon threads because ``threading`` also scans its non-daemon threads on
@@ -269,12 +289,18 @@ class ConnectionThreadsMixIn:
     thread_name = "conn"
 
     def __init__(self, *args, **kwargs):
-        self._conn_threads_lock = threading.Lock()  # guards _conn_threads and _ending
-        self._conn_threads = set()  # running connection threads
+        # Guards _conn_threads, _ending, _starter and _starter_closed, and orders the puts on
+        # _to_start (the closing None is the last).
+        self._conn_threads_lock = threading.Lock()
+        self._conn_threads = set()  # connection threads made and not yet ended (started or to start)
         self._ending = []  # threads that left _conn_threads, possibly still returning
+        self._to_start = queue.SimpleQueue()  # (thread, request, client_address) for the starter; None: exit
+        self._starter = None
+        self._starter_closed = False
         super().__init__(*args, **kwargs)
 
     def process_request(self, request, client_address):
+        """Make the connection's thread and queue it for the starter (never waits for it to run)."""
         t = threading.Thread(
             target=self._connection_thread,
             args=(request, client_address),
@@ -282,15 +308,39 @@ class ConnectionThreadsMixIn:
             daemon=True,
         )
         with self._conn_threads_lock:
-            self._conn_threads.add(t)
-            if self._ending:  # each accept prunes the threads that finished since the last
-                self._ending = [e for e in self._ending if e.is_alive()]
-        try:
-            t.start()
-        except BaseException:  # no thread (resource limits): the caller closes the request
-            with self._conn_threads_lock:
-                self._conn_threads.discard(t)
-            raise
+            if self._starter_closed:  # (closed: nothing starts threads any more)
+                closed = True
+            else:
+                closed = False
+                if self._starter is None:
+                    starter = threading.Thread(target=self._start_connection_threads,
+                                               name=self.thread_name + "-starter", daemon=True)
+                    starter.start()  # (RuntimeError without a thread: the caller refuses the connection)
+                    self._starter = starter
+                self._conn_threads.add(t)
+                if self._ending:  # each accept prunes the threads that finished since the last
+                    self._ending = [e for e in self._ending if e.is_alive()]
+                self._to_start.put((t, request, client_address))
+        if closed:
+            self.shutdown_request(request)
+
+    def _start_connection_threads(self):
+        """The starter thread: start each queued connection's thread, in order, until None."""
+        while True:
+            item = self._to_start.get()
+            if item is None:
+                return
+            t, request, client_address = item
+            try:
+                t.start()
+            except BaseException as e:
+                with self._conn_threads_lock:
+                    self._conn_threads.discard(t)
+                if isinstance(e, RuntimeError):  # "can't start new thread" (the host's task limit)
+                    self.refuse_threadless(request, client_address, e)
+                else:
+                    self.handle_error(request, client_address)
+                    self.shutdown_request(request)
 
     def _connection_thread(self, request, client_address):
         handed_off = False
@@ -309,6 +359,12 @@ class ConnectionThreadsMixIn:
 
     def server_close(self):
         super().server_close()
+        with self._conn_threads_lock:
+            self._starter_closed = True
+            starter = self._starter
+            self._to_start.put(None)
+        if starter is not None:
+            starter.join()  # every queued thread is started (or refused) by then
         with self._conn_threads_lock:
             threads = list(self._conn_threads) + self._ending
         for t in threads:

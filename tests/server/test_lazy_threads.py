@@ -1,5 +1,8 @@
 """Threads that only serve work start with their first: a broker that never has any never starts them."""
 
+import threading
+import urllib.request
+
 import pytest
 
 from nsqd_threaded import NSQD, Options
@@ -46,3 +49,35 @@ def test_a_broker_without_work_starts_and_stops_without_them(tmp_path):
     finally:
         nsqd.stop()
     assert (tmp_path / "nsqd.dat").read_bytes() == b'{"topics":null,"version":"1.3.0"}'
+
+
+def starters():
+    return [t for t in threading.enumerate() if t.name in ("nsqd-conn-starter", "nsqd-http-starter")]
+
+
+@pytest.mark.timeout(60)
+def test_each_listener_starts_its_connection_threads_from_a_starter_made_with_its_first_connection(tmp_path):
+    """The accept thread only accepts: a listener's first connection makes its starter thread, which
+    starts every connection thread after it, and the broker's stop joins it."""
+    before = starters()
+    nsqd = NSQD(Options(data_path=str(tmp_path), tcp_address="127.0.0.1:0", http_address="127.0.0.1:0"),
+                log_stream=LogCapture()).start()
+    try:
+        assert starters() == before  # no connection yet
+        conns = [Conn(nsqd.tcp_address) for _ in range(20)]  # their threads, started in accept order
+        try:
+            for i, conn in enumerate(conns):
+                conn.pub("t", b"%d" % i)
+        finally:
+            for conn in conns:
+                conn.close()
+        (tcp_starter,) = [t for t in starters() if t not in before]
+        assert tcp_starter.name == "nsqd-conn-starter"
+        with urllib.request.urlopen("http://%s:%d/ping" % nsqd.http_address, timeout=10) as resp:
+            assert resp.read() == b"OK"
+        (http_starter,) = [t for t in starters() if t not in before and t is not tcp_starter]
+        assert http_starter.name == "nsqd-http-starter"
+        assert nsqd.get_topic("t").depth() == 20
+    finally:
+        nsqd.stop()
+    assert not tcp_starter.is_alive() and not http_starter.is_alive()
