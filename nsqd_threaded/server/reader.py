@@ -106,15 +106,21 @@ class Reader:
         """Start a command (its deadline) and return its line's params, split as nsqd splits them
         (see :func:`~nsqd_threaded.wire.protocol_v2.parse_line`, inline here: once per command)."""
         self._deadline = None
-        while True:
+        buf = self._buf
+        pos = self._pos
+        if pos == len(buf):  # drained (one command at a time): nothing to search before the recv
+            self._fill()
             buf = self._buf
             pos = self._pos
+        while True:
             i = buf.find(b"\n", pos, pos + MAX_LINE)
             if i >= 0:
                 break
             if len(buf) - pos >= MAX_LINE:
                 raise ConnectionEnded("line longer than %d bytes" % MAX_LINE)
             self._fill()
+            buf = self._buf
+            pos = self._pos
         self._pos = i + 1
         if i > pos and buf[i - 1] == 13:  # one trailing \r is dropped
             i -= 1
@@ -133,19 +139,23 @@ class Reader:
 
     def _fill(self, missing=0):
         """One recv; ``missing`` is how many more bytes the caller is known to need."""
-        if self._connection is not None and self._connection.disconnected:
+        connection = self._connection
+        if connection is not None and connection.disconnected:
             raise ConnectionEnded("closed by the broker")
-        if self._command_timeout is not None:
+        timeout = self._command_timeout
+        if timeout is not None:
             now = _monotonic()
-            if self._deadline is None:  # the command's first recv: its deadline starts now
-                self._deadline = now + self._command_timeout
-                if self._timeout != self._command_timeout:  # (lowered for the last command)
-                    self._set_timeout(self._command_timeout)
-            remaining = self._deadline - now
-            if remaining <= 0:
-                raise ConnectionEnded("i/o timeout")
-            if remaining < self._timeout * 0.5:
-                self._set_timeout(remaining)
+            deadline = self._deadline
+            if deadline is None:  # the command's first recv: its deadline starts now, all of it left
+                self._deadline = now + timeout
+                if self._timeout != timeout:  # (lowered for the last command)
+                    self._set_timeout(timeout)
+            else:
+                remaining = deadline - now
+                if remaining <= 0:
+                    raise ConnectionEnded("i/o timeout")
+                if remaining < self._timeout * 0.5:
+                    self._set_timeout(remaining)
             tick_at = self._tick_at
             if tick_at is not None and now >= tick_at:
                 self._tick_at = self._ticker(now)
@@ -156,11 +166,11 @@ class Reader:
             return
         chunk = self._chunk
         size = len(chunk)
-        want = 2 * size if self._last_recv == size else missing
-        if want > size:
+        last = self._last_recv
+        if last == size or missing > size:  # (the usual command needs neither: one test)
             if size < MAX_CHUNK:  # a large body, or a stream: fewer, larger recvs
-                chunk = self._chunk = bytearray(min(MAX_CHUNK, want))
-        elif size > MIN_CHUNK and missing <= MIN_CHUNK and self._last_recv < size // 8:
+                chunk = self._chunk = bytearray(min(MAX_CHUNK, 2 * size if last == size else missing))
+        elif size > MIN_CHUNK and missing <= MIN_CHUNK and last < size // 8:
             chunk = self._chunk = bytearray(MIN_CHUNK)  # quiet again: give the memory back
         try:
             n = self._sock.recv_into(chunk)
