@@ -97,9 +97,10 @@ class DirectDeliveries(list):
     * The publisher makes one (before it takes any lock) and passes it down
       the fan-out to :meth:`Channel.put_messages`.
     * Acquire: under the channel's lock, :meth:`Channel._deliver_to_waiting_locked`
-      calls a waiting consumer's :meth:`Subscriber.hold_output` (never
-      blocks); only if that reserved the output does it take messages for
-      the consumer, and it appends ``(consumer, messages)`` here at once.
+      (or, for a lone message, :meth:`Channel._deliver_one_locked`) calls a
+      waiting consumer's :meth:`Subscriber.hold_output` (never blocks); only
+      if that reserved the output does it take messages for the consumer,
+      and it appends ``(consumer, messages)`` here at once.
     * Release: the publisher calls :meth:`release` once it holds no lock,
       in a ``finally``: each output is written and released, whatever
       happened in between (a failed put included).
