@@ -18,7 +18,7 @@ STATE_CLOSING = 4
 
 
 class Client:
-    """A connected client; as a subscriber, the :class:`~nsqd_threaded.broker.channel.Subscriber` of its channel.
+    """A connected client; as a subscriber, the :class:`~nsqd_threaded.broker.delivery.Subscriber` of its channel.
 
     Its state changes through verbs (:meth:`identify`, :meth:`subscribe`,
     :meth:`set_ready`, :meth:`start_close`, :meth:`count_published`) called by

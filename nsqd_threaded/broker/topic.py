@@ -30,7 +30,8 @@ from ..wire.message import (DEFERRED, MESSAGES, RECORD_HEADER, RECORDS, Message,
                             new_records)
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .backed_queue import BackedQueue
-from .channel import DIRECT_DELIVERY_BYTES, Channel, ChannelError, DirectDeliveries
+from .channel import Channel, ChannelError
+from .delivery import DIRECT_DELIVERY_BYTES, DirectDeliveries
 from .guid import GUIDFactory
 
 PUMP_BATCH = 1024  # backlog entries the pump fans out per hold of the topic lock
@@ -160,13 +161,13 @@ class Topic(BackedQueue):
 
         The fan-out may deliver some directly to waiting consumers: their
         outputs, reserved under the locks, are written and released in the
-        ``finally``, once no lock is held (:class:`~.channel.DirectDeliveries`).
+        ``finally``, once no lock is held (:class:`~.delivery.DirectDeliveries`).
 
         Durable mode: written to the topic's disk queue and acknowledged only
         after an fsync that concurrent publishers share (group commit).
         """
         token = None
-        # (None: every waiting consumer's pump is woken instead; see channel.DIRECT_DELIVERY_BYTES)
+        # (None: every waiting consumer's pump is woken instead; see delivery.DIRECT_DELIVERY_BYTES)
         deliveries = DirectDeliveries() if size <= DIRECT_DELIVERY_BYTES or len(entries) == 1 else None
         try:
             with self._lock:

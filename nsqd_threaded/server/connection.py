@@ -19,7 +19,7 @@ Frames from both threads go through :meth:`ClientConnection.send`, serialized
 by ``_write_lock``.  A pump batch is written with one ``sendall``.
 
 A publisher's thread may write messages to a consumer too (direct delivery,
-see :class:`~nsqd_threaded.broker.channel.DirectDeliveries`):
+see :class:`~nsqd_threaded.broker.delivery.DirectDeliveries`):
 :meth:`ClientConnection.hold_output` acquires ``_write_lock`` without
 waiting, and :meth:`ClientConnection.deliver_held` sends without blocking
 and releases it.  What the socket did not take is kept as ``_pending`` and written by

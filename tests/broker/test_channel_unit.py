@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from nsqd_threaded.broker.channel import DIRECT_DELIVERY_BYTES, DIRECT_DELIVERY_MAX, REFILL_MAX, ChannelError, DirectDeliveries, FinishError
+from nsqd_threaded.broker.channel import ChannelError, FinishError
+from nsqd_threaded.broker.delivery import DIRECT_DELIVERY_BYTES, DIRECT_DELIVERY_MAX, REFILL_MAX, DirectDeliveries
 from nsqd_threaded.wire.message import Message
 
 from support.core import DrivenSubscriber, HoldingSubscriber, OutputClient

@@ -12,7 +12,7 @@ import weakref
 
 import pytest
 
-from nsqd_threaded.broker.channel import Subscriber
+from nsqd_threaded.broker.delivery import Subscriber
 from nsqd_threaded.broker.client import STATE_CLOSING, STATE_SUBSCRIBED
 from nsqd_threaded.internal.process import FUTEX_HASH_SLOTS, widen_futex_hash
 from nsqd_threaded.server.connection import ClientConnection
