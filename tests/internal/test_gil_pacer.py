@@ -15,7 +15,8 @@ def test_the_pacer_sleeps_once_per_interval_of_walking(monkeypatch):
     assert len(sleeps) <= 2  # (a descheduled test may cross one or two intervals)
     walked = 0
     started = time.monotonic()
-    while time.monotonic() - started < 10 * gil.PACE_INTERVAL:
+    # At least 100 ticks as well: a test descheduled for the whole span would otherwise tick none.
+    while time.monotonic() - started < 10 * gil.PACE_INTERVAL or walked < 100:
         pacer.tick()
         walked += 1
     assert sleeps and all(s == 0 for s in sleeps)
