@@ -333,14 +333,18 @@ class ConnectionThreadsMixIn:
             t, request, client_address = item
             try:
                 t.start()
-            except BaseException as e:
-                with self._conn_threads_lock:
-                    self._conn_threads.discard(t)
-                if isinstance(e, RuntimeError):  # "can't start new thread" (the host's task limit)
-                    self.refuse_threadless(request, client_address, e)
-                else:
-                    self.handle_error(request, client_address)
-                    self.shutdown_request(request)
+            except RuntimeError as e:  # "can't start new thread" (the host's task limit)
+                self._forget_unstarted(t)
+                self.refuse_threadless(request, client_address, e)
+            except BaseException:
+                self._forget_unstarted(t)
+                self.handle_error(request, client_address)
+                self.shutdown_request(request)
+
+    def _forget_unstarted(self, t):
+        """A thread that never started: nothing joins it."""
+        with self._conn_threads_lock:
+            self._conn_threads.discard(t)
 
     def _connection_thread(self, request, client_address):
         handed_off = False
