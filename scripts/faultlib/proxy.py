@@ -23,7 +23,9 @@ def client_proxy(args):
     * reset: SIGUSR1 resets every proxied connection, both sides (an RST to the client and to the
       broker), as a middlebox dropping its state does; new connections are still accepted.
 
-    With ``--history``, each accepted connection, stall, flow and reset is written there."""
+    With ``--history``, each accepted connection, stall, flow and reset is written there.  Once it
+    listens, the proxy prints ``listening HOST:PORT`` on stdout, so ``--listen 127.0.0.1:0`` takes
+    an ephemeral port and the caller reads which."""
     sys.path.insert(0, REPO)
     from nsqd_threaded.testing.faults import FaultProxy
 
@@ -42,6 +44,7 @@ def client_proxy(args):
                        bandwidth=args.bandwidth_kbps * 1024.0 or None, seed=args.seed, on_event=record)
     stalled = False
     with proxy:
+        print("listening %s:%d" % proxy.address, flush=True)
         while not stop.is_set():
             while toggles:
                 if toggles.pop(0) == "reset":

@@ -129,22 +129,17 @@ def test_proxy_stall_holds_bytes_and_reset_sends_rst_both_ways(tmp_path):
     upstream = socket.socket()
     upstream.bind(("127.0.0.1", 0))
     upstream.listen(4)
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    listen = "127.0.0.1:%d" % probe.getsockname()[1]
-    probe.close()
     history = str(tmp_path / "proxy.jsonl")
-    proc = _proxy(["--listen", listen, "--target", "127.0.0.1:%d" % upstream.getsockname()[1],
+    # The proxy binds an ephemeral port itself and says which: a port probed here and closed could
+    # be taken by another listener before the proxy binds it.
+    proc = _proxy(["--listen", "127.0.0.1:0", "--target", "127.0.0.1:%d" % upstream.getsockname()[1],
                    "--history", history, "--bandwidth-kbps", "64"])
     client = server = None
     try:
-        def connected():
-            try:
-                return socket.create_connection(("127.0.0.1", int(listen.split(":")[1])), timeout=10)
-            except ConnectionRefusedError:
-                return None
-
-        client = wait_for(connected, 20, interval=0.05, what="the proxy to listen")
+        line = proc.stdout.readline().decode()
+        assert line.startswith("listening "), line
+        port = int(line.split(":")[-1])
+        client = socket.create_connection(("127.0.0.1", port), timeout=10)
         upstream.settimeout(10)
         server, _ = upstream.accept()
         server.settimeout(10)
