@@ -87,6 +87,10 @@ class BrokerCore:
         self._scan_passed = threading.Condition(threading.Lock())  # signals: a scan pass after a skip ended
         self._skips_scanned = 0
         self._scanner_running = False
+        # Names of the disk queues that may have files in the data directory: those with a file
+        # there when it was first listed, and every one opened since (None until that listing).
+        self._queue_names_lock = threading.Lock()  # guards _queue_names
+        self._queue_names = None
 
     # -- factories used by topics and channels ------------------------------
 
@@ -110,7 +114,27 @@ class BrokerCore:
             options.sync_timeout,
             self.log,
             clock=self.clock.time_ns,  # deferred records' due times
+            fresh=not self._queue_may_have_files(name),
         )
+
+    def _queue_may_have_files(self, name):
+        """False when the disk queue ``name`` certainly has no file in the data directory.
+
+        The directory is listed once, with the first queue opened; from then on
+        only this broker writes there (as in Go nsqd, one broker per data
+        directory), and a queue can have files only if it had some then or has
+        been opened since.  A burst of SUBs to new channels then opens each
+        channel's queue without looking for its metadata, write and deferred
+        files (three failed system calls, each a GIL hand-off under load).
+        """
+        with self._queue_names_lock:
+            names = self._queue_names
+            if names is None:
+                names = self._queue_names = _queue_names_in(self.data_path)
+            if name in names:
+                return True
+            names.add(name)
+            return False
 
     def backend_put(self, backend, msgs):
         """Write to a backend and record health, as nsqd's SetHealth does after each write.
@@ -561,6 +585,37 @@ class BrokerCore:
             return None if any(c.owes_delivery() for t in self.topics() for c in t.channels()) else True
 
         self.watch.wait_for(delivered, ADVANCE_DELIVERY_TIMEOUT)
+
+
+def _queue_names_in(data_path):
+    """The disk queue names that files in ``data_path`` may belong to (``NAME.diskqueue.*``).
+
+    A topic or channel name may itself hold ``.diskqueue.``: every prefix that
+    ends before one counts, which can only name too many queues, never too few.
+    An unreadable directory names every queue (an object that contains all).
+    """
+    marker = ".diskqueue."
+    names = set()
+    try:
+        with os.scandir(data_path or ".") as entries:
+            for entry in entries:
+                at = entry.name.find(marker)
+                while at > 0:
+                    names.add(entry.name[:at])
+                    at = entry.name.find(marker, at + 1)
+    except OSError:
+        return _Everything()
+    return names
+
+
+class _Everything:
+    """Contains every name (see :func:`_queue_names_in`)."""
+
+    def __contains__(self, name):
+        return True
+
+    def add(self, name):
+        pass
 
 
 def _stored_json(own):

@@ -49,6 +49,7 @@ except ImportError:  # no POSIX ioctl: no epoll either, so no watcher (see new_i
 from ..internal.process import malloc_trim, widen_futex_hash
 
 IDLE_AFTER = 0.5  # seconds without a byte before a connection thread parks
+REPARK_AFTER = 2.0  # seconds parked after which a wake-up's next recv parks at once when nothing is there
 MAX_RUNNING = 32  # released parked threads that may be running at once
 MAX_TEARDOWNS = 4  # released threads whose peer hung up (their client already gone) tearing down at once
 PERMIT_WAIT = 1.0  # seconds the watcher waits for a permit before releasing a thread without one

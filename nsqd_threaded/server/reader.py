@@ -14,7 +14,7 @@ import time
 from ..internal.dial import timeval as _timeval
 from ..wire import protocol_v2
 from ..wire.transport import TransportError
-from .idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED
+from .idle import IDLE_AFTER, REPARK_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED
 
 
 class ConnectionEnded(Exception):
@@ -30,6 +30,7 @@ MAX_LINE = protocol_v2.MAX_LINE
 _monotonic = time.monotonic
 MAX_CHUNK = 262144
 _decode_size_from = protocol_v2.decode_size_from
+_MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
 
 
 class Reader:
@@ -55,6 +56,8 @@ class Reader:
         the watcher calls it when the peer has closed the parked connection.
         """
         self._sock = sock
+        # What _fill receives with: the socket's recv_into, or once after a long park _recv_or_park.
+        self._recv_into = sock.recv_into
         self._connection = connection
         self._ticker = ticker
         self._tick_at = 0.0 if ticker is not None else None  # when to call the ticker next
@@ -173,8 +176,8 @@ class Reader:
         elif size > MIN_CHUNK and missing <= MIN_CHUNK and last < size // 8:
             chunk = self._chunk = bytearray(MIN_CHUNK)  # quiet again: give the memory back
         try:
-            n = self._sock.recv_into(chunk)
-        except BlockingIOError:  # SO_RCVTIMEO: idle, or the deadline passed
+            n = self._recv_into(chunk)
+        except BlockingIOError:  # SO_RCVTIMEO: idle, or the deadline passed (or _recv_or_park found nothing)
             n = self._recv_after_idle(chunk)
         except (OSError, ValueError) as e:  # reset, closed
             raise ConnectionEnded(str(e)) from None
@@ -234,8 +237,17 @@ class Reader:
     def _recv_after_idle(self, chunk):
         """The recv timed out: park with the idle watcher (without one: recv
         again) until readable, sending heartbeats as they fall due; then recv
-        (ConnectionEnded at the deadline)."""
+        (ConnectionEnded at the deadline).
+
+        A connection parked for :data:`~nsqd_threaded.server.idle.REPARK_AFTER`
+        seconds or more is taken to be idle still after what woke it (most
+        often the NOP answering a heartbeat): its next recv does not wait
+        IDLE_AFTER seconds in the kernel before parking again, but parks at
+        once if nothing is there (:meth:`_recv_or_park`).  Otherwise a tenth of
+        the idle consumers of a 5-second heartbeat would be blocked in recv at
+        any moment, each waking on its own when the peers go away together."""
         idle = self._idle
+        parked_at = _monotonic() if idle is not None else None
         while True:
             wait = None
             tick_at = None
@@ -278,7 +290,15 @@ class Reader:
                 return n
             if counted:
                 idle.resumed()
+            if parked_at is not None and _monotonic() - parked_at >= REPARK_AFTER:
+                self._recv_into = self._recv_or_park
             return n
+
+    def _recv_or_park(self, chunk):
+        """One recv that does not wait (BlockingIOError when nothing is there: the caller parks);
+        the recvs after it wait as usual."""
+        recv_into = self._recv_into = self._sock.recv_into
+        return recv_into(chunk, 0, _MSG_DONTWAIT)
 
     def close(self):
         """The connection is torn down: return a permit kept since its last recv."""

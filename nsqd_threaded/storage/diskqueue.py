@@ -113,7 +113,10 @@ class DiskQueue(DiskQueueFiles, Backend):
         sync_timeout=2.0,
         logger=None,
         clock=time.time_ns,
+        fresh=False,
     ):
+        """``fresh``: the caller knows that no file of this queue exists (see
+        ``BrokerCore._queue_may_have_files``): none is looked for."""
         self.name = name
         self._now_ns = clock  # the owner's clock (Unix ns): deferred records' due times
         self.data_path = data_path
@@ -147,10 +150,13 @@ class DiskQueue(DiskQueueFiles, Backend):
         self._sidecar = DeferredSidecar(self.deferred_file_name, name, self.log, SIDECAR_COMPACT_MIN,
                                         clock)
 
-        self._retrieve_meta_data()
-        self._recover_write_file()
+        self._fresh = fresh
+        if not fresh:
+            self._retrieve_meta_data()
+            self._recover_write_file()
         self._recovered()
-        self._sidecar.load((self.read_file_num, self.read_pos), (self.write_file_num, self.write_pos))
+        if not fresh:
+            self._sidecar.load((self.read_file_num, self.read_pos), (self.write_file_num, self.write_pos))
 
     def __repr__(self):
         return "DiskQueue(%r)" % self.name

@@ -376,7 +376,8 @@ class DurableDiskQueue(DiskQueue):
     # -- DiskQueue hooks ----------------------------------------------------------
 
     def _recovered(self):
-        self._adopt_unknown_files()
+        if not self._fresh:
+            self._adopt_unknown_files()
         self._commit_file = self.read_file_num  # files below it are deleted
         self._gsync = GroupSync(self.file_name, (self.write_file_num, self.write_pos))
 

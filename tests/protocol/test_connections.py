@@ -15,6 +15,7 @@ import pytest
 from nsqd_threaded.broker.delivery import Subscriber
 from nsqd_threaded.broker.client import STATE_CLOSING, STATE_SUBSCRIBED
 from nsqd_threaded.internal.process import FUTEX_HASH_SLOTS, widen_futex_hash
+from nsqd_threaded.internal.dial import timeval
 from nsqd_threaded.server.connection import ClientConnection
 from nsqd_threaded.server import idle
 from nsqd_threaded.server.idle import IDLE_AFTER, TIMED_OUT, WOKEN, WOKEN_UNCOUNTED, IdleWatcher
@@ -175,6 +176,46 @@ def test_reader_reports_eof():
             reader.readline()
     finally:
         feeder.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_long_parked_reader_woken_by_a_nop_parks_again_without_waiting(monkeypatch):
+    """After a park of REPARK_AFTER seconds or more, what woke the connection (a heartbeat's NOP)
+    does not keep its thread blocked in recv for IDLE_AFTER: the next recv parks at once."""
+    if not hasattr(socket, "MSG_DONTWAIT") or not hasattr(idle.select, "epoll"):
+        pytest.skip("no epoll or MSG_DONTWAIT here: connections are not parked")
+    from nsqd_threaded.server import reader as reader_module
+    monkeypatch.setattr(reader_module, "REPARK_AFTER", 0.0)
+    watcher = IdleWatcher()
+    watcher.start()
+    ours, theirs = socket.socketpair()
+    lines = []
+    try:
+        reader = Reader(ours, idle_watcher=watcher)
+
+        def read():
+            try:
+                while True:
+                    lines.append(reader.readline())
+            except ConnectionEnded:
+                pass
+
+        thread = threading.Thread(target=read, name="test-reader")
+        thread.start()
+        wait_for(lambda: ours.fileno() in watcher._parked, timeout=IDLE_AFTER * 20, what="parked")
+        first = watcher._parked[ours.fileno()]
+        # From now on a recv that waits waits a minute: only a recv that does not wait parks again.
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval(60))
+        theirs.sendall(b"NOP\n")
+        wait_for(lambda: lines == [b"NOP"], what="the NOP read")
+        wait_for(lambda: watcher._parked.get(ours.fileno()) not in (None, first), what="parked again")
+        theirs.close()
+        thread.join(10)
+        assert not thread.is_alive()
+    finally:
+        ours.close()
+        theirs.close()
+        watcher.stop()
 
 
 @pytest.mark.timeout(60)

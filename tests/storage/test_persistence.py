@@ -196,3 +196,47 @@ def test_a_burst_of_new_channels_reaches_nsqd_dat_and_survives_a_restart(tmp_pat
         assert sorted(c.name for c in topic.channels()) == sorted(names)
     finally:
         nsqd.stop()
+
+
+def test_a_queue_with_files_but_not_in_nsqd_dat_reads_them_when_created_and_a_new_one_looks_for_none(tmp_path):
+    """The data directory is listed once: a channel whose queue left files (nsqd.dat lost, or
+    files brought from another node) gets its backlog when it is created; a queue with no file
+    opens without looking for any, and one deleted then created again starts empty."""
+    nsqd = start(tmp_path, mem_queue_size=0)
+    try:
+        nsqd.get_topic("restored").get_channel("c")
+        with Conn(nsqd.tcp_address) as pub:
+            pub.mpub("restored", [b"a", b"b", b"c"])
+        wait_for(lambda: nsqd.get_existing_topic("restored").get_existing_channel("c").depth() == 3)
+    finally:
+        nsqd.stop()
+    os.remove(str(tmp_path / "nsqd.dat"))
+    assert any(name.startswith("restored:c.diskqueue.") for name in os.listdir(str(tmp_path)))
+    nsqd = start(tmp_path)
+    try:
+        assert nsqd.get_existing_topic("restored") is None
+        with Conn(nsqd.tcp_address) as sub:
+            sub.sub("restored", "c", rdy=5)
+            assert sorted(sub.read_message()[3] for _ in range(3)) == [b"a", b"b", b"c"]
+        # A channel never seen: opened fresh, no file looked for (none read back either).
+        fresh = nsqd.get_topic("restored").get_channel("new")
+        assert fresh._backend._fresh and fresh.depth() == 0
+        # Filled to disk, deleted (its files go), created again: empty, and looked for its files.
+        with Conn(nsqd.tcp_address) as pub:
+            pub.mpub("restored", [b"x"] * 4)
+        nsqd.get_topic("restored").delete_channel("new")
+        again = nsqd.get_topic("restored").get_channel("new")
+        assert not again._backend._fresh and again.depth() == 0
+    finally:
+        nsqd.stop()
+
+
+def test_queue_names_in_a_data_directory_name_every_queue_a_file_may_belong_to(tmp_path):
+    from nsqd_threaded.broker.core import _queue_names_in
+
+    for name in ("t.diskqueue.000000.dat", "t:c.diskqueue.meta.dat", "x.diskqueue.y.diskqueue.meta.dat",
+                 "nsqd.dat", "u:d.diskqueue.deferred.dat"):
+        (tmp_path / name).write_bytes(b"")
+    names = _queue_names_in(str(tmp_path))
+    assert names == {"t", "t:c", "x", "x.diskqueue.y", "u:d"}
+    assert "anything" in _queue_names_in(str(tmp_path / "missing"))  # unreadable: every queue may have files
