@@ -98,8 +98,15 @@ class IdleWatcher:
     """
 
     def __init__(self, max_running=MAX_RUNNING, trim=None, trim_after_closed=TRIM_AFTER_CLOSED, trim_quiet=TRIM_QUIET,
-                 max_teardowns=MAX_TEARDOWNS):
-        """``trim``: called with 0 to give memory back (default: glibc's ``malloc_trim``, if any)."""
+                 max_teardowns=MAX_TEARDOWNS, hangup_lock=None):
+        """``trim``: called with 0 to give memory back (default: glibc's ``malloc_trim``, if any).
+
+        ``hangup_lock``: held while the hangups of one wake-up run, taken once
+        for all of them (the daemon's teardown lock, which each hangup would
+        otherwise take for itself, and wait for whenever a connection thread
+        tearing down holds it: a mass close's thousands of hangups then cost
+        thousands of waits and GIL hand-offs)."""
+        self._hangup_lock = hangup_lock
         self._epoll = select.epoll()
         self._lock = threading.Lock()  # guards _parked, _stopping, _closed, _started and _thread
         self._parked = {}
@@ -238,6 +245,7 @@ class IdleWatcher:
             except InterruptedError:
                 continue
             stopping = False
+            hangups = []
             for fd, mask in events:
                 if fd == wake_r:
                     os.read(wake_r, 64)
@@ -251,14 +259,27 @@ class IdleWatcher:
                 # Chosen: its thread waits on its gate, so fd stays open until released.
                 permits = self._live
                 if entry[2] is not None and mask & HANGUP and not _unread(fd):
-                    entry[2]()
+                    hangups.append(entry[2])  # (called below, before any release)
                     permits = self._teardowns
                 if not permits.queued:
                     permits.stalled_since = time.monotonic()
                 permits.queued.append(entry)
+            if hangups:
+                self._run_hangups(hangups)
             self._release_queued(stopping)
             if stopping:
                 return
+
+    def _run_hangups(self, hangups):
+        """Call the hangups of one wake-up, under ``hangup_lock`` if there is one."""
+        lock = self._hangup_lock
+        if lock is None:
+            for hangup in hangups:
+                hangup()
+            return
+        with lock:
+            for hangup in hangups:
+                hangup()
 
     def _release_queued(self, stopping):
         """Release the queued threads there are permits for (all of them, uncounted, when
@@ -316,7 +337,7 @@ def _unread(fd):
     return count[0]
 
 
-def new_idle_watcher():
+def new_idle_watcher(hangup_lock=None):
     """An IdleWatcher where epoll exists, else None (and a futex hash wide enough for many threads).
 
     Widening the futex hash is process-wide, yet the daemon does it rather
@@ -326,4 +347,4 @@ def new_idle_watcher():
     if not hasattr(select, "epoll"):
         return None
     widen_futex_hash()
-    return IdleWatcher()
+    return IdleWatcher(hangup_lock=hangup_lock)

@@ -490,12 +490,13 @@ def leave_on_hangup(nsqd, client):
     Runs on the watcher thread, so that after a mass disconnect every client
     leaves its channel in one pass instead of as its thread's turn comes; the
     connection thread's teardown (:func:`handle_connection`) repeats both
-    steps, which then find nothing to do.  Never raises (the watcher must go on).
+    steps, which then find nothing to do.  The watcher holds
+    ``nsqd.teardown_lock`` meanwhile, taken once for all the hangups of its
+    wake-up (the daemon makes its watcher so).  Never raises (the watcher must go on).
     """
     try:
-        with nsqd.teardown_lock:
-            client.stop_pump(wake=False)  # (its connection thread's teardown wakes it)
-            nsqd.remove_client(client)
+        client.stop_pump(wake=False)  # (its connection thread's teardown wakes it)
+        nsqd.remove_client(client)
     except Exception:  # noqa: BLE001 - logged; the connection thread's teardown still runs
         nsqd.log.error("client(%s): leaving on hangup failed\n%s", client, traceback.format_exc())
 
