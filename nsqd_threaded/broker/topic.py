@@ -45,7 +45,9 @@ class Topic(BackedQueue):
     """A topic.
 
     ``_lock`` (BackedQueue's) guards the channel map, the backlog (memory and
-    backend), ``paused``/``exiting``/``_started``/``_held``, and the counters.
+    backend), ``paused``/``exiting``/``_started``/``_held``, the counters, and
+    the pre-creation bookkeeping (``_channel_deletions``, ``_deleted_channels``,
+    ``_precreations``).
     ``_backlog_ready`` (a Condition on ``_lock``) signals the pump that the
     backlog may now be drained or that it must exit.
     """
@@ -68,6 +70,12 @@ class Topic(BackedQueue):
         # pre-created from nsqlookupd; the backlog keeps the messages for all of them).
         self._held = held
         self._delete_scheduled = False
+        # While the cluster is asked for this topic's channels (:meth:`begin_precreation`),
+        # a deleted channel's name is kept with its deletion's number, so that an answer
+        # sent before the deletion does not create the channel again.
+        self._channel_deletions = 0
+        self._deleted_channels = {}  # name -> number of its last deletion, while _precreations
+        self._precreations = 0
         self.message_count = 0
         self.message_bytes = 0
         self._pump = threading.Thread(target=self._pump_loop, name="nsqd-topic-pump[%s]" % name, daemon=True)
@@ -316,12 +324,40 @@ class Topic(BackedQueue):
 
     def get_channel(self, name):
         """Get or create a channel."""
+        return self._get_channel(name)
+
+    def begin_precreation(self):
+        """The cluster is about to be asked for this topic's channels: returns the mark
+        to give :meth:`precreate_channels` with the answer."""
+        with self._lock:
+            self._precreations += 1
+            return self._channel_deletions
+
+    def precreate_channels(self, names, mark):
+        """Create the channels of the cluster's answer (its query began at ``mark``),
+        except those deleted here since: the answer may predate their deletion.
+
+        Ends what :meth:`begin_precreation` began, also when it raises
+        :class:`TopicError` (the topic exiting).
+        """
+        try:
+            for name in names:
+                self._get_channel(name, unless_deleted_since=mark)
+        finally:
+            with self._lock:
+                self._precreations -= 1
+                if not self._precreations:
+                    self._deleted_channels.clear()
+
+    def _get_channel(self, name, unless_deleted_since=None):
         with self._lock:
             channel = self._channels.get(name)
             if channel is not None:
                 return channel
             if self.exiting:
                 raise TopicError("exiting")
+            if unless_deleted_since is not None and self._deleted_channels.get(name, -1) >= unless_deleted_since:
+                return None
             channel = Channel(self.name, name, self._nsqd)
             self._channels[name] = channel
             if self._memory or self._backend.depth():
@@ -358,6 +394,9 @@ class Topic(BackedQueue):
         with self._lock:
             if self._channels.get(name) is channel:
                 del self._channels[name]
+                if self._precreations:
+                    self._deleted_channels[name] = self._channel_deletions
+                self._channel_deletions += 1
             self._nsqd.log.info("TOPIC(%s): deleted channel(%s)", self.name, name)
             self._nsqd.lookupd_notify(encode_unregister(self.name, name))
             delete_topic = (

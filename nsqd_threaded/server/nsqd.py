@@ -427,25 +427,31 @@ class NSQD(BrokerCore):
                                "(holding its messages until one answers)", topic.name)
             return False
         options = self.options
-        channels, errors = query_topic_channels(
-            addresses, topic.name, options.http_client_connect_timeout, options.http_client_request_timeout
-        )
-        if errors:
-            what = "failed to query any nsqlookupd" if len(errors) == len(addresses) else "partial failure"
-            self.log.warn(
-                "failed to query nsqlookupd for channels to pre-create for topic %s - %s: %s",
-                topic.name, what, "; ".join(errors),
+        mark = topic.begin_precreation()
+        names = []
+        try:
+            channels, errors = query_topic_channels(
+                addresses, topic.name, options.http_client_connect_timeout, options.http_client_request_timeout
             )
-            if len(errors) == len(addresses):
-                return False
-        for name in channels:
-            if name.endswith("#ephemeral"):
-                continue  # an ephemeral channel exists only with its consumers
-            if not is_valid_name(name):
-                self.log.warn("skipping pre-creation of invalid channel %s for topic %s", name, topic.name)
-                continue
+            if errors:
+                what = "failed to query any nsqlookupd" if len(errors) == len(addresses) else "partial failure"
+                self.log.warn(
+                    "failed to query nsqlookupd for channels to pre-create for topic %s - %s: %s",
+                    topic.name, what, "; ".join(errors),
+                )
+                if len(errors) == len(addresses):
+                    return False
+            for name in channels:
+                if name.endswith("#ephemeral"):
+                    continue  # an ephemeral channel exists only with its consumers
+                if not is_valid_name(name):
+                    self.log.warn("skipping pre-creation of invalid channel %s for topic %s", name, topic.name)
+                    continue
+                names.append(name)
+        finally:
             try:
-                topic.get_channel(name)
+                # (a channel deleted here while the lookupds answered is not created again)
+                topic.precreate_channels(names, mark)
             except TopicError:
-                break  # deleted meanwhile
+                pass  # the topic was deleted meanwhile
         return True

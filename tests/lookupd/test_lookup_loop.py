@@ -331,6 +331,56 @@ def test_channel_query_request(make_nsqd, fakes):
         t.join()
 
 
+def test_a_channel_deleted_while_the_lookupds_answer_is_not_created_again(make_nsqd, fakes):
+    """The answer to the pre-creation query can predate a deletion made here meanwhile (an
+    operator's, or the last consumer of a channel leaving): that channel stays deleted, and
+    the answer's other channels are created."""
+    import http.server
+
+    arrived, answer = threading.Event(), threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            arrived.set()
+            answer.wait(30)
+            body = b'{"channels":["c","d"]}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=server.serve_forever, name="fake-lookupd-http")
+    t.start()
+    try:
+        fake = fakes(info={"broadcast_address": "127.0.0.1", "http_port": server.server_address[1],
+                           "tcp_port": 1, "version": "1.3.0"})
+        nsqd = make_nsqd(nsqlookupd_tcp_addresses=[fake.addr], lookupd_ping_interval=0.05)
+        wait_connected(fake)
+        creator = threading.Thread(target=nsqd.get_topic, args=("t",), name="test-topic-creator")
+        creator.start()
+        assert arrived.wait(30)
+        topic = nsqd.get_existing_topic("t")
+        topic.get_channel("c")
+        topic.delete_channel("c")
+        answer.set()
+        creator.join(30)
+        assert sorted(c.name for c in topic.channels()) == ["d"]
+        # a deletion before a query began does not count against its answer
+        mark = topic.begin_precreation()
+        topic.precreate_channels(["c"], mark)
+        assert sorted(c.name for c in topic.channels()) == ["c", "d"]
+        assert sorted(c.name for c in nsqd.get_topic("u").channels()) == ["c", "d"]
+    finally:
+        answer.set()
+        server.shutdown()
+        server.server_close()
+        t.join()
+
+
 def test_ephemeral_auto_delete_unregisters(make_nsqd, fakes):
     fake = fakes()
     nsqd = make_nsqd(nsqlookupd_tcp_addresses=[fake.addr], lookupd_ping_interval=0.05)
