@@ -70,9 +70,9 @@ class Topic(BackedQueue):
         # pre-created from nsqlookupd; the backlog keeps the messages for all of them).
         self._held = held
         self._delete_scheduled = False
-        # While the cluster is asked for this topic's channels (:meth:`begin_precreation`),
-        # a deleted channel's name is kept with its deletion's number, so that an answer
-        # sent before the deletion does not create the channel again.
+        # Until the cluster has answered for this topic's channels (from begin_precreation to
+        # end_precreation), a deleted channel's name is kept with its deletion's number, so
+        # that an answer sent before the deletion does not create the channel again.
         self._channel_deletions = 0
         self._deleted_channels = {}  # name -> number of its last deletion, while _precreations
         self._precreations = 0
@@ -327,27 +327,27 @@ class Topic(BackedQueue):
         return self._get_channel(name)
 
     def begin_precreation(self):
-        """The cluster is about to be asked for this topic's channels: returns the mark
-        to give :meth:`precreate_channels` with the answer."""
+        """The cluster is to be asked for this topic's channels, until it answers
+        (:meth:`end_precreation`): returns the mark to give :meth:`precreate_channels`.
+
+        Meanwhile the names of the (durable) channels deleted here are kept.
+        """
         with self._lock:
             self._precreations += 1
             return self._channel_deletions
 
     def precreate_channels(self, names, mark):
-        """Create the channels of the cluster's answer (its query began at ``mark``),
-        except those deleted here since: the answer may predate their deletion.
+        """Create the channels of the cluster's answer, except those deleted here since
+        ``mark``: the answer may predate their deletion.  TopicError once the topic exits."""
+        for name in names:
+            self._get_channel(name, unless_deleted_since=mark)
 
-        Ends what :meth:`begin_precreation` began, also when it raises
-        :class:`TopicError` (the topic exiting).
-        """
-        try:
-            for name in names:
-                self._get_channel(name, unless_deleted_since=mark)
-        finally:
-            with self._lock:
-                self._precreations -= 1
-                if not self._precreations:
-                    self._deleted_channels.clear()
+    def end_precreation(self):
+        """The cluster has answered (or will not be asked again): forget the deletions."""
+        with self._lock:
+            self._precreations -= 1
+            if not self._precreations:
+                self._deleted_channels.clear()
 
     def _get_channel(self, name, unless_deleted_since=None):
         with self._lock:
@@ -394,7 +394,7 @@ class Topic(BackedQueue):
         with self._lock:
             if self._channels.get(name) is channel:
                 del self._channels[name]
-                if self._precreations:
+                if self._precreations and not channel.ephemeral:  # (an ephemeral one is never pre-created)
                     self._deleted_channels[name] = self._channel_deletions
                 self._channel_deletions += 1
             self._nsqd.log.info("TOPIC(%s): deleted channel(%s)", self.name, name)

@@ -80,10 +80,10 @@ class NSQD(BrokerCore):
         self._stopped = threading.Event()
         self._lookup = LookupPeers(self)  # the lookupd peer threads (started by start())
         # Topics created while lookupds are configured but none has answered the channel query
-        # yet: name -> (Topic, monotonic deadline of its hold, math.inf once released).  Guarded
-        # by the core's _lock.  Each is held (delivers nothing, its backlog keeps every message)
-        # until a lookupd answers or the deadline passes, and is queried again on each lookupd
-        # connect until one answers.
+        # yet: name -> (Topic, monotonic deadline of its hold, math.inf once released, the mark of
+        # its Topic.begin_precreation).  Guarded by the core's _lock.  Each is held (delivers
+        # nothing, its backlog keeps every message) until a lookupd answers or the deadline
+        # passes, and is queried again on each lookupd connect until one answers.
         self._unqueried_topics = {}
         self._statsd = None  # the StatsdLoop when --statsd-address is set (started by start())
         self._metadata_writer = None  # the nsqd-metadata thread (runs BrokerCore.metadata_loop)
@@ -319,7 +319,8 @@ class NSQD(BrokerCore):
         if not addresses:  # no lookupd will ever answer: deliver now
             with self._lock:
                 held, self._unqueried_topics = self._unqueried_topics, {}
-            for topic, _ in held.values():
+            for topic, _, _ in held.values():
+                topic.end_precreation()
                 topic.start()
 
     # -- cluster (nsqlookupd) ------------------------------------------------------
@@ -364,9 +365,9 @@ class NSQD(BrokerCore):
         """A lookupd peer (re)connected: pre-create the channels of the topics no lookupd
         answered for yet, and let those still held deliver (called by the peer's thread)."""
         with self._lock:
-            topics = [t for t, _ in self._unqueried_topics.values()]
-        for topic in topics:
-            if self._precreate_channels(topic):
+            topics = [(t, mark) for t, _, mark in self._unqueried_topics.values()]
+        for topic, mark in topics:
+            if self._precreate_channels(topic, mark):
                 self._topic_answered(topic)
 
     def _start_topic(self, topic):
@@ -383,9 +384,12 @@ class NSQD(BrokerCore):
             topic.start()
             return
         deadline = time.monotonic() + self.options.lookupd_channel_query_hold
+        # From here until a lookupd answers, a channel deleted on this broker is not created
+        # again from an answer (which may predate the deletion).
+        mark = topic.begin_precreation()
         with self._lock:
-            self._unqueried_topics[topic.name] = (topic, deadline)
-        if self._precreate_channels(topic):
+            self._unqueried_topics[topic.name] = (topic, deadline, mark)
+        if self._precreate_channels(topic, mark):
             self._topic_answered(topic)
 
     def _topic_answered(self, topic):
@@ -393,6 +397,10 @@ class NSQD(BrokerCore):
             entry = self._unqueried_topics.get(topic.name)
             if entry is not None and entry[0] is topic:
                 del self._unqueried_topics[topic.name]
+            else:
+                entry = None
+        if entry is not None:  # (another thread's answer may have come first)
+            topic.end_precreation()
         topic.start()
 
     def _release_held_topics(self, now):
@@ -401,11 +409,11 @@ class NSQD(BrokerCore):
             return
         due = []
         with self._lock:
-            for name, (topic, deadline) in list(self._unqueried_topics.items()):
+            for name, (topic, deadline, mark) in list(self._unqueried_topics.items()):
                 if topic.exiting:
                     del self._unqueried_topics[name]
                 elif deadline <= now:
-                    self._unqueried_topics[name] = (topic, math.inf)
+                    self._unqueried_topics[name] = (topic, math.inf, mark)
                     due.append(topic)
         for topic in due:
             self.log.warn(
@@ -415,10 +423,12 @@ class NSQD(BrokerCore):
             )
             topic.start()
 
-    def _precreate_channels(self, topic):
+    def _precreate_channels(self, topic, mark):
         """Create the channels the cluster knows for a new topic; True when a lookupd answered.
 
-        As Go nsqd: blocks the caller for the lookupd queries.
+        As Go nsqd: blocks the caller for the lookupd queries.  A channel deleted
+        here since ``mark`` (the topic's :meth:`~nsqd_threaded.broker.topic.Topic.begin_precreation`)
+        is not created again: the answer may predate its deletion.
         """
         addresses = self._lookup.http_addresses()
         if not addresses:
@@ -427,31 +437,27 @@ class NSQD(BrokerCore):
                                "(holding its messages until one answers)", topic.name)
             return False
         options = self.options
-        mark = topic.begin_precreation()
-        names = []
-        try:
-            channels, errors = query_topic_channels(
-                addresses, topic.name, options.http_client_connect_timeout, options.http_client_request_timeout
+        channels, errors = query_topic_channels(
+            addresses, topic.name, options.http_client_connect_timeout, options.http_client_request_timeout
+        )
+        if errors:
+            what = "failed to query any nsqlookupd" if len(errors) == len(addresses) else "partial failure"
+            self.log.warn(
+                "failed to query nsqlookupd for channels to pre-create for topic %s - %s: %s",
+                topic.name, what, "; ".join(errors),
             )
-            if errors:
-                what = "failed to query any nsqlookupd" if len(errors) == len(addresses) else "partial failure"
-                self.log.warn(
-                    "failed to query nsqlookupd for channels to pre-create for topic %s - %s: %s",
-                    topic.name, what, "; ".join(errors),
-                )
-                if len(errors) == len(addresses):
-                    return False
-            for name in channels:
-                if name.endswith("#ephemeral"):
-                    continue  # an ephemeral channel exists only with its consumers
-                if not is_valid_name(name):
-                    self.log.warn("skipping pre-creation of invalid channel %s for topic %s", name, topic.name)
-                    continue
-                names.append(name)
-        finally:
-            try:
-                # (a channel deleted here while the lookupds answered is not created again)
-                topic.precreate_channels(names, mark)
-            except TopicError:
-                pass  # the topic was deleted meanwhile
+            if len(errors) == len(addresses):
+                return False
+        names = []
+        for name in channels:
+            if name.endswith("#ephemeral"):
+                continue  # an ephemeral channel exists only with its consumers
+            if not is_valid_name(name):
+                self.log.warn("skipping pre-creation of invalid channel %s for topic %s", name, topic.name)
+                continue
+            names.append(name)
+        try:
+            topic.precreate_channels(names, mark)
+        except TopicError:
+            pass  # deleted meanwhile
         return True

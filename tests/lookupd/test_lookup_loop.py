@@ -331,54 +331,102 @@ def test_channel_query_request(make_nsqd, fakes):
         t.join()
 
 
-def test_a_channel_deleted_while_the_lookupds_answer_is_not_created_again(make_nsqd, fakes):
+class ChannelsAnswer:
+    """A lookupd's HTTP side that answers ``/channels`` with ``channels``, once ``answer`` is set.
+
+    ``arrived`` is set when a query has come in.
+    """
+
+    def __init__(self, channels):
+        import http.server
+
+        self.arrived, self.answer = threading.Event(), threading.Event()
+        body = json.dumps({"channels": channels}).encode()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.arrived.set()
+                outer.answer.wait(30)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.info = {"broadcast_address": "127.0.0.1", "http_port": self.port, "tcp_port": 1, "version": "1.3.0"}
+        self._thread = threading.Thread(target=self.server.serve_forever, name="fake-lookupd-http")
+        self._thread.start()
+
+    def close(self):
+        self.answer.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join()
+
+
+@pytest.fixture
+def channels_answer():
+    made = []
+
+    def make(channels):
+        made.append(ChannelsAnswer(channels))
+        return made[-1]
+
+    yield make
+    for a in made:
+        a.close()
+
+
+def channel_names(topic):
+    return sorted(c.name for c in topic.channels())
+
+
+def test_a_channel_deleted_while_the_lookupds_answer_is_not_created_again(make_nsqd, fakes, channels_answer):
     """The answer to the pre-creation query can predate a deletion made here meanwhile (an
     operator's, or the last consumer of a channel leaving): that channel stays deleted, and
     the answer's other channels are created."""
-    import http.server
+    answer = channels_answer(["c", "d"])
+    fake = fakes(info=answer.info)
+    nsqd = make_nsqd(nsqlookupd_tcp_addresses=[fake.addr], lookupd_ping_interval=0.05)
+    wait_connected(fake)
+    creator = threading.Thread(target=nsqd.get_topic, args=("t",), name="test-topic-creator")
+    creator.start()
+    assert answer.arrived.wait(30)
+    topic = nsqd.get_existing_topic("t")
+    topic.get_channel("c")
+    topic.delete_channel("c")
+    answer.answer.set()
+    creator.join(30)
+    assert channel_names(topic) == ["d"]
+    # A deletion before the cluster is asked again does not count against its answer.
+    mark = topic.begin_precreation()
+    topic.precreate_channels(["c"], mark)
+    topic.end_precreation()
+    assert channel_names(topic) == ["c", "d"]
+    assert channel_names(nsqd.get_topic("u")) == ["c", "d"]
 
-    arrived, answer = threading.Event(), threading.Event()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            arrived.set()
-            answer.wait(30)
-            body = b'{"channels":["c","d"]}'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    t = threading.Thread(target=server.serve_forever, name="fake-lookupd-http")
-    t.start()
-    try:
-        fake = fakes(info={"broadcast_address": "127.0.0.1", "http_port": server.server_address[1],
-                           "tcp_port": 1, "version": "1.3.0"})
-        nsqd = make_nsqd(nsqlookupd_tcp_addresses=[fake.addr], lookupd_ping_interval=0.05)
-        wait_connected(fake)
-        creator = threading.Thread(target=nsqd.get_topic, args=("t",), name="test-topic-creator")
-        creator.start()
-        assert arrived.wait(30)
-        topic = nsqd.get_existing_topic("t")
-        topic.get_channel("c")
-        topic.delete_channel("c")
-        answer.set()
-        creator.join(30)
-        assert sorted(c.name for c in topic.channels()) == ["d"]
-        # a deletion before a query began does not count against its answer
-        mark = topic.begin_precreation()
-        topic.precreate_channels(["c"], mark)
-        assert sorted(c.name for c in topic.channels()) == ["c", "d"]
-        assert sorted(c.name for c in nsqd.get_topic("u").channels()) == ["c", "d"]
-    finally:
-        answer.set()
-        server.shutdown()
-        server.server_close()
-        t.join()
+def test_a_held_topic_keeps_a_channel_deleted_before_a_lookupd_answered_deleted(make_nsqd, fakes, channels_answer):
+    """A topic made while no lookupd answers is queried when one does: a channel created and
+    deleted here meanwhile is not brought back by that answer."""
+    answer = channels_answer(["c", "d"])
+    answer.answer.set()
+    fake = fakes(info=answer.info, identify_reply=b"E_INVALID")  # connected, but no answer yet
+    nsqd = make_nsqd(nsqlookupd_tcp_addresses=[fake.addr], lookupd_ping_interval=0.05)
+    wait_until(lambda: fake.count() >= 1, what="a first attempt")
+    topic = nsqd.get_topic("t")  # held: no lookupd to ask
+    topic.get_channel("c")
+    topic.delete_channel("c")
+    assert channel_names(topic) == []
+    fake.identify_reply = None  # the next attempt is answered, then the held topic is queried
+    wait_until(lambda: channel_names(topic) == ["d"], what="the answer's channels")
+    assert answer.arrived.is_set()
+    assert channel_names(topic) == ["d"]
 
 
 def test_ephemeral_auto_delete_unregisters(make_nsqd, fakes):
