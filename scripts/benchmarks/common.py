@@ -239,21 +239,55 @@ class Quiet:
 # -- load-generator processes ----------------------------------------------------------
 
 
-def run_workers(target, args, runfor, connections=None):
-    """Run ``target(*args, deadline, start_at, result_queue)`` in N processes; returns their results.
+class StartGate:
+    """The instant N worker processes start their load: once every one is ready (connected).
 
-    Every worker starts its load at the same instant (``start_at``) and stops at ``deadline``.
+    A fixed instant would leave a worker that a loaded machine forks or schedules late
+    with little or none of its window (a short run then measures nothing).  Made in the
+    parent before the workers; each worker calls :meth:`wait` when ready, the parent
+    :meth:`open` once the workers are started.
+    """
+
+    def __init__(self, workers):
+        self.workers = workers
+        self._ready = multiprocessing.Semaphore(0)  # one release per ready worker
+        self._start = multiprocessing.Value("d", 0.0)  # the start instant (time.time()), 0.0 until open()
+
+    def wait(self):
+        """In a worker: report ready, and return the start instant once it has come."""
+        self._ready.release()
+        while not self._start.value:
+            time.sleep(0.001)  # polling the gate: the parent sets it once every worker is ready
+        start = self._start.value
+        while time.time() < start:
+            time.sleep(0.001)
+        return start
+
+    def open(self, timeout=60.0):
+        """In the parent: wait for every worker, then set the start instant (just ahead)."""
+        for _ in range(self.workers):
+            if not self._ready.acquire(timeout=timeout):
+                raise RuntimeError("a load worker was not ready within %gs" % timeout)
+        self._start.value = time.time() + 0.02
+
+
+def run_workers(target, args, runfor, connections=None):
+    """Run ``target(*args, runfor, gate, result_queue)`` in N processes; returns their results.
+
+    Each worker gets ready (connects), then ``start = gate.wait()``, loads until
+    ``start + runfor`` and puts its result: every worker starts at the same instant,
+    once all are ready (:class:`StartGate`).
     """
     connections = connections or os.cpu_count() or 1
     result = multiprocessing.Queue()
-    start_at = time.time() + 0.5
-    deadline = start_at + runfor
+    gate = StartGate(connections)
     procs = [
-        multiprocessing.Process(target=target, args=tuple(args) + (deadline, start_at, result))
+        multiprocessing.Process(target=target, args=tuple(args) + (runfor, gate, result))
         for _ in range(connections)
     ]
     for p in procs:
         p.start()
+    gate.open()
     results = [result.get(timeout=runfor + 60) for _ in procs]
     for p in procs:
         p.join()

@@ -13,13 +13,12 @@ import time
 from .common import run_workers
 
 
-def _consumer(address, topic, channel, rdy, deadline, start_at, result):
+def _consumer(address, topic, channel, rdy, runfor, gate, result):
     host, port = address.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.sendall(b"  V2SUB %s %s\n" % (topic.encode(), channel.encode()))
-    while time.time() < start_at:
-        time.sleep(0.001)
+    deadline = gate.wait() + runfor
     sock.sendall(b"RDY %d\n" % rdy)
     sock.settimeout(0.5)
     buf = bytearray()

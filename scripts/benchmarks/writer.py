@@ -26,7 +26,7 @@ def _recv_exact(sock, n):
     return buf
 
 
-def _publisher(address, topic, size, batch, deadline, start_at, result):
+def _publisher(address, topic, size, batch, runfor, gate, result):
     host, port = address.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -37,8 +37,7 @@ def _publisher(address, topic, size, batch, deadline, start_at, result):
     else:
         payload = encode_mpub_body([body] * batch)
         cmd = b"MPUB " + topic.encode() + b"\n" + struct.pack(">i", len(payload)) + payload
-    while time.time() < start_at:
-        time.sleep(0.001)
+    deadline = gate.wait() + runfor
     sent = 0
     ok = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
     recv = sock.recv
