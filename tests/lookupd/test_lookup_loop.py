@@ -293,59 +293,26 @@ def test_identify_refused_closes_and_retries_at_the_next_ping(make_nsqd, fakes, 
         assert "LOOKUPD(%s): parsing response - %s" % (fake.addr, reply.decode()) in log
 
 
-def test_channel_query_request(make_nsqd, fakes):
-    """The pre-creation query as nsqd sends it: path, escaping, V1 Accept header; a V1 answer."""
-    import http.server
-
-    seen = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            seen.append((self.path, self.headers.get("Accept")))
-            body = b'{"channels":["z","a","a","skip#ephemeral"]}'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    t = threading.Thread(target=server.serve_forever, name="fake-lookupd-http")
-    t.start()
-    try:
-        fake = fakes(info={"broadcast_address": "127.0.0.1", "http_port": server.server_address[1],
-                           "tcp_port": 1, "version": "1.3.0"})
-        nsqd = make_nsqd(nsqlookupd_tcp_addresses=[fake.addr], lookupd_ping_interval=0.05)
-        wait_connected(fake)
-        assert nsqd.lookupd_http_addresses() == ["127.0.0.1:%d" % server.server_address[1]]
-        topic = nsqd.get_topic("q#ephemeral")
-        assert seen == [("/channels?topic=q%23ephemeral", "application/vnd.nsq; version=1.0")]
-        assert sorted(c.name for c in topic.channels()) == ["a", "z"]
-        wait_until(lambda: registry(fake)[-1:] == ["REGISTER q#ephemeral z"], what="REGISTERs")
-        assert registry(fake)[1:] == ["REGISTER q#ephemeral", "REGISTER q#ephemeral a", "REGISTER q#ephemeral z"]
-    finally:
-        server.shutdown()
-        server.server_close()
-        t.join()
-
-
 class ChannelsAnswer:
-    """A lookupd's HTTP side that answers ``/channels`` with ``channels``, once ``answer`` is set.
+    """A lookupd's HTTP side that answers ``/channels`` with ``channels``: at once, or
+    (``gated``) once the test sets ``answer``.
 
-    ``arrived`` is set when a query has come in.
+    ``arrived`` is set when a query has come in; ``seen`` lists each query's path and Accept header.
     """
 
-    def __init__(self, channels):
+    def __init__(self, channels, gated=False):
         import http.server
 
         self.arrived, self.answer = threading.Event(), threading.Event()
+        if not gated:
+            self.answer.set()
+        self.seen = []
         body = json.dumps({"channels": channels}).encode()
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
+                outer.seen.append((self.path, self.headers.get("Accept")))
                 outer.arrived.set()
                 outer.answer.wait(30)
                 self.send_response(200)
@@ -373,8 +340,8 @@ class ChannelsAnswer:
 def channels_answer():
     made = []
 
-    def make(channels):
-        made.append(ChannelsAnswer(channels))
+    def make(channels, gated=False):
+        made.append(ChannelsAnswer(channels, gated))
         return made[-1]
 
     yield make
@@ -386,11 +353,25 @@ def channel_names(topic):
     return sorted(c.name for c in topic.channels())
 
 
+def test_channel_query_request(make_nsqd, fakes, channels_answer):
+    """The pre-creation query as nsqd sends it: path, escaping, V1 Accept header; a V1 answer."""
+    answer = channels_answer(["z", "a", "a", "skip#ephemeral"])
+    fake = fakes(info=answer.info)
+    nsqd = make_nsqd(nsqlookupd_tcp_addresses=[fake.addr], lookupd_ping_interval=0.05)
+    wait_connected(fake)
+    assert nsqd.lookupd_http_addresses() == ["127.0.0.1:%d" % answer.port]
+    topic = nsqd.get_topic("q#ephemeral")
+    assert answer.seen == [("/channels?topic=q%23ephemeral", "application/vnd.nsq; version=1.0")]
+    assert channel_names(topic) == ["a", "z"]
+    wait_until(lambda: registry(fake)[-1:] == ["REGISTER q#ephemeral z"], what="REGISTERs")
+    assert registry(fake)[1:] == ["REGISTER q#ephemeral", "REGISTER q#ephemeral a", "REGISTER q#ephemeral z"]
+
+
 def test_a_channel_deleted_while_the_lookupds_answer_is_not_created_again(make_nsqd, fakes, channels_answer):
     """The answer to the pre-creation query can predate a deletion made here meanwhile (an
     operator's, or the last consumer of a channel leaving): that channel stays deleted, and
     the answer's other channels are created."""
-    answer = channels_answer(["c", "d"])
+    answer = channels_answer(["c", "d"], gated=True)
     fake = fakes(info=answer.info)
     nsqd = make_nsqd(nsqlookupd_tcp_addresses=[fake.addr], lookupd_ping_interval=0.05)
     wait_connected(fake)
@@ -415,7 +396,6 @@ def test_a_held_topic_keeps_a_channel_deleted_before_a_lookupd_answered_deleted(
     """A topic made while no lookupd answers is queried when one does: a channel created and
     deleted here meanwhile is not brought back by that answer."""
     answer = channels_answer(["c", "d"])
-    answer.answer.set()
     fake = fakes(info=answer.info, identify_reply=b"E_INVALID")  # connected, but no answer yet
     nsqd = make_nsqd(nsqlookupd_tcp_addresses=[fake.addr], lookupd_ping_interval=0.05)
     wait_until(lambda: fake.count() >= 1, what="a first attempt")
