@@ -14,6 +14,7 @@ from nsqd_threaded.lookupd.nsqlookupd import NSQLookupd
 from nsqd_threaded.wire import protocol_v1
 
 from support.core import wait_until
+from support.hostile import HostileNode
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -293,60 +294,22 @@ def test_identify_refused_closes_and_retries_at_the_next_ping(make_nsqd, fakes, 
         assert "LOOKUPD(%s): parsing response - %s" % (fake.addr, reply.decode()) in log
 
 
-class ChannelsAnswer:
-    """A lookupd's HTTP side that answers ``/channels`` with ``channels``: at once, or
-    (``gated``) once the test sets ``answer``.
-
-    ``arrived`` is set when a query has come in; ``seen`` lists each query's path and Accept header.
-    """
-
-    def __init__(self, channels, gated=False):
-        import http.server
-
-        self.arrived, self.answer = threading.Event(), threading.Event()
-        if not gated:
-            self.answer.set()
-        self.seen = []
-        body = json.dumps({"channels": channels}).encode()
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                outer.seen.append((self.path, self.headers.get("Accept")))
-                outer.arrived.set()
-                outer.answer.wait(30)
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.info = {"broadcast_address": "127.0.0.1", "http_port": self.port, "tcp_port": 1, "version": "1.3.0"}
-        self._thread = threading.Thread(target=self.server.serve_forever, name="fake-lookupd-http")
-        self._thread.start()
-
-    def close(self):
-        self.answer.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join()
-
-
 @pytest.fixture
 def channels_answer():
+    """A lookupd's HTTP side answering ``/channels`` with ``channels`` (a HostileNode: ``gated``, the
+    test releases each answer); its ``info`` is the IDENTIFY answer that points the broker at it."""
     made = []
 
     def make(channels, gated=False):
-        made.append(ChannelsAnswer(channels, gated))
-        return made[-1]
+        node = HostileNode({"/channels": {"channels": channels}}, gated=gated)
+        made.append(node)
+        node.info = {"broadcast_address": "127.0.0.1", "http_port": node.http_port, "tcp_port": 1,
+                     "version": "1.3.0"}
+        return node
 
     yield make
-    for a in made:
-        a.close()
+    for node in made:
+        node.close()
 
 
 def channel_names(topic):
@@ -359,9 +322,10 @@ def test_channel_query_request(make_nsqd, fakes, channels_answer):
     fake = fakes(info=answer.info)
     nsqd = make_nsqd(nsqlookupd_tcp_addresses=[fake.addr], lookupd_ping_interval=0.05)
     wait_connected(fake)
-    assert nsqd.lookupd_http_addresses() == ["127.0.0.1:%d" % answer.port]
+    assert nsqd.lookupd_http_addresses() == [answer.node]
     topic = nsqd.get_topic("q#ephemeral")
-    assert answer.seen == [("/channels?topic=q%23ephemeral", "application/vnd.nsq; version=1.0")]
+    assert answer.requests == ["/channels?topic=q%23ephemeral"]
+    assert answer.accepts == ["application/vnd.nsq; version=1.0"]
     assert channel_names(topic) == ["a", "z"]
     wait_until(lambda: registry(fake)[-1:] == ["REGISTER q#ephemeral z"], what="REGISTERs")
     assert registry(fake)[1:] == ["REGISTER q#ephemeral", "REGISTER q#ephemeral a", "REGISTER q#ephemeral z"]

@@ -25,12 +25,19 @@ class HostileNode:
     ``register(lookupd_tcp, topic, channel, **identify)`` IDENTIFYs with the given fields (the HTTP port
     defaults to this node's) and REGISTERs; the connection stays open (the lookupd keeps the registration)
     until :meth:`close`.
+
+    ``requests`` lists each request's path (with its query), ``accepts`` its Accept header.
+    ``gated``: each answer waits until the test sets ``answer`` (``arrived`` is set as a request comes in).
     """
 
-    def __init__(self, docs=None):
+    def __init__(self, docs=None, gated=False):
         self.docs = dict(docs or {})
-        self._lock = threading.Lock()  # guards docs and requests
+        self._lock = threading.Lock()  # guards docs, requests and accepts
         self.requests = []
+        self.accepts = []
+        self.arrived, self.answer = threading.Event(), threading.Event()
+        if not gated:
+            self.answer.set()
         node = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -38,6 +45,10 @@ class HostileNode:
                 path = self.path.split("?")[0]
                 with node._lock:
                     node.requests.append(self.path)
+                    node.accepts.append(self.headers.get("Accept"))
+                node.arrived.set()
+                node.answer.wait(30)
+                with node._lock:
                     doc = node.docs.get(path)
                 if doc is None:
                     body, status = b'{"message":"NOT_FOUND"}', 404
@@ -89,6 +100,7 @@ class HostileNode:
         assert want is None or data == want, data
 
     def close(self):
+        self.answer.set()
         for conn in self.conns:
             conn.close()
         self.server.shutdown()
