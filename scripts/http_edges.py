@@ -33,7 +33,7 @@ class Broker:
             if m:
                 self.http = (m.group(1), int(m.group(2)))
                 break
-        threading.Thread(target=self.proc.stderr.read, daemon=True).start()  # keep the pipe drained
+        threading.Thread(target=self.proc.stderr.read, name="stderr-drain", daemon=True).start()  # keep the pipe drained
 
     def status(self, key):
         with open("/proc/%d/status" % self.proc.pid) as f:

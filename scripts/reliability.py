@@ -226,7 +226,10 @@ def _deflate_flood(address, stop, counter):
     sock.sendall(b"IDENTIFY\n" + struct.pack(">i", len(body)) + body)
     got = b""
     while not _frame_done(got):
-        got += sock.recv(65536)
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed before the IDENTIFY answer: %r" % got)
+        got += chunk
     comp = zlib.compressobj(9, zlib.DEFLATED, -15)
     block = b"NOP\n" * (1 << 18)
     try:

@@ -1,4 +1,6 @@
+import faulthandler
 import os
+import signal
 import threading
 
 import pytest
@@ -8,6 +10,77 @@ from nsqd_threaded.internal.logger import Logger
 from nsqd_threaded.lookupd import NSQLookupd
 
 from support.logs import LogCapture
+from support.threads import ThreadWatch, leak_message
+
+THREADS = ThreadWatch()
+
+
+def pytest_configure(config):
+    """``NSQD_TEST_STACKS=FILE`` (set by scripts/bounded.py): SIGUSR1 writes every thread's stack there,
+    which is how a hung or over-budget run shows where it was before it is killed."""
+    path = os.environ.get("NSQD_TEST_STACKS")
+    if path:
+        config._nsqd_stacks = open(path, "w")  # kept open: faulthandler writes to its descriptor
+        faulthandler.register(signal.SIGUSR1, file=config._nsqd_stacks, all_threads=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """Threads started while a module- or session-scoped fixture is set up are that fixture's."""
+    if fixturedef.scope not in ("module", "session"):
+        yield
+        return
+    before = set(threading.enumerate())
+    yield
+    THREADS.owned[fixturedef.scope] |= set(threading.enumerate()) - before
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_threads(request):
+    """The threads a module's tests left while its module-scoped fixtures ran end with the module."""
+    before = set(threading.enumerate())
+    yield
+    # (torn down after the module's other module-scoped fixtures: autouse ones are set up first)
+    THREADS.owned["module"].clear()
+    suspects = THREADS.deferred
+    THREADS.deferred = set()
+    if suspects:
+        left = [t for t in THREADS.lingering(before, "module") if t in suspects]
+        if left:
+            pytest.fail(leak_message(left, "started by tests of %s" % request.module.__name__), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _test_threads(request):
+    """A test that leaves a thread running fails in its teardown, naming the thread."""
+    before = set(threading.enumerate())
+    yield
+    defs = request.node._fixtureinfo.name2fixturedefs
+    if any(defs[name][-1].scope in ("class", "module", "package") for name in request.fixturenames
+           if name in defs and name != "_module_threads"):
+        # A module-scoped daemon may keep threads between tests (started lazily, serving a connection the
+        # next test reuses): what this test left is checked at the module's end, with the grace there.
+        THREADS.deferred.update(THREADS.lingering(before, "function", grace=0))
+        return
+    left = THREADS.lingering(before, "function")
+    if left:
+        pytest.fail(leak_message(left, "started by this test"), pytrace=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Whatever is still running when the session ends is named, and fails the run: a non-daemon thread
+    would keep the process alive after the summary."""
+    left = [t for t in THREADS.lingering(set(), "session") if not t.daemon]  # (daemon ones end with the process)
+    if left:
+        session.config._nsqd_leaked = leak_message(left, "at the end of the session")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    leaked = getattr(config, "_nsqd_leaked", None)
+    if leaked:
+        terminalreporter.write_sep("=", "threads left running", red=True)
+        terminalreporter.write_line(leaked)
 
 
 @pytest.fixture

@@ -39,14 +39,33 @@ class HeldMessage(collections.namedtuple("HeldMessage", "id body attempts timest
     ``id``: the 16 characters the wire carries (a str); ``body``: bytes;
     ``timestamp``: when it was published (Unix ns); ``state``: ``"queued"``,
     ``"in_flight"`` or ``"deferred"``; ``due_ns``: when it rejoins the queue
-    (Unix ns; the deadline of one in flight), None for a queued one.
+    (Unix ns of the broker's clock; the deadline of one in flight), None for a
+    queued one.  :attr:`due_in` is not a field: two readings of the same
+    message compare equal.
     """
 
-    __slots__ = ()
+    _read_ns = None  # the broker's clock when the message was read (set per instance by held())
+
+    @property
+    def due_in(self):
+        """Seconds of the broker's clock from the reading to ``due_ns`` (0.0 when it was due already);
+        None for a queued message, or one read without the clock's time."""
+        if self.due_ns is None or self._read_ns is None:
+            return None
+        return max(0, self.due_ns - self._read_ns) / 1e9
 
 
-def channel_messages(channel, limit=None):
-    """The messages ``channel`` holds, in delivery order (the module's docstring), at most ``limit``."""
+def held(fields, read_ns):
+    """A :class:`HeldMessage` of ``fields`` read at ``read_ns`` of the broker's clock (None: unknown)."""
+    message = HeldMessage(*fields)
+    if read_ns is not None:
+        message._read_ns = read_ns
+    return message
+
+
+def channel_messages(channel, limit=None, now_ns=None):
+    """The messages ``channel`` holds, in delivery order (the module's docstring), at most ``limit``;
+    ``now_ns`` (the broker's clock) gives each timed one its ``due_in``."""
     queued, timed = channel.held(limit)
     out = []
     for item in queued:
@@ -59,7 +78,7 @@ def channel_messages(channel, limit=None):
     if limit is None or len(out) < limit:
         timed.sort(key=lambda t: (t[5], t[0]))
         for msg_id, body, timestamp, attempts, state, due_ns in timed:
-            out.append(HeldMessage(_text_id(msg_id), bytes(body), attempts, timestamp, state, due_ns))
+            out.append(held((_text_id(msg_id), bytes(body), attempts, timestamp, state, due_ns), now_ns))
     return out if limit is None else out[:limit]
 
 
@@ -83,10 +102,10 @@ def message_doc(held, body_encoding="preview"):
     }
 
 
-def held_from_doc(doc):
-    """Peek's JSON object (bodies in base64) back to a :class:`HeldMessage`."""
-    return HeldMessage(doc["id"], base64.b64decode(doc["body"]), doc["attempts"], doc["timestamp"],
-                       doc["state"], doc["due_ns"])
+def held_from_doc(doc, now_ns=None):
+    """Peek's JSON object (bodies in base64) back to a :class:`HeldMessage` (``now_ns``: the answer's)."""
+    return held((doc["id"], base64.b64decode(doc["body"]), doc["attempts"], doc["timestamp"], doc["state"],
+                 doc["due_ns"]), now_ns)
 
 
 def _text_id(msg_id):

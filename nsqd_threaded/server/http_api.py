@@ -309,7 +309,8 @@ class HTTPAPI(Router):
             raise HTTPError(400, "INVALID_BODY")
         self._peek_grant(request, topic_name, channel_name)
         _, channel = self._existing_channel(request)
-        doc = {"messages": [message_doc(m, encoding) for m in channel_messages(channel, n)]}
+        now_ns = self.nsqd.clock.time_ns()  # (the due times' clock: what a reader's due_in counts from)
+        doc = {"now_ns": now_ns, "messages": [message_doc(m, encoding) for m in channel_messages(channel, n)]}
         return ok_json(None, json.dumps(doc, separators=(",", ":")))
 
     def _peek_grant(self, request, topic, channel):

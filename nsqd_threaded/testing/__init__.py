@@ -25,6 +25,8 @@ from .flags import resolve_options
 from .forkserver import ForkServer
 from .logs import LogBuffer
 from .lookupd import Lookupd
+from .loops import AsyncioLoop, TornadoLoop
 from .process import BrokerProcess
 
-__all__ = ["Broker", "BrokerProcess", "Cluster", "FaultProxy", "ForkServer", "Lookupd", "LogBuffer", "resolve_options"]
+__all__ = ["AsyncioLoop", "Broker", "BrokerProcess", "Cluster", "FaultProxy", "ForkServer", "Lookupd", "LogBuffer",
+           "TornadoLoop", "resolve_options"]

@@ -106,12 +106,21 @@ class Broker(ServedBroker):
         """
         if not self.running:
             raise RuntimeError("broker is not running")
-        return wait_in_process(self.nsqd, topic, channel, timeout, expected)
+        try:
+            return wait_in_process(self.nsqd, topic, channel, timeout, expected)
+        except TimeoutError as e:
+            starved = _starved_loop()
+            if starved is None:
+                raise
+            raise TimeoutError("%s; and this thread's event loop did not run meanwhile (%s): a client made on "
+                               "it (a pynsq Reader, an asyncio consumer) could not connect, read or FIN. Wait with "
+                               "loop.wait_until(broker, topic, channel, ...) of nsqd_threaded.testing's TornadoLoop "
+                               "or AsyncioLoop, which runs the loop while it waits" % (e, starved)) from None
 
     def messages(self, topic, channel):
         """Every message the channel holds (memory, disk, in flight, deferred) in delivery order,
-        as :class:`~nsqd_threaded.broker.peek.HeldMessage` tuples; changes nothing.
-        [] when the channel does not exist."""
+        as :class:`~nsqd_threaded.broker.peek.HeldMessage` tuples; changes nothing.  [] is an empty
+        channel; a topic or channel that does not exist raises LookupError naming it."""
         if not self.running:
             raise RuntimeError("broker is not running")
         return messages_in_process(self.nsqd, topic, channel)
@@ -131,6 +140,30 @@ class Broker(ServedBroker):
         """Seconds of the broker's clock to its next in-flight timeout or deferred due time; None if none."""
         return self.nsqd.next_deadline_in()
 
+    def now(self):
+        """The broker's clock: Unix seconds (real time plus what :meth:`advance` skipped), as message
+        timestamps and due times (``HeldMessage.due_ns``) count."""
+        if self.nsqd is None:
+            raise RuntimeError("broker was never started")
+        return self.nsqd.clock.time()
+
     def __repr__(self):
         state = "running" if self.running else "stopped"
         return "<Broker tcp=%s http=%s %s>" % (self.tcp_addr, self.http_addr, state)
+
+
+def _starved_loop():
+    """This thread's current asyncio loop, described, if one is set and holds work it did not run
+    while a blocking wait went on (sockets or timers of a client); None otherwise."""
+    import asyncio
+
+    local = getattr(asyncio.get_event_loop_policy(), "_local", None)
+    loop = getattr(local, "_loop", None)
+    if loop is None or loop.is_closed() or loop.is_running():
+        return None
+    selector = getattr(loop, "_selector", None)
+    sockets = len(selector.get_map()) - 1 if selector is not None else 0  # (less the loop's own wake-up pipe)
+    timers = len(getattr(loop, "_scheduled", ()))
+    if sockets <= 0 and timers == 0:
+        return None
+    return "%d socket(s), %d timer(s) waiting" % (sockets, timers)

@@ -72,15 +72,21 @@ class Cluster:
         skip, as it would have in the skipped time); returns the seconds skipped."""
         members = [self.lookupd] + [b for b in self.brokers if b.running]
         if seconds is None:
-            dues = [self.lookupd.next_deadline_in(tombstones_only=True)] + [m.next_deadline_in() for m in members[1:]]
-            pending = [s for s in dues if s is not None]
-            if not pending:
+            seconds = self.next_deadline_in()
+            if seconds is None:
                 return 0.0
-            seconds = min(pending)
         for member in members:  # the lookupd first: each broker then pings it (see NSQD's advance)
             member.advance(seconds)
         self.wait_registered()  # the lookupd lists the brokers again (their pings after the skip)
         return seconds
+
+    def next_deadline_in(self):
+        """Seconds to the earliest deadline of any member (as :meth:`advance` with no argument skips);
+        None when none has one."""
+        dues = [self.lookupd.next_deadline_in(tombstones_only=True)]
+        dues += [b.next_deadline_in() for b in self.brokers if b.running]
+        pending = [s for s in dues if s is not None]
+        return min(pending) if pending else None
 
     def stop(self):
         errors = []

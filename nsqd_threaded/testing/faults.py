@@ -113,6 +113,16 @@ class FaultProxy:
         """``"host:port"`` to give the application instead of the broker's (as ``Broker.tcp_addr``)."""
         return address_text(self._address)
 
+    def holding(self):
+        """True while a delay (or the bandwidth limit) holds bytes on their way, which only time
+        passing releases: what a loop skipping time waits for (a stall's bytes do not count, as
+        only :meth:`flow` releases them)."""
+        with self._cond:
+            if self._stalled:
+                return False
+            conns = list(self._conns)
+        return any(conn.holding() for conn in conns)
+
     @property
     def connections(self):
         """How many proxied connections are open."""
@@ -269,6 +279,7 @@ class _Connection:
         self.closed = False  # set by close() or by the last writer: both sockets are (being) closed
         self._cond = threading.Condition()
         self._chunks = ([], [])  # client->upstream, upstream->client: (release at, bytes or None)
+        self._in_hand = [False, False]  # a writer took a chunk and has not sent it yet (per direction)
         self._threads = []
         self._writers = 2  # writers still running; the last one closes the sockets
         port = proxy.address[1]
@@ -337,6 +348,7 @@ class _Connection:
                     if self.closed:
                         return
                     at, data = chunks.pop(0)
+                    self._in_hand[index] = data is not None
                     wait = at - time.monotonic()
                     while wait > 0 and not self.closed:
                         self._cond.wait(wait)
@@ -352,7 +364,7 @@ class _Connection:
                 try:
                     if rate is None:
                         dst.sendall(data)
-                        continue
+                        continue  # (through the finally below)
                     for i in range(0, len(data), _PACE_CHUNK):
                         piece = data[i:i + _PACE_CHUNK]
                         wait = free_at - time.monotonic()
@@ -362,8 +374,16 @@ class _Connection:
                         free_at = max(free_at, time.monotonic()) + len(piece) / rate
                 except OSError:
                     return
+                finally:
+                    with self._cond:
+                        self._in_hand[index] = False
         finally:
             self._writer_ended()
+
+    def holding(self):
+        """True while bytes read from one side wait to be written to the other."""
+        with self._cond:
+            return not self.closed and (any(self._chunks) or any(self._in_hand))
 
     def _writer_ended(self):
         with self._cond:

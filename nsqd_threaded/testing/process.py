@@ -14,7 +14,7 @@ from .flags import resolve_options, values_to_flags
 from .forkserver import ForkServer
 from .served import LOCALHOST, TEMP_PREFIX, ServedBroker, logged_address
 from .waiting import messages_over_http, wait_over_http
-from .skipping import http_advance, http_next_deadline_in
+from .skipping import http_advance, http_next_deadline_in, http_time
 
 __all__ = ["BrokerProcess"]
 
@@ -225,6 +225,10 @@ class BrokerProcess(ServedBroker):
         """:meth:`Broker.advance` over ``POST /debug/time/skip`` (the child runs with ``--time-skipping``).
         RuntimeError for a broker that cannot skip time (another ``command``, such as Go's nsqd)."""
         return http_advance(self._http_address, seconds, repr(self))
+
+    def now(self):
+        """:meth:`Broker.now` over ``GET /debug/time``."""
+        return http_time(self._http_address, repr(self))["now_ns"] / 1e9
 
     def next_deadline_in(self):
         """:meth:`Broker.next_deadline_in` over ``GET /debug/time``."""

@@ -91,6 +91,20 @@ class ServedBroker(Served):
         """``/stats?format=json`` (plus ``topic=``, ``channel=`` ... params) as a dict."""
         return stats_request(self._http_address, params)
 
+    def create(self, topic, channel=None):
+        """Create ``topic`` (and its ``channel``), as ``POST /topic/create`` and ``/channel/create`` do:
+        returns once nsqd.dat lists them.  A channel made so keeps the messages published from now on
+        until a consumer comes (a topic alone holds them for its first channel)."""
+        from urllib.parse import urlencode
+
+        paths = ["/topic/create?" + urlencode({"topic": topic})]
+        if channel is not None:
+            paths.append("/channel/create?" + urlencode({"topic": topic, "channel": channel}))
+        for path in paths:
+            status, body = self.http("POST", path)
+            if status != 200:
+                raise RuntimeError("%s answered %d: %r" % (path, status, body))
+
 
 def address_text(address):
     """``(host, port)`` -> ``"host:port"``; a socket path stays itself; None stays None."""

@@ -12,7 +12,7 @@ from ..internal.clock import parse_skip_ns
 from ..internal.gocompat import format_duration_ns
 from .served import http_request
 
-__all__ = ["http_advance", "http_next_deadline_in"]
+__all__ = ["http_advance", "http_next_deadline_in", "http_time"]
 
 # An advance waits for the daemon's scan and deliveries (bounded there): the request may take that long.
 ADVANCE_HTTP_TIMEOUT = 60.0
@@ -42,11 +42,16 @@ def http_advance(address, seconds, who):
     return json.loads(body)["skipped"]
 
 
-def http_next_deadline_in(address, who):
-    """``GET /debug/time``'s ``next_deadline_in``: seconds to the daemon's next deadline, or None."""
+def http_time(address, who):
+    """``GET /debug/time``: ``{"now_ns", "total_skipped", "next_deadline_in"}``."""
     status, body = http_request(address, "GET", "/debug/time", None, 10.0)
     if status == 404:
         raise _not_skipping(who, status, body)
     if status != 200:
         raise RuntimeError("/debug/time answered %d: %r" % (status, body))
-    return json.loads(body)["next_deadline_in"]
+    return json.loads(body)
+
+
+def http_next_deadline_in(address, who):
+    """``GET /debug/time``'s ``next_deadline_in``: seconds to the daemon's next deadline, or None."""
+    return http_time(address, who)["next_deadline_in"]

@@ -114,26 +114,41 @@ def wait_over_http(served, topic, channel, timeout, expected):
         interval = min(interval * 2, POLL_MAX)
 
 
+def _not_there(topic, channel, what):
+    if what == "topic":
+        return LookupError("topic %r does not exist (so neither does its channel %r)" % (topic, channel))
+    return LookupError("channel %r of topic %r does not exist" % (channel, topic))
+
+
 def messages_in_process(nsqd, topic, channel):
-    """``Broker.messages``: the channel's messages read in this process ([] when it does not exist)."""
+    """``Broker.messages``: the channel's messages read in this process; LookupError naming the topic or
+    channel that does not exist ([] is an empty channel)."""
     t = nsqd.get_existing_topic(topic)
-    c = t.get_existing_channel(channel) if t is not None else None
-    return channel_messages(c) if c is not None else []
+    if t is None:
+        raise _not_there(topic, channel, "topic")
+    c = t.get_existing_channel(channel)
+    if c is None:
+        raise _not_there(topic, channel, "channel")
+    return channel_messages(c, now_ns=nsqd.clock.time_ns())
 
 
 def messages_over_http(served, topic, channel):
-    """``BrokerProcess.messages``: ``GET /channel/peek`` with whole bodies ([] when the channel does not exist).
+    """``BrokerProcess.messages``: ``GET /channel/peek`` with whole bodies (LookupError naming the topic or
+    channel that does not exist).
 
     Raises RuntimeError when the broker does not serve the route (it was started
     without ``--channel-peek``) and when the channel holds more than one peek answers.
     """
     query = urlencode({"topic": topic, "channel": channel, "n": PEEK_MAX, "body": "base64"})
     status, body = served.http("GET", "/channel/peek?" + query)
-    if status == 404 and json.loads(body).get("message") in ("TOPIC_NOT_FOUND", "CHANNEL_NOT_FOUND"):
-        return []
+    if status == 404:
+        missing = json.loads(body).get("message")
+        if missing in ("TOPIC_NOT_FOUND", "CHANNEL_NOT_FOUND"):
+            raise _not_there(topic, channel, "topic" if missing == "TOPIC_NOT_FOUND" else "channel")
     if status != 200:
         raise RuntimeError("/channel/peek answered %d: %r (is the broker run with --channel-peek?)" % (status, body))
-    docs = json.loads(body)["messages"]
+    answer = json.loads(body)
+    docs = answer["messages"]
     if len(docs) >= PEEK_MAX:
         raise RuntimeError("the channel holds %d messages or more: more than one peek answers" % PEEK_MAX)
-    return [held_from_doc(d) for d in docs]
+    return [held_from_doc(d, answer.get("now_ns")) for d in docs]

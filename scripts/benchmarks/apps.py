@@ -79,7 +79,7 @@ def serve(conn):
             conn.sendall(OK)
 while True:
     conn, _ = srv.accept()
-    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    threading.Thread(target=serve, args=(conn,), name="bench-sink-conn", daemon=True).start()
 """
 
 

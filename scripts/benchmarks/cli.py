@@ -120,11 +120,11 @@ def main(argv=None):
         r = roundtrip.run(b.address, "rtt_idle", rtt_count)
         row("round trip p50 (idle)", r["p50_us"], "us", 1000, False)
         row("round trip p99 (idle)", r["p99_us"], "us", 1000, False)
-        load = threading.Thread(target=writer.run, args=(b.address, "bg", 200, 200, a.runfor, 1))
+        load = threading.Thread(target=writer.run, args=(b.address, "bg", 200, 200, a.runfor, 1), name="bench-background-writer")
         load.start()
         time.sleep(0.7)
         r = roundtrip.run(b.address, "rtt_load", rtt_count)
-        load.join()
+        load.join(a.runfor + 60)  # (bounded: the writer stops at runfor)
         row("round trip p99 (writer running)", r["p99_us"], "us", 10000, False)
     finally:
         b.stop()

@@ -25,15 +25,23 @@ def rss(pid):
     raise RuntimeError("no VmRSS")
 
 
+def _recv_exact(sock, n):
+    got = b""
+    while len(got) < n:
+        chunk = sock.recv(n - len(got))
+        if not chunk:
+            raise ConnectionError("closed by the broker after %d of %d bytes" % (len(got), n))
+        got += chunk
+    return got
+
+
 def run(address, pid, count=1000000, size=200, topic="mem", consumer=False):
     host, port = address.rsplit(":", 1)
     sub = None
     if consumer:  # subscribed with RDY 0 (the default): the channel exists and has a consumer
         sub = socket.create_connection((host, int(port)))
         sub.sendall(b"  V2SUB " + topic.encode() + b" ch\n")
-        got = b""
-        while len(got) < 10:
-            got += sub.recv(10 - len(got))
+        _recv_exact(sub, 10)  # the SUB's OK
     sock = socket.create_connection((host, int(port)))
     sock.sendall(b"  V2")
     before = rss(pid)
@@ -41,9 +49,7 @@ def run(address, pid, count=1000000, size=200, topic="mem", consumer=False):
     cmd = b"MPUB " + topic.encode() + b"\n" + struct.pack(">i", len(payload)) + payload
     for _ in range(count // 200):
         sock.sendall(cmd)
-        got = b""
-        while len(got) < 10:
-            got += sock.recv(10 - len(got))
+        _recv_exact(sock, 10)  # the MPUB's OK
     time.sleep(0.5)  # let the allocator settle before reading RSS (a measurement, not a test)
     after = rss(pid)
     sock.close()

@@ -371,7 +371,7 @@ def test_a_trickling_node_is_cut_off_at_the_request_timeout(cluster, admin_facto
         for conn in conns:
             conn.close()
 
-    thread = threading.Thread(target=trickle, name="test-trickler")
+    thread = threading.Thread(target=trickle, name="test-trickler", daemon=True)
     thread.start()
     try:
         slow = "127.0.0.1:%d" % listener.getsockname()[1]
@@ -382,7 +382,7 @@ def test_a_trickling_node_is_cut_off_at_the_request_timeout(cluster, admin_facto
         assert slow in doc["message"] and "timed out" in doc["message"]
     finally:
         done.set()
-        thread.join()
+        thread.join(10)
         listener.close()
 
 
@@ -527,6 +527,8 @@ def test_command_serves_until_signalled(cluster):
         deadline = time.monotonic() + 30
         while address is None and time.monotonic() < deadline:
             line = proc.stdout.readline()
+            if not line:
+                break  # exited: the assert below shows what it said
             lines.append(line)
             if "HTTP: listening on " in line:
                 address = line.rsplit(" ", 1)[1].strip()

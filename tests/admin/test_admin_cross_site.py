@@ -10,13 +10,13 @@ The other tests send the exact requests such forms make, with a plain HTTP clien
 import html
 import http.server
 import json
-import threading
 
 import pytest
 
 from nsqd_threaded.testing import Cluster
 
 from support.admin import call, start_admin
+from support.http_server import ThreadedHTTPServer
 from support.wire import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -157,16 +157,11 @@ class AttackerSite:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="test-attacker-site")
-        self.thread.start()
+        self.server = ThreadedHTTPServer(("127.0.0.1", 0), Handler, "test-attacker-site").start()
         self.url = "http://127.0.0.1:%d/cats.html" % self.server.server_address[1]
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self.server.close()
 
 
 @pytest.mark.browser

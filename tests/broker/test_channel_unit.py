@@ -253,8 +253,10 @@ def test_concurrent_put_take_fin_loses_and_duplicates_nothing(owners, options):
         finally:
             consumer.close()
 
-    threads = [threading.Thread(target=consume, args=(r,), name="test-consumer-%d" % r) for r in (1, 7, 64)]
-    threads += [threading.Thread(target=publish, args=(p,), name="test-publisher-%d" % p) for p in range(publishers)]
+    threads = [threading.Thread(target=consume, args=(r,), name="test-consumer-%d" % r, daemon=True)
+               for r in (1, 7, 64)]
+    threads += [threading.Thread(target=publish, args=(p,), name="test-publisher-%d" % p, daemon=True)
+                for p in range(publishers)]
     for t in threads:
         t.start()
     for t in threads:

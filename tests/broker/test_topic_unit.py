@@ -360,7 +360,7 @@ def test_concurrent_creations_of_one_channel_keep_one_and_a_deletion_is_not_undo
         start.wait()
         got.append(topic.get_channel("c"))
 
-    threads = [threading.Thread(target=create) for _ in range(n)]
+    threads = [threading.Thread(target=create, name="test-creator-%d" % i, daemon=True) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:

@@ -598,7 +598,7 @@ def test_iteration_ends_when_closed_from_another_thread(broker):
         p.mpub("t", [b"a", b"b"])
     c = Consumer(broker.tcp_address, "t", "c", max_in_flight=2).start()
     bodies = []
-    closer = threading.Thread(target=c.close)
+    closer = threading.Thread(target=c.close, name="test-closer", daemon=True)
     for msg in c:
         bodies.append(msg.body)
         msg.fin()

@@ -89,7 +89,8 @@ def test_producer_keeps_publishing_through_a_sigkill_and_restart():
                     with acked_lock:
                         acked.append(body)
 
-        threads = [threading.Thread(target=publish, args=(b"p%d" % i,), name="test-publisher-%d" % i) for i in range(2)]
+        threads = [threading.Thread(target=publish, args=(b"p%d" % i,), name="test-publisher-%d" % i, daemon=True)
+                   for i in range(2)]
         for t in threads:
             t.start()
         try:
@@ -105,7 +106,7 @@ def test_producer_keeps_publishing_through_a_sigkill_and_restart():
         finally:
             stop.set()
             for t in threads:
-                t.join()
+                t.join(30)
         assert not failures, failures
         bodies = set(acked)
         assert len(bodies) == len(acked)

@@ -150,7 +150,9 @@ def test_proxy_stall_holds_bytes_and_reset_sends_rst_both_ways(tmp_path):
         client.sendall(b"x" * 49152)
         got = 0
         while got < 49152:
-            got += len(server.recv(65536))
+            chunk = server.recv(65536)
+            assert chunk, "closed after %d of 49152 bytes" % got
+            got += len(chunk)
         assert time.monotonic() - started >= 0.5
 
         proc.send_signal(signal.SIGUSR2)  # stall

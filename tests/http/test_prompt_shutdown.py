@@ -24,7 +24,7 @@ def test_serve_forever_after_shutdown_and_close_returns_without_touching_the_soc
         except Exception as e:  # what the accept thread would have died of
             errors.append(e)
 
-    t = threading.Thread(target=serve, name="late-accept")
+    t = threading.Thread(target=serve, name="late-accept", daemon=True)
     t.start()
     t.join(timeout=10)
     assert not t.is_alive()
@@ -33,7 +33,7 @@ def test_serve_forever_after_shutdown_and_close_returns_without_touching_the_soc
 
 def test_shutdown_waits_for_a_running_loop():
     server = Server(("127.0.0.1", 0), socketserver.BaseRequestHandler)
-    t = threading.Thread(target=server.serve_forever, name="accept")
+    t = threading.Thread(target=server.serve_forever, name="accept", daemon=True)
     t.start()
     server._serving.wait(timeout=10)
     server.shutdown()

@@ -6,6 +6,7 @@ import socket
 import struct
 import subprocess
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -43,7 +44,7 @@ class FakeLookupd:
         self.listener.listen(16)
         self.port = self.listener.getsockname()[1]
         self.addr = "127.0.0.1:%d" % self.port
-        self._accepter = threading.Thread(target=self._accept_loop, name="fake-lookupd-accept")
+        self._accepter = threading.Thread(target=self._accept_loop, name="fake-lookupd-accept", daemon=True)
         self._accepter.start()
 
     def _accept_loop(self):
@@ -56,7 +57,7 @@ class FakeLookupd:
             with self._lock:
                 self.connections.append(conn)
                 self._socks.append(sock)
-            t = threading.Thread(target=self._serve, args=(sock, conn), name="fake-lookupd-conn")
+            t = threading.Thread(target=self._serve, args=(sock, conn), name="fake-lookupd-conn", daemon=True)
             t.start()
             self._threads.append(t)
 
@@ -142,10 +143,11 @@ class FakeLookupd:
         except OSError:
             pass
         self.listener.close()
-        self._accepter.join()
+        self._accepter.join(10)
         self.drop_connections()
-        for t in self._threads:
-            t.join()
+        deadline = time.monotonic() + 10
+        for t in list(self._threads):
+            t.join(max(0.0, deadline - time.monotonic()))
 
 
 @pytest.fixture
@@ -339,7 +341,7 @@ def test_a_channel_deleted_while_the_lookupds_answer_is_not_created_again(make_n
     fake = fakes(info=answer.info)
     nsqd = make_nsqd(nsqlookupd_tcp_addresses=[fake.addr], lookupd_ping_interval=0.05)
     wait_connected(fake)
-    creator = threading.Thread(target=nsqd.get_topic, args=("t",), name="test-topic-creator")
+    creator = threading.Thread(target=nsqd.get_topic, args=("t",), name="test-topic-creator", daemon=True)
     creator.start()
     assert answer.arrived.wait(30)
     topic = nsqd.get_existing_topic("t")
@@ -381,7 +383,9 @@ def test_ephemeral_auto_delete_unregisters(make_nsqd, fakes):
     sub.sendall(b"  V2SUB e#ephemeral c#ephemeral\n")
     reply = b""
     while len(reply) < 10:
-        reply += sub.recv(10 - len(reply))
+        chunk = sub.recv(10 - len(reply))
+        assert chunk, "closed after %r" % reply
+        reply += chunk
     assert reply == struct.pack(">ii", 6, 0) + b"OK"
     wait_until(lambda: len(registry(fake)) >= 3, what="REGISTERs")
     sub.close()  # the last consumer leaves: the channel, then the topic, are deleted

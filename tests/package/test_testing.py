@@ -211,7 +211,8 @@ def test_many_brokers_at_once_are_isolated(tmp_root):
     before = snapshot()
     count = 12
     brokers = [Broker(tmp_dir=str(tmp_root)) for _ in range(count)]
-    starters = [threading.Thread(target=b.start) for b in brokers]
+    starters = [threading.Thread(target=b.start, name="test-starter-%d" % i, daemon=True)
+                for i, b in enumerate(brokers)]
     for t in starters:
         t.start()
     for t in starters:
@@ -230,7 +231,8 @@ def test_many_brokers_at_once_are_isolated(tmp_root):
                 results[i] = msg.body
 
         results = {}
-        users = [threading.Thread(target=use, args=(i, b)) for i, b in enumerate(brokers)]
+        users = [threading.Thread(target=use, args=(i, b), name="test-user-%d" % i, daemon=True)
+                 for i, b in enumerate(brokers)]
         for t in users:
             t.start()
         for t in users:
@@ -240,7 +242,8 @@ def test_many_brokers_at_once_are_isolated(tmp_root):
             assert [t.name for t in broker.nsqd.topics()] == ["topic-%d" % i]
             assert broker.stats()["topics"][0]["message_count"] == 1
     finally:
-        stoppers = [threading.Thread(target=b.stop) for b in brokers]
+        stoppers = [threading.Thread(target=b.stop, name="test-stopper-%d" % i, daemon=True)
+                    for i, b in enumerate(brokers)]
         for t in stoppers:
             t.start()
         for t in stoppers:

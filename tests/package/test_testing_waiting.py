@@ -53,7 +53,7 @@ def in_a_thread_once_waited_on(nsqd, action):
         except BaseException as e:  # reported by the test's thread
             errors.append(e)
 
-    thread = threading.Thread(target=run, name="test-acts-while-waited-on")
+    thread = threading.Thread(target=run, name="test-acts-while-waited-on", daemon=True)
     thread.start()
     return thread, errors
 
@@ -67,7 +67,7 @@ def test_wait_until_a_topic_that_does_not_exist_yet(broker, no_recheck):
     try:
         found = woken(broker, "later", depth=3, message_count=3)
     finally:
-        thread.join()
+        thread.join(30)
     assert not errors
     assert (found["topic_name"], found["depth"]) == ("later", 3)
     assert broker.nsqd.watch.watchers == 0
@@ -85,7 +85,7 @@ def test_wait_until_a_channel_that_does_not_exist_yet(broker, no_recheck):
     try:
         found = woken(broker, "orders", "billing", message_count=1, depth=0, in_flight_count=0)
     finally:
-        thread.join()
+        thread.join(30)
     assert not errors
     assert found["channel_name"] == "billing"
 
@@ -147,7 +147,12 @@ def publish_every_kind(nsqd):
 @pytest.mark.parametrize("kind", ["in-process", "process"])
 def test_messages_lists_every_message_in_delivery_order_and_consumes_nothing(request, kind):
     nsqd = request.getfixturevalue("broker" if kind == "in-process" else "broker_process")
-    assert nsqd.messages("orders", "billing") == []  # no such channel yet
+    with pytest.raises(LookupError, match="topic 'orders' does not exist"):
+        nsqd.messages("orders", "billing")
+    nsqd.create("orders", "billing")
+    assert nsqd.messages("orders", "billing") == []  # an empty channel
+    with pytest.raises(LookupError, match="channel 'other' of topic 'orders' does not exist"):
+        nsqd.messages("orders", "other")
     consumer, held = publish_every_kind(nsqd)
     try:
         listed = nsqd.messages("orders", "billing")
@@ -155,6 +160,9 @@ def test_messages_lists_every_message_in_delivery_order_and_consumes_nothing(req
             (b"m1", "queued"), (b"m2", "queued"), (b"d1", "queued"), (b"d2", "queued"),
             (b"held", "in_flight"), (b"deferred", "deferred")]
         assert [m.due_ns is None for m in listed] == [True] * 4 + [False] * 2
+        assert [m.due_in is None for m in listed] == [True] * 4 + [False] * 2
+        assert 0 < listed[5].due_in <= 600  # the DPUB's 600 s, counted on the broker's clock
+        assert listed[5].due_ns == pytest.approx(nsqd.now() * 1e9 + listed[5].due_in * 1e9, abs=2e9)
         assert listed[4].id == held.id.decode() and listed[4].attempts == 1
         assert all(len(m.id) == 16 and m.timestamp > 0 for m in listed)
         assert nsqd.messages("orders", "billing") == listed  # nothing moved
@@ -209,5 +217,5 @@ def test_wait_until_sees_pauses_and_an_emptied_channel(broker, no_recheck):
         try:
             woken(broker, *args, **expected)
         finally:
-            thread.join()
+            thread.join(30)
         assert not errors

@@ -61,11 +61,12 @@ def test_mass_close_of_subscribers_requeues_every_in_flight_message(nsqd):
         for s in part:
             s.close()
 
-    closers = [threading.Thread(target=close_all, args=(subs[i::4],)) for i in range(4)]
+    closers = [threading.Thread(target=close_all, args=(subs[i::4],), name="test-closer-%d" % i, daemon=True)
+               for i in range(4)]
     for t in closers:
         t.start()
     for t in closers:
-        t.join()
+        t.join(30)
     assert ping(nsqd) == (200, b"OK")
     wait_for(lambda: not channel.clients(), what="all clients removed")
     assert ping(nsqd) == (200, b"OK")
@@ -135,7 +136,7 @@ class _Feeder:
         self.ours, self.theirs = socket.socketpair()
 
     def send(self, data):
-        t = threading.Thread(target=self.theirs.sendall, args=(data,))
+        t = threading.Thread(target=self.theirs.sendall, args=(data,), name="test-feeder", daemon=True)
         t.start()
         return t
 
@@ -200,7 +201,7 @@ def test_a_long_parked_reader_woken_by_a_nop_parks_again_without_waiting(monkeyp
             except ConnectionEnded:
                 pass
 
-        thread = threading.Thread(target=read, name="test-reader")
+        thread = threading.Thread(target=read, name="test-reader", daemon=True)
         thread.start()
         wait_for(lambda: ours.fileno() in watcher._parked, timeout=IDLE_AFTER * 20, what="parked")
         first = watcher._parked[ours.fileno()]
@@ -266,7 +267,9 @@ def test_client_provides_what_a_channel_needs(nsqd):
         b.settimeout(10)
         header = b""
         while len(header) < 8:
-            header += b.recv(8 - len(header))
+            chunk = b.recv(8 - len(header))
+            assert chunk, "closed after %r" % header
+            header += chunk
         assert struct.unpack(">ii", header)[1] == 2  # a MESSAGE frame, written by the pump
         client.start_close()
         assert client.state == STATE_CLOSING and client.ready_count == 0
@@ -372,7 +375,8 @@ def test_idle_watcher_runs_a_hangup_and_its_teardown_while_chosen_threads_wait_f
         results["queued then"] = queued_released.is_set()
         watcher.resumed()  # (its teardown done)
 
-    threads = [threading.Thread(target=park_queued), threading.Thread(target=park_hung_up)]
+    threads = [threading.Thread(target=park_queued, name="test-park-queued", daemon=True),
+               threading.Thread(target=park_hung_up, name="test-park-hung-up", daemon=True)]
     try:
         pairs[0][1].sendall(b"x")
         assert watcher.park(pairs[0][0].fileno(), 30) == WOKEN  # holds the only permit
@@ -411,8 +415,8 @@ def test_idle_watcher_stop_still_releases_a_thread_chosen_in_the_same_batch():
     def park(i):
         results[i] = watcher.park(pairs[i][0].fileno(), 30)
 
-    threads = [threading.Thread(target=park, args=(i,)) for i in (1, 2)]
-    stopper = threading.Thread(target=watcher.stop)
+    threads = [threading.Thread(target=park, args=(i,), name="test-park-%d" % i, daemon=True) for i in (1, 2)]
+    stopper = threading.Thread(target=watcher.stop, name="test-stopper", daemon=True)
     try:
         pairs[0][1].sendall(b"x")
         assert watcher.park(pairs[0][0].fileno(), 30) == WOKEN  # the only permit, never returned

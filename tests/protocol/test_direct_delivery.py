@@ -41,9 +41,10 @@ def test_each_publishers_messages_arrive_in_order_whichever_thread_writes_them(n
                 for b in range(large_batches):
                     assert pub.mpub("order", [b"L %06d" % (b * large + i) for i in range(large)]) == b"OK"
 
-        threads = [threading.Thread(target=publish_one_at_a_time, args=(b"P%d" % n,)) for n in range(4)]
-        threads.append(threading.Thread(target=publish_batches))
-        threads.append(threading.Thread(target=publish_large_batches))
+        threads = [threading.Thread(target=publish_one_at_a_time, args=(b"P%d" % n,), name="test-publisher-%d" % n,
+                                    daemon=True) for n in range(4)]
+        threads.append(threading.Thread(target=publish_batches, name="test-batch-publisher", daemon=True))
+        threads.append(threading.Thread(target=publish_large_batches, name="test-large-batch-publisher", daemon=True))
         for t in threads:
             t.start()
         try:

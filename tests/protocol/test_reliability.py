@@ -422,7 +422,10 @@ def _deflate_nop_flood(address, stop):
     sock.sendall(b"IDENTIFY\n" + len(body).to_bytes(4, "big") + body)
     got = b""
     while len(got) < 4 or len(got) < 4 + int.from_bytes(got[:4], "big"):
-        got += sock.recv(65536)
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed before the IDENTIFY answer: %r" % got)
+        got += chunk
     compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
     block = b"NOP\n" * (1 << 18)  # 1 MiB of commands
     sent = 0

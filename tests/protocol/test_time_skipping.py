@@ -128,12 +128,13 @@ def test_a_skip_wakes_the_queue_scanner():
         with consumer(nsqd, "t") as sub, Conn(nsqd.tcp_address) as pub:
             assert dpub(pub, "t", 60000, b"soon") == b"OK"
             skipped = []
-            advancing = threading.Thread(target=lambda: skipped.append(nsqd.advance()), name="test-advance")
+            advancing = threading.Thread(target=lambda: skipped.append(nsqd.advance()), name="test-advance",
+                                         daemon=True)
             advancing.start()
             try:
                 assert sub.read_message()[3] == b"soon"  # (READ_TIMEOUT < ADVANCE_SCAN_TIMEOUT)
             finally:
-                advancing.join()
+                advancing.join(60)  # (advance waits ADVANCE_SCAN_TIMEOUT at most)
             assert 59.0 < skipped[0] <= 60.0
 
 

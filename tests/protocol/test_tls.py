@@ -201,7 +201,9 @@ def test_buffered_tls_records_are_served_without_more_input(make_nsqd, certs):
                 break
             except ssl.SSLWantReadError:
                 sock.sendall(outgoing.read())
-                incoming.write(sock.recv(65536))
+                data = sock.recv(65536)
+                assert data, "closed during the handshake"
+                incoming.write(data)
         sock.sendall(outgoing.read())
         tls.write(b"PUB t\n" + protocol_v2.encode_size(1) + b"a")
         tls.write(b"PUB t\n" + protocol_v2.encode_size(1) + b"b")

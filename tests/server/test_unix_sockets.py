@@ -465,12 +465,19 @@ def test_a_lookupd_on_tcp_cannot_point_nsqd_at_a_local_socket(sock_dir):
             try:
                 conn.settimeout(20)
                 data = b""
+
+                def more():
+                    chunk = conn.recv(65536)
+                    if not chunk:  # (else the loops below spin on the closed connection)
+                        raise ConnectionError("nsqd closed the connection after %r" % data)
+                    return chunk
+
                 while b"IDENTIFY\n" not in data or len(data) < data.index(b"IDENTIFY\n") + 13:
-                    data += conn.recv(65536)
+                    data += more()
                 start = data.index(b"IDENTIFY\n") + 9
                 size = struct.unpack(">I", data[start:start + 4])[0]
                 while len(data) < start + 4 + size:
-                    data += conn.recv(65536)
+                    data += more()
                 conn.sendall(struct.pack(">II", 4 + len(reply), 0) + reply)
                 nsqd.http("POST", "/pub?topic=t", b"x")
                 wait_until(lambda: "no nsqlookupd answered" in nsqd.log, 20, "the hold to end")

@@ -47,8 +47,8 @@ class Load:
         self.finished = set()  # bodies FINed (the FIN was written to the socket)
         self.delivered = set()  # bodies received
         self._threads = [
-            threading.Thread(target=self._publish, args=(address, topic, batch), daemon=True),
-            threading.Thread(target=self._consume, args=(address, topic), daemon=True),
+            threading.Thread(target=self._publish, args=(address, topic, batch), name="load-publisher", daemon=True),
+            threading.Thread(target=self._consume, args=(address, topic), name="load-consumer", daemon=True),
         ]
         for t in self._threads:
             t.start()

@@ -9,6 +9,7 @@ import urllib.request
 from nsqd_threaded.admin import NSQAdmin
 from nsqd_threaded.internal.logger import Logger
 
+from support.http_server import ThreadedHTTPServer
 from support.logs import LogCapture
 
 
@@ -61,10 +62,7 @@ class NotificationSink:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="test-notification-sink")
-        self.thread.start()
+        self.server = ThreadedHTTPServer(("127.0.0.1", 0), Handler, "test-notification-sink").start()
         self.url = "http://127.0.0.1:%d/notify" % self.server.server_address[1]
 
     def wait_for(self, n, timeout=10.0):
@@ -73,6 +71,4 @@ class NotificationSink:
             return list(self.docs)
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self.server.close()

@@ -11,6 +11,7 @@ import pytest
 
 from nsqd_threaded.wire import protocol_v2
 
+from support.http_server import ThreadedHTTPServer
 from support.wire import Conn
 
 GO_BIN = "/work/shared/reference/go-nsq-1.3.0"
@@ -94,19 +95,15 @@ class AuthServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = False  # server_close joins the request threads
+        self.httpd = ThreadedHTTPServer(("127.0.0.1", 0), Handler, "test-auth-server")
         if context is not None:
             self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         self.address = "127.0.0.1:%d" % self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="test-auth-server")
-        self.thread.start()
+        self.httpd.start()
 
     def close(self):
         self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
+        self.httpd.close()  # joins the request threads (bounded)
 
 
 @pytest.fixture

@@ -124,7 +124,8 @@ def run_threads(targets):
 
         return run
 
-    threads = [threading.Thread(target=wrap(fn), daemon=True) for fn in targets]
+    threads = [threading.Thread(target=wrap(fn), name="test-%s" % getattr(fn, "__name__", "worker"), daemon=True)
+               for fn in targets]
     for t in threads:
         t.start()
     return threads, errors

@@ -11,6 +11,8 @@ import threading
 
 from nsqd_threaded.wire.protocol_v1 import MAGIC_V1
 
+from support.http_server import ThreadedHTTPServer
+
 
 def payload(catcher_url, tag=""):
     """A string that breaks out of text, of a double- or single-quoted attribute, and of a URL, three ways."""
@@ -63,11 +65,8 @@ class HostileNode:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = ThreadedHTTPServer(("127.0.0.1", 0), Handler, "test-hostile-node").start()
         self.http_port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, name="test-hostile-node")
-        self.thread.start()
         self.conns = []
 
     @property
@@ -103,9 +102,7 @@ class HostileNode:
         self.answer.set()
         for conn in self.conns:
             conn.close()
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self.server.close()
 
 
 def _read(conn, n):
@@ -138,17 +135,12 @@ class Catcher:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = ThreadedHTTPServer(("127.0.0.1", 0), Handler, "test-catcher").start()
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, name="test-catcher")
-        self.thread.start()
 
     def seen(self):
         with self._lock:
             return list(self.hits)
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self.server.close()

@@ -3,6 +3,17 @@
 import http.server
 import socket
 import threading
+import time
+
+from support.http_server import ThreadedHTTPServer
+
+JOIN = 10.0  # seconds an exit waits, in all, for the threads it started (daemon: none outlives the process)
+
+
+def _join_all(threads, timeout=JOIN):
+    deadline = time.monotonic() + timeout
+    for t in list(threads):
+        t.join(max(0.0, deadline - time.monotonic()))
 
 
 class Request:
@@ -58,22 +69,18 @@ class Sink:
             def log_message(self, *args):
                 pass
 
-        class Server(http.server.ThreadingHTTPServer):
+        class Server(ThreadedHTTPServer):
             request_queue_size = 256  # nsq_to_http opens up to -n (100) connections at once
-            daemon_threads = True
 
-        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server = Server(("127.0.0.1", 0), Handler, "http-sink", poll_interval=0.05)
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="http-sink", kwargs={"poll_interval": 0.05})
 
     def __enter__(self):
-        self._thread.start()
+        self.server.start()
         return self
 
     def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join()
+        self.server.close(JOIN)
 
     def succeeded(self):
         """The requests answered 2xx, in arrival order."""
@@ -98,8 +105,8 @@ class Endpoint:
     sent, in arrival order), ``bodies`` (their bodies), ``answered`` (the
     bodies of those ``respond`` kept the connection after), ``connections``
     (accepted), ``closed`` (ended, by either side), ``held`` (requests being answered now) and ``peak`` (the
-    most at once).  Every thread it starts is joined on exit: a ``respond``
-    that holds an answer must let go by then.
+    most at once).  Every thread it starts is joined on exit (for ``JOIN``
+    seconds in all): a ``respond`` that holds an answer must let go by then.
     """
 
     def __init__(self, respond, context=None, timeout=30.0):
@@ -121,7 +128,7 @@ class Endpoint:
         self.port = self.listener.getsockname()[1]
         self.url = "%s://127.0.0.1:%d" % ("http" if context is None else "https", self.port)
         self._threads = []
-        self._acceptor = threading.Thread(target=self._accept, name="endpoint-accept")
+        self._acceptor = threading.Thread(target=self._accept, name="endpoint-accept", daemon=True)
 
     def __enter__(self):
         self._acceptor.start()
@@ -130,9 +137,8 @@ class Endpoint:
     def __exit__(self, *exc):
         self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
-        self._acceptor.join(10)
-        for t in self._threads:
-            t.join(10)
+        self._acceptor.join(JOIN)
+        _join_all(self._threads)
 
     def wait(self, predicate, timeout=30.0, what="requests"):
         """Wait until ``predicate(self)`` holds (checked whenever a request arrives or is answered)."""
@@ -149,7 +155,7 @@ class Endpoint:
                 return
             with self._changed:
                 self.connections += 1
-            t = threading.Thread(target=self._serve, args=(conn,), name="endpoint-conn")
+            t = threading.Thread(target=self._serve, args=(conn,), name="endpoint-conn", daemon=True)
             self._threads.append(t)
             t.start()
 
@@ -172,7 +178,10 @@ class Endpoint:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":")[1])
                 while len(buf) < length:
-                    buf += conn.recv(65536)
+                    data = conn.recv(65536)
+                    if not data:
+                        return  # closed mid-body: not a request
+                    buf += data
                 body, buf = buf[:length], buf[length:]
                 with self._changed:
                     number = len(self.requests)

@@ -31,8 +31,11 @@ class Tool:
         self._grew = threading.Condition(self._lock)
         self.out = b""
         self.err = b""
-        self._readers = [threading.Thread(target=self._read, args=(self.proc.stdout, "out"), name="tool-stdout"),
-                         threading.Thread(target=self._read, args=(self.proc.stderr, "err"), name="tool-stderr")]
+        # daemon: a grandchild holding a pipe open keeps its reader past wait()'s bound
+        self._readers = [threading.Thread(target=self._read, args=(self.proc.stdout, "out"), name="tool-stdout",
+                                          daemon=True),
+                         threading.Thread(target=self._read, args=(self.proc.stderr, "err"), name="tool-stderr",
+                                          daemon=True)]
         for reader in self._readers:
             reader.start()
 

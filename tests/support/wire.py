@@ -150,7 +150,7 @@ class SilentNSQD:
         self.address = self.listener.getsockname()
         self.got_pub = threading.Event()
         self.conn = None  # the producer's connection, once accepted
-        self.thread = threading.Thread(target=self._serve, name="vanishing-nsqd")
+        self.thread = threading.Thread(target=self._serve, name="vanishing-nsqd", daemon=True)
         self.thread.start()
 
     def _serve(self):
@@ -196,4 +196,4 @@ class SilentNSQD:
         else:  # never connected: wake the accept
             socket.create_connection(self.address, timeout=10).close()
         self.listener.close()
-        self.thread.join()
+        self.thread.join(10)

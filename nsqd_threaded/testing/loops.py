@@ -1,0 +1,499 @@
+"""Event loops for the application's clients in a test, on the broker's clock.
+
+::
+
+    from nsqd_threaded.testing import Broker, TornadoLoop
+
+    with Broker("--msg-timeout=60s") as nsqd, TornadoLoop(clock=nsqd, auto_skip=True) as loop:
+        reader = nsq.Reader(topic="orders", channel="billing", nsqd_tcp_addresses=[nsqd.tcp_addr], ...)
+        loop.run_until(lambda: handled)           # no real wait for the broker's or pynsq's timers
+
+:class:`TornadoLoop` (tornado clients: pynsq) and :class:`AsyncioLoop` (asyncio clients: ansq,
+aiohttp) each make a private asyncio event loop current in this thread, until :meth:`close` (or the
+end of ``with``).  Made after it, a client runs on it.
+
+**One clock.**  Given ``clock=`` a testing :class:`~nsqd_threaded.testing.Broker`,
+:class:`~nsqd_threaded.testing.BrokerProcess`, :class:`~nsqd_threaded.testing.Lookupd` or
+:class:`~nsqd_threaded.testing.Cluster`, the loop's time *is* that daemon's clock (real time plus what
+was skipped): ``loop.time()``, every ``call_later``/``call_at``/``PeriodicCallback`` of the client and
+``asyncio.sleep`` run on it.  ``nsqd.advance(s)`` and ``loop.advance(s)`` move both; the client's
+timers that fall due fire on the loop's next run.  pynsq also reads ``time.time()`` (its per-address
+connect throttle, its stale-connection check): in ``nsq.reader``, ``nsq.client`` and ``nsq.conn`` that
+name reads the clock's wall time while the loop is open (:data:`CLIENT_MODULES`; ``clients=`` names
+others).  A cluster's members move together (``Cluster.advance``): move its time through the cluster
+or the loop, not through one member.  A :class:`BrokerProcess`'s clock is read over HTTP when a run
+starts and after each skip.
+
+**Skipping while idle.**  With ``auto_skip=True``, while :meth:`~ClockedLoop.run_until`,
+:meth:`~ClockedLoop.run_for` or :meth:`~ClockedLoop.wait_until` waits and nothing can happen until time
+passes, the clock jumps to the earliest deadline of the loop (a client's reconnect, backoff or
+periodic timer, the waiting method's own end) and of the daemon (a msg-timeout, a REQ or DPUB
+coming due).  "Nothing can happen" means: no callback ready, no event on any of the loop's sockets
+for ``grace`` seconds of real time (default :data:`GRACE`), the broker owing no consumer a delivery,
+and no :class:`~nsqd_threaded.testing.FaultProxy` given in ``proxies=`` (or :meth:`~ClockedLoop.watch`)
+holding delayed bytes.  The grace is the rule for everything outside the loop: a handler that waits
+on something real (a database, a thread, another process) makes no event the loop can see, so the
+clock never jumps until that has been quiet for ``grace``; raise it for slow collaborators.  A jump
+never passes the waiting method's end, and the same test gives the same result every run: what runs
+is decided by the order of deadlines, not by how long real work took.
+
+Timeouts under a clock are in the clock's seconds; ``real_timeout`` (default :data:`REAL_TIMEOUT`)
+bounds each wait in real seconds as well, so a test that hangs fails.
+"""
+
+import asyncio
+import selectors
+import sys
+import time
+import types
+
+from .waiting import Expectation
+
+GRACE = 0.02  # seconds of real time with no event before an auto-skip jumps
+SLICE = 0.05  # the longest real wait in one select under a clock: a clock moved elsewhere is seen
+REAL_TIMEOUT = 60.0  # real seconds any one wait may take under a clock
+POLL_INTERVAL = 0.005  # seconds between two looks at the predicate of a loop without a clock
+CLIENT_MODULES = ("nsq.reader", "nsq.client", "nsq.conn")  # pynsq's modules that read time.time()
+
+
+class ClockSource:
+    """The daemon(s) a loop's clock follows: what was skipped, their next deadline, moving them.
+
+    ``skipped()`` is read on every ``loop.time()``: for the in-process daemons it is one attribute of
+    their :class:`~nsqd_threaded.internal.clock.Clock`; a :class:`BrokerProcess` is asked over HTTP
+    only by :meth:`refresh` (a run's start, after each skip).
+    """
+
+    def __init__(self, target):
+        self.target = target
+        self._remote_skipped = 0.0
+        kind = type(target).__name__
+        if kind == "Broker":
+            self._clock = lambda: target.nsqd.clock if target.nsqd is not None else None
+        elif kind == "Lookupd":
+            self._clock = lambda: target.lookupd.clock if target.lookupd is not None else None
+        elif kind == "Cluster":
+            self._clock = lambda: target.lookupd.lookupd.clock if target.lookupd.lookupd is not None else None
+        elif kind == "BrokerProcess":
+            self._clock = None
+        else:
+            raise TypeError("clock= takes a testing Broker, BrokerProcess, Lookupd or Cluster, not %r" % (target,))
+        self.name = kind
+
+    def skipped(self):
+        if self._clock is None:
+            return self._remote_skipped
+        clock = self._clock()
+        return clock.skipped if clock is not None else 0.0
+
+    def refresh(self):
+        if self._clock is None:
+            from .skipping import http_time
+
+            self._remote_skipped = http_time(self.target._http_address, repr(self.target))["total_skipped"]
+
+    def next_deadline_in(self):
+        return self.target.next_deadline_in()
+
+    def advance(self, seconds):
+        skipped = self.target.advance(seconds)
+        self.refresh()
+        return skipped
+
+    def busy(self):
+        """True while the broker owes a subscribed consumer a delivery (its pump will send without any
+        time passing); a lookupd or a broker in another process: never (its bytes show on sockets)."""
+        brokers = [self.target] if self.name == "Broker" else []
+        if self.name == "Cluster":
+            brokers = [b for b in self.target.brokers if type(b).__name__ == "Broker"]
+        for broker in brokers:
+            nsqd = broker.nsqd if broker.running else None
+            if nsqd is not None and any(c.owes_delivery() for t in nsqd.topics() for c in t.channels()):
+                return True
+        return False
+
+
+class _ClockTime(types.ModuleType):
+    """The ``time`` module as a client module sees it under a clock: ``time()`` is the clock's wall time."""
+
+    def __init__(self, driver):
+        super().__init__("time")
+        self._driver = driver
+
+    def time(self):
+        return time.time() + self._driver.offset()
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+class _ClockedSelector(selectors.BaseSelector):
+    """The loop's selector: where the loop would block, it also looks at the waiting method's
+    predicate, waits in short slices (a clock moved elsewhere is seen) and, auto-skipping, jumps."""
+
+    def __init__(self, driver):
+        self._real = selectors.DefaultSelector()
+        self._driver = driver
+
+    def register(self, fileobj, events, data=None):
+        return self._real.register(fileobj, events, data)
+
+    def unregister(self, fileobj):
+        return self._real.unregister(fileobj)
+
+    def modify(self, fileobj, events, data=None):
+        return self._real.modify(fileobj, events, data)
+
+    def get_key(self, fileobj):
+        return self._real.get_key(fileobj)
+
+    def get_map(self):
+        return self._real.get_map()
+
+    def close(self):
+        self._real.close()
+
+    def select(self, timeout=None):
+        return self._driver._select(self._real, timeout)
+
+
+class _Wait:
+    """One waiting method's state: its predicate, its ends (clock and real), its outcome."""
+
+    def __init__(self, predicate, real_deadline, skip=True):
+        self.predicate = predicate
+        self.real_deadline = real_deadline
+        self.skip = skip  # run_until_idle: stop where a jump would be, instead of jumping
+        self.value = None
+        self.last_error = None
+        self.done = False
+        self.idle = False
+        self.looked_at = 0.0  # real time of the last look at the predicate
+
+    def check(self):
+        if self.predicate is None:
+            return False
+        try:
+            value = self.predicate()
+        except Exception as e:  # "not yet"; reported if it never holds
+            self.last_error = e
+            return False
+        self.last_error = None
+        self.value = value
+        return bool(value)
+
+
+class ClockedLoop:
+    """What :class:`TornadoLoop` and :class:`AsyncioLoop` share (see the module's docstring).
+
+    Only the thread that made the loop uses it, as an asyncio loop; ``_wait`` (the waiting method in
+    progress) and ``_offset`` (the largest skip seen: the loop's time never goes back, even when a
+    restarted broker's clock starts again from real time) belong to that thread.
+    """
+
+    def __init__(self, clock=None, auto_skip=False, grace=GRACE, real_timeout=REAL_TIMEOUT, proxies=(),
+                 clients=CLIENT_MODULES):
+        if auto_skip and clock is None:
+            raise ValueError("auto_skip=True needs clock= (a Broker, BrokerProcess, Lookupd or Cluster)")
+        self.source = ClockSource(clock) if clock is not None else None
+        self.auto_skip = bool(auto_skip)
+        self.grace = float(grace)
+        self.real_timeout = float(real_timeout)
+        self.proxies = list(proxies)
+        self.skips = 0  # jumps made by auto-skip
+        self._offset = 0.0
+        self._wait = None
+        self._active_at = time.monotonic()
+        self._patched = []
+        if self.source is not None:
+            self.source.refresh()
+            self._patch_clients(clients)
+        self.asyncio_loop = _ClockedEventLoop(self)
+        asyncio.set_event_loop(self.asyncio_loop)
+
+    # -- the clock -------------------------------------------------------------
+
+    def offset(self):
+        """Seconds the loop's clock is ahead of real time (what its daemon skipped)."""
+        if self.source is not None:
+            skipped = self.source.skipped()
+            if skipped > self._offset:
+                self._offset = skipped
+        return self._offset
+
+    def time(self):
+        """The loop's time (``loop.time()``): the daemon's monotonic clock under ``clock=``."""
+        return self.asyncio_loop.time()
+
+    def _patch_clients(self, names):
+        shim = _ClockTime(self)
+        for name in names:
+            module = sys.modules.get(name)
+            if module is None:
+                try:
+                    __import__(name)
+                except ImportError:
+                    continue
+                module = sys.modules[name]
+            if getattr(module, "time", None) is time:
+                module.time = shim
+                self._patched.append(module)
+
+    def watch(self, proxy):
+        """Count ``proxy`` (a :class:`~nsqd_threaded.testing.FaultProxy`) in: no jump while it holds bytes."""
+        self.proxies.append(proxy)
+        return proxy
+
+    # -- where the loop blocks -------------------------------------------------
+
+    def _select(self, real, timeout):
+        wait = self._wait
+        busy = timeout is not None and timeout <= 0  # a callback is ready
+        if wait is not None and (not busy or time.monotonic() - wait.looked_at >= POLL_INTERVAL):
+            wait.looked_at = time.monotonic()
+            if wait.check() or wait.looked_at >= wait.real_deadline:
+                wait.done = True
+                self.asyncio_loop.stop()
+                return real.select(0)
+        if busy:
+            self._active_at = time.monotonic()
+            return real.select(0)
+        if self.source is None:  # no clock: the predicate is looked at every POLL_INTERVAL
+            if wait is not None:
+                timeout = POLL_INTERVAL if timeout is None else min(timeout, POLL_INTERVAL)
+            return real.select(timeout)
+        started = time.monotonic()
+        step = SLICE if timeout is None else min(timeout, SLICE)
+        if not (self.auto_skip and wait is not None):
+            events = real.select(step)
+            if events:
+                self._active_at = time.monotonic()
+            return events
+        events = real.select(min(step, self.grace))
+        now = time.monotonic()
+        if events:
+            self._active_at = now
+            return events
+        if now - self._active_at < self.grace or self.source.busy() or any(p.holding() for p in self.proxies):
+            return events
+        # Idle: nothing can happen until time passes.  Jump to the earliest deadline.
+        dues = [self.source.next_deadline_in()]
+        if timeout is not None:
+            dues.append(max(0.0, timeout - (now - started)))
+        dues = [d for d in dues if d is not None]
+        if not dues:
+            return events  # nothing is scheduled anywhere: only something real can happen
+        if not wait.skip:
+            wait.idle = True
+            wait.done = True
+            self.asyncio_loop.stop()
+            return events
+        jump = min(dues)
+        if jump > 0:
+            self.source.advance(jump)
+            self.skips += 1
+        self._active_at = time.monotonic()
+        return events
+
+    # -- waiting with the loop running -------------------------------------------
+
+    def _run(self, predicate, timeout, skip=True):
+        """Run the loop until ``predicate()`` holds or ``timeout`` seconds of the loop's clock pass."""
+        loop = self.asyncio_loop
+        if self.source is not None:  # the timeout is in the clock's seconds; a real-time guard besides
+            self.source.refresh()
+            real = time.monotonic() + self.real_timeout
+        else:
+            real = time.monotonic() + (timeout if timeout is not None else self.real_timeout)
+        wait = _Wait(predicate, real, skip)
+        if wait.check():
+            return wait
+        self._wait = wait
+        self._active_at = time.monotonic()
+        end = None
+        if timeout is not None:
+            end = loop.call_at(loop.time() + timeout, self._timed_out, wait)
+        try:
+            while not wait.done:
+                loop.run_forever()
+        finally:
+            self._wait = None
+            if end is not None:
+                end.cancel()
+        return wait
+
+    def _timed_out(self, wait):
+        wait.check()
+        wait.done = True
+        self.asyncio_loop.stop()
+
+    def run_until(self, predicate, timeout=10.0):
+        """Run the loop until ``predicate()`` is true; return its value.
+
+        A predicate that raises is "not yet" (a stats dict without the channel yet, a client not
+        connected yet).  After ``timeout`` seconds (of the loop's clock) raises :class:`TimeoutError`,
+        chained to the predicate's last exception if it raised."""
+        wait = self._run(predicate, timeout)
+        if not wait.value:
+            error = TimeoutError("not true after %gs%s: %r" % (timeout, self._how_long(), predicate))
+            if wait.last_error is not None:
+                raise error from wait.last_error
+            raise error
+        return wait.value
+
+    def run_for(self, seconds):
+        """Run the loop for ``seconds`` of its clock (auto-skipping: at once, jumping from deadline to
+        deadline, never past the end); returns the seconds of the clock that passed."""
+        start = self.time()
+        self._run(None, seconds)
+        return self.time() - start
+
+    def run_until_idle(self, timeout=10.0):
+        """Run the loop until nothing can happen without time passing (as an auto-skip would find it),
+        without moving the clock; returns True (False: ``timeout`` passed first)."""
+        if self.source is None or not self.auto_skip:
+            raise RuntimeError("run_until_idle needs a loop made with clock= and auto_skip=True")
+        wait = self._run(None, timeout, skip=False)
+        return wait.idle
+
+    def wait_until(self, broker, topic, channel=None, timeout=10.0, **expected):
+        """:meth:`Broker.wait_until <nsqd_threaded.testing.Broker.wait_until>` with this loop running:
+        until the channel's (or, without ``channel``, the topic's) /stats dict has every ``expected``
+        field's value; returns that dict.  TimeoutError names each field's last value."""
+        expectation = Expectation(topic, channel, expected)
+        if type(broker).__name__ == "Broker":
+            from ..broker import stats
+
+            def look():
+                if not broker.running:
+                    return None
+                return expectation.check(stats.collect(broker.nsqd, topic_name=topic, channel_name=channel,
+                                                       include_mem=False))
+        else:
+            params = {"topic": topic} if channel is None else {"topic": topic, "channel": channel}
+
+            def look():
+                return expectation.check(broker.stats(**params))
+        wait = self._run(look, timeout)
+        if not wait.value:
+            raise expectation.timeout_error(timeout)
+        return wait.value
+
+    def advance(self, seconds=None):
+        """Move the clock (the daemon's and so the loop's) forward by ``seconds``; None: to the next
+        deadline of the loop or the daemon.  The client timers that fall due fire on the loop's next
+        run.  Returns the seconds skipped (0.0 when nothing is pending)."""
+        if self.source is None:
+            raise RuntimeError("advance needs a loop made with clock=")
+        if seconds is None:
+            loop = self.asyncio_loop
+            dues = [self.source.next_deadline_in()]
+            scheduled = [h for h in getattr(loop, "_scheduled", ()) if not h.cancelled()]
+            if scheduled:
+                dues.append(max(0.0, min(h.when() for h in scheduled) - loop.time()))
+            dues = [d for d in dues if d is not None]
+            if not dues:
+                return 0.0
+            seconds = min(dues)
+        if seconds < 0:
+            raise ValueError("a clock only moves forward (asked to skip %gs)" % seconds)
+        self.source.advance(seconds)
+        return float(seconds)
+
+    def _how_long(self):
+        if self.source is None:
+            return ""
+        return " of the %s's clock (%d auto-skips)" % (self.source.name, self.skips)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def close(self):
+        """Close the loop and every file descriptor registered with it; no loop is current afterwards."""
+        for module in self._patched:
+            module.time = time
+        self._patched = []
+        self._close_loop()
+        if not self.asyncio_loop.is_closed():
+            self.asyncio_loop.close()
+        asyncio.set_event_loop(None)
+
+    def _close_loop(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _ClockedEventLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop whose time is its driver's clock and whose selector is the driver's."""
+
+    def __init__(self, driver):
+        self._driver = driver
+        super().__init__(_ClockedSelector(driver))
+
+    def time(self):
+        return time.monotonic() + self._driver.offset()
+
+
+class AsyncioLoop(ClockedLoop):
+    """A private asyncio event loop, current in this thread (``asyncio.get_event_loop()`` answers it),
+    for asyncio clients (ansq, aiohttp); :attr:`asyncio_loop` is the loop.  See the module's docstring.
+
+    ``AsyncioLoop(clock=None, auto_skip=False, grace=GRACE, real_timeout=REAL_TIMEOUT, proxies=())``.
+    :meth:`run` runs a coroutine to its end on it.
+    """
+
+    def __init__(self, clock=None, auto_skip=False, grace=GRACE, real_timeout=REAL_TIMEOUT, proxies=()):
+        super().__init__(clock, auto_skip, grace, real_timeout, proxies, clients=())
+
+    def run(self, coroutine, timeout=10.0):
+        """Run ``coroutine`` to its end (auto-skipping while it waits on the clock); returns its result.
+        TimeoutError after ``timeout`` seconds of the loop's clock (the coroutine is cancelled)."""
+        task = self.asyncio_loop.create_task(coroutine)
+        try:
+            self.run_until(task.done, timeout)
+        except TimeoutError:
+            task.cancel()
+            self.run_until(task.done, 5.0)
+            raise
+        return task.result()
+
+    def _close_loop(self):
+        loop = self.asyncio_loop
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+
+
+class TornadoLoop(ClockedLoop):
+    """A private event loop for tornado clients (pynsq) in this thread; :meth:`close` (or ``with``) ends it.
+
+    ``TornadoLoop(clock=None, auto_skip=False, grace=GRACE, real_timeout=REAL_TIMEOUT, proxies=(),
+    clients=CLIENT_MODULES)``.  :attr:`io_loop` is its tornado ``IOLoop`` and :attr:`asyncio_loop` the
+    asyncio loop under it.  Make the client objects after this (pynsq binds to ``IOLoop.current()``
+    when one is made).  No deprecated tornado API is used (no ``IOLoop.make_current()``, no
+    ``IOLoop()`` outside a running loop): ``IOLoop.current()`` wraps this thread's current asyncio
+    loop, on tornado 6.0 as on the newest.  tornado is imported when a TornadoLoop is made (it is not
+    a dependency of this package).
+    """
+
+    def __init__(self, clock=None, auto_skip=False, grace=GRACE, real_timeout=REAL_TIMEOUT, proxies=(),
+                 clients=CLIENT_MODULES):
+        import tornado.ioloop
+
+        super().__init__(clock, auto_skip, grace, real_timeout, proxies, clients)
+        self.io_loop = tornado.ioloop.IOLoop.current()
+
+    def close(self):
+        """Close the loop and every file descriptor registered with it; no loop is current afterwards."""
+        for module in self._patched:
+            module.time = time
+        self._patched = []
+        self.io_loop.close(all_fds=True)
+        super().close()
