@@ -520,8 +520,9 @@ class BrokerCore:
 
     def next_deadline_ns(self):
         """The clock time (ns) at which the next in-flight message times out or deferred
-        message falls due, over every channel; None when none is pending."""
-        earliest = None
+        message falls due, over every channel, or a client waiting on this clock wakes
+        (:meth:`Clock.hold_deadline`); None when none is pending."""
+        earliest = self.clock.next_waiter_ns()  # a test's client waiting on this clock (Clock.hold_deadline)
         for topic in self.topics():
             for channel in topic.channels():
                 due = channel.next_deadline_ns()

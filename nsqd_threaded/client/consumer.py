@@ -8,6 +8,7 @@ import urllib.parse
 
 from ..internal.gocompat import format_duration
 from ..wire import protocol_v2
+from .clock import ClientClock
 from .connection import (
     ConnectionClosed,
     ConnectOptions,
@@ -156,6 +157,9 @@ class Consumer:
       ``max_backoff_duration``; ``backoff_strategy="full_jitter"`` draws it at random up to
       that), then one connection gets ``RDY 1`` to test; each success lowers the level,
       and at level 0 every connection is back to its share of ``max_in_flight``.
+    * ``clock`` (a test's :class:`~nsqd_threaded.testing.Broker`, ``Lookupd`` or ``Cluster``, or its
+      ``clock``): the reconnect delays and the backoff periods run on that clock, so a broker that
+      skips time (``advance``, ``auto_skip``) skips them too (:mod:`nsqd_threaded.client.clock`).
     * ``requeue_delay_ms=-1`` requeues a failed message after ``default_requeue_delay``
       seconds times its attempts, at most ``max_requeue_delay`` (go-nsq's automatic delay).
     * ``on_error(error)`` receives every NSQError that arrives on an established
@@ -207,7 +211,8 @@ class Consumer:
         default_requeue_delay=90.0,
         max_requeue_delay=900.0,
         logger=None,
-        log_id=1
+        log_id=1,
+        clock=None
     ):
         self.lookupd_http_addresses = [parse_lookupd_address(a) for a in address_list(lookupd_http_addresses)]
         if addresses or not self.lookupd_http_addresses:
@@ -256,6 +261,7 @@ class Consumer:
         self._backoff_level = 0
         self._backoff_timer = None
         self._backoff_timers = []  # every timer started, joined by close()
+        self._clock = ClientClock(clock)  # reconnect delays and backoff: real time, or a test broker's clock
         self._random = random.Random()
         self._queue = queue.Queue()
         self._stop = threading.Event()
@@ -560,7 +566,7 @@ class Consumer:
                         return  # the next lookupd poll that lists it brings it back
                     if not starting and not self._stop.is_set():
                         self.log.conn("info", address, "re-connecting in %s", format_duration(delay))
-                    if self._stop.wait(delay):
+                    if self._clock.wait(self._stop, delay):
                         return
                     delay = min(delay * 2, high)
                     if not persistent and not self._recheck_lookupd(address):
@@ -576,7 +582,7 @@ class Consumer:
                 if fatal:
                     # Ended by a fatal error: retrying at once could spin.
                     self.log.conn("info", address, "re-connecting in %s", format_duration(delay))
-                    if self._stop.wait(delay):
+                    if self._clock.wait(self._stop, delay):
                         return
                     delay = min(delay * 2, high)
                 else:
@@ -826,12 +832,10 @@ class Consumer:
 
     def _start_backoff_timer(self, duration):
         """Call with _backoff_lock held: after ``duration``, one connection gets RDY 1."""
-        timer = threading.Timer(duration, self._backoff_expired)
-        timer.name = "nsq-consumer-backoff[%s/%s]" % (self.topic, self.channel)
-        timer.daemon = True
+        timer = self._clock.timer(duration, self._backoff_expired,
+                                  "nsq-consumer-backoff[%s/%s]" % (self.topic, self.channel))
         self._backoff_timer = timer
         self._backoff_timers = [t for t in self._backoff_timers if t.is_alive()] + [timer]
-        timer.start()
 
     def _backoff_expired(self):
         """The backoff period is over: test the waters with RDY 1 on one connection chosen at random."""

@@ -6,6 +6,7 @@ import threading
 import time
 
 from ..wire import protocol_v2
+from .clock import ClientClock
 from .connection import (
     ConnectionClosed,
     ConnectOptions,
@@ -70,7 +71,7 @@ class _Node:
                     raise
             except (OSError, NSQError):
                 high = producer.reconnect_backoff[1]
-                self.down_until = time.monotonic() + self.backoff
+                self.down_until = producer._clock.monotonic() + self.backoff
                 self.backoff = min(self.backoff * 2, high)
                 raise
             self.backoff = producer.reconnect_backoff[0]
@@ -216,6 +217,7 @@ class Producer:
     A node that failed is skipped for ``reconnect_backoff`` seconds (min, max,
     doubling; tried last meanwhile) and rejoins on the first use after that.
     A TimeoutError (no answer in time) is never retried: the node may have taken it.
+    ``clock`` (a test's Broker, Lookupd or Cluster, or its ``clock``): that skip is counted on its clock.
 
     ``_lock`` guards ``_nodes``, ``_retired``, ``_next``, ``_next_poll`` and ``_closed``.
     """
@@ -232,9 +234,11 @@ class Producer:
         auth_secret=None,
         tls_v1=False, tls_options=None, snappy=False, deflate=False, deflate_level=None,  # the transport: ConnectOptions
         logger=None,
-        log_id=1
+        log_id=1,
+        clock=None
     ):
         self.log = ClientLog(logger, log_id)
+        self._clock = ClientClock(clock)  # how long a failed node is skipped: real time, or a test broker's clock
         direct = parse_addresses(addresses) if addresses else []
         self.lookupd_http_addresses = [parse_lookupd_address(a) for a in address_list(lookupd_http_addresses)]
         if not direct and not self.lookupd_http_addresses:
@@ -356,7 +360,7 @@ class Producer:
             return future
         # The common case, kept cheap: the next node in turn is up and takes it.
         node = nodes[start]
-        if node.down_until and node.down_until > time.monotonic():
+        if node.down_until and node.down_until > self._clock.monotonic():
             self._dispatch(future)
             return future
         try:

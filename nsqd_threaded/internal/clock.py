@@ -34,7 +34,7 @@ class TimeSkippingDisabled(RuntimeError):
 class Clock:
     """Real time, plus (time skipping) an offset that :meth:`skip` grows.
 
-    ``_lock`` guards ``_offset_ns`` and ``skips``.  ``moved`` (a Condition on
+    ``_lock`` guards ``_offset_ns``, ``skips`` and ``_waiters``.  ``moved`` (a Condition on
     ``_lock``) signals that the clock jumped forward, or that a sleeper must
     look at its own state again (:meth:`wake`, e.g. the scanner's stop).
     The readers (``time_ns``, ``time``, ``monotonic``) take no lock: the
@@ -47,6 +47,7 @@ class Clock:
         self.moved = threading.Condition(self._lock)  # signals: the clock jumped forward (or: look again)
         self._offset_ns = 0
         self.skips = 0  # how many skips so far (a sleeper compares it with the count it saw)
+        self._waiters = {}  # token -> monotonic deadline of someone else waiting on this clock (a client)
         if self.skipping:
             self.time_ns = self._skipped_time_ns
             self.time = self._skipped_time
@@ -97,6 +98,29 @@ class Clock:
             self.skips += 1
             self.moved.notify_all()
             return self.skips
+
+    # -- others waiting on this clock ----------------------------------------------
+
+    def hold_deadline(self, monotonic_deadline):
+        """Someone outside the daemon (a test's client: its reconnect delay, its backoff) waits on this
+        clock until ``monotonic_deadline``: the daemon counts it among its deadlines (an advance to the
+        next deadline, an automatic skip, stop there).  Returns the token :meth:`release_deadline` takes."""
+        token = object()
+        with self._lock:
+            self._waiters[token] = monotonic_deadline
+        return token
+
+    def release_deadline(self, token):
+        with self._lock:
+            self._waiters.pop(token, None)
+
+    def next_waiter_ns(self):
+        """The earliest deadline held by :meth:`hold_deadline`, as this clock's Unix ns; None if none."""
+        with self._lock:
+            if not self._waiters:
+                return None
+            earliest = min(self._waiters.values())
+        return self.time_ns() + int((earliest - self.monotonic()) * NS)
 
     def wake(self):
         """Wake every sleeper on :attr:`moved` without moving the clock (it re-checks its own state)."""

@@ -41,9 +41,11 @@ from ..broker.core import BrokerCore
 from ..broker.stats import runtime_name
 from ..broker.topic import TopicError
 from ..internal.process import widen_futex_hash
+from ..settings.options import TIME_SKIPPING_AUTO
 from ..wire.protocol_v1 import PING
 from ..wire.protocol_v2 import is_valid_name
 from ..wire.transport import server_context
+from .auto_skip import AutoSkipper
 from .connection import ClientConnection
 from .http_api import NSQDHTTPServer
 from .idle import new_idle_watcher
@@ -87,6 +89,7 @@ class NSQD(BrokerCore):
         self._unqueried_topics = {}
         self._statsd = None  # the StatsdLoop when --statsd-address is set (started by start())
         self._metadata_writer = None  # the nsqd-metadata thread (runs BrokerCore.metadata_loop)
+        self.auto_skipper = None  # --time-skipping=auto: the AutoSkipper (started by start())
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -129,6 +132,9 @@ class NSQD(BrokerCore):
         if self.options.statsd_address:
             self._statsd = StatsdLoop(self, self.statsd_prefix())
             self._statsd.start()
+        if self.options.time_skipping == TIME_SKIPPING_AUTO:
+            self.auto_skipper = AutoSkipper(self, self.options.time_skipping_grace)
+            self.auto_skipper.start()
         if hasattr(gc, "callbacks"):  # CPython only (PyPy has none)
             gc.callbacks.append(self._on_gc)
         self._started = True
@@ -217,6 +223,8 @@ class NSQD(BrokerCore):
             self._stopped.wait()
             return
         try:
+            if self.auto_skipper is not None:
+                self.auto_skipper.stop()  # no skip while the broker winds down
             if self._tcp_server is not None:
                 self._tcp_server.shutdown()  # stops its accept loop
                 self._tcp_server.close_connections()

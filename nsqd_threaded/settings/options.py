@@ -155,6 +155,30 @@ def _coerce_tls_required(value):
     raise _want('true, false or "tcp-https"', value)
 
 
+TIME_SKIPPING_AUTO = 2  # --time-skipping=auto: the broker skips by itself while nothing happens
+_TIME_SKIPPING = {0: "false", 1: "true", TIME_SKIPPING_AUTO: "auto"}
+
+
+def parse_time_skipping(text):
+    """``true``/``false`` (Go bool syntax) or ``auto`` -> 1/0/2."""
+    if text == "auto":
+        return TIME_SKIPPING_AUTO
+    try:
+        return 1 if parse_go_bool(text) else 0
+    except ValueError:
+        raise ValueError("invalid value %s (true, false, auto)" % go_quote(text)) from None
+
+
+def _coerce_time_skipping(value):
+    if isinstance(value, bool):
+        return 1 if value else 0
+    if isinstance(value, int) and value in _TIME_SKIPPING:
+        return value
+    if isinstance(value, str):
+        return parse_time_skipping(value)
+    raise _want('true, false or "auto"', value)
+
+
 _TLS_VERSIONS = {"tls1.0": 0x0301, "tls1.1": 0x0302, "tls1.2": 0x0303, "tls1.3": 0x0304}
 
 
@@ -220,6 +244,7 @@ TLS_REQUIRED = Kind(
 )
 TLS_VERSION = Kind("tls-version", int, parse_tls_version, lambda v: parse_tls_version(_coerce_str(v)),
                    _format_tls_version)
+TIME_SKIPPING = Kind("time-skipping", int, parse_time_skipping, _coerce_time_skipping, _TIME_SKIPPING.get, bare=True)
 FLOAT = Kind("float", float, float, _coerce_float, repr)
 STR_LIST = Kind("string", list, _parse_str_item, _coerce_str_list, ",".join, multiple=True)
 FLOAT_LIST = Kind("float-list", list, parse_float_list, _coerce_float_list, _format_floats, multiple=True)
@@ -423,8 +448,12 @@ SETTINGS = (
     Setting("channel-peek", BOOL, False, "(not in Go nsqd) answer GET /channel/peek: a channel's next "
             "messages with their bodies, consuming nothing (with --auth-http-address, only to a request "
             "whose X-NSQ-Auth-Secret the auth server grants subscribe on the topic and channel)"),
-    Setting("time-skipping", BOOL, False, "(not in Go nsqd) let POST /debug/time/skip move this broker's "
-            "clock forward, for test suites: in-flight timeouts, REQ delays and deferred messages fall due at once"),
+    Setting("time-skipping", TIME_SKIPPING, 0, "(not in Go nsqd) let POST /debug/time/skip move this broker's "
+            "clock forward, for test suites: in-flight timeouts, REQ delays and deferred messages fall due at once; "
+            "auto: also skip to the next deadline by itself whenever no connection has moved a byte for "
+            "--time-skipping-grace"),
+    Setting("time-skipping-grace", DURATION, 0.05, "(not in Go nsqd) with --time-skipping=auto, how long "
+            "every connection must be quiet before the clock jumps", check=_positive),
     Setting("topology-region", STR, "", "region of this nsqd (experiment)", U),
     Setting("topology-zone", STR, "", "availability zone of this nsqd (experiment)", U),
     Setting("enable-experiment", STR_LIST, (), "enable experimental feature (may be given multiple "
@@ -622,6 +651,10 @@ class Options:
     def validate(self):
         """Raise OptionError, naming the flag, for an unusable value; returns self."""
         check_settings(self, SETTINGS)
+        try:
+            self.time_skipping = _coerce_time_skipping(self.time_skipping)  # (a keyword may say True or "auto")
+        except ValueError as e:
+            raise OptionError("--time-skipping: %s" % e) from None
         if self.msg_timeout > self.max_msg_timeout:
             raise OptionError("%s must be <= %s" % (BY_FIELD["msg_timeout"].option,
                                                     BY_FIELD["max_msg_timeout"].option))

@@ -20,10 +20,15 @@ class Broker(ServedBroker):
     kept in memory (:attr:`log`) and also written to ``log_stream`` if given.  The
     temporary data directory is created in ``tmp_dir`` (default: the system's).
 
+    ``auto_skip=True`` is ``--time-skipping=auto``: the broker skips its clock to its next deadline
+    by itself whenever its connections have been quiet for ``time_skipping_grace`` (docs/testing.md).
+
     ``_lock`` serializes start/stop/restart.
     """
 
-    def __init__(self, *flags, log_stream=None, tmp_dir=None, **options):
+    def __init__(self, *flags, log_stream=None, tmp_dir=None, auto_skip=False, **options):
+        if auto_skip:
+            options["time_skipping"] = "auto"
         values, self._warnings = resolve_with_warnings(flags, options)
         self._init_broker(values, log_stream, tmp_dir)
         self.nsqd = None  # the NSQD (kept after stop() for inspection)
@@ -139,6 +144,13 @@ class Broker(ServedBroker):
     def next_deadline_in(self):
         """Seconds of the broker's clock to its next in-flight timeout or deferred due time; None if none."""
         return self.nsqd.next_deadline_in()
+
+    @property
+    def clock(self):
+        """The broker's :class:`~nsqd_threaded.internal.clock.Clock` (what ``clock=`` of a client or loop follows)."""
+        if self.nsqd is None:
+            raise RuntimeError("broker was never started")
+        return self.nsqd.clock
 
     def now(self):
         """The broker's clock: Unix seconds (real time plus what :meth:`advance` skipped), as message

@@ -80,6 +80,11 @@ class Cluster:
         self.wait_registered()  # the lookupd lists the brokers again (their pings after the skip)
         return seconds
 
+    @property
+    def clock(self):
+        """The lookupd's clock, which every member follows when the cluster's time moves (:meth:`advance`)."""
+        return self.lookupd.clock
+
     def next_deadline_in(self):
         """Seconds to the earliest deadline of any member (as :meth:`advance` with no argument skips);
         None when none has one."""

@@ -74,6 +74,13 @@ class Lookupd(Served):
             raise RuntimeError("lookupd is not running")
         return self.lookupd.advance(seconds)
 
+    @property
+    def clock(self):
+        """The lookupd's :class:`~nsqd_threaded.internal.clock.Clock`."""
+        if self.lookupd is None:
+            raise RuntimeError("lookupd was never started")
+        return self.lookupd.clock
+
     def next_deadline_in(self, tombstones_only=False):
         """Seconds of the lookupd's clock until a producer goes inactive or a tombstone expires; None if none
         (``tombstones_only``: leave out the producers, which ping)."""

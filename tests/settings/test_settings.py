@@ -64,7 +64,7 @@ GO_FLAGS = {
 OUR_FLAGS = {"durable": "durable", "http-read-timeout": "http_read_timeout", "http-idle-timeout": "http_idle_timeout",
              "debug-state-bodies": "debug_state_bodies", "max-attempts": "max_attempts",
              "dead-letter-topic": "dead_letter_topic", "msg-ttl": "msg_ttl", "channel-peek": "channel_peek",
-             "time-skipping": "time_skipping"}
+             "time-skipping": "time_skipping", "time-skipping-grace": "time_skipping_grace"}
 
 
 def test_settings_cover_every_go_flag():

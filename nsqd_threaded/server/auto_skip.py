@@ -1,0 +1,124 @@
+"""``--time-skipping=auto`` (not in Go nsqd): the broker skips its own clock while nothing happens.
+
+A test suite in any language, or a threaded client, gets what a loop of ours gives a pynsq or asyncio
+application (docs/testing.md): when no connection has moved for ``--time-skipping-grace`` and the
+broker's next deadline (an in-flight timeout, a REQ or DPUB coming due) is ahead, the clock jumps to
+it, as ``POST /debug/time/skip`` would.  A client of this package given ``clock=`` the broker holds
+its reconnect and backoff deadlines on that clock (``Clock.hold_deadline``): they count among the
+broker's deadlines, so the clock jumps to them too.
+
+"Moved" is judged from outside the message path, which pays nothing for it: a connection sent or
+received data within the grace (the kernel's ``TCP_INFO``), has bytes the broker has not read yet
+(``FIONREAD``), a channel owes a subscribed consumer a delivery, or the broker's figures changed since
+the last look (what /stats counts per topic, channel
+and client: messages put, FINed, REQueued, timed out, each client's RDY and in-flight count, the
+clients connected).  A figure moves with every command a client sends, and every publish; so the
+clock never jumps while a client talks to the broker, only once everything has been quiet for the
+grace.  The grace is the rule for what the broker cannot see: a consumer busy with a message it has
+not answered yet holds no byte in flight; give a larger grace when handlers take longer.
+"""
+
+import fcntl
+import socket
+import struct
+import termios
+import threading
+import time
+
+from ..broker import stats
+
+# /stats fields that change with time rather than with what clients do
+_TIMELY = frozenset(("e2e_processing_latency", "start_time", "connect_ts"))
+
+
+_TCP_INFO_SIZE = 104  # through tcpi_total_retrans: every Linux kernel fills at least this much
+_LAST_DATA = struct.Struct("=II")  # tcpi_last_data_sent, then (after last_ack_sent) tcpi_last_data_recv
+
+
+def _quiet_ms(sock):
+    """Milliseconds since ``sock`` last sent or received data (TCP_INFO); None when it cannot tell
+    (a unix socket, another platform)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
+    except (OSError, AttributeError, ValueError):
+        return None
+    if len(info) < 56:
+        return None
+    sent, = struct.unpack_from("=I", info, 44)
+    received, = struct.unpack_from("=I", info, 52)
+    return min(sent, received)
+
+
+def _unread(sock):
+    """Bytes received on ``sock`` that the broker has not read yet (0 when it cannot tell)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+    except (OSError, ValueError):
+        return 0
+
+
+def _figures(doc):
+    """``doc`` (a /stats document) without the fields that change by themselves, as a comparable value."""
+    if isinstance(doc, dict):
+        return tuple((k, _figures(v)) for k, v in doc.items() if k not in _TIMELY)
+    if isinstance(doc, list):
+        return tuple(_figures(v) for v in doc)
+    return doc
+
+
+class AutoSkipper:
+    """The thread ``nsqd-time-auto-skip`` of one broker: started by :meth:`start`, ended and joined by
+    :meth:`stop` (its owner, the NSQD).  ``_stop`` is the only state shared with other threads."""
+
+    def __init__(self, nsqd, grace):
+        self.nsqd = nsqd
+        self.grace = grace
+        self.skips = 0  # jumps made (read by tests)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nsqd-time-auto-skip", daemon=True)
+
+    def start(self):
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join()
+
+    def busy(self):
+        """True while a client's connection moved a byte within the grace (TCP_INFO) or has bytes not
+        read yet, or a channel owes a consumer a delivery."""
+        nsqd = self.nsqd
+        grace_ms = self.grace * 1000
+        for client in nsqd.clients():
+            sock = getattr(client, "_sock", None)
+            if sock is None:
+                continue
+            quiet = _quiet_ms(sock)
+            if (quiet is not None and quiet < grace_ms) or _unread(sock):
+                return True
+        return any(c.owes_delivery() for t in nsqd.topics() for c in t.channels())
+
+    def _look(self):
+        """What the broker is doing now: None when busy, else its figures."""
+        if self.busy():
+            return None
+        return len(self.nsqd.clients()), _figures(stats.collect(self.nsqd, include_mem=False))
+
+    def _run(self):
+        last = None
+        quiet_since = time.monotonic()  # real time: the grace is how long the connections were quiet
+        while not self._stop.wait(self.grace / 4):
+            seen = self._look()
+            now = time.monotonic()
+            if seen is None or seen != last:
+                last, quiet_since = seen, now
+                continue
+            if now - quiet_since < self.grace:
+                continue
+            due = self.nsqd.next_deadline_in()
+            if due is None or due <= 0:
+                continue  # nothing pending, or due already: the queue scanner has it
+            self.nsqd.advance(due)
+            self.skips += 1
+            last, quiet_since = None, time.monotonic()
