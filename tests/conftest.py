@@ -10,9 +10,10 @@ from nsqd_threaded.internal.logger import Logger
 from nsqd_threaded.lookupd import NSQLookupd
 
 from support.logs import LogCapture
-from support.threads import ThreadWatch, leak_message
+from support.threads import ThreadWatch, leak_message, record_starts
 
 THREADS = ThreadWatch()
+record_starts()  # a leaked thread's failure says where it was started
 
 
 def pytest_configure(config):
@@ -33,6 +34,8 @@ def pytest_fixture_setup(fixturedef, request):
     before = set(threading.enumerate())
     yield
     THREADS.owned[fixturedef.scope] |= set(threading.enumerate()) - before
+    if fixturedef.scope == "module" and fixturedef.argname != "_module_threads":
+        THREADS.module_daemons = True  # (until the module ends: its daemons may start threads lazily)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -42,6 +45,7 @@ def _module_threads(request):
     yield
     # (torn down after the module's other module-scoped fixtures: autouse ones are set up first)
     THREADS.owned["module"].clear()
+    THREADS.module_daemons = False
     suspects = THREADS.deferred
     THREADS.deferred = set()
     if suspects:
@@ -63,6 +67,15 @@ def _test_threads(request):
         THREADS.deferred.update(THREADS.lingering(before, "function", grace=0))
         return
     left = THREADS.lingering(before, "function")
+    if any(defs[name][-1].scope == "session" for name in request.fixturenames if name in defs):
+        # A session-scoped daemon (a SparkSession's py4j gateway) starts daemon threads lazily, and keeps
+        # them as long as it lives: they end with the process.
+        left = [t for t in left if not t.daemon]
+    elif THREADS.module_daemons:
+        # A module-scoped fixture's daemon (another test's) may start a daemon thread lazily while this
+        # test runs (a listener's idle-connection watcher): daemon threads are checked at the module's end.
+        THREADS.deferred.update(t for t in left if t.daemon)
+        left = [t for t in left if not t.daemon]
     if left:
         pytest.fail(leak_message(left, "started by this test"), pytrace=False)
 

@@ -281,6 +281,12 @@ class Topic(BackedQueue):
                 self._fan_out_locked(batch, batch_form(batch))
             time.sleep(0)  # (a yield, not a wait) let a publisher woken by the release take the lock first
 
+    def owes_fan_out(self):
+        """True while messages wait here that the pump will copy to channels (it has some, is not
+        paused): work under way without time passing, as time skipping sees it."""
+        with self._lock:
+            return bool(self._channels and not self.paused and (self._memory or self._backend.depth()))
+
     def _wait_for_backlog_locked(self):
         """Wait until the backlog can be drained; False when the topic is exiting."""
         while not self.exiting and not (

@@ -67,6 +67,10 @@ class NSQLookupd(ListeningApp):
         inactivity = None if tombstones_only else options.inactive_producer_timeout
         return self.db.next_deadline_in(inactivity, options.tombstone_lifetime)
 
+    def listeners(self):
+        """The listeners serving now (TCP, HTTP): what a test's time skipping looks at for work under way."""
+        return [s for s in (self._tcp, self._http) if s is not None]
+
     def advance(self, seconds=None):
         """Time skipping: move the clock forward by ``seconds`` (a number or a Go duration), or
         (None) to the next deadline; returns the seconds skipped (0.0 when nothing is pending).

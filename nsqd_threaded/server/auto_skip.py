@@ -57,6 +57,39 @@ def _unread(sock):
         return 0
 
 
+def listen_backlog(sock):
+    """Connections waiting in ``sock``'s accept queue (a listening TCP socket's TCP_INFO); 0 if unknown."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
+    except (OSError, AttributeError, ValueError):
+        return 0
+    return struct.unpack_from("=I", info, 24)[0] if len(info) >= 28 else 0  # tcpi_unacked: the backlog
+
+
+def listeners_busy(listeners, grace):
+    """True while a connection waits in a listener's accept queue, or one open on it (handled yet or
+    not) moved a byte within ``grace`` seconds (TCP_INFO) or has bytes not read yet."""
+    grace_ms = grace * 1000
+    for listener in listeners:
+        if listen_backlog(listener.socket):
+            return True
+        for sock in listener.open_connections():
+            quiet = _quiet_ms(sock)
+            if (quiet is not None and quiet < grace_ms) or _unread(sock):
+                return True
+    return False
+
+
+def connections_busy(nsqd, grace):
+    """True while the broker is at work without time passing: its listeners are busy
+    (:func:`listeners_busy`), a topic has messages its pump will copy to channels, or a channel owes
+    a consumer a delivery."""
+    if listeners_busy(nsqd.listeners(), grace):
+        return True
+    topics = nsqd.topics()
+    return any(t.owes_fan_out() for t in topics) or any(c.owes_delivery() for t in topics for c in t.channels())
+
+
 def _figures(doc):
     """``doc`` (a /stats document) without the fields that change by themselves, as a comparable value."""
     if isinstance(doc, dict):
@@ -85,23 +118,9 @@ class AutoSkipper:
         if self._thread.ident is not None:
             self._thread.join()
 
-    def busy(self):
-        """True while a client's connection moved a byte within the grace (TCP_INFO) or has bytes not
-        read yet, or a channel owes a consumer a delivery."""
-        nsqd = self.nsqd
-        grace_ms = self.grace * 1000
-        for client in nsqd.clients():
-            sock = getattr(client, "_sock", None)
-            if sock is None:
-                continue
-            quiet = _quiet_ms(sock)
-            if (quiet is not None and quiet < grace_ms) or _unread(sock):
-                return True
-        return any(c.owes_delivery() for t in nsqd.topics() for c in t.channels())
-
     def _look(self):
         """What the broker is doing now: None when busy, else its figures."""
-        if self.busy():
+        if connections_busy(self.nsqd, self.grace):
             return None
         return len(self.nsqd.clients()), _figures(stats.collect(self.nsqd, include_mem=False))
 

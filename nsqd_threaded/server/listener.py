@@ -418,6 +418,11 @@ class ConnectionRegistryMixIn(PromptShutdownMixIn):
         with self._conns_lock:
             return len(self._conns)
 
+    def open_connections(self):
+        """The sockets of every open connection, those not handled yet included (a snapshot)."""
+        with self._conns_lock:
+            return list(self._conns)
+
     def handle_error(self, request, client_address):
         """A peer leaving or stalling is routine (debug); anything else is our bug (error + traceback)."""
         exc = sys.exc_info()[1]

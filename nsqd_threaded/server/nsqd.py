@@ -312,6 +312,10 @@ class NSQD(BrokerCore):
 
     # -- connections --------------------------------------------------------
 
+    def listeners(self):
+        """The listeners serving now (TCP, HTTP, HTTPS): what time skipping looks at for work under way."""
+        return [s for s in (self._tcp_server, self._http_server, self._https_server) if s is not None]
+
     def connect(self, sock, address):
         """A new TCP connection: its :class:`ClientConnection`, registered with the next client ID."""
         return self.add_client(lambda id: ClientConnection(id, sock, address, self))

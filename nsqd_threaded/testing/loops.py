@@ -47,6 +47,7 @@ import sys
 import time
 import types
 
+from ..server.auto_skip import connections_busy, listeners_busy
 from .waiting import Expectation
 
 GRACE = 0.02  # seconds of real time with no event before an auto-skip jumps
@@ -100,15 +101,23 @@ class ClockSource:
         self.refresh()
         return skipped
 
-    def busy(self):
-        """True while the broker owes a subscribed consumer a delivery (its pump will send without any
-        time passing); a lookupd or a broker in another process: never (its bytes show on sockets)."""
+    def busy(self, grace):
+        """True while an in-process daemon is at work without time passing: a connection of its waits to
+        be accepted, moved a byte within ``grace`` or has bytes it has not read (a command being
+        handled: a FIN has no answer the loop could see), or a broker owes a topic's channels or a
+        subscribed consumer a message; a broker in another process: never (what it sends shows on the
+        loop's sockets)."""
         brokers = [self.target] if self.name == "Broker" else []
+        lookupds = [self.target] if self.name == "Lookupd" else []
         if self.name == "Cluster":
             brokers = [b for b in self.target.brokers if type(b).__name__ == "Broker"]
+            lookupds = [self.target.lookupd]
         for broker in brokers:
             nsqd = broker.nsqd if broker.running else None
-            if nsqd is not None and any(c.owes_delivery() for t in nsqd.topics() for c in t.channels()):
+            if nsqd is not None and connections_busy(nsqd, grace):
+                return True
+        for lookupd in lookupds:  # (a client's /lookup being answered)
+            if lookupd.running and listeners_busy(lookupd.lookupd.listeners(), grace):
                 return True
         return False
 
@@ -202,6 +211,7 @@ class ClockedLoop:
         self.proxies = list(proxies)
         self.skips = 0  # jumps made by auto-skip
         self._offset = 0.0
+        self.in_executor = 0  # calls the loop runs in an executor thread, not done yet: real work, no jump
         self._wait = None
         self._active_at = time.monotonic()
         self._patched = []
@@ -239,6 +249,9 @@ class ClockedLoop:
                 module.time = shim
                 self._patched.append(module)
 
+    def executor_done(self, future):
+        self.in_executor -= 1
+
     def watch(self, proxy):
         """Count ``proxy`` (a :class:`~nsqd_threaded.testing.FaultProxy`) in: no jump while it holds bytes."""
         self.proxies.append(proxy)
@@ -274,7 +287,12 @@ class ClockedLoop:
         if events:
             self._active_at = now
             return events
-        if now - self._active_at < self.grace or self.source.busy() or any(p.holding() for p in self.proxies):
+        if (now - self._active_at < self.grace or self.in_executor or self.source.busy(self.grace)
+                or any(p.holding() for p in self.proxies)):
+            return events
+        if wait.check():  # what the broker did meanwhile (a FIN has no answer) may be what was awaited
+            wait.done = True
+            self.asyncio_loop.stop()
             return events
         # Idle: nothing can happen until time passes.  Jump to the earliest deadline.
         dues = [self.source.next_deadline_in()]
@@ -428,7 +446,8 @@ class ClockedLoop:
 
 
 class _ClockedEventLoop(asyncio.SelectorEventLoop):
-    """An asyncio loop whose time is its driver's clock and whose selector is the driver's."""
+    """An asyncio loop whose time is its driver's clock and whose selector is the driver's; it counts
+    the calls it runs in an executor (``getaddrinfo`` among them), which are real work the loop waits on."""
 
     def __init__(self, driver):
         self._driver = driver
@@ -436,6 +455,12 @@ class _ClockedEventLoop(asyncio.SelectorEventLoop):
 
     def time(self):
         return time.monotonic() + self._driver.offset()
+
+    def run_in_executor(self, executor, func, *args):
+        future = super().run_in_executor(executor, func, *args)
+        self._driver.in_executor += 1
+        future.add_done_callback(self._driver.executor_done)
+        return future
 
 
 class AsyncioLoop(ClockedLoop):

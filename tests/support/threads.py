@@ -28,6 +28,20 @@ import traceback
 GRACE = float(os.environ.get("NSQD_TEST_THREAD_GRACE", "5"))
 
 
+def record_starts():
+    """From now on each thread remembers where it was started (``_started_at``), for a failure's text."""
+    start = threading.Thread.start
+    if getattr(start, "_records_where", False):
+        return
+
+    def recorded_start(self):
+        self._started_at = traceback.extract_stack(limit=12)[:-1]
+        return start(self)
+
+    recorded_start._records_where = True
+    threading.Thread.start = recorded_start
+
+
 class ThreadWatch:
     """What the session knows of threads: which belong to fixtures wider than a test.
 
@@ -39,6 +53,7 @@ class ThreadWatch:
     def __init__(self):
         self.owned = {"module": set(), "session": set()}
         self.deferred = set()
+        self.module_daemons = False  # a module-scoped fixture (other than the watch's own) is set up
         self.main = threading.current_thread()
 
     def allowed(self, scope):
@@ -70,6 +85,11 @@ def describe(threads):
         frame = frames.get(t.ident)
         if frame is not None:
             for entry in traceback.format_stack(frame)[-3:]:
+                lines.append("    " + entry.rstrip().replace("\n", "\n    "))
+        started = getattr(t, "_started_at", None)
+        if started:
+            lines.append("    started by:")
+            for entry in traceback.format_list(started)[-6:]:
                 lines.append("    " + entry.rstrip().replace("\n", "\n    "))
     return "\n".join(lines)
 
