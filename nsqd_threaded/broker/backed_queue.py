@@ -46,6 +46,13 @@ class BackedQueue:
                 self._backend.maybe_sync(now)
             self._unlist_if_idle_locked()
 
+    def sync_backend_now(self):
+        """fsync the backend and persist its metadata now (BrokerCore.sync); False when that failed."""
+        with self._lock:
+            if self.exiting:
+                return True
+            return self._backend.sync()
+
     def scan(self, now_ns, now):
         """The queue scanner's visit (``now_ns``: the broker's clock, ``now``: time.monotonic())."""
         self.sync_backend(now)

@@ -516,6 +516,31 @@ class BrokerCore:
         for queue in queues:
             queue.scan(now, mono)
 
+    # -- a barrier for crash tests ------------------------------------------
+
+    def sync(self, timeout=10.0):
+        """Return once what is stored is on disk: every topic's pump has copied its backlog to its
+        channels (and, durable, acknowledged it), then every disk queue is fsynced with its
+        metadata, and nsqd.dat lists every topic and channel.  With ``--durable`` (or
+        ``--mem-queue-size=0``) that is everything acknowledged, so a kill right after loses and
+        duplicates nothing; otherwise what memory queues hold is not on disk (a kill loses it, as
+        Go nsqd's).  TimeoutError when the pumps have not caught up within ``timeout`` (real
+        seconds: a paused topic or one without channels keeps its backlog, which is fine).
+        False when an fsync failed."""
+        deadline = time.monotonic() + timeout  # real time: a bound on waiting for threads
+        while True:
+            behind = [t.name for t in self.topics() if t.owes_fan_out()]
+            if not behind:
+                break
+            if time.monotonic() >= deadline:
+                raise TimeoutError("topics %s still copying to their channels after %gs" % (behind, timeout))
+            time.sleep(0.005)  # (polling with a deadline: the pumps signal no such moment)
+        ok = True
+        for topic in self.topics():
+            ok = topic.sync_backends() and ok
+        self.persist_metadata()
+        return ok
+
     # -- time skipping -----------------------------------------------------
 
     def next_deadline_ns(self):

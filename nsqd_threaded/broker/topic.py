@@ -45,7 +45,7 @@ class Topic(BackedQueue):
     """A topic.
 
     ``_lock`` (BackedQueue's) guards the channel map, the backlog (memory and
-    backend), ``paused``/``exiting``/``_started``/``_held``, the counters, and
+    backend), ``paused``/``exiting``/``_started``/``_held``/``_batch_in_hand``, the counters, and
     the pre-creation bookkeeping (``_channel_deletions``, ``_deleted_channels``,
     ``_precreations``).
     ``_backlog_ready`` (a Condition on ``_lock``) signals the pump that the
@@ -64,6 +64,7 @@ class Topic(BackedQueue):
         self._now_ns = nsqd.clock.time_ns  # the broker's clock: message timestamps (time skipping moves it)
         self._guid = GUIDFactory(options.node_id, self._now_ns)
         self.paused = False
+        self._batch_in_hand = False  # the durable pump took a batch and has not acknowledged it yet
         self.exiting = False
         self._started = False
         # ``held``: publishers do not fan out before start() (its channels may still be
@@ -283,9 +284,21 @@ class Topic(BackedQueue):
 
     def owes_fan_out(self):
         """True while messages wait here that the pump will copy to channels (it has some, is not
-        paused): work under way without time passing, as time skipping sees it."""
+        paused), or a batch it took is not acknowledged yet (durable): work under way without time
+        passing, as time skipping and :meth:`sync_backends` see it."""
         with self._lock:
-            return bool(self._channels and not self.paused and (self._memory or self._backend.depth()))
+            return bool(self._batch_in_hand or
+                        (self._channels and not self.paused and (self._memory or self._backend.depth())))
+
+    def sync_backends(self):
+        """fsync this topic's and its channels' disk queues and persist their metadata (read and
+        write positions, durable mode's committed positions): what :meth:`BrokerCore.sync` does per topic."""
+        with self._lock:
+            channels = list(self._channels.values())
+        ok = True
+        for queue in [self] + channels:
+            ok = queue.sync_backend_now() and ok
+        return ok
 
     def _wait_for_backlog_locked(self):
         """Wait until the backlog can be drained; False when the topic is exiting."""
@@ -309,6 +322,7 @@ class Topic(BackedQueue):
                     if not batch:
                         batch = None
                         continue
+                    self._batch_in_hand = True
                 elif self.exiting:
                     return  # unacknowledged: read again after the restart
                 try:
@@ -324,6 +338,7 @@ class Topic(BackedQueue):
                 continue
             with self._lock:
                 self._backend.ack([m.id for m in batch])
+                self._batch_in_hand = False
             batch = None
 
     # -- channels ----------------------------------------------------------

@@ -75,6 +75,7 @@ class HTTPAPI(Router):
             self.routes["/channel/peek"] = {"GET": self.channel_peek}
         if self.options.time_skipping:  # (not in Go nsqd: without the flag these paths are 404)
             self.routes.update(TimeSkipRoutes(nsqd).routes())
+            self.routes["/debug/sync"] = {"POST": self.debug_sync}  # the crash tests' barrier (BrokerCore.sync)
         self._lower_paths = {p.lower(): p for p in self.routes}
 
     def _methods(self, path):
@@ -288,6 +289,18 @@ class HTTPAPI(Router):
             self.log.warn("HTTP: /debug/state bodies refused to %s - %s", request.client_address[0], e)
             return None
         return lambda topic, channel: state.is_allowed(topic, channel) if channel else state.may_subscribe(topic)
+
+    def debug_sync(self, request):
+        """``POST /debug/sync`` (test brokers, with ``--time-skipping``): :meth:`BrokerCore.sync`, then
+        ``{"synced": true}``; 500 ``SYNC_FAILED`` when an fsync failed, 503 ``SYNC_TIMEOUT`` when the
+        topics' pumps did not catch up."""
+        try:
+            ok = self.nsqd.sync()
+        except TimeoutError:
+            raise HTTPError(503, "SYNC_TIMEOUT") from None
+        if not ok:
+            raise HTTPError(500, "SYNC_FAILED")
+        return ok_json({"synced": True})
 
     def channel_peek(self, request):
         """A channel's next ``n`` messages in delivery order, consuming nothing (not in Go nsqd).

@@ -75,6 +75,10 @@ class Backend:
         """The periodic --sync-timeout flush (``now``: time.monotonic()); True if it synced."""
         return False
 
+    def sync(self):
+        """fsync what was written and persist the metadata now; False when that failed."""
+        return True
+
     def peek(self, n=None):
         """What is stored and not yet taken, without taking it: ``(queued, deferred)``.
 

@@ -145,6 +145,15 @@ class Broker(ServedBroker):
         """Seconds of the broker's clock to its next in-flight timeout or deferred due time; None if none."""
         return self.nsqd.next_deadline_in()
 
+    def sync(self, timeout=10.0):
+        """A barrier for crash tests: returns once what is stored is on disk (:meth:`NSQD.sync
+        <nsqd_threaded.broker.core.BrokerCore.sync>`); with ``--durable`` that is everything
+        acknowledged, so a kill right after loses and duplicates nothing."""
+        if not self.running:
+            raise RuntimeError("broker is not running")
+        if not self.nsqd.sync(timeout):
+            raise RuntimeError("an fsync failed (the broker's log says which)")
+
     @property
     def clock(self):
         """The broker's :class:`~nsqd_threaded.internal.clock.Clock` (what ``clock=`` of a client or loop follows)."""

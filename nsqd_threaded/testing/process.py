@@ -226,6 +226,13 @@ class BrokerProcess(ServedBroker):
         RuntimeError for a broker that cannot skip time (another ``command``, such as Go's nsqd)."""
         return http_advance(self._http_address, seconds, repr(self))
 
+    def sync(self, timeout=10.0):
+        """:meth:`Broker.sync` over ``POST /debug/sync`` (a child run with ``--time-skipping``): call it
+        before :meth:`kill` for a crash that loses and duplicates nothing acknowledged (``--durable``)."""
+        status, body = self.http("POST", "/debug/sync", timeout=timeout + 10)
+        if status != 200:
+            raise RuntimeError("/debug/sync answered %d: %r" % (status, body))
+
     def now(self):
         """:meth:`Broker.now` over ``GET /debug/time``."""
         return http_time(self._http_address, repr(self))["now_ns"] / 1e9
