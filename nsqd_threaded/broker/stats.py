@@ -13,7 +13,7 @@ import sys
 import time
 
 from ..internal.gil import GILPacer
-from ..internal.gocompat import format_duration
+from ..internal.gocompat import format_duration, format_duration_ns
 
 
 # -- snapshot ----------------------------------------------------------------
@@ -299,6 +299,13 @@ def render_text_body(stats, now):
                     _e2e_text(c["e2e_processing_latency"]),
                 )
             )
+            if "max_attempts" in c:
+                # Not in Go nsqd, only where a delivery policy applies (as in the JSON): the effective
+                # policy and what it took out, on its own line so that Go's lines keep their shape.
+                lines.append("%s  policy: max-attempts: %d dead-letter: %s ttl: %s dead-lettered: %d expired: %d\n" % (
+                    "      ", c["max_attempts"], c["dead_letter_topic"] or "(drop)",
+                    format_duration_ns(c["msg_ttl"] * 1000000) if c["msg_ttl"] else "none",
+                    c.get("dead_letter_count", 0), c.get("expired_count", 0)))
             for cl in c["clients"] or []:
                 lines.append("        %s\n" % client_text(cl, now))
     for p in _section(lines, "Producers", stats["producers"], "\n"):

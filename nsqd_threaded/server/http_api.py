@@ -407,6 +407,8 @@ class HTTPAPI(Router):
         topic, channel = self._existing_channel(request)
         if request.method == "POST":
             q = self._query(request)
+            if set(q) - _POLICY_ARGS:  # a misspelt field (max_attempt=5) must not answer 200 and change nothing
+                raise HTTPError(400, "INVALID_ARG")
             own = channel.own_policy()
             if "max_attempts" in q:
                 own = own._replace(max_attempts=_policy_max_attempts(q["max_attempts"]))
@@ -414,7 +416,8 @@ class HTTPAPI(Router):
                 own = own._replace(msg_ttl_ns=_policy_msg_ttl(q["msg_ttl"]))
             if "dead_letter_topic" in q:
                 name = q["dead_letter_topic"]
-                if name and (not protocol_v2.is_valid_name(name) or name == topic.name):
+                # (an ephemeral topic vanishes with its last consumer, and what was moved there with it)
+                if name and (not protocol_v2.is_valid_name(name) or name == topic.name or name.endswith("#ephemeral")):
                     raise HTTPError(400, "INVALID_TOPIC")
                 own = own._replace(dead_letter_topic=name)
             if own != channel.own_policy():
@@ -503,13 +506,20 @@ def _policy_max_attempts(text):
     return int(text, 10)
 
 
+_POLICY_ARGS = frozenset(("topic", "channel", "max_attempts", "dead_letter_topic", "msg_ttl"))
+
+
 def _policy_msg_ttl(text):
-    """``msg_ttl``: a Go duration, 0 (unset) or at least 1ms (empty: 0) -> nanoseconds, in whole milliseconds
-    (what the answer, /stats and nsqd.dat show is what applies)."""
+    """``msg_ttl``: a Go duration, or a whole number of milliseconds (what GET answers, so that it POSTs
+    back unchanged); 0 (unset) or at least 1ms (empty: 0) -> nanoseconds, in whole milliseconds (what the
+    answer, /stats and nsqd.dat show is what applies)."""
     if text == "":
         return 0
     try:
-        ttl_ns = gocompat.parse_duration_ns(text)
+        if _GO_INT.fullmatch(text) and not text.startswith(("-", "+")):
+            ttl_ns = int(text, 10) * 1000000
+        else:
+            ttl_ns = gocompat.parse_duration_ns(text)
     except ValueError:
         raise HTTPError(400, "INVALID_MSG_TTL") from None
     if ttl_ns != 0 and ttl_ns < 1000000:

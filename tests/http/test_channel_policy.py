@@ -64,7 +64,11 @@ def test_set_read_and_reset(nsqd, h):
     ("?topic=t&channel=c&max_attempts=65536", 400, "INVALID_MAX_ATTEMPTS"),
     ("?topic=t&channel=c&max_attempts=five", 400, "INVALID_MAX_ATTEMPTS"),
     ("?topic=t&channel=c&max_attempts=1.5", 400, "INVALID_MAX_ATTEMPTS"),
-    ("?topic=t&channel=c&msg_ttl=10", 400, "INVALID_MSG_TTL"),  # Go's ParseDuration wants a unit
+    ("?topic=t&channel=c&msg_ttl=-10", 400, "INVALID_MSG_TTL"),
+    ("?topic=t&channel=c&msg_ttl=0.5", 400, "INVALID_MSG_TTL"),  # (a bare number is whole milliseconds)
+    ("?topic=t&channel=c&max_attempt=5", 400, "INVALID_ARG"),  # misspelt: never 200 with nothing changed
+    ("?topic=t&channel=c&max_attempts=5&ttl=1s", 400, "INVALID_ARG"),
+    ("?topic=t&channel=c&dead_letter_topic=t.dead%23ephemeral", 400, "INVALID_TOPIC"),  # it would vanish
     ("?topic=t&channel=c&msg_ttl=-1s", 400, "INVALID_MSG_TTL"),
     ("?topic=t&channel=c&msg_ttl=500us", 400, "INVALID_MSG_TTL"),  # below the millisecond /stats shows
     ("?topic=t&channel=c&msg_ttl=soon", 400, "INVALID_MSG_TTL"),
@@ -83,6 +87,26 @@ def test_bad_input_is_refused_and_changes_nothing(nsqd, h, query, status, messag
     assert_error(h.post("/channel/policy" + query), status, message)
     assert_policy(h.get(POLICY), dict(UNSET, max_attempts=7))
     assert open(path, "rb").read() == before
+
+
+def test_what_get_answers_posts_back_unchanged(nsqd, h):
+    h.post(POLICY + "&max_attempts=4&dead_letter_topic=t.dead&msg_ttl=1m30s")
+    answer = json.loads(h.get(POLICY).body)
+    assert answer["msg_ttl"] == 90000  # milliseconds
+    h.post(POLICY + "&msg_ttl=0&max_attempts=0&dead_letter_topic=")
+    query = "&".join("%s=%s" % kv for kv in answer.items())
+    assert_policy(h.post(POLICY + "&" + query), answer)  # a bare number: milliseconds
+    assert nsqd.get_existing_topic("t").get_existing_channel("c").own_policy().msg_ttl_ns == 90 * 10**9
+
+
+def test_text_stats_show_the_policy_and_its_counts(nsqd, h):
+    assert "policy:" not in h.get("/stats").body.decode()  # as Go's without one
+    h.post(POLICY + "&max_attempts=3&msg_ttl=2s")
+    text = h.get("/stats").body.decode()
+    lines = text.splitlines()
+    [i] = [i for i, line in enumerate(lines) if "[c " in line]
+    assert lines[i + 1].split() == ["policy:", "max-attempts:", "3", "dead-letter:", "(drop)", "ttl:", "2s",
+                                    "dead-lettered:", "0", "expired:", "0"]
 
 
 @pytest.mark.parametrize("query, status, message", [
