@@ -102,7 +102,7 @@ class Channel(BackedQueue, ChannelPolicyMethods):
         self.e2e = E2ELatency(options.e2e_processing_latency_percentiles,
                               options.e2e_processing_latency_window_time, nsqd.clock.monotonic)
         # The delivery policy in force (broker.policy.ChannelPolicy); None: none, nothing checked on delivery.
-        self.policy = channel_policy(topic_name, NO_POLICY, options)
+        self.policy = channel_policy(topic_name, NO_POLICY, options, named=topic_name in nsqd.dead_letter_names)
 
     def __repr__(self):
         return "Channel(%s:%s)" % (self.topic_name, self.name)
@@ -781,6 +781,8 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             clients = list(self._clients.values())
         for client in clients:
             client.close_connection()
+        if delete:
+            self.forget_policy()
         with self._lock:
             if delete:
                 self._in_flight.drain()

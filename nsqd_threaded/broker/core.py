@@ -26,7 +26,7 @@ from ..storage.durable import DurableDiskQueue
 from ..wire.protocol_v2 import MSG_HEADER_LENGTH, is_valid_name
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import ChannelError
-from .policy import NO_POLICY, Policy
+from .policy import NO_POLICY, DeadLetterNames, Policy
 from .scan import ScanSet
 from .watch import StateWatch
 from .topic import Topic, TopicError
@@ -54,6 +54,7 @@ class BrokerCore:
         # the GUID factories and the queue scanner read it; nothing reads time.time_ns() for them.
         self.clock = Clock(self.options.time_skipping)
         self._lock = threading.Lock()  # guards topics, clients, client IDs, _exiting
+        self.dead_letter_names = DeadLetterNames()  # the topics channels' own policies name as dead-letter topics
         self._topics = {}
         self._clients = {}
         self._next_client_id = 0

@@ -15,8 +15,9 @@ A channel's own :class:`Policy` is set over HTTP (``/channel/policy``) and
 kept in nsqd.dat; the broker-wide defaults are flags (``--max-attempts``,
 ``--msg-ttl``, ``--dead-letter-topic``, a pattern).  A field of the own
 policy that is unset (0 or empty) falls back to the default.  The defaults
-do not apply to a topic that is itself a dead-letter topic by the pattern
-(its messages would otherwise move on to a dead-letter topic of their own).
+do not apply to a topic that is itself a dead-letter topic, by the pattern or
+named by a channel's own policy (:class:`DeadLetterNames`): its messages would
+otherwise move on to a dead-letter topic of their own.
 
 A channel to which no policy applies has ``Channel.policy`` None and checks
 nothing else on delivery.  Otherwise a :class:`ChannelPolicy` screens each
@@ -28,6 +29,7 @@ in the channel (at least once; it may appear twice, never zero times).
 """
 
 import collections
+import threading
 
 from ..settings.options import DEAD_LETTER_TOPIC_PLACEHOLDER, MAX_ATTEMPTS_LIMIT, expand_dead_letter_topic
 from ..wire.protocol_v2 import is_valid_name
@@ -90,9 +92,12 @@ def is_dead_letter_topic(pattern, topic_name):
     return expand_dead_letter_topic(pattern, name) == topic_name
 
 
-def effective_policy(own, defaults, topic_name):
-    """The policy that applies to a channel of ``topic_name``: its own fields over the defaults."""
-    if not any(defaults) or is_dead_letter_topic(defaults.dead_letter_topic, topic_name):
+def effective_policy(own, defaults, topic_name, named=False):
+    """The policy that applies to a channel of ``topic_name``: its own fields over the defaults.
+
+    The defaults do not apply to a dead-letter topic, whether the defaults' pattern or (``named``) a
+    channel's own policy names it: dead letters never move on to a dead-letter topic of their own."""
+    if named or not any(defaults) or is_dead_letter_topic(defaults.dead_letter_topic, topic_name):
         return own
     dead_letter_topic = own.dead_letter_topic
     if not dead_letter_topic and defaults.dead_letter_topic:
@@ -103,13 +108,13 @@ def effective_policy(own, defaults, topic_name):
                   own.msg_ttl_ns or defaults.msg_ttl_ns)
 
 
-def channel_policy(topic_name, own, options, previous=None):
+def channel_policy(topic_name, own, options, previous=None, named=False):
     """The :class:`ChannelPolicy` of a channel with this own policy, or None when none applies.
 
     ``previous`` (the channel's current one) hands over its counters and the
-    messages it is moving.
+    messages it is moving; ``named``: a channel's own policy names ``topic_name`` as its dead-letter topic.
     """
-    effective = effective_policy(own, broker_defaults(options), topic_name)
+    effective = effective_policy(own, broker_defaults(options), topic_name, named)
     if effective == NO_POLICY:
         return None
     return ChannelPolicy(own, effective, previous)
@@ -184,6 +189,42 @@ class ChannelPolicy:
         return doc
 
 
+class DeadLetterNames:
+    """The topics that channels' own policies name as their dead-letter topic, counted: one per broker.
+
+    ``_lock`` guards ``_counts`` (topic name -> channels naming it); taken alone, never with another lock.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._counts = {}
+
+    def __contains__(self, topic_name):
+        with self._lock:
+            return topic_name in self._counts
+
+    def change(self, old, new):
+        """A channel's own dead-letter topic went from ``old`` to ``new`` ("": none); returns the names
+        that became named or stopped being named (their channels' defaults change)."""
+        if old == new:
+            return ()
+        changed = []
+        with self._lock:
+            if old:
+                left = self._counts.get(old, 0) - 1
+                if left > 0:
+                    self._counts[old] = left
+                else:
+                    self._counts.pop(old, None)
+                    changed.append(old)
+            if new:
+                count = self._counts.get(new, 0)
+                self._counts[new] = count + 1
+                if not count:
+                    changed.append(new)
+        return changed
+
+
 class ChannelPolicyMethods:
     """What a Channel does with its policy: a base of :class:`~.channel.Channel`, kept here with the rest of it.
 
@@ -199,15 +240,37 @@ class ChannelPolicyMethods:
         queue: they never left the channel.
         """
         waiters = ()
+        nsqd = self._nsqd
+        named = self.topic_name in nsqd.dead_letter_names
         with self._lock:
             previous = self.policy
-            self.policy = channel_policy(self.topic_name, own, self._nsqd.options, previous)
+            before = NO_POLICY if previous is None else previous.own
+            self.policy = channel_policy(self.topic_name, own, nsqd.options, previous, named)
             if self.policy is None and previous is not None and previous.moving:
                 back = list(previous.moving.values())
                 previous.moving.clear()
                 waiters = self._requeue_locked(back)
         for client in waiters:
             client.wake()
+        self._named_dead_letters(before.dead_letter_topic, own.dead_letter_topic)
+
+    def refresh_policy(self):
+        """Work out the effective policy again (whether this topic is a named dead-letter topic changed)."""
+        self.set_policy(self.own_policy())
+
+    def forget_policy(self):
+        """The channel is deleted: its own policy no longer names a dead-letter topic."""
+        self._named_dead_letters(self.own_policy().dead_letter_topic, "")
+
+    def _named_dead_letters(self, old, new):
+        """Count the change of this channel's own dead-letter topic; a topic that became (or stopped
+        being) named gets its channels' policies worked out again (with broker defaults only)."""
+        nsqd = self._nsqd
+        for name in nsqd.dead_letter_names.change(old, new):
+            topic = nsqd.get_existing_topic(name)
+            if topic is not None and any(broker_defaults(nsqd.options)):
+                for channel in topic.channels():
+                    channel.refresh_policy()
 
     def own_policy(self):
         """The policy set on this channel itself (NO_POLICY when none: the defaults alone apply)."""

@@ -170,6 +170,39 @@ def test_stats_shows_the_effective_policy_of_the_broker_defaults(make_nsqd):
         h.close()
 
 
+def test_a_topic_a_channel_names_as_its_dead_letter_topic_never_gets_the_defaults(make_nsqd):
+    """Dead letters never chain (orders.failed.dead): whether the pattern or a channel's own policy names it."""
+    nsqd = make_nsqd(max_attempts=4, dead_letter_topic="{topic}.dead")
+    h = HTTP(nsqd)
+    try:
+        for topic, channel in (("orders", "c"), ("orders.failed", "inspect"), ("orders.failed", "later")):
+            h.post("/topic/create?topic=" + topic)
+            h.post("/channel/create?topic=%s&channel=%s" % (topic, channel))
+        assert channel_doc(h, "orders.failed", "inspect")["dead_letter_topic"] == "orders.failed.dead"  # not named yet
+        h.post("/channel/policy?topic=orders&channel=c&dead_letter_topic=orders.failed")
+        for channel in ("inspect", "later"):  # named now: the defaults leave its channels alone
+            assert "max_attempts" not in channel_doc(h, "orders.failed", channel)
+        h.post("/channel/create?topic=orders.failed&channel=new")
+        assert "max_attempts" not in channel_doc(h, "orders.failed", "new")
+        # its own policy still applies to it
+        h.post("/channel/policy?topic=orders.failed&channel=inspect&max_attempts=2")
+        assert channel_doc(h, "orders.failed", "inspect")["max_attempts"] == 2
+        # across a restart (the naming channel may be loaded after the named topic's)
+        nsqd.stop()
+        again = make_nsqd(max_attempts=4, dead_letter_topic="{topic}.dead", data_path=nsqd.options.data_path)
+        h2 = HTTP(again)
+        try:
+            assert "max_attempts" not in channel_doc(h2, "orders.failed", "later")
+            assert channel_doc(h2, "orders", "c")["dead_letter_topic"] == "orders.failed"
+            # no longer named once the naming channel is deleted: the defaults apply again
+            h2.post("/channel/delete?topic=orders&channel=c")
+            assert channel_doc(h2, "orders.failed", "later")["dead_letter_topic"] == "orders.failed.dead"
+        finally:
+            h2.close()
+    finally:
+        h.close()
+
+
 def test_metrics_counters(nsqd, h):
     h.post(POLICY + "&msg_ttl=1ms")
     metrics = h.get("/metrics").body.decode()
