@@ -295,17 +295,17 @@ class ClockedLoop:
             self.asyncio_loop.stop()
             return events
         # Idle: nothing can happen until time passes.  Jump to the earliest deadline.
+        if not wait.skip:  # run_until_idle: this is the moment it waits for
+            wait.idle = True
+            wait.done = True
+            self.asyncio_loop.stop()
+            return events
         dues = [self.source.next_deadline_in()]
         if timeout is not None:
             dues.append(max(0.0, timeout - (now - started)))
         dues = [d for d in dues if d is not None]
         if not dues:
             return events  # nothing is scheduled anywhere: only something real can happen
-        if not wait.skip:
-            wait.idle = True
-            wait.done = True
-            self.asyncio_loop.stop()
-            return events
         jump = min(dues)
         if jump > 0:
             self.source.advance(jump)

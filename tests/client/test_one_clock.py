@@ -202,3 +202,14 @@ def test_broker_wait_until_says_it_starves_the_loop(tmp_path):
         with pytest.raises(TimeoutError, match="loop.wait_until"):
             nsqd.wait_until("orders", "billing", timeout=0.2)  # the Reader never ran: it never subscribed
         loop.run_until(lambda: True)
+
+
+def test_run_until_idle_stops_where_a_jump_would_be(tmp_path):
+    with Broker(tmp_dir=str(tmp_path)) as nsqd, TornadoLoop(clock=nsqd, auto_skip=True) as loop:
+        app = Orders(nsqd_tcp_addresses=[nsqd.tcp_addr])
+        pub(nsqd, "orders", b"order 8")
+        before = loop.time()
+        assert loop.run_until_idle() is True  # connected, subscribed, handled and FINed: then idle
+        assert app.seen == [(b"order 8", 1)]
+        assert loop.time() - before < 5  # and the clock was not moved
+        app.close(loop)
