@@ -769,6 +769,12 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             self.mark_scan_locked()
         self._wake_all()
 
+    def last_record_id(self):
+        """The message ID of the last record the channel's disk queue holds (None: none); a durable
+        topic's restart compares it with what it replays (``Topic._plan_replay_locked``)."""
+        with self._lock:
+            return self._backend.last_record_id()
+
     def close(self, delete=False):
         """Stop the channel: mark exiting and close every subscriber's connection.
 

@@ -45,7 +45,7 @@ class Topic(BackedQueue):
     """A topic.
 
     ``_lock`` (BackedQueue's) guards the channel map, the backlog (memory and
-    backend), ``paused``/``exiting``/``_started``/``_held``/``_batch_in_hand``, the counters, and
+    backend), ``paused``/``exiting``/``_started``/``_held``/``_batch_in_hand``/``_replay_skips``, the counters, and
     the pre-creation bookkeeping (``_channel_deletions``, ``_deleted_channels``,
     ``_precreations``).
     ``_backlog_ready`` (a Condition on ``_lock``) signals the pump that the
@@ -65,6 +65,7 @@ class Topic(BackedQueue):
         self._guid = GUIDFactory(options.node_id, self._now_ns)
         self.paused = False
         self._batch_in_hand = False  # the durable pump took a batch and has not acknowledged it yet
+        self._replay_skips = {}  # durable, after a restart: channel -> replayed messages it holds already
         self.exiting = False
         self._started = False
         # ``held``: publishers do not fan out before start() (its channels may still be
@@ -89,6 +90,8 @@ class Topic(BackedQueue):
                 return
             self._started = True
             self._held = False
+            if self._backend.acks_deliveries and self._channels:
+                self._replay_skips = self._plan_replay_locked()
             self._pump.start()
 
     def __repr__(self):
@@ -238,7 +241,12 @@ class Topic(BackedQueue):
         else:
             batches = [entries] + copy_batches(entries, form, len(channels) - 1)
         deferred = form is DEFERRED
+        replaying = self._replay_skips
         for channel, batch in zip(channels, batches):
+            if replaying:
+                batch = self._skip_replayed_locked(channel, batch)
+                if not batch:
+                    continue
             try:
                 token = channel.put_messages(batch, strict, deferred, deliveries)
             except ChannelError as e:
@@ -307,6 +315,46 @@ class Topic(BackedQueue):
         ):
             self._backlog_ready.wait()
         return not self.exiting
+
+    def _plan_replay_locked(self):
+        """Durable mode after a restart: what each channel already holds of the batches the topic
+        copied before the crash but had not yet acknowledged on disk, so that they are not copied
+        again (a message never delivered is delivered once).
+
+        The pump copies in the topic's order, so a channel holds a prefix of what the topic replays:
+        up to the last record the channel's disk queue holds.  Returns ``{channel: n}``, the
+        replayed messages to skip for each channel that holds any (stored with the topic's lock held,
+        read by the pump under it)."""
+        tails = {}  # message ID -> the channels whose disk queue ends with it
+        for channel in self._channels.values():
+            last = channel.last_record_id()
+            if last is not None:
+                tails.setdefault(bytes(last), []).append(channel)
+        skips = {}
+        if not tails:
+            return skips
+        for count, msg_id in enumerate(self._backend.stored_ids(), 1):
+            for channel in tails.pop(bytes(msg_id), ()):
+                skips[channel] = count
+            if not tails:
+                break
+        if skips:
+            self._nsqd.log.info("%r: %s already held what the topic replays after the restart (%s messages): "
+                                "not copied again", self, ", ".join(c.name for c in skips),
+                                ", ".join(str(n) for n in skips.values()))
+        return skips
+
+    def _skip_replayed_locked(self, channel, batch):
+        """``batch`` less what ``channel`` already holds of the replay (see :meth:`_plan_replay_locked`)."""
+        skip = self._replay_skips.get(channel)
+        if not skip:
+            return batch
+        taken = min(skip, len(batch))
+        if skip > taken:
+            self._replay_skips[channel] = skip - taken
+        else:
+            del self._replay_skips[channel]
+        return batch[taken:]
 
     def _acking_pump_loop(self):
         """Fan out from the topic's disk queue; acknowledge a batch there only once

@@ -79,6 +79,14 @@ class Backend:
         """fsync what was written and persist the metadata now; False when that failed."""
         return True
 
+    def stored_ids(self):
+        """The message IDs from the read position on, in the order ``get`` hands them out."""
+        return iter(())
+
+    def last_record_id(self):
+        """The message ID of the last record written (None: none kept)."""
+        return None
+
     def peek(self, n=None):
         """What is stored and not yet taken, without taking it: ``(queued, deferred)``.
 

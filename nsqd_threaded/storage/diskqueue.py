@@ -470,6 +470,29 @@ class DiskQueue(DiskQueueFiles, Backend):
                         deferred.append((msg, due))
         return queued, deferred
 
+    def stored_ids(self):
+        """The message IDs of the records from the read position on, in the order :meth:`get` hands
+        them out (file order), read with a descriptor of their own (owner's lock held)."""
+        for num in range(self.read_file_num, self.write_file_num + 1):
+            pos = self.read_pos if num == self.read_file_num else 0
+            end = self.write_pos if num == self.write_file_num else self._complete_sizes.get(num)
+            for _, msg in self._stored_records(num, pos, end):
+                yield msg.id
+
+    def last_record_id(self):
+        """The message ID of the last record written, read or not (None: no data file holds one:
+        nothing written, or the file that held it was consumed and removed).  Owner's lock held."""
+        for num in (self.write_file_num, self.write_file_num - 1):
+            end = self.write_pos if num == self.write_file_num else self._complete_sizes.get(num)
+            if num < 0 or end == 0 or not os.path.exists(self.file_name(num)):
+                continue
+            last = None
+            for _, msg in self._stored_records(num, 0, end):
+                last = msg.id
+            if last is not None:
+                return last
+        return None
+
     def _stored_records(self, num, pos, end, count=None):
         """peek's reading of file ``num`` (:func:`~.records.read_records`); a failure is logged."""
         try:
