@@ -12,7 +12,7 @@ import pytest
 
 nsq = pytest.importorskip("nsq")
 
-from nsqd_threaded.testing import Broker, Cluster, FaultProxy, TornadoLoop  # noqa: E402
+from nsqd_threaded.testing import Broker, BrokerProcess, Cluster, FaultProxy, TornadoLoop  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -212,4 +212,16 @@ def test_run_until_idle_stops_where_a_jump_would_be(tmp_path):
         assert loop.run_until_idle() is True  # connected, subscribed, handled and FINed: then idle
         assert app.seen == [(b"order 8", 1)]
         assert loop.time() - before < 5  # and the clock was not moved
+        app.close(loop)
+
+
+def test_a_broker_process_as_the_clock(tmp_path):
+    with BrokerProcess(tmp_dir=str(tmp_path)) as nsqd, TornadoLoop(clock=nsqd, auto_skip=True) as loop:
+        app = Orders(nsqd_tcp_addresses=[nsqd.tcp_addr])
+        loop.run_until(lambda: app.reader.conns)
+        before = loop.time()
+        pub(nsqd, "orders", b"in an hour", defer_ms=3600 * 1000)
+        loop.run_until(lambda: app.seen, timeout=7200)  # the child's clock skipped over HTTP, the loop's with it
+        assert 3600 <= app.at[0] - before < 3610
+        assert nsqd.now() - time.time() > 3590
         app.close(loop)
