@@ -113,7 +113,10 @@ def test_a_batch_from_several_connections_is_fined_each_message_on_its_own_conne
             reader.latestOffset()  # connects: 4 connections (2000 / max_rdy_count 500) of RDY 500
             wait_until(lambda: (channel_stats(broker, "t", "c") or {}).get("in_flight_count") == 2000, 30,
                        "every connection's RDY filled")
-            end = reader.latestOffset()
+            # in flight at nsqd is sent, not yet read: the last connection's frames may still be on their way
+            offsets = []
+            end = wait_until(lambda: offsets.append(reader.latestOffset()) or offsets[-1]["seq"] == 2000 and offsets[-1],
+                             30, "every message received", interval=0.01)
             assert end["seq"] == 2000
             assert len({link for _, runs in reader._batches.values() for link, *_ in runs}) == 4
             reader.commit(end)
