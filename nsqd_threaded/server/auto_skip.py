@@ -19,6 +19,7 @@ not answered yet holds no byte in flight; give a larger grace when handlers take
 """
 
 import fcntl
+import os
 import socket
 import struct
 import termios
@@ -66,6 +67,35 @@ def listen_backlog(sock):
     return struct.unpack_from("=I", info, 24)[0] if len(info) >= 28 else 0  # tcpi_unacked: the backlog
 
 
+def runnable(task_dir, native_ids=None):
+    """True while a thread of the process whose ``/proc/.../task`` directory is ``task_dir`` is running
+    or waiting for a CPU (state R): work under way that no socket shows yet, such as a command read
+    and not yet handled on a loaded machine.  ``native_ids``: only those threads (None: every one)."""
+    try:
+        ids = native_ids if native_ids is not None else [int(t) for t in os.listdir(task_dir)]
+    except OSError:
+        return False  # (no /proc: this look is left out)
+    for tid in ids:
+        try:
+            with open("%s/%d/stat" % (task_dir, tid), "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # (ended meanwhile)
+        end = stat.rfind(b")")  # the state follows the command name, which may hold anything
+        if stat[end + 2:end + 3] == b"R":
+            return True
+    return False
+
+
+def daemon_threads_runnable(prefixes):
+    """:func:`runnable` over this process's threads whose names start with one of ``prefixes`` (a
+    daemon's own: ``nsqd-``, ``nsqlookupd-``), the calling thread left out."""
+    me = threading.current_thread()
+    ids = [t.native_id for t in threading.enumerate()
+           if t is not me and t.name.startswith(prefixes) and getattr(t, "native_id", None)]
+    return runnable("/proc/self/task", ids)
+
+
 def listeners_busy(listeners, grace):
     """True while a connection waits in a listener's accept queue, or one open on it (handled yet or
     not) moved a byte within ``grace`` seconds (TCP_INFO) or has bytes not read yet."""
@@ -84,10 +114,15 @@ def connections_busy(nsqd, grace):
     """True while the broker is at work without time passing: its listeners are busy
     (:func:`listeners_busy`), a topic has messages its pump will copy to channels, or a channel owes
     a consumer a delivery."""
-    if listeners_busy(nsqd.listeners(), grace):
+    if listeners_busy(nsqd.listeners(), grace) or daemon_threads_runnable(("nsqd-",)):
         return True
     topics = nsqd.topics()
     return any(t.owes_fan_out() for t in topics) or any(c.owes_delivery() for t in topics for c in t.channels())
+
+
+def broker_figures(nsqd):
+    """What /stats counts of the broker now, less what changes by itself: equal twice, nothing moved."""
+    return len(nsqd.clients()), _figures(stats.collect(nsqd, include_mem=False))
 
 
 def _figures(doc):
@@ -122,7 +157,7 @@ class AutoSkipper:
         """What the broker is doing now: None when busy, else its figures."""
         if connections_busy(self.nsqd, self.grace):
             return None
-        return len(self.nsqd.clients()), _figures(stats.collect(self.nsqd, include_mem=False))
+        return broker_figures(self.nsqd)
 
     def _run(self):
         last = None

@@ -47,7 +47,7 @@ import sys
 import time
 import types
 
-from ..server.auto_skip import connections_busy, listeners_busy
+from ..server.auto_skip import broker_figures, connections_busy, daemon_threads_runnable, listeners_busy, runnable
 from .waiting import Expectation
 
 GRACE = 0.02  # seconds of real time with no event before an auto-skip jumps
@@ -68,6 +68,7 @@ class ClockSource:
     def __init__(self, target):
         self.target = target
         self._remote_skipped = 0.0
+        self._figures = None  # the in-process brokers' figures at the last look (see busy)
         kind = type(target).__name__
         if kind == "Broker":
             self._clock = lambda: target.nsqd.clock if target.nsqd is not None else None
@@ -112,13 +113,28 @@ class ClockSource:
         if self.name == "Cluster":
             brokers = [b for b in self.target.brokers if type(b).__name__ == "Broker"]
             lookupds = [self.target.lookupd]
+        figures = []
         for broker in brokers:
             nsqd = broker.nsqd if broker.running else None
-            if nsqd is not None and connections_busy(nsqd, grace):
-                return True
+            if nsqd is not None:
+                if connections_busy(nsqd, grace):
+                    self._figures = None
+                    return True
+                figures.append(broker_figures(nsqd))
+        # A command read and handled since the last look (a FIN has no answer) changed the figures:
+        # not idle until two looks a grace apart see the same.
+        if figures != self._figures:
+            self._figures = figures
+            return bool(figures)
         for lookupd in lookupds:  # (a client's /lookup being answered)
-            if lookupd.running and listeners_busy(lookupd.lookupd.listeners(), grace):
+            if lookupd.running and (listeners_busy(lookupd.lookupd.listeners(), grace)
+                                    or daemon_threads_runnable(("nsqlookupd-",))):
                 return True
+        if self.name == "BrokerProcess" and self.target.running and self.target.pid:
+            return runnable("/proc/%d/task" % self.target.pid)  # (its threads, seen from outside)
+        if self.name == "Cluster":
+            return any(runnable("/proc/%d/task" % b.pid) for b in self.target.brokers
+                       if type(b).__name__ == "BrokerProcess" and b.running and b.pid)
         return False
 
 

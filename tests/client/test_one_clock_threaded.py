@@ -31,7 +31,7 @@ def test_a_quiet_broker_skips_to_its_next_deadline(tmp_path):
             assert later.body == b"in an hour"
             assert nsqd.now() - time.time() >= 3599  # the clock went through the hour
             later.fin()
-        assert nsqd.nsqd.auto_skipper.skips >= 2
+        assert nsqd.nsqd.auto_skipper.skips >= 1  # (one jump may pass both deadlines, if the REQ came late)
     assert time.monotonic() - started < 10
 
 
