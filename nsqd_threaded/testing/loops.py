@@ -29,8 +29,10 @@ starts and after each skip.
 passes, the clock jumps to the earliest deadline of the loop (a client's reconnect, backoff or
 periodic timer, the waiting method's own end) and of the daemon (a msg-timeout, a REQ or DPUB
 coming due).  "Nothing can happen" means: no callback ready, no event on any of the loop's sockets
-for ``grace`` seconds of real time (default :data:`GRACE`), the broker owing no consumer a delivery,
-and no :class:`~nsqd_threaded.testing.FaultProxy` given in ``proxies=`` (or :meth:`~ClockedLoop.watch`)
+for ``grace`` seconds of real time (default :data:`GRACE`), no call of the loop's running in an
+executor thread (``getaddrinfo``, ``run_in_executor``), the daemon at rest (:meth:`ClockSource.busy`:
+its connections quiet, its threads off the run queue, its figures unchanged), and no
+:class:`~nsqd_threaded.testing.FaultProxy` given in ``proxies=`` (or :meth:`~ClockedLoop.watch`)
 holding delayed bytes.  The grace is the rule for everything outside the loop: a handler that waits
 on something real (a database, a thread, another process) makes no event the loop can see, so the
 clock never jumps until that has been quiet for ``grace``; raise it for slow collaborators.  A jump
