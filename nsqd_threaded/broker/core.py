@@ -528,14 +528,12 @@ class BrokerCore:
         Go nsqd's).  TimeoutError when the pumps have not caught up within ``timeout`` (real
         seconds: a paused topic or one without channels keeps its backlog, which is fine).
         False when an fsync failed."""
-        deadline = time.monotonic() + timeout  # real time: a bound on waiting for threads
-        while True:
+        def caught_up():  # (woken by the watch: a pump's acknowledgement notifies it)
+            return None if any(t.owes_fan_out() for t in self.topics()) else True
+
+        if self.watch.wait_for(caught_up, timeout) is None:
             behind = [t.name for t in self.topics() if t.owes_fan_out()]
-            if not behind:
-                break
-            if time.monotonic() >= deadline:
-                raise TimeoutError("topics %s still copying to their channels after %gs" % (behind, timeout))
-            time.sleep(0.005)  # (polling with a deadline: the pumps signal no such moment)
+            raise TimeoutError("topics %s still copying to their channels after %gs" % (behind, timeout))
         ok = True
         for topic in self.topics():
             ok = topic.sync_backends() and ok

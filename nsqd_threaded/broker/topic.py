@@ -387,6 +387,8 @@ class Topic(BackedQueue):
             with self._lock:
                 self._backend.ack([m.id for m in batch])
                 self._batch_in_hand = False
+            if self._watch.watchers:
+                self._watch.notify()  # (BrokerCore.sync waits for the pumps to catch up)
             batch = None
 
     # -- channels ----------------------------------------------------------

@@ -50,6 +50,10 @@ import time
 import types
 
 from ..server.auto_skip import broker_figures, connections_busy, daemon_threads_runnable, listeners_busy, runnable
+from .broker import Broker
+from .cluster import Cluster
+from .lookupd import Lookupd
+from .process import BrokerProcess
 from .waiting import Expectation
 
 GRACE = 0.02  # seconds of real time with no event before an auto-skip jumps
@@ -71,18 +75,17 @@ class ClockSource:
         self.target = target
         self._remote_skipped = 0.0
         self._figures = None  # the in-process brokers' figures at the last look (see busy)
-        kind = type(target).__name__
-        if kind == "Broker":
+        if isinstance(target, Broker):
             self._clock = lambda: target.nsqd.clock if target.nsqd is not None else None
-        elif kind == "Lookupd":
+        elif isinstance(target, Lookupd):
             self._clock = lambda: target.lookupd.clock if target.lookupd is not None else None
-        elif kind == "Cluster":
+        elif isinstance(target, Cluster):
             self._clock = lambda: target.lookupd.lookupd.clock if target.lookupd.lookupd is not None else None
-        elif kind == "BrokerProcess":
-            self._clock = None
+        elif isinstance(target, BrokerProcess):
+            self._clock = None  # in another process: read over HTTP by refresh()
         else:
             raise TypeError("clock= takes a testing Broker, BrokerProcess, Lookupd or Cluster, not %r" % (target,))
-        self.name = kind
+        self.name = type(target).__name__  # (in messages)
 
     def skipped(self):
         if self._clock is None:
@@ -108,13 +111,13 @@ class ClockSource:
         """True while an in-process daemon is at work without time passing: a connection of its waits to
         be accepted, moved a byte within ``grace`` or has bytes it has not read (a command being
         handled: a FIN has no answer the loop could see), or a broker owes a topic's channels or a
-        subscribed consumer a message; a broker in another process: never (what it sends shows on the
-        loop's sockets)."""
-        brokers = [self.target] if self.name == "Broker" else []
-        lookupds = [self.target] if self.name == "Lookupd" else []
-        if self.name == "Cluster":
-            brokers = [b for b in self.target.brokers if type(b).__name__ == "Broker"]
-            lookupds = [self.target.lookupd]
+        subscribed consumer a message, or its figures changed since the last look; a broker in another
+        process: one of its threads runs or waits for a CPU."""
+        target = self.target
+        members = target.brokers if isinstance(target, Cluster) else [target]
+        brokers = [b for b in members if isinstance(b, Broker)]
+        processes = [b for b in members if isinstance(b, BrokerProcess)]
+        lookupds = [target.lookupd] if isinstance(target, Cluster) else [target] if isinstance(target, Lookupd) else []
         figures = []
         for broker in brokers:
             nsqd = broker.nsqd if broker.running else None
@@ -132,12 +135,8 @@ class ClockSource:
             if lookupd.running and (listeners_busy(lookupd.lookupd.listeners(), grace)
                                     or daemon_threads_runnable(("nsqlookupd-",))):
                 return True
-        if self.name == "BrokerProcess" and self.target.running and self.target.pid:
-            return runnable("/proc/%d/task" % self.target.pid)  # (its threads, seen from outside)
-        if self.name == "Cluster":
-            return any(runnable("/proc/%d/task" % b.pid) for b in self.target.brokers
-                       if type(b).__name__ == "BrokerProcess" and b.running and b.pid)
-        return False
+        # a broker in another process: its threads, seen from outside
+        return any(runnable("/proc/%d/task" % b.pid) for b in processes if b.running and b.pid)
 
 
 class _ClockTime(types.ModuleType):
@@ -397,7 +396,7 @@ class ClockedLoop:
         until the channel's (or, without ``channel``, the topic's) /stats dict has every ``expected``
         field's value; returns that dict.  TimeoutError names each field's last value."""
         expectation = Expectation(topic, channel, expected)
-        if type(broker).__name__ == "Broker":
+        if isinstance(broker, Broker):
             from ..broker import stats
 
             def look():
