@@ -219,7 +219,10 @@ def gather(addresses, ask, name):
                 with lock:
                     out.results[address] = result
 
-    threads = [threading.Thread(target=worker, name=name) for _ in range(min(len(addresses), MAX_QUERY_THREADS))]
+    # Joined below; daemon as well, so that a request still waiting on a node at the interpreter's exit
+    # does not hold the process (its owner, the caller, is what waits for it).
+    threads = [threading.Thread(target=worker, name=name, daemon=True)
+               for _ in range(min(len(addresses), MAX_QUERY_THREADS))]
     for t in threads:
         t.start()
     for t in threads:
