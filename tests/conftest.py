@@ -108,6 +108,9 @@ def make_nsqd(tmp_path):
         kwargs.setdefault("http_address", "127.0.0.1:0")
         kwargs.setdefault("data_path", str(data))
         kwargs.setdefault("node_id", 1)
+        # NSQD_TEST_CONNECTION_THREADS=1 runs the suite with a thread per connection (scripts/test does
+        # for one runtime), the model of hosts without epoll.
+        kwargs.setdefault("connection_threads", os.environ.get("NSQD_TEST_CONNECTION_THREADS") == "1")
         nsqd = NSQD(Options(**kwargs), log_stream=LogCapture())
         nsqd.start()
         started.append(nsqd)

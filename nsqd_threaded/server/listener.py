@@ -392,14 +392,18 @@ class ConnectionRegistryMixIn(PromptShutdownMixIn):
         self._closing = False
 
     def process_request(self, request, client_address):
+        if self.register_connection(request):
+            super().process_request(request, client_address)
+
+    def register_connection(self, request):
+        """Track an accepted connection; False (and it is closed) once the listener is closing."""
         with self._conns_lock:
             closing = self._closing
             if not closing:
                 self._conns.add(request)
         if closing:
             self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
+        return not closing
 
     def shutdown_request(self, request):
         with self._conns_lock:

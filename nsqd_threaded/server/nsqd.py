@@ -113,7 +113,8 @@ class NSQD(BrokerCore):
             raise
         # Before the first thread this broker starts: widening the futex hash of a process
         # with few threads costs well under a millisecond, after them some 30 ms.
-        self.idle_watcher = new_idle_watcher(hangup_lock=self.teardown_lock)  # (see leave_on_hangup)
+        if self._tcp_server.poller is None:  # (a thread per connection: idle ones park with the watcher)
+            self.idle_watcher = new_idle_watcher(hangup_lock=self.teardown_lock)  # (see leave_on_hangup)
         with self._lock:
             self._topics_started = True
             topics = list(self._topics.values())

@@ -24,7 +24,7 @@ from ..internal.gocompat import go_quote
 from ..wire import protocol_v2, transport
 from ..wire.protocol_v2 import ProtocolError, text
 from . import auth_query
-from .reader import ConnectionEnded, Reader
+from .reader import ConnectionEnded, Reader, WouldWait
 
 
 class ProtocolV2:
@@ -43,63 +43,97 @@ class ProtocolV2:
         self.transport = None  # the TLS/compression layers, once IDENTIFY has negotiated one
         self._topics = {}  # name -> Topic
         self._auth_enabled = bool(self.options.auth_http_addresses)
+        self._tls_gate = bool(self.options.tls_required)
+        self._hb = None  # the heartbeat interval the command timeout was last set for
+        # The commands the poller never runs itself (see serve_ready): those that may wait on
+        # something other than the client's bytes (a TLS handshake, an auth server, a durable sync).
+        self.waits = _ALWAYS_WAIT | (_PUBLISH if self._auth_enabled or nsqd.options.durable else frozenset())
         # (a partial over the limits, not a closure over self or client: no reference cycle)
         client.pump_refused = functools.partial(refuse_pump, limits)
 
     def io_loop(self):
-        """Serve commands until the connection ends or a fatal error is sent."""
-        client = self.client
-        reader = self.reader
-        read_command = reader.read_command
-        # Bound methods in a local, not an attribute: ``self`` holding its own
-        # bound methods would be a reference cycle, and then every ended
-        # connection (with its client, buffers and pump thread object) would
-        # wait for a full garbage collection, which an idle broker may never
-        # run (docs/performance.md).
-        commands = {
-            b"FIN": self.FIN,
-            b"RDY": self.RDY,
-            b"REQ": self.REQ,
-            b"PUB": self.PUB,
-            b"MPUB": self.MPUB,
-            b"DPUB": self.DPUB,
-            b"NOP": self.NOP,
-            b"TOUCH": self.TOUCH,
-            b"SUB": self.SUB,
-            b"CLS": self.CLS,
-            b"AUTH": self.AUTH,
-            b"IDENTIFY": self.IDENTIFY,
-        }
-        # --tls-required (true or tcp-https): until the connection has
-        # upgraded, every command but IDENTIFY fails (fatally).
-        tls_gate = bool(self.options.tls_required)
-        hb = None
+        """Serve commands until the connection ends or a fatal error is sent (the connection's own thread)."""
+        read_command = self.reader.read_command
+        execute = self.execute
         try:
             while True:
-                if client.pump_deferred:  # (the last command woke this consumer: see ClientConnection.wake)
-                    client.start_deferred_pump()
-                if client.heartbeat_interval != hb:  # (the first command, or IDENTIFY changed it)
-                    hb = client.heartbeat_interval
-                    reader.set_command_timeout(2 * hb if hb > 0 else None)
-                params = read_command()
-                handler = commands.get(params[0])
-                try:
-                    if tls_gate and not client.tls and params[0] != b"IDENTIFY":
-                        raise ProtocolError(
-                            "E_INVALID", "cannot %s in current state (TLS required)" % text(params[0])
-                        )
-                    if handler is None:
-                        raise ProtocolError("E_INVALID", "invalid command %s" % text(params[0]))
-                    response = handler(params)
-                except ProtocolError as err:
-                    self.nsqd.log.debug("%r: %s %s", client, err.code, err.description)
-                    if not client.send(protocol_v2.error_frame(err)) or err.fatal:
-                        return
-                    continue
-                if response is not None and not client.send(response):
+                self.between_commands()
+                if not execute(read_command()):
                     return
         except ConnectionEnded as e:
+            self.nsqd.log.debug("%r: connection closed - %s", self.client, e)
+
+    def serve_ready(self, inline, limit):
+        """Serve the commands that have arrived, without waiting for more (the polled model).
+
+        ``inline``: the caller is the poller, which must never wait: a command
+        that may (see :attr:`waits`), or that finds its body incomplete, is
+        given back whole and :data:`NEEDS_THREAD` answered.  At most ``limit``
+        commands are served.  Answers :data:`WAIT_INPUT` (nothing more to read
+        now), :data:`WAIT_OUTPUT` (the client is not reading its answers: stop
+        reading until they are written), :data:`NEEDS_THREAD`, :data:`MORE`
+        (the limit was reached) or :data:`ENDED` (the connection is done).
+        """
+        reader = self.reader
+        client = self.client
+        execute = self.execute
+        waits = self.waits
+        try:
+            for _ in range(limit):
+                self.between_commands()
+                if client.output_backlogged():
+                    return WAIT_OUTPUT
+                params = reader.poll_command()
+                if params is None:
+                    return WAIT_INPUT
+                if not inline:
+                    if not execute(params):
+                        return ENDED
+                    continue
+                if params[0] in waits:
+                    reader.rewind_command()
+                    return NEEDS_THREAD
+                reader.hold_command(True)
+                try:
+                    if not execute(params):
+                        return ENDED
+                except WouldWait:
+                    reader.rewind_command()
+                    return NEEDS_THREAD
+                finally:
+                    reader.hold_command(False)
+            return MORE
+        except ConnectionEnded as e:
             self.nsqd.log.debug("%r: connection closed - %s", client, e)
+            return ENDED
+
+    def between_commands(self):
+        """Before each command: start a pump the last one made due, and follow the heartbeat interval."""
+        client = self.client
+        if client.pump_deferred:  # (the last command woke this consumer: see ClientConnection.wake)
+            client.start_deferred_pump()
+        if client.heartbeat_interval != self._hb:  # (the first command, or IDENTIFY changed it)
+            hb = self._hb = client.heartbeat_interval
+            self.reader.set_command_timeout(2 * hb if hb > 0 else None)
+
+    def execute(self, params):
+        """Run one command and write its answer; False when the connection must end (a fatal
+        error was sent, or a write failed)."""
+        client = self.client
+        name = params[0]
+        try:
+            # --tls-required (true or tcp-https): until the connection has
+            # upgraded, every command but IDENTIFY fails (fatally).
+            if self._tls_gate and not client.tls and name != b"IDENTIFY":
+                raise ProtocolError("E_INVALID", "cannot %s in current state (TLS required)" % text(name))
+            handler = _COMMANDS.get(name)
+            if handler is None:
+                raise ProtocolError("E_INVALID", "invalid command %s" % text(name))
+            response = handler(self, params)
+        except ProtocolError as err:
+            self.nsqd.log.debug("%r: %s %s", client, err.code, err.description)
+            return client.send(protocol_v2.error_frame(err)) and not err.fatal
+        return response is None or client.send(response)
 
     # -- helpers -----------------------------------------------------------
 
@@ -469,6 +503,34 @@ class ProtocolV2:
         return self._publish("MPUB", topic_name, bodies)
 
 
+# The commands by name (plain functions of (protocol, params): a table of bound methods held by
+# the protocol would be a reference cycle, and every ended connection would wait for a full
+# garbage collection, which an idle broker may never run).
+_COMMANDS = {
+    b"FIN": ProtocolV2.FIN,
+    b"RDY": ProtocolV2.RDY,
+    b"REQ": ProtocolV2.REQ,
+    b"PUB": ProtocolV2.PUB,
+    b"MPUB": ProtocolV2.MPUB,
+    b"DPUB": ProtocolV2.DPUB,
+    b"NOP": ProtocolV2.NOP,
+    b"TOUCH": ProtocolV2.TOUCH,
+    b"SUB": ProtocolV2.SUB,
+    b"CLS": ProtocolV2.CLS,
+    b"AUTH": ProtocolV2.AUTH,
+    b"IDENTIFY": ProtocolV2.IDENTIFY,
+}
+_ALWAYS_WAIT = frozenset({b"IDENTIFY", b"AUTH", b"SUB"})  # a TLS handshake, an auth server, a lookupd query
+_PUBLISH = frozenset({b"PUB", b"MPUB", b"DPUB"})  # with auth (its answer may have expired) or a durable sync
+
+# ProtocolV2.serve_ready's answers: what the connection waits for next.
+WAIT_INPUT = "input"
+WAIT_OUTPUT = "output"
+NEEDS_THREAD = "thread"
+MORE = "more"
+ENDED = "ended"
+
+
 def thread_refusal(reason="can't start new thread"):
     """The error frame that refuses a connection the host has no thread for (see docs/deploy.md)."""
     return protocol_v2.error_frame(ProtocolError("E_INVALID", "cannot start a client thread - %s" % reason))
@@ -529,19 +591,24 @@ def handle_connection(nsqd, sock, address, limits=None):
         proto = ProtocolV2(nsqd, client, sock, limits)
         proto.io_loop()
     finally:
-        # One teardown at a time (see NSQD.teardown_lock): when thousands of
-        # connections end together, their threads wait on this lock, outside
-        # the contest for the GIL, instead of all contending at once.
-        # No system call under the lock: after one, the thread must win the
-        # GIL back, and under a busy broker that takes a switch interval
-        # (5 ms) while every other teardown waits on the lock.
-        with nsqd.teardown_lock:
-            client.stop_pump()
-            nsqd.remove_client(client)
-        if client.has_pump():
-            client.close_connection()  # ends a pump blocked in a send
-            client.join_pump()  # outside the lock: the pump needs its turn at the GIL to end
-        if proto is not None:
-            proto.reader.close()
-        if nsqd.idle_watcher is not None:
-            nsqd.idle_watcher.connection_closed()
+        tear_down(nsqd, client, proto)
+
+
+def tear_down(nsqd, client, proto):
+    """A connection ended: stop its pump, leave its channel, give back what its reader holds."""
+    # One teardown at a time (see NSQD.teardown_lock): when thousands of
+    # connections end together, their threads wait on this lock, outside
+    # the contest for the GIL, instead of all contending at once.
+    # No system call under the lock: after one, the thread must win the
+    # GIL back, and under a busy broker that takes a switch interval
+    # (5 ms) while every other teardown waits on the lock.
+    with nsqd.teardown_lock:
+        client.stop_pump()
+        nsqd.remove_client(client)
+    if client.has_pump():
+        client.close_connection()  # ends a pump blocked in a send
+        client.join_pump()  # outside the lock: the pump needs its turn at the GIL to end
+    if proto is not None:
+        proto.reader.close()
+    if nsqd.idle_watcher is not None:
+        nsqd.idle_watcher.connection_closed()

@@ -21,6 +21,11 @@ class ConnectionEnded(Exception):
     """EOF, a read error or timeout, or an over-long line: close without an error frame."""
 
 
+class WouldWait(Exception):
+    """A command run without waiting (:meth:`Reader.hold_command`) needs bytes that have not
+    arrived: the caller rewinds it (:meth:`Reader.rewind_command`) and runs it where it may wait."""
+
+
 # The receive chunk: small while a connection is idle (thousands of consumers
 # each hold one), doubled while recvs come back full (a publisher streaming
 # commands), sized up to a large body's length while reading it, and shrunk
@@ -83,6 +88,10 @@ class Reader:
         # (see nsqd_threaded.wire.transport); None on a plain connection.
         self._decode = None
         self._layers = None  # the Transport behind _decode
+        # The polled model: where the last polled command's line starts, and whether its
+        # bytes are held (no recv may wait, nothing before that start is dropped: see hold_command).
+        self._command_start = 0
+        self._holding = False
 
     def set_command_timeout(self, seconds):
         """Each command's line and body must arrive within ``seconds`` of its start (None or 0: no limit).
@@ -129,6 +138,42 @@ class Reader:
             i -= 1
         return bytes(buf[pos:i]).split(b" ")
 
+    def poll_command(self):
+        """The next command's params if its whole line is buffered or arrives without waiting;
+        None (nothing consumed) when the connection has nothing more for now.
+
+        The polled model's :meth:`read_command`: a connection between commands
+        waits in the poller, not in a recv.  The command's deadline, for a
+        body still to come, starts with the body's first blocking recv.
+        """
+        buf = self._buf
+        pos = self._pos
+        i = buf.find(b"\n", pos, pos + MAX_LINE) if pos < len(buf) else -1
+        while i < 0:
+            if len(buf) - pos >= MAX_LINE:
+                raise ConnectionEnded("line longer than %d bytes" % MAX_LINE)
+            if not self._fill(nowait=True):
+                return None
+            buf = self._buf
+            pos = self._pos
+            i = buf.find(b"\n", pos, pos + MAX_LINE)
+        self._deadline = None
+        self._command_start = pos
+        self._pos = i + 1
+        if i > pos and buf[i - 1] == 13:  # one trailing \r is dropped
+            i -= 1
+        return bytes(buf[pos:i]).split(b" ")
+
+    def hold_command(self, holding):
+        """While ``holding``, the command just polled runs without waiting: a read that needs
+        bytes not yet arrived raises :class:`WouldWait`, and every byte from the command's
+        line on stays buffered, so that :meth:`rewind_command` can give it back whole."""
+        self._holding = holding
+
+    def rewind_command(self):
+        """Unread the command last polled (its line and whatever of its body was read)."""
+        self._pos = self._command_start
+
     def _set_timeout(self, seconds):
         tv = _timeval(seconds)
         recv_seconds = seconds
@@ -140,13 +185,17 @@ class Reader:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)  # the pump's writes too
         self._timeout = seconds
 
-    def _fill(self, missing=0):
-        """One recv; ``missing`` is how many more bytes the caller is known to need."""
+    def _fill(self, missing=0, nowait=False):
+        """One recv; ``missing`` is how many more bytes the caller is known to need.
+
+        ``nowait``: a recv that does not wait (the polled model between
+        commands): answers False when nothing was there, True otherwise.
+        """
         connection = self._connection
         if connection is not None and connection.disconnected:
             raise ConnectionEnded("closed by the broker")
         timeout = self._command_timeout
-        if timeout is not None:
+        if timeout is not None and not nowait:
             now = _monotonic()
             deadline = self._deadline
             if deadline is None:  # the command's first recv: its deadline starts now, all of it left
@@ -166,7 +215,7 @@ class Reader:
         if layers is not None and layers.pending():
             # A large inflate stopped at its limit: its input is already here.
             self._append_decoded(b"", lambda _: layers.drain())
-            return
+            return True
         chunk = self._chunk
         size = len(chunk)
         last = self._last_recv
@@ -175,9 +224,17 @@ class Reader:
                 chunk = self._chunk = bytearray(min(MAX_CHUNK, 2 * size if last == size else missing))
         elif size > MIN_CHUNK and missing <= MIN_CHUNK and last < size // 8:
             chunk = self._chunk = bytearray(MIN_CHUNK)  # quiet again: give the memory back
+        holding = self._holding
         try:
-            n = self._recv_into(chunk)
+            if nowait or holding:
+                n = self._sock.recv_into(chunk, 0, _MSG_DONTWAIT)
+            else:
+                n = self._recv_into(chunk)
         except BlockingIOError:  # SO_RCVTIMEO: idle, or the deadline passed (or _recv_or_park found nothing)
+            if nowait:
+                return False
+            if holding:
+                raise WouldWait() from None
             n = self._recv_after_idle(chunk)
         except (OSError, ValueError) as e:  # reset, closed
             raise ConnectionEnded(str(e)) from None
@@ -186,17 +243,21 @@ class Reader:
         self._last_recv = n
         if self._decode is not None:
             self._append_decoded(memoryview(chunk)[:n])
-            return
+            return True
+        if holding:
+            self._buf += memoryview(chunk)[:n]  # (the held command's bytes must stay where they are)
+            return True
         if self._pos == len(self._buf):
             # Drained: a fresh buffer rather than a resized one, so that one
             # large body's allocation is not kept for the connection's life.
             self._buf = chunk[:n] if n < len(chunk) else bytearray(chunk)
             self._pos = 0
-            return
+            return True
         if self._pos > 65536:
             del self._buf[: self._pos]
             self._pos = 0
         self._buf += memoryview(chunk)[:n]
+        return True
 
     def _append_decoded(self, data, decode=None):
         """Decode ``data`` into the buffer (maybe nothing yet: a partial record or frame)."""
@@ -206,7 +267,7 @@ class Reader:
             raise ConnectionEnded(str(e)) from None
         if not data:
             return
-        if self._pos > 65536 or self._pos == len(self._buf):
+        if not self._holding and (self._pos > 65536 or self._pos == len(self._buf)):
             del self._buf[: self._pos]
             self._pos = 0
         self._buf += data
@@ -332,6 +393,10 @@ class Reader:
             self._fill()
             buf = self._buf
             pos = self._pos
+
+    def has_partial(self):
+        """True if bytes of a command not yet complete are buffered (no I/O)."""
+        return self._pos < len(self._buf)
 
     def has_line(self):
         """True if a complete line is already buffered (no I/O)."""

@@ -1,10 +1,11 @@
-"""The TCP listener: one thread per protocol V2 connection, in the socketserver style."""
+"""The TCP listener: protocol V2 connections served from epoll by a few threads, or one thread each."""
 
 import socket
 import socketserver
 
-from .protocol_v2 import handle_connection, thread_refusal
 from .listener import Listener
+from .netpoll import new_net_poller
+from .protocol_v2 import handle_connection, thread_refusal
 
 
 class _ConnectionHandler(socketserver.BaseRequestHandler):
@@ -16,7 +17,12 @@ class _ConnectionHandler(socketserver.BaseRequestHandler):
 
 
 class TCPServer(Listener):
-    """Accepts protocol V2 connections for one NSQD, each in a thread ``nsqd-conn[ip:port]``.
+    """Accepts protocol V2 connections for one NSQD.
+
+    Where there is epoll (and without ``--connection-threads``) its
+    :class:`~nsqd_threaded.server.netpoll.NetPoller` serves them: a connection
+    holds a thread only while it has work.  Otherwise each connection gets a
+    thread ``nsqd-conn[ip:port]`` of its own.
 
     Thread stacks keep the interpreter's default size: only touched pages are
     resident, so a smaller ``threading.stack_size`` saves address space, not
@@ -30,7 +36,26 @@ class TCPServer(Listener):
 
     def __init__(self, address, nsqd):
         self.nsqd = nsqd
+        self.poller = None
         super().__init__(address, _ConnectionHandler, nsqd.log)
+        if not nsqd.options.connection_threads:
+            self.poller = new_net_poller(nsqd, self.limits)
+            if self.poller is not None:
+                self.poller.start(self)
+
+    def process_request(self, request, client_address):
+        if self.poller is None:
+            super().process_request(request, client_address)
+            return
+        if self.register_connection(request):
+            if request.family != socket.AF_UNIX:
+                request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.poller.add(request, client_address)
+
+    def server_close(self):
+        super().server_close()
+        if self.poller is not None:
+            self.poller.stop()  # (the connections were shut down: it tears down what is left)
 
     def refusal(self):
         return thread_refusal()

@@ -467,6 +467,9 @@ SETTINGS = (
             check=_positive),
     Setting("sync-every", INT, 2500, "number of messages per diskqueue fsync", check=_positive),
     Setting("sync-timeout", DURATION, 2.0, "duration of time per diskqueue fsync", check=_positive),
+    Setting("connection-threads", BOOL, False, "(not in Go nsqd) give each TCP connection a thread of "
+            "its own instead of serving them from epoll with a few threads (where there is no epoll, "
+            "it always does)"),
     Setting("durable", BOOL, False, "(not in Go nsqd) acknowledge a publish only once it is fsynced "
             "(group commit), and keep every message recoverable until it is FINed"),
     Setting("queue-scan-worker-pool-max", INT, 4, "max concurrency for checking in-flight and "

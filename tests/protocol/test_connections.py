@@ -86,7 +86,8 @@ def test_mass_close_of_subscribers_requeues_every_in_flight_message(nsqd):
 
 
 @pytest.mark.timeout(60)
-def test_idle_connection_is_parked_and_still_served(nsqd):
+def test_idle_connection_is_parked_and_still_served(make_nsqd):
+    nsqd = make_nsqd(connection_threads=True)  # (the poller has no connection threads to park)
     watcher = nsqd.idle_watcher
     if watcher is None:
         pytest.skip("no epoll here: connections are not parked")
@@ -439,7 +440,8 @@ def test_idle_watcher_stop_still_releases_a_thread_chosen_in_the_same_batch():
 
 
 @pytest.mark.timeout(60)
-def test_fin_then_close_from_a_parked_consumer_is_processed(nsqd):
+def test_fin_then_close_from_a_parked_consumer_is_processed(make_nsqd):
+    nsqd = make_nsqd(connection_threads=True)  # (the poller has no connection threads to park)
     watcher = nsqd.idle_watcher
     if watcher is None:
         pytest.skip("no epoll here: connections are not parked")

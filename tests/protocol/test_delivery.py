@@ -304,10 +304,11 @@ def test_a_message_published_to_a_waiting_consumer_needs_no_pump_thread(nsqd):
     assert any(attempts), attempts
 
 
-def test_a_backlog_starts_the_pump_which_takes_the_heartbeats_over(nsqd):
+def test_a_backlog_starts_the_pump_which_takes_the_heartbeats_over(make_nsqd):
     """A consumer has one thread (its connection thread sends the heartbeats) until something waits
     for it: queued messages and a raised RDY start the pump, which takes the heartbeats over:
-    never two per interval."""
+    never two per interval.  (A thread per connection: the poller has no pump threads.)"""
+    nsqd = make_nsqd(connection_threads=True)
     with Conn(nsqd.tcp_address) as sub:
         sub.identify(heartbeat_interval=1000)
         sub.sub("lazy", "c")

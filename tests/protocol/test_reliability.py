@@ -241,7 +241,9 @@ def _subscribe(address, topic, channel):
 
 
 @pytest.mark.timeout(120)
-def test_task_limit_refuses_clients_cleanly(child_broker):
+def test_task_limit_leaves_the_poller_serving_every_client(child_broker):
+    """Served from epoll, 150 consumers need no thread each: a host that allows the broker 48 tasks
+    serves them all, and /ping with them."""
     cgroup = _pids_cgroup(48)
     if cgroup is None:
         pytest.skip("no pids cgroup can be made here")
@@ -253,6 +255,40 @@ def test_task_limit_refuses_clients_cleanly(child_broker):
                 f.write("0")
 
         broker = child_broker(preexec_fn=join_cgroup)
+        assert broker.post("/topic/create?topic=t")[0] == 200
+        answers = {}
+        for i in range(150):
+            answer, conn = _subscribe(broker.tcp, "t", "c")
+            if conn is not None:
+                kept.append(conn)
+            answers[answer] = answers.get(answer, 0) + 1
+        assert answers == {"OK": 150}, answers
+        assert broker.threads() < 48
+        assert broker.get("/ping") == (200, b"OK")
+        assert "Traceback" not in broker.log()
+    finally:
+        for c in kept:
+            c.close()
+        if broker is not None:
+            broker.stop(signal.SIGKILL)
+        _remove_cgroup(cgroup)
+
+
+@pytest.mark.timeout(120)
+def test_task_limit_refuses_clients_cleanly(child_broker):
+    """With a thread per connection (``--connection-threads``), a host at its task limit refuses
+    the clients it has no thread for, with the protocol's error, and recovers."""
+    cgroup = _pids_cgroup(48)
+    if cgroup is None:
+        pytest.skip("no pids cgroup can be made here")
+    kept = []
+    broker = None
+    try:
+        def join_cgroup():
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write("0")
+
+        broker = child_broker("--connection-threads", preexec_fn=join_cgroup)
         assert broker.post("/topic/create?topic=t")[0] == 200
         answers = {}
         for i in range(60):

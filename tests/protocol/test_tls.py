@@ -307,7 +307,7 @@ def test_metrics_count_tls_and_compressed_clients(make_nsqd, certs):
 
 def test_parked_tls_connection_wakes_for_records_sent_together(make_nsqd, certs):
     """A TLS connection idle long enough to park on the idle watcher, then two commands in one segment."""
-    nsqd = make_nsqd(**tls_options(certs))
+    nsqd = make_nsqd(connection_threads=True, **tls_options(certs))  # (the poller parks no thread)
     if nsqd.idle_watcher is None:
         pytest.skip("no idle watcher on this platform")
     context = certs.client_context()

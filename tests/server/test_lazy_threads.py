@@ -14,7 +14,8 @@ from support.wire import Conn, wait_for
 
 @pytest.mark.timeout(60)
 def test_metadata_writer_and_idle_watcher_start_with_their_first_work_and_are_joined(tmp_path):
-    nsqd = NSQD(Options(data_path=str(tmp_path), tcp_address="127.0.0.1:0", http_address="127.0.0.1:0"),
+    nsqd = NSQD(Options(data_path=str(tmp_path), tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
+                        connection_threads=True),  # (the idle watcher parks connection threads)
                 log_stream=LogCapture()).start()
     try:
         assert nsqd._metadata_writer is None  # nothing changed yet
@@ -60,7 +61,8 @@ def test_each_listener_starts_its_connection_threads_from_a_starter_made_with_it
     """The accept thread only accepts: a listener's first connection makes its starter thread, which
     starts every connection thread after it, and the broker's stop joins it."""
     before = starters()
-    nsqd = NSQD(Options(data_path=str(tmp_path), tcp_address="127.0.0.1:0", http_address="127.0.0.1:0"),
+    nsqd = NSQD(Options(data_path=str(tmp_path), tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
+                        connection_threads=True),  # (TCP connections with threads of their own)
                 log_stream=LogCapture()).start()
     try:
         assert starters() == before  # no connection yet

@@ -61,7 +61,7 @@ GO_FLAGS = {
 
 
 # Our flags beyond Go nsqd's (documented in docs/divergences.md).
-OUR_FLAGS = {"durable": "durable", "http-read-timeout": "http_read_timeout", "http-idle-timeout": "http_idle_timeout",
+OUR_FLAGS = {"durable": "durable", "connection-threads": "connection_threads", "http-read-timeout": "http_read_timeout", "http-idle-timeout": "http_idle_timeout",
              "debug-state-bodies": "debug_state_bodies", "max-attempts": "max_attempts",
              "dead-letter-topic": "dead_letter_topic", "msg-ttl": "msg_ttl", "channel-peek": "channel_peek",
              "time-skipping": "time_skipping", "time-skipping-grace": "time_skipping_grace"}
