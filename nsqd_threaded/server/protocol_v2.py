@@ -78,6 +78,7 @@ class ProtocolV2:
         client = self.client
         execute = self.execute
         waits = self.waits
+        reader.drained = False  # (woken for input: ask the socket)
         try:
             for _ in range(limit):
                 self.between_commands()

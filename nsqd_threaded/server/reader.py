@@ -92,6 +92,9 @@ class Reader:
         # bytes are held (no recv may wait, nothing before that start is dropped: see hold_command).
         self._command_start = 0
         self._holding = False
+        # The last recv of this serve took less than it could: the socket is drained, so the
+        # next poll_command need not ask again (the caller clears it as a serve begins).
+        self.drained = False
 
     def set_command_timeout(self, seconds):
         """Each command's line and body must arrive within ``seconds`` of its start (None or 0: no limit).
@@ -152,6 +155,8 @@ class Reader:
         while i < 0:
             if len(buf) - pos >= MAX_LINE:
                 raise ConnectionEnded("line longer than %d bytes" % MAX_LINE)
+            if self.drained and not (self._layers is not None and self._layers.pending()):
+                return None  # (the socket had no more a moment ago: the poller hears of what comes next)
             if not self._fill(nowait=True):
                 return None
             buf = self._buf
@@ -241,6 +246,7 @@ class Reader:
         if not n:
             raise ConnectionEnded("EOF")
         self._last_recv = n
+        self.drained = n < len(chunk)
         if self._decode is not None:
             self._append_decoded(memoryview(chunk)[:n])
             return True

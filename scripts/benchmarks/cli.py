@@ -29,6 +29,7 @@ COMMANDS = {
     "apps": "each operator tool of ours and Go's against the same broker: msg/s and CPU per message",
     "consumer": "the package's Consumer draining a queued channel, from Go nsqd, ours and a baseline tree",
     "connections": "many idle connections: memory per connection, mass close, /stats and PUB latency",
+    "consumers": "many consumers on one channel at RDY 1, FIN on receipt: rate, CPU per message, subscribe all",
     "drain": "the worst PUB round trip while a topic pump drains a backlog into a new channel",
     "features": "consume with snappy, deflate, TLS: ratios to plain",
     "fixture": "starting and stopping the test fixture's brokers",

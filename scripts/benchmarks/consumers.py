@@ -1,0 +1,257 @@
+"""Many consumers on one channel, as NSQ is deployed: each at a small RDY, FIN on receipt.
+
+For each ``--consumers`` count, each broker in turn (ours; ``--go`` Go's nsqd; ``--baseline`` ours
+from another tree; ``--threads`` ours with ``--connection-threads``), alternately for ``--rounds``:
+
+1. client processes (``--clients``) open the consumers: magic, IDENTIFY, SUB, RDY; the time until
+   the broker's /stats shows them all (*subscribe all*), then the broker's threads and RSS;
+2. ``--messages`` messages are MPUBed (200 a command) from one more connection, and every consumer
+   FINs each message as it arrives: the time from the first MPUB until the clients have every
+   message is the *rate*, and the broker's CPU time over that span per message its cost;
+3. the consumers close together: the time until /stats shows none (*gone after close*).
+
+The load clients answer heartbeats and FIN from non-blocking sockets; ``--clients`` more processes
+show whether they are the limit (Go's rate rises with them until the broker is).
+
+    scripts/bench consumers --consumers 100,1000,5000 --go ../shared/reference/go-nsq-1.3.0/nsqd
+    scripts/bench consumers --consumers 1000 --rdy 10 --threads --rounds 3
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import selectors
+import socket
+import statistics
+import struct
+import sys
+import time
+
+from .common import BrokerProc, Quiet
+from .connections import raise_nofile, rss, threads_of
+
+TOPIC = "bench_consumers"
+CHANNEL = "ch"
+HEARTBEAT = b"_heartbeat_"
+
+
+def consumer_process(address, count, rdy, received, subscribed, control):
+    """Open ``count`` consumers; FIN every message; count them in ``received``; close on "close"."""
+    raise_nofile()
+    identify = json.dumps({"heartbeat_interval": 30000, "client_id": "bench", "hostname": "bench"}).encode()
+    hello = (b"  V2IDENTIFY\n" + struct.pack(">i", len(identify)) + identify
+             + ("SUB %s %s\nRDY %d\n" % (TOPIC, CHANNEL, rdy)).encode())
+    sel = selectors.DefaultSelector()
+    buffers = {}
+    oks = {}
+    for i in range(count):
+        sock = socket.create_connection(address, timeout=60)
+        sock.sendall(hello)
+        sock.setblocking(False)
+        buffers[sock] = b""
+        oks[sock] = 0
+        sel.register(sock, selectors.EVENT_READ)
+        if i % 64 == 63:
+            for key, _ in sel.select(0):
+                _serve(key.fileobj, buffers, oks, received, subscribed)
+    while True:
+        if control.poll(0):
+            control.recv()
+            break
+        for key, _ in sel.select(0.05):
+            _serve(key.fileobj, buffers, oks, received, subscribed)
+    for sock in buffers:
+        sock.close()
+    control.send("closed")
+
+
+def _serve(sock, buffers, oks, received, subscribed):
+    try:
+        data = sock.recv(262144)
+    except BlockingIOError:
+        return
+    except OSError:
+        data = b""
+    if not data:
+        return
+    buf = buffers[sock] + data
+    out = []
+    got = 0
+    pos = 0
+    while len(buf) - pos >= 8:
+        size, ftype = struct.unpack_from(">ii", buf, pos)
+        if len(buf) - pos < 4 + size:
+            break
+        if ftype == 2:
+            out.append(b"FIN " + buf[pos + 18 : pos + 34] + b"\n")
+            got += 1
+        elif ftype == 0:
+            body = buf[pos + 8 : pos + 4 + size]
+            if body == HEARTBEAT:
+                out.append(b"NOP\n")
+            elif body == b"OK" or body.startswith(b"{"):
+                oks[sock] += 1
+                if oks[sock] == 2:
+                    with subscribed.get_lock():
+                        subscribed.value += 1
+        pos += 4 + size
+    buffers[sock] = buf[pos:]
+    if out:
+        try:
+            sock.sendall(b"".join(out))
+        except OSError:
+            pass
+    if got:
+        with received.get_lock():
+            received.value += got
+
+
+def client_count(broker):
+    t = broker.stats(TOPIC)
+    return sum(c["client_count"] for c in (t or {}).get("channels") or [])
+
+
+def wait(predicate, timeout, poll=0.01):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)  # (polling a counter or /stats, bounded by the deadline)
+    return True
+
+
+def run_once(broker, consumers, clients, rdy, messages):
+    """One broker, one consumer count: the figures (a dict)."""
+    broker.http("POST", "/topic/create?topic=" + TOPIC)
+    broker.http("POST", "/channel/create?topic=%s&channel=%s" % (TOPIC, CHANNEL))
+    host, port = broker.address.rsplit(":", 1)
+    address = (host, int(port))
+    received = multiprocessing.Value("q", 0)
+    subscribed = multiprocessing.Value("q", 0)
+    procs = []
+    start = time.monotonic()
+    for i in range(clients):
+        n = consumers // clients + (1 if i < consumers % clients else 0)
+        parent, child = multiprocessing.Pipe()
+        p = multiprocessing.Process(target=consumer_process,
+                                    args=(address, n, rdy, received, subscribed, child), daemon=True)
+        p.start()
+        procs.append((p, parent))
+    figures = {}
+    try:
+        if not wait(lambda: subscribed.value >= consumers and client_count(broker) >= consumers, 300, 0.05):
+            raise RuntimeError("only %d of %d consumers subscribed" % (subscribed.value, consumers))
+        figures["subscribe_s"] = time.monotonic() - start
+        figures["threads"] = threads_of(broker.pid)
+        figures["rss_mb"] = rss(broker.pid) / 1e6
+        pub = socket.create_connection(address, timeout=60)
+        pub.sendall(b"  V2")
+        body = b"x" * 100
+        batch = struct.pack(">i", 200) + (struct.pack(">i", len(body)) + body) * 200
+        command = ("MPUB %s\n" % TOPIC).encode() + struct.pack(">i", len(batch)) + batch
+        cpu0 = broker.cpu_seconds()
+        t0 = time.monotonic()
+        for _ in range(messages // 200):
+            pub.sendall(command)
+            _read_ok(pub)
+        if not wait(lambda: received.value >= messages, 600, 0.002):
+            raise RuntimeError("only %d of %d messages arrived" % (received.value, messages))
+        elapsed = time.monotonic() - t0
+        cpu = broker.cpu_seconds() - cpu0
+        pub.close()
+        figures["rate"] = messages / elapsed
+        figures["cpu_us"] = cpu / messages * 1e6
+        t1 = time.monotonic()
+        for _, parent in procs:
+            parent.send("close")
+        for _, parent in procs:
+            parent.recv()
+        wait(lambda: client_count(broker) == 0, 120, 0.01)
+        figures["gone_s"] = time.monotonic() - t1
+    finally:
+        for p, parent in procs:
+            if p.is_alive():
+                p.terminate()
+            p.join(30)
+    return figures
+
+
+def _read_ok(sock):
+    data = b""
+    while True:
+        while len(data) < 4:
+            chunk = sock.recv(4096)
+            if not chunk:
+                raise RuntimeError("the broker closed the publisher")
+            data += chunk
+        size = struct.unpack(">i", data[:4])[0]
+        while len(data) < 4 + size:
+            data += sock.recv(4096)
+        frame, data = data[4 : 4 + size], data[4 + size :]
+        if frame[4:] == b"OK":
+            return
+        if frame[4:] != HEARTBEAT:
+            raise RuntimeError("MPUB answered %r" % frame)
+
+
+FIGURES = [
+    ("subscribe all (s)", "subscribe_s", "%.2f"),
+    ("delivered msg/s", "rate", "%.0f"),
+    ("broker CPU us/msg", "cpu_us", "%.1f"),
+    ("threads (subscribed)", "threads", "%d"),
+    ("RSS MB (subscribed)", "rss_mb", "%.1f"),
+    ("gone after close (s)", "gone_s", "%.2f"),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="scripts/bench consumers", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--consumers", default="100,1000,5000", help="comma-separated consumer counts")
+    ap.add_argument("--rdy", type=int, default=1, help="each consumer's RDY (go-nsq's and pynsq's default: 1)")
+    ap.add_argument("--messages", type=int, default=20000, help="messages MPUBed per run (a multiple of 200)")
+    ap.add_argument("--clients", type=int, default=2, help="load client processes")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each broker, alternately (medians)")
+    ap.add_argument("--go", metavar="GO_NSQD", help="Go's nsqd binary, measured alternately with ours")
+    ap.add_argument("--baseline", metavar="TREE", help="ours from another tree too (before/after a change)")
+    ap.add_argument("--threads", action="store_true", help="ours with --connection-threads too")
+    ap.add_argument("--python", default=sys.executable, help="interpreter that runs our broker")
+    ap.add_argument("--max-load", type=float, default=1.0, help="refuse to start above this load average")
+    ap.add_argument("--allow-load", action="store_true", help="run on a busy machine anyway")
+    a = ap.parse_args()
+    quiet = Quiet(max_load=a.max_load)
+    if not quiet.start_is_quiet() and not a.allow_load:
+        raise SystemExit("the machine is busy (load average %.2f): --allow-load to run anyway" % quiet.start_load)
+    raise_nofile()
+    brokers = [("ours", lambda: BrokerProc("ours", a.python, http=True))]
+    if a.threads:
+        brokers.append(("ours threads", lambda: BrokerProc("ours", a.python, ["--connection-threads"], http=True)))
+    if a.baseline:
+        brokers.append(("baseline", lambda: BrokerProc("ours", a.python, root=os.path.abspath(a.baseline), http=True)))
+    if a.go:
+        brokers.append(("go", lambda: BrokerProc("go", a.go, ["--max-rdy-count=2500"], http=True)))
+    print("load average %.2f, %d CPUs, RDY %d, %d messages, %d client processes" % (
+        os.getloadavg()[0], os.cpu_count(), a.rdy, a.messages, a.clients), flush=True)
+    for consumers in [int(c) for c in a.consumers.split(",")]:
+        results = {name: [] for name, _ in brokers}
+        for r in range(a.rounds):
+            for name, make in brokers:
+                broker = make()
+                try:
+                    results[name].append(run_once(broker, consumers, a.clients, a.rdy, a.messages))
+                finally:
+                    broker.stop()
+                print("  %d consumers, round %d, %s: %s" % (consumers, r + 1, name, results[name][-1]), flush=True)
+        print("\n%d consumers at RDY %d%s" % (consumers, a.rdy, " (medians of %d)" % a.rounds if a.rounds > 1 else ""))
+        print("%-24s" % "" + "".join("%14s" % name for name, _ in brokers))
+        for label, key, fmt in FIGURES:
+            print("%-24s" % label + "".join("%14s" % (fmt % statistics.median(f[key] for f in results[name]))
+                                            for name, _ in brokers))
+        print(flush=True)
+    if not quiet.start_is_quiet():
+        print("LOADED: the run started with the load average at %.2f: not a result" % quiet.start_load)
+
+
+if __name__ == "__main__":
+    main()
