@@ -25,7 +25,7 @@ from .delivery import DIRECT_DELIVERY_MAX, REFILL_MAX
 from .e2e import E2ELatency
 from .policy import NO_POLICY, ChannelPolicyMethods, channel_policy
 from .pqueue import TimedIndex
-from ..wire.message import from_records
+from ..wire.message import from_records, held_fields
 from ..internal.gocompat import ns
 
 
@@ -710,18 +710,17 @@ class Channel(BackedQueue, ChannelPolicyMethods):
         """For the reading of a channel's messages (:mod:`.peek`): copies taken together under the lock.
 
         ``queued``: up to ``limit`` (None: all) messages in the order they go
-        out, the memory queue's (records or ``(id, body, timestamp, attempts)``)
-        then the backend's (read from its files, nothing taken); ``timed``:
+        out, as ``(id, body, timestamp, attempts)`` (:func:`~nsqd_threaded.wire.message.held_fields`):
+        the memory queue's, then the backend's (read from its files, nothing taken); ``timed``:
         ``(id, body, timestamp, attempts, state, due_ns)`` of the messages in
         flight (due: their deadline) and deferred (due: when they rejoin the
         queue), the earliest ``limit`` of each kind.
         """
         with self._lock:
-            queued = [m if type(m) is bytes else (m.id, m.body, m.timestamp, m.attempts)
-                      for m in itertools.islice(self._memory, limit)]
+            queued = [held_fields(m) for m in itertools.islice(self._memory, limit)]
             rest = None if limit is None else limit - len(queued)
             stored, stored_deferred = self._backend.peek(rest)
-            queued.extend((m.id, m.body, m.timestamp, m.attempts) for m in stored)
+            queued.extend(map(held_fields, stored))
             timed = []
             for index, state in ((self._in_flight, "in_flight"), (self._deferred, "deferred")):
                 msgs = index.values() if limit is None else index.earliest(limit)
@@ -760,7 +759,7 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             self._in_flight.drain()
             self._deferred.drain()
             if self.policy is not None:
-                self.policy.moving.clear()
+                self.policy.clear_locked()
             for client in self._clients.values():
                 client.in_flight_count = 0
                 client.blocked = False

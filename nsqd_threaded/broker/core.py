@@ -27,6 +27,7 @@ from ..wire.protocol_v2 import MSG_HEADER_LENGTH, is_valid_name
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import ChannelError
 from .policy import NO_POLICY, DeadLetterNames, Policy
+from .provenance import DeadLetterProvenance
 from .scan import ScanSet
 from .watch import StateWatch
 from .topic import Topic, TopicError
@@ -55,6 +56,8 @@ class BrokerCore:
         self.clock = Clock(self.options.time_skipping)
         self._lock = threading.Lock()  # guards topics, clients, client IDs, _exiting
         self.dead_letter_names = DeadLetterNames()  # the topics channels' own policies name as dead-letter topics
+        # Where each dead letter came from, beside the dead-letter topics' queues (broker.provenance).
+        self.dead_letter_provenance = DeadLetterProvenance(self.data_path, self.options.durable, self.log)
         self._topics = {}
         self._clients = {}
         self._next_client_id = 0
@@ -433,6 +436,7 @@ class BrokerCore:
         with self._lock:
             if self._topics.get(name) is topic:
                 del self._topics[name]
+        self.dead_letter_provenance.forget(name)
         self.log.info("TOPIC(%s): deleted", name)
         if self.watch.watchers:
             self.watch.notify()
