@@ -25,6 +25,7 @@ from .delivery import DIRECT_DELIVERY_MAX, REFILL_MAX
 from .e2e import E2ELatency
 from .policy import NO_POLICY, ChannelPolicyMethods, channel_policy
 from .pqueue import TimedIndex
+from .redrive import ChannelRedriveMethods
 from ..wire.message import from_records, held_fields
 from ..internal.gocompat import ns
 
@@ -49,13 +50,14 @@ class FinishError(ChannelError):
 
 # A channel's /stats figures (:meth:`Channel.snapshot`): a named tuple, as /stats
 # takes one for each of thousands of channels.  ``depth`` is the memory queue's
-# and the backend's together; ``policy`` the delivery policy's figures or None.
+# and the backend's together; ``policy`` the delivery policy's figures or None; ``redrive_count`` the
+# messages redriven out of the channel (:mod:`.redrive`).
 ChannelFigures = collections.namedtuple("ChannelFigures", (
     "memory_depth", "backend_depth", "in_flight_count", "deferred_count", "message_count", "global_msg_count",
-    "requeue_count", "timeout_count", "clients", "paused", "policy"))
+    "requeue_count", "timeout_count", "clients", "paused", "policy", "redrive_count"))
 
 
-class Channel(BackedQueue, ChannelPolicyMethods):
+class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
     """A topic's channel.
 
     ``_lock`` (BackedQueue's) guards every mutable attribute below, including
@@ -679,7 +681,7 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             return ChannelFigures(len(self._memory), self._backend.depth(), len(self._in_flight), len(self._deferred),
                                   self.message_count, self.global_msg_count, self.requeue_count, self.timeout_count,
                                   list(self._clients.values()), self.paused,
-                                  None if policy is None else policy.stats_locked())
+                                  None if policy is None else policy.stats_locked(), self.redrive_count)
 
     def inside(self, limit):
         """For /debug/state (:mod:`.state`): figures and bounded copies, taken together under the lock.

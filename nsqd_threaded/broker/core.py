@@ -28,6 +28,7 @@ from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import ChannelError
 from .policy import NO_POLICY, DeadLetterNames, Policy
 from .provenance import DeadLetterProvenance
+from .redrive import REDRIVE_BATCH, RedriveError, redrive_destinations
 from .scan import ScanSet
 from .watch import StateWatch
 from .topic import Topic, TopicError
@@ -443,6 +444,52 @@ class BrokerCore:
         if not topic.ephemeral:
             self.metadata_changed(wait=True)
         return True
+
+    def redrive(self, channel, n=None, to="", allowed=None):
+        """``POST /channel/redrive`` (:mod:`.redrive`): move up to ``n`` (None: all) messages from the head
+        of ``channel`` to their destinations (``to``, else each one's source topic); returns how many
+        moved.  ``allowed(topic)``: whether the caller may publish there (None: anyone).
+
+        Raises RedriveError once nothing more moves (what it took and did not publish is back in the
+        channel, in order): ``MISSING_ARG_TO`` for a message without provenance when no ``to`` was
+        given, ``UNAUTHORIZED`` when ``allowed`` refuses a destination, ``EXITING`` when the channel or
+        a destination is closing.
+        """
+        moved = 0
+        while n is None or moved < n:
+            msgs = channel.take_for_redrive(REDRIVE_BATCH if n is None else min(REDRIVE_BATCH, n - moved))
+            if msgs is None:
+                raise RedriveError("EXITING", moved)
+            if not msgs:
+                break
+            topics = redrive_destinations(self, channel, msgs, to)
+            refusal = None
+            if None in topics:
+                refusal = "MISSING_ARG_TO"
+            elif allowed is not None and not all(allowed(t) for t in set(topics)):
+                refusal = "UNAUTHORIZED"
+            if refusal is not None:
+                channel.return_redrive(msgs)
+                raise RedriveError(refusal, moved)
+            # Runs of one destination, in the channel's order: each one publish, then let go.
+            start = 0
+            while start < len(msgs):
+                end = start
+                while end < len(msgs) and topics[end] == topics[start]:
+                    end += 1
+                run = msgs[start:end]
+                try:
+                    self.get_topic(topics[start]).publish([m.body for m in run])
+                except TopicError as e:
+                    channel.return_redrive(msgs[start:])
+                    raise RedriveError("EXITING", moved, str(e)) from None
+                channel.finish_redrive(run)
+                moved += len(run)
+                start = end
+        if moved:
+            self.log.info("CHANNEL(%s:%s): redrove %d messages%s", channel.topic_name, channel.name, moved,
+                          " to " + to if to else "")
+        return moved
 
     # -- runtime configuration (/config) ---------------------------------------
 
