@@ -450,10 +450,10 @@ class BrokerCore:
         of ``channel`` to their destinations (``to``, else each one's source topic); returns how many
         moved.  ``allowed(topic)``: whether the caller may publish there (None: anyone).
 
-        Raises RedriveError once nothing more moves (what it took and did not publish is back in the
-        channel, in order): ``MISSING_ARG_TO`` for a message without provenance when no ``to`` was
-        given, ``UNAUTHORIZED`` when ``allowed`` refuses a destination, ``EXITING`` when the channel or
-        a destination is closing.
+        Raises RedriveError (``moved``: what went before) at the first message that cannot go, that
+        message and the rest back at the head of the channel in their order: ``MISSING_ARG_TO`` for
+        one without provenance when no ``to`` was given, ``UNAUTHORIZED`` when ``allowed`` refuses its
+        destination, ``EXITING`` when the channel or a destination is closing.
         """
         moved = 0
         while n is None or moved < n:
@@ -463,14 +463,21 @@ class BrokerCore:
             if not msgs:
                 break
             topics = redrive_destinations(self, channel, msgs, to)
+            # The messages before the first that cannot go (no source known, or a destination not granted).
             refusal = None
-            if None in topics:
-                refusal = "MISSING_ARG_TO"
-            elif allowed is not None and not all(allowed(t) for t in set(topics)):
-                refusal = "UNAUTHORIZED"
-            if refusal is not None:
-                channel.return_redrive(msgs)
-                raise RedriveError(refusal, moved)
+            granted = {}
+            for i, topic_name in enumerate(topics):
+                if topic_name is None:
+                    refusal = "MISSING_ARG_TO"
+                elif allowed is not None:
+                    if topic_name not in granted:
+                        granted[topic_name] = allowed(topic_name)
+                    if not granted[topic_name]:
+                        refusal = "UNAUTHORIZED"
+                if refusal is not None:
+                    channel.return_redrive(msgs[i:])
+                    msgs, topics = msgs[:i], topics[:i]
+                    break
             # Runs of one destination, in the channel's order: each one publish, then let go.
             start = 0
             while start < len(msgs):
@@ -486,6 +493,8 @@ class BrokerCore:
                 channel.finish_redrive(run)
                 moved += len(run)
                 start = end
+            if refusal is not None:
+                raise RedriveError(refusal, moved)
         if moved:
             self.log.info("CHANNEL(%s:%s): redrove %d messages%s", channel.topic_name, channel.name, moved,
                           " to " + to if to else "")

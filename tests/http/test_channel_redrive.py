@@ -269,3 +269,17 @@ def test_under_auth_redrive_needs_subscribe_on_the_channel_and_publish_on_each_d
     assert peek(h, headers={"X-NSQ-Auth-Secret": "consumer"}) == before
     r = h.post(query, headers={"X-NSQ-Auth-Secret": "operator"})
     assert r.status == 200 and json.loads(r.body) == {"moved": 2}
+
+
+def test_a_redrive_stops_at_the_first_message_without_provenance_having_moved_those_before(make_nsqd, client):
+    nsqd = make_nsqd(channel_peek=True)
+    h = client(nsqd)
+    dead_letter_setup(nsqd, h)
+    fail_three(nsqd, h)
+    with Conn(nsqd.tcp_address) as pub:
+        assert pub.pub(DEAD, b"stray") == b"OK"
+        assert pub.pub(DEAD, b"after") == b"OK"
+    assert_error(h.post("/channel/redrive?topic=%s&channel=inspect" % DEAD), 400, "MISSING_ARG_TO")
+    assert [m["body"] for m in peek(h)] == ["stray", "after"]
+    assert channel_doc(h, DEAD, "inspect")["redrive_count"] == 3
+    assert nsqd.get_existing_topic("orders").get_existing_channel("billing").depth() == 3
