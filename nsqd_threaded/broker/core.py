@@ -462,7 +462,7 @@ class BrokerCore:
                 raise RedriveError("EXITING", moved)
             if not msgs:
                 break
-            topics = redrive_destinations(self, channel, msgs, to)
+            topics = redrive_destinations(channel, msgs, to)
             # The messages before the first that cannot go (no source known, or a destination not granted).
             refusal = None
             granted = {}

@@ -70,18 +70,16 @@ def channel_messages(channel, limit=None, now_ns=None):
     """The messages ``channel`` holds, in delivery order (the module's docstring), at most ``limit``;
     ``now_ns`` (the broker's clock) gives each timed one its ``due_in``."""
     queued, timed = channel.held(limit)
-    provenance = channel._nsqd.dead_letter_provenance.lookup
-    topic = channel.topic_name
+    provenance = channel.dead_letter_of
     out = []
     for msg_id, body, timestamp, attempts in queued:
         msg_id, body = _text_id(msg_id), bytes(body)
-        out.append(HeldMessage(msg_id, body, attempts, timestamp, QUEUED, None, provenance(topic, msg_id, body)))
+        out.append(HeldMessage(msg_id, body, attempts, timestamp, QUEUED, None, provenance(msg_id, body)))
     if limit is None or len(out) < limit:
         timed.sort(key=lambda t: (t[5], t[0]))
         for msg_id, body, timestamp, attempts, state, due_ns in timed:
             msg_id, body = _text_id(msg_id), bytes(body)
-            out.append(held((msg_id, body, attempts, timestamp, state, due_ns, provenance(topic, msg_id, body)),
-                            now_ns))
+            out.append(held((msg_id, body, attempts, timestamp, state, due_ns, provenance(msg_id, body)), now_ns))
     return out if limit is None else out[:limit]
 
 

@@ -22,7 +22,6 @@ so a stale entry is never shown for another message, only kept.
 import threading
 
 from ..storage import provenance as store
-from ..wire.message import held_fields
 
 MAX_ATTEMPTS = "max_attempts"  # taken out for having been delivered max_attempts times
 MSG_TTL = "msg_ttl"  # taken out for being older than the message TTL
@@ -124,11 +123,6 @@ class DeadLetterProvenance:
     def lookup(self, topic_name, msg_id, body):
         """The dead_letter dict of a message of ``topic_name`` (ID text, body bytes), or None."""
         return self._of(topic_name).get(msg_id, body)
-
-    def of_entry(self, topic_name, entry):
-        """The dead_letter dict of a held queue entry (a record or a Message) of ``topic_name``, or None."""
-        msg_id, body, _, _ = held_fields(entry)
-        return self.lookup(topic_name, bytes(msg_id).decode("ascii", "replace"), bytes(body))
 
     def forget(self, topic_name):
         """The topic is deleted: its provenance (file included) goes with it."""

@@ -13,7 +13,7 @@ A publish that fails, and a message with nowhere to go, puts the messages
 not yet published back at the head of the channel, in their order.
 """
 
-from ..wire.message import from_records
+from ..wire.message import from_records, held_fields
 
 REDRIVE_OWNER = -1  # the in-flight owner of messages a redrive holds (no client has a negative ID)
 
@@ -58,6 +58,11 @@ class ChannelRedriveMethods:
             self._watch.notify()
         return msgs
 
+    def dead_letter_of(self, msg_id, body):
+        """Where this channel's message (ID text, body bytes) came from, if it is a dead letter: its
+        provenance (:mod:`.provenance`), None otherwise.  Takes no channel lock."""
+        return self._nsqd.dead_letter_provenance.lookup(self.topic_name, msg_id, body)
+
     def finish_redrive(self, msgs):
         """These were published to their destination: they leave the channel (a durable backend forgets them)."""
         with self._lock:
@@ -83,14 +88,14 @@ class ChannelRedriveMethods:
             self._watch.notify()
 
 
-def redrive_destinations(nsqd, channel, msgs, to):
+def redrive_destinations(channel, msgs, to):
     """Each message's destination topic: ``to``, else its provenance's source topic (None: unknown)."""
     if to:
         return [to] * len(msgs)
-    book = nsqd.dead_letter_provenance
     out = []
     for msg in msgs:
-        doc = book.of_entry(channel.topic_name, msg)
+        msg_id, body, _, _ = held_fields(msg)
+        doc = channel.dead_letter_of(bytes(msg_id).decode("ascii", "replace"), bytes(body))
         out.append(doc["topic"] if doc is not None else None)
     return out
 

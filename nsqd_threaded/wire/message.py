@@ -17,8 +17,8 @@
   because the record has no field for the delay: queues hold both forms.
 
 This module is the one place that tells the forms apart (a record is an
-object of type ``bytes``; anything else is a Message: :func:`is_record`) and
-converts between them: :func:`new_records`, :func:`from_records`,
+object of type ``bytes``; anything else is a Message) and converts between
+them: :func:`new_records`, :func:`dead_letter_records`, :func:`from_records`,
 :func:`as_records`, :func:`copy_batches`, :func:`batch_form`.  Whoever only
 reads a held message, whatever its form (a channel's inspection, dead-letter
 provenance, redrive), reads it with :func:`held_fields`.  A batch of queue
@@ -77,11 +77,6 @@ class Message:
 
     def __repr__(self):
         return "Message(id=%r, attempts=%d, body=%d bytes)" % (self.id, self.attempts, len(self.body))
-
-
-def is_record(entry):
-    """Whether a queue entry is a record (bytes) rather than a :class:`Message`."""
-    return type(entry) is bytes
 
 
 def held_fields(entry):
