@@ -67,7 +67,11 @@ class TopicProvenance:
             for msg_id, crc, doc in entries:
                 self._entries[msg_id] = (crc, doc)
             if self.path is not None:
-                store.append_entries(self.path, store.encode_entries(entries), self._torn, self._sync)
+                try:
+                    store.append_entries(self.path, store.encode_entries(entries), self._torn, self._sync)
+                except OSError:
+                    self._torn = True  # (a part may have been written: the next append starts a line of its own)
+                    raise
                 self._torn = False
 
     def get(self, msg_id, body):
