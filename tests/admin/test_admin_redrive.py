@@ -7,6 +7,7 @@ Real brokers, a real lookupd, a real nsqadmin and, for the page, headless Chromi
 
 import pytest
 
+from nsqd_threaded.admin.peek import peek_message
 from nsqd_threaded.testing import Cluster
 
 from support.admin import call, start_admin
@@ -135,3 +136,11 @@ def test_a_non_admin_page_has_no_redrive_button(redrive_cluster):
     assert status == 200 and "redrive" not in page
     status, page = call(admin.http_url + "/topics/orders.dead/inspect", headers=ADMIN)
     assert status == 200 and 'class="action redrive"' in page and "data-confirm=" in page
+
+
+def test_a_nodes_dead_letter_fields_are_kept_only_with_their_types():
+    item = {"id": "a", "attempts": 1, "timestamp": 5, "body": "x", "state": "queued",
+            "dead_letter": {"topic": "orders", "channel": ["<b>"], "reason": "max_attempts", "attempts": "5",
+                            "id": "b", "timestamp": True, "at": 7, "html": "<script>"}}
+    assert peek_message(item)["dead_letter"] == {"topic": "orders", "reason": "max_attempts", "id": "b", "at": 7}
+    assert "dead_letter" not in peek_message(dict(item, dead_letter="<i>from a liar</i>"))
