@@ -1,11 +1,12 @@
-"""nsqadmin's actions: create, pause/unpause, empty, delete, tombstone, a channel's policy; who may act;
-who is told.
+"""nsqadmin's actions: create, pause/unpause, empty, delete, tombstone, a channel's policy, a redrive;
+who may act; who is told.
 
 Each action is Go nsqadmin's: the same lookupd and nsqd requests in the same
 order (producers are found *before* a delete, since the delete makes them
 forget the topic).  Setting a channel's policy (ours: ``{"action":
 "set_policy"}``) POSTs the broker's ``/channel/policy`` to every node that has
-the channel.  With ``--admin-user``, only a request whose
+the channel, and a redrive (``{"action": "redrive"}``) the broker's
+``/channel/redrive``.  With ``--admin-user``, only a request whose
 ``--acl-http-header`` names an admin may act (403 ``FORBIDDEN`` otherwise).
 With ``--notification-http-endpoint`` every action is POSTed there as Go's
 AdminAction JSON, by the :class:`Notifier` thread, so an action never waits
@@ -183,6 +184,8 @@ class Actions:
         action = body_string(doc, "action")
         if action == "set_policy" and channel:
             return self.set_policy(request, topic, channel, doc)
+        if action == "redrive" and channel:
+            return self.redrive(request, topic, channel, doc)
         if action not in ("pause", "unpause", "empty"):
             raise AdminError(400, "INVALID_ACTION")
         producers, g = self._producers_first(topic)
@@ -210,6 +213,26 @@ class Actions:
         self._raise_if_all_failed([done])  # not one node took it: an error, not a warning
         self._notify("set_channel_policy", topic, channel, "", request)
         return self._done(g, g2, done)
+
+    # -- /api/topics/T/C POST {"action": "redrive"[, "to": TOPIC][, "n": N]} (ours)
+
+    def redrive(self, request, topic, channel, doc):
+        """Send a dead-letter channel's messages back (the broker's ``/channel/redrive``) on every node that
+        has the channel: up to ``n`` on each (absent: all), to each one's source topic or ``to``.
+        Answers the total moved beside the message."""
+        query = [("topic", topic), ("channel", channel)] + redrive_query(doc, topic)
+        producers, g = self._producers_first(topic)
+        per_node, g2 = self.ci.nsqd_stats(producers, topic, clients=False)
+        having = {c["node"] for t in per_node for c in t["channels"] if c["channel_name"] == channel}
+        targets = [p for p in producers if cluster.http_address(p) in having]
+        if not targets and not g.errors and not g2.errors:
+            raise AdminError(404, "CHANNEL_NOT_FOUND")
+        done = self.ci.producers_post(targets, "/channel/redrive?" + urllib.parse.urlencode(query))
+        self._raise_if_all_failed([done])  # not one node moved any: an error, not a warning
+        self._notify("redrive_channel", topic, channel, "", request)
+        answer = self._done(g, g2, done)
+        answer["moved"] = sum(_moved(text) for text in done.results.values())
+        return answer
 
     # -- DELETE /api/topics/T and /api/topics/T/C
 
@@ -260,6 +283,33 @@ class Actions:
         results = sum(len(g.results) for g in gathered)
         if errors and not results:
             raise AdminError(502, "UPSTREAM_ERROR: %s" % "; ".join(str(e) for e in errors))
+
+
+def redrive_query(doc, topic):
+    """The broker's ``/channel/redrive`` arguments for a redrive action's body, checked: ``to`` a topic
+    name other than the channel's own ("" or absent: each message's source), ``n`` a positive integer."""
+    query = []
+    to = doc.get("to", "")
+    if not isinstance(to, str) or (to and (to == topic or not is_valid_name(to) or to.endswith("#ephemeral"))):
+        raise AdminError(400, "INVALID_TO")
+    if to:
+        query.append(("to", to))
+    if "n" in doc and doc["n"] is not None:
+        n = doc["n"]
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            raise AdminError(400, "INVALID_N")
+        query.append(("n", str(n)))
+    return query
+
+
+def _moved(text):
+    """``moved`` of a node's ``/channel/redrive`` answer (0 when it is not that)."""
+    try:
+        doc = json.loads(text.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return 0
+    moved = doc.get("moved") if isinstance(doc, dict) else None
+    return moved if isinstance(moved, int) and not isinstance(moved, bool) and moved >= 0 else 0
 
 
 def policy_query(doc, topic):

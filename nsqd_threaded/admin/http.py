@@ -163,7 +163,7 @@ class AdminRouter(Router):
         return self._page(self.pages.topic, topic)
 
     def page_channel(self, request, topic, channel):
-        return self._page(self.pages.channel, topic, channel, self.may_peek(request))
+        return self._page(self.pages.channel, topic, channel, self.may_peek(request), self.actions.is_admin(request))
 
     def page_nodes(self, request):
         return self._page(self.pages.nodes)

@@ -297,8 +297,9 @@ class Pages:
         return self.layout("Topic %s" % topic, "topics", body, answer,
                            {"kind": "topic", "api": api_url, "topic": topic, "charts": self.charts_url(topic)})
 
-    def channel(self, topic, channel, peek=False):
-        """The channel page; with ``peek`` (an admin's request) its Peek section, filled by the script."""
+    def channel(self, topic, channel, peek=False, redrive=False):
+        """The channel page; with ``peek`` (an admin's request) its Peek section, filled by the script;
+        with ``redrive`` (a request that may act) its Redrive button, which asks first."""
         try:
             answer = self._api().channel(topic, channel)
         except TopicNotFound:
@@ -316,6 +317,11 @@ class Pages:
             self.button("Delete Channel", "DELETE", api_url, confirm="Delete channel %s?" % channel,
                         next_url=self.url("topics", topic), cls="delete"),
         )
+        if redrive:
+            actions += (" ", self.button(
+                "Redrive", "POST", api_url, {"action": "redrive"}, cls="redrive",
+                confirm="Send every message of channel %s of topic %s back to the topic it was dead-lettered from, "
+                        "on every node? A message without a recorded source stops the redrive." % (channel, topic)))
         policies = has_policy(c["nodes"])
         node_rows = [(self.link(n["node"], "nodes", n["node"]),) + self.channel_table_cells(n, policies)
                      for n in c["nodes"]]

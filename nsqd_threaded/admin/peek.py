@@ -26,15 +26,29 @@ _MESSAGE_FIELDS = (("id", str), ("attempts", int), ("timestamp", int), ("body", 
                    ("due_ns", int))
 
 
-def peek_message(item):
-    """A peeked message as the broker sent it, keeping only its known fields of the right type."""
-    if not isinstance(item, dict):
-        return None
+# a dead letter's provenance (``dead_letter``, see nsqd_threaded.broker.provenance): field -> type
+_DEAD_LETTER_FIELDS = (("topic", str), ("channel", str), ("reason", str), ("attempts", int), ("id", str),
+                       ("timestamp", int), ("at", int))
+
+
+def _known_fields(item, fields):
     out = {}
-    for key, kind in _MESSAGE_FIELDS:
+    for key, kind in fields:
         value = item.get(key)
         if isinstance(value, kind) and not isinstance(value, bool):
             out[key] = value
+    return out
+
+
+def peek_message(item):
+    """A peeked message as the broker sent it, keeping only its known fields of the right type (a dead
+    letter's ``dead_letter`` object likewise)."""
+    if not isinstance(item, dict):
+        return None
+    out = _known_fields(item, _MESSAGE_FIELDS)
+    dead_letter = item.get("dead_letter")
+    if isinstance(dead_letter, dict):
+        out["dead_letter"] = _known_fields(dead_letter, _DEAD_LETTER_FIELDS)
     return out
 
 

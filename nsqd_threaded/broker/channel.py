@@ -25,7 +25,8 @@ from .delivery import DIRECT_DELIVERY_MAX, REFILL_MAX
 from .e2e import E2ELatency
 from .policy import NO_POLICY, ChannelPolicyMethods, channel_policy
 from .pqueue import TimedIndex
-from ..wire.message import from_records
+from .redrive import ChannelRedriveMethods
+from ..wire.message import from_records, held_fields
 from ..internal.gocompat import ns
 
 
@@ -49,13 +50,14 @@ class FinishError(ChannelError):
 
 # A channel's /stats figures (:meth:`Channel.snapshot`): a named tuple, as /stats
 # takes one for each of thousands of channels.  ``depth`` is the memory queue's
-# and the backend's together; ``policy`` the delivery policy's figures or None.
+# and the backend's together; ``policy`` the delivery policy's figures or None; ``redrive_count`` the
+# messages redriven out of the channel (:mod:`.redrive`).
 ChannelFigures = collections.namedtuple("ChannelFigures", (
     "memory_depth", "backend_depth", "in_flight_count", "deferred_count", "message_count", "global_msg_count",
-    "requeue_count", "timeout_count", "clients", "paused", "policy"))
+    "requeue_count", "timeout_count", "clients", "paused", "policy", "redrive_count"))
 
 
-class Channel(BackedQueue, ChannelPolicyMethods):
+class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
     """A topic's channel.
 
     ``_lock`` (BackedQueue's) guards every mutable attribute below, including
@@ -679,7 +681,7 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             return ChannelFigures(len(self._memory), self._backend.depth(), len(self._in_flight), len(self._deferred),
                                   self.message_count, self.global_msg_count, self.requeue_count, self.timeout_count,
                                   list(self._clients.values()), self.paused,
-                                  None if policy is None else policy.stats_locked())
+                                  None if policy is None else policy.stats_locked(), self.redrive_count)
 
     def inside(self, limit):
         """For /debug/state (:mod:`.state`): figures and bounded copies, taken together under the lock.
@@ -710,18 +712,17 @@ class Channel(BackedQueue, ChannelPolicyMethods):
         """For the reading of a channel's messages (:mod:`.peek`): copies taken together under the lock.
 
         ``queued``: up to ``limit`` (None: all) messages in the order they go
-        out, the memory queue's (records or ``(id, body, timestamp, attempts)``)
-        then the backend's (read from its files, nothing taken); ``timed``:
+        out, as ``(id, body, timestamp, attempts)`` (:func:`~nsqd_threaded.wire.message.held_fields`):
+        the memory queue's, then the backend's (read from its files, nothing taken); ``timed``:
         ``(id, body, timestamp, attempts, state, due_ns)`` of the messages in
         flight (due: their deadline) and deferred (due: when they rejoin the
         queue), the earliest ``limit`` of each kind.
         """
         with self._lock:
-            queued = [m if type(m) is bytes else (m.id, m.body, m.timestamp, m.attempts)
-                      for m in itertools.islice(self._memory, limit)]
+            queued = [held_fields(m) for m in itertools.islice(self._memory, limit)]
             rest = None if limit is None else limit - len(queued)
             stored, stored_deferred = self._backend.peek(rest)
-            queued.extend((m.id, m.body, m.timestamp, m.attempts) for m in stored)
+            queued.extend(map(held_fields, stored))
             timed = []
             for index, state in ((self._in_flight, "in_flight"), (self._deferred, "deferred")):
                 msgs = index.values() if limit is None else index.earliest(limit)
@@ -760,7 +761,7 @@ class Channel(BackedQueue, ChannelPolicyMethods):
             self._in_flight.drain()
             self._deferred.drain()
             if self.policy is not None:
-                self.policy.moving.clear()
+                self.policy.clear_locked()
             for client in self._clients.values():
                 client.in_flight_count = 0
                 client.blocked = False

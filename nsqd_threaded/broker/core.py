@@ -27,6 +27,8 @@ from ..wire.protocol_v2 import MSG_HEADER_LENGTH, is_valid_name
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import ChannelError
 from .policy import NO_POLICY, DeadLetterNames, Policy
+from .provenance import DeadLetterProvenance
+from .redrive import REDRIVE_BATCH, RedriveError, redrive_destinations
 from .scan import ScanSet
 from .watch import StateWatch
 from .topic import Topic, TopicError
@@ -55,6 +57,8 @@ class BrokerCore:
         self.clock = Clock(self.options.time_skipping)
         self._lock = threading.Lock()  # guards topics, clients, client IDs, _exiting
         self.dead_letter_names = DeadLetterNames()  # the topics channels' own policies name as dead-letter topics
+        # Where each dead letter came from, beside the dead-letter topics' queues (broker.provenance).
+        self.dead_letter_provenance = DeadLetterProvenance(self.data_path, self.options.durable, self.log)
         self._topics = {}
         self._clients = {}
         self._next_client_id = 0
@@ -433,12 +437,68 @@ class BrokerCore:
         with self._lock:
             if self._topics.get(name) is topic:
                 del self._topics[name]
+        self.dead_letter_provenance.forget(name)
         self.log.info("TOPIC(%s): deleted", name)
         if self.watch.watchers:
             self.watch.notify()
         if not topic.ephemeral:
             self.metadata_changed(wait=True)
         return True
+
+    def redrive(self, channel, n=None, to="", allowed=None):
+        """``POST /channel/redrive`` (:mod:`.redrive`): move up to ``n`` (None: all) messages from the head
+        of ``channel`` to their destinations (``to``, else each one's source topic); returns how many
+        moved.  ``allowed(topic)``: whether the caller may publish there (None: anyone).
+
+        Raises RedriveError (``moved``: what went before) at the first message that cannot go, that
+        message and the rest back at the head of the channel in their order: ``MISSING_ARG_TO`` for
+        one without provenance when no ``to`` was given, ``UNAUTHORIZED`` when ``allowed`` refuses its
+        destination, ``EXITING`` when the channel or a destination is closing.
+        """
+        moved = 0
+        while n is None or moved < n:
+            msgs = channel.take_for_redrive(REDRIVE_BATCH if n is None else min(REDRIVE_BATCH, n - moved))
+            if msgs is None:
+                raise RedriveError("EXITING", moved)
+            if not msgs:
+                break
+            topics = redrive_destinations(channel, msgs, to)
+            # The messages before the first that cannot go (no source known, or a destination not granted).
+            refusal = None
+            granted = {}
+            for i, topic_name in enumerate(topics):
+                if topic_name is None:
+                    refusal = "MISSING_ARG_TO"
+                elif allowed is not None:
+                    if topic_name not in granted:
+                        granted[topic_name] = allowed(topic_name)
+                    if not granted[topic_name]:
+                        refusal = "UNAUTHORIZED"
+                if refusal is not None:
+                    channel.return_redrive(msgs[i:])
+                    msgs, topics = msgs[:i], topics[:i]
+                    break
+            # Runs of one destination, in the channel's order: each one publish, then let go.
+            start = 0
+            while start < len(msgs):
+                end = start
+                while end < len(msgs) and topics[end] == topics[start]:
+                    end += 1
+                run = msgs[start:end]
+                try:
+                    self.get_topic(topics[start]).publish([m.body for m in run])
+                except TopicError as e:
+                    channel.return_redrive(msgs[start:])
+                    raise RedriveError("EXITING", moved, str(e)) from None
+                channel.finish_redrive(run)
+                moved += len(run)
+                start = end
+            if refusal is not None:
+                raise RedriveError(refusal, moved)
+        if moved:
+            self.log.info("CHANNEL(%s:%s): redrove %d messages%s", channel.topic_name, channel.name, moved,
+                          " to " + to if to else "")
+        return moved
 
     # -- runtime configuration (/config) ---------------------------------------
 

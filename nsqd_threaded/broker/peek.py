@@ -12,7 +12,8 @@ nobody FINed, REQueued or TOUCHed anything from now on:
    flight (due at their deadline, when they time out) and the deferred ones
    (due when their delay ends), a deferred record still on disk included.
 
-Each is a :class:`HeldMessage`.  The channel's lock is held while it copies
+Each is a :class:`HeldMessage`; a dead letter (a message a channel's policy
+moved to this topic) carries where it came from (:mod:`.provenance`).  The channel's lock is held while it copies
 them (:meth:`~nsqd_threaded.broker.channel.Channel.held`), disk reads
 included: this is for tests and inspection, not for a hot path.
 """
@@ -20,7 +21,6 @@ included: this is for tests and inspection, not for a hot path.
 import base64
 import collections
 
-from ..wire.message import RECORD_HEADER
 from .debug_state import body_preview
 
 QUEUED = "queued"
@@ -33,14 +33,17 @@ PEEK_MAX = 10000  # the most one peek answers
 BODY_ENCODINGS = ("preview", "base64")  # how a peek's document carries bodies
 
 
-class HeldMessage(collections.namedtuple("HeldMessage", "id body attempts timestamp state due_ns")):
+class HeldMessage(collections.namedtuple("HeldMessage", "id body attempts timestamp state due_ns dead_letter",
+                                         defaults=(None,))):
     """One message a channel holds.
 
     ``id``: the 16 characters the wire carries (a str); ``body``: bytes;
     ``timestamp``: when it was published (Unix ns); ``state``: ``"queued"``,
     ``"in_flight"`` or ``"deferred"``; ``due_ns``: when it rejoins the queue
     (Unix ns of the broker's clock; the deadline of one in flight), None for a
-    queued one.  :attr:`due_in` is not a field: two readings of the same
+    queued one; ``dead_letter``: a dead letter's provenance (a dict: ``topic``,
+    ``channel``, ``reason``, ``attempts``, ``id``, ``timestamp``, ``at``; see
+    :mod:`.provenance`), None for any other message.  :attr:`due_in` is not a field: two readings of the same
     message compare equal.
     """
 
@@ -67,18 +70,16 @@ def channel_messages(channel, limit=None, now_ns=None):
     """The messages ``channel`` holds, in delivery order (the module's docstring), at most ``limit``;
     ``now_ns`` (the broker's clock) gives each timed one its ``due_in``."""
     queued, timed = channel.held(limit)
+    provenance = channel.dead_letter_of
     out = []
-    for item in queued:
-        if type(item) is bytes:  # a record: the header, then the body
-            timestamp, attempts, msg_id = RECORD_HEADER.unpack_from(item)
-            body = item[RECORD_HEADER.size:]
-        else:
-            msg_id, body, timestamp, attempts = item
-        out.append(HeldMessage(_text_id(msg_id), bytes(body), attempts, timestamp, QUEUED, None))
+    for msg_id, body, timestamp, attempts in queued:
+        msg_id, body = _text_id(msg_id), bytes(body)
+        out.append(HeldMessage(msg_id, body, attempts, timestamp, QUEUED, None, provenance(msg_id, body)))
     if limit is None or len(out) < limit:
         timed.sort(key=lambda t: (t[5], t[0]))
         for msg_id, body, timestamp, attempts, state, due_ns in timed:
-            out.append(held((_text_id(msg_id), bytes(body), attempts, timestamp, state, due_ns), now_ns))
+            msg_id, body = _text_id(msg_id), bytes(body)
+            out.append(held((msg_id, body, attempts, timestamp, state, due_ns, provenance(msg_id, body)), now_ns))
     return out if limit is None else out[:limit]
 
 
@@ -92,7 +93,7 @@ def message_doc(held, body_encoding="preview"):
         body = base64.b64encode(held.body).decode("ascii")
     else:
         body = body_preview(held.body)
-    return {
+    doc = {
         "id": held.id,
         "attempts": held.attempts,
         "timestamp": held.timestamp,
@@ -100,12 +101,15 @@ def message_doc(held, body_encoding="preview"):
         "state": held.state,
         "due_ns": held.due_ns,
     }
+    if held.dead_letter is not None:
+        doc["dead_letter"] = dict(held.dead_letter)
+    return doc
 
 
 def held_from_doc(doc, now_ns=None):
     """Peek's JSON object (bodies in base64) back to a :class:`HeldMessage` (``now_ns``: the answer's)."""
     return held((doc["id"], base64.b64decode(doc["body"]), doc["attempts"], doc["timestamp"], doc["state"],
-                 doc["due_ns"]), now_ns)
+                 doc["due_ns"], doc.get("dead_letter")), now_ns)
 
 
 def _text_id(msg_id):

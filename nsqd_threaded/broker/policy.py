@@ -33,6 +33,7 @@ import threading
 
 from ..settings.options import DEAD_LETTER_TOPIC_PLACEHOLDER, MAX_ATTEMPTS_LIMIT, expand_dead_letter_topic
 from ..wire.protocol_v2 import is_valid_name
+from .provenance import MAX_ATTEMPTS, MSG_TTL, dead_letter_doc
 
 # The most messages a channel's policy holds taken out at once.  A take that finds this many waiting to
 # be moved returns what it has (possibly nothing, the consumer then waits): a backlog of expired
@@ -131,7 +132,7 @@ class ChannelPolicy:
     """
 
     __slots__ = ("own", "effective", "max_attempts", "ttl_ns", "dead_letter_topic", "moving",
-                 "dead_letter_count", "expired_count", "failing")
+                 "dead_letter_count", "expired_count", "failing", "reasons")
 
     def __init__(self, own, effective, previous=None):
         self.own = own
@@ -143,7 +144,9 @@ class ChannelPolicy:
             self.moving = {}
             self.dead_letter_count = self.expired_count = 0
             self.failing = False  # the last move failed (logged once until one succeeds)
+            self.reasons = {}  # message ID -> why it is in ``moving`` (provenance.MAX_ATTEMPTS or MSG_TTL)
         else:
+            self.reasons = previous.reasons
             self.moving = previous.moving
             self.dead_letter_count = previous.dead_letter_count
             self.expired_count = previous.expired_count
@@ -162,9 +165,11 @@ class ChannelPolicy:
         for msg in msgs:
             if max_attempts and msg.attempts >= max_attempts:
                 moving[msg.id] = msg
+                self.reasons[msg.id] = MAX_ATTEMPTS
                 self.dead_letter_count += 1
             elif oldest is not None and msg.timestamp < oldest:
                 moving[msg.id] = msg
+                self.reasons[msg.id] = MSG_TTL
                 self.expired_count += 1
             else:
                 kept.append(msg)
@@ -180,6 +185,12 @@ class ChannelPolicy:
         for msg in msgs:
             if moving.get(msg.id) is msg:
                 del moving[msg.id]
+                self.reasons.pop(msg.id, None)
+
+    def clear_locked(self):
+        """Nothing is being moved any more (the channel emptied, or its messages went back to its queue)."""
+        self.moving.clear()
+        self.reasons.clear()
 
     def stats_locked(self):
         """The /stats fields: the effective policy (``msg_ttl`` in ms) and the counters."""
@@ -248,7 +259,7 @@ class ChannelPolicyMethods:
             self.policy = channel_policy(self.topic_name, own, nsqd.options, previous, named)
             if self.policy is None and previous is not None and previous.moving:
                 back = list(previous.moving.values())
-                previous.moving.clear()
+                previous.clear_locked()
                 waiters = self._requeue_locked(back)
         for client in waiters:
             client.wake()
@@ -285,11 +296,12 @@ class ChannelPolicyMethods:
             policy = self.policy
             if policy is None or not policy.moving:
                 return
-            msgs = list(policy.moving.values())
+            msgs = list(policy.moving.values())  # (in the order they were taken out: the channel's)
+            reasons = [policy.reasons.get(msg.id, MSG_TTL) for msg in msgs]
             topic_name = policy.dead_letter_topic
             failing = policy.failing
         # (No lock held: the publish takes the dead-letter topic's, and may wait for its fsync.)
-        moved = not topic_name or publish_dead_letters(self._nsqd, self, topic_name, msgs, failing)
+        moved = not topic_name or publish_dead_letters(self._nsqd, self, topic_name, msgs, reasons, failing)
         with self._lock:
             policy.failing = not moved
             if not moved:
@@ -304,15 +316,21 @@ class ChannelPolicyMethods:
             client.wake()
 
 
-def publish_dead_letters(nsqd, channel, topic_name, msgs, failing):
-    """Publish the bodies to the dead-letter topic (created if need be); False if it refused (logged
-    unless ``failing``: it refused last time too)."""
+def publish_dead_letters(nsqd, channel, topic_name, msgs, reasons, failing):
+    """Publish the messages to the dead-letter topic (created if need be) in their order, bodies and
+    original timestamps unchanged, then keep where each came from (``reasons``: why each was taken
+    out; :mod:`.provenance`); False if the topic refused (logged unless ``failing``: it refused last
+    time too).  A crash between the publish and the provenance leaves dead letters without it."""
     try:
-        nsqd.get_topic(topic_name).publish([msg.body for msg in msgs])
+        ids = nsqd.get_topic(topic_name).publish_dead_letters([msg.timestamp for msg in msgs],
+                                                              [msg.body for msg in msgs])
     except Exception as e:  # (TopicError, a backend's: the scanner thread retries, it must not die)
         if not failing:
             nsqd.log.error("%r: failed to move %d messages to dead-letter topic %s (retrying) - %s",
                            channel, len(msgs), topic_name, e)
         return False
+    at_ns = nsqd.clock.time_ns()
+    nsqd.dead_letter_provenance.record(topic_name, ids, msgs, [
+        dead_letter_doc(channel.topic_name, channel.name, reason, msg, at_ns) for msg, reason in zip(msgs, reasons)])
     return True
 

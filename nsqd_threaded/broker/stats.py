@@ -87,7 +87,7 @@ def _e2e(percentiles, quantiles):
 def channel_stats(channel, include_clients, quantiles, pub_topic=None):
     """One channel's /stats object (Go's keys, in Go's order)."""
     (memory_depth, backend_depth, in_flight_count, deferred_count, message_count, global_msg_count,
-     requeue_count, timeout_count, clients, paused, policy) = channel.snapshot()
+     requeue_count, timeout_count, clients, paused, policy, redrive_count) = channel.snapshot()
     doc = {
         "channel_name": channel.name,
         "depth": memory_depth + backend_depth,
@@ -103,6 +103,9 @@ def channel_stats(channel, include_clients, quantiles, pub_topic=None):
     if policy is not None:
         # Not in Go nsqd, only where a delivery policy applies: the effective policy and its counters.
         doc.update(policy)
+    if redrive_count:
+        # Not in Go nsqd, only once the channel was redriven from (POST /channel/redrive).
+        doc["redrive_count"] = redrive_count
     doc["client_count"] = len(clients)
     doc["clients"] = [client_stats(c, pub_topic) for c in clients] if include_clients else None
     doc["paused"] = paused

@@ -27,7 +27,7 @@ import time
 
 from ..storage.backend import BackendError
 from ..wire.message import (DEFERRED, MESSAGES, RECORD_HEADER, RECORDS, Message, as_records, batch_form, copy_batches,
-                            new_records)
+                            dead_letter_records, new_records)
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .backed_queue import BackedQueue
 from .channel import Channel, ChannelError
@@ -156,6 +156,13 @@ class Topic(BackedQueue):
                       size, MESSAGES)
         else:
             self._put(new_records(now, self._guid.new_id_blocks(len(bodies)), bodies), size, RECORDS)
+
+    def publish_dead_letters(self, timestamps, bodies):
+        """Dead letters (:mod:`.provenance`): new messages for these bodies in this order, each with its own
+        original timestamp (attempts 0); returns their IDs; raises TopicError."""
+        ids = self._guid.new_ids(len(bodies))
+        self._put(dead_letter_records(ids, timestamps, bodies), sum(map(len, bodies)), RECORDS)
+        return ids
 
     def _consumed(self):
         """A hint, read without the lock: does a channel have a consumer?"""

@@ -16,6 +16,7 @@ from ..broker.debug_state import broker_state
 from ..broker.peek import BODY_ENCODINGS, PEEK_DEFAULT, PEEK_MAX, channel_messages, message_doc
 from ..broker.auth import AuthError
 from ..broker.channel import ChannelError
+from ..broker.redrive import RedriveError
 from . import auth_query
 from .metrics import render_prometheus
 from .time_skip import TimeSkipRoutes
@@ -70,6 +71,7 @@ class HTTPAPI(Router):
             "/channel/pause": {"POST": self.channel_pause},
             "/channel/unpause": {"POST": self.channel_pause},
             "/channel/policy": {"GET": self.channel_policy, "POST": self.channel_policy},
+            "/channel/redrive": {"POST": self.channel_redrive},
         }
         if self.options.channel_peek:
             self.routes["/channel/peek"] = {"GET": self.channel_peek}
@@ -343,6 +345,61 @@ class HTTPAPI(Router):
         if not state.is_allowed(topic, channel):
             raise HTTPError(403, "UNAUTHORIZED")
 
+    def channel_redrive(self, request):
+        """Not in Go nsqd: move up to ``n`` (default all) messages from the head of a channel (of a
+        dead-letter topic) back to each one's source topic, or to ``to``; answers ``{"moved": N}``.
+
+        Every argument is checked before anything moves.  With ``--auth-http-address`` the
+        ``X-NSQ-Auth-Secret`` header's secret must be granted ``subscribe`` on the channel (as a peek)
+        and ``publish`` on every destination (as a publish there).  A stop part-way (a message
+        without provenance and no ``to``, a destination not granted, a broker exiting) answers the
+        error with what moved so far in the log; what was not moved is back in the channel, in order.
+        """
+        topic_name, channel_name = self._channel_args(request)
+        q = self._query(request)
+        if set(q) - _REDRIVE_ARGS:
+            raise HTTPError(400, "INVALID_ARG")
+        n = None
+        if "n" in q:
+            if not _GO_INT.fullmatch(q["n"]) or int(q["n"], 10) <= 0:
+                raise HTTPError(400, "INVALID_N")
+            n = int(q["n"], 10)
+        to = q.get("to", "")
+        if "to" in q and (not protocol_v2.is_valid_name(to) or to == topic_name or to.endswith("#ephemeral")):
+            raise HTTPError(400, "INVALID_TO")  # (its own topic: a loop; an ephemeral one may vanish at once)
+        allowed = self._redrive_grant(request, topic_name, channel_name)
+        if allowed is not None and to and not allowed(to):
+            raise HTTPError(403, "UNAUTHORIZED")
+        _, channel = self._existing_channel(request)
+        try:
+            moved = self.nsqd.redrive(channel, n, to, allowed)
+        except RedriveError as e:
+            if e.moved:
+                self.log.info("CHANNEL(%s:%s): redrove %d messages, then stopped - %s", topic_name, channel_name,
+                              e.moved, e.code)
+            raise HTTPError(503 if e.code == "EXITING" else 403 if e.code == "UNAUTHORIZED" else 400,
+                            e.code) from None
+        return ok_json({"moved": moved})
+
+    def _redrive_grant(self, request, topic, channel):
+        """Without auth servers None (anyone may); otherwise the secret must be granted ``subscribe`` on
+        ``topic``/``channel`` (HTTPError as :meth:`_peek_grant`), and the answer is whether it may
+        publish to a topic."""
+        if not self.options.auth_http_addresses:
+            return None
+        secret = request.header(AUTH_SECRET_HEADER)
+        if not secret:
+            raise HTTPError(401, "AUTH_REQUIRED")
+        try:
+            state = auth_query.query_any(self.options, request.client_address[0], request.tls, secret,
+                                         log=self.log)
+        except AuthError as e:
+            self.log.warn("HTTP: /channel/redrive refused to %s - %s", request.client_address[0], e)
+            raise HTTPError(403, "AUTH_FAILED") from None
+        if not state.is_allowed(topic, channel):
+            raise HTTPError(403, "UNAUTHORIZED")
+        return lambda destination: state.is_allowed(destination)
+
     def topic_create(self, request):
         name, _ = self._topic_arg(request)
         self._topic(name)
@@ -507,6 +564,7 @@ def _policy_max_attempts(text):
 
 
 _POLICY_ARGS = frozenset(("topic", "channel", "max_attempts", "dead_letter_topic", "msg_ttl"))
+_REDRIVE_ARGS = frozenset(("topic", "channel", "to", "n"))
 
 
 def _policy_msg_ttl(text):

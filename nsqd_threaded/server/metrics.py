@@ -73,6 +73,10 @@ CHANNEL_POLICY_METRICS = [
      "Messages taken out for exceeding the message TTL (moved to the dead-letter topic or dropped)."),
 ]
 
+# Only for a channel that was redriven from (not in Go nsqd; see docs/policies.md).
+CHANNEL_REDRIVE_METRIC = ("nsq_channel_redriven_total", "counter",
+                          "Messages sent back from the channel to their source topic by POST /channel/redrive.")
+
 
 def render_prometheus(doc, nsqd):
     fams = {}
@@ -102,6 +106,8 @@ def render_prometheus(doc, nsqd):
             if "dead_letter_count" in c:
                 for key, name, kind, help_text in CHANNEL_POLICY_METRICS:
                     fam(name, kind, help_text).add(cl, c[key])
+            if "redrive_count" in c:
+                fam(*CHANNEL_REDRIVE_METRIC).add(cl, c["redrive_count"])
             _summary(e2e_c, cl, c["e2e_processing_latency"])
     connected = nsqd.clients()
     clients = fam("nsq_clients", "gauge", "Connected TCP clients.")

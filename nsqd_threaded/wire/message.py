@@ -18,8 +18,11 @@
 
 This module is the one place that tells the forms apart (a record is an
 object of type ``bytes``; anything else is a Message) and converts between
-them: :func:`new_records`, :func:`from_records`, :func:`as_records`,
-:func:`copy_batches`, :func:`batch_form`.  A batch of queue entries is described by its form:
+them: :func:`new_records`, :func:`dead_letter_records`, :func:`from_records`,
+:func:`as_records`, :func:`copy_batches`, :func:`batch_form`.  Whoever only
+reads a held message, whatever its form (a channel's inspection, dead-letter
+provenance, redrive), reads it with :func:`held_fields`.  A batch of queue
+entries is described by its form:
 
 * :data:`RECORDS`: records only.  Immutable, so every channel of a fan-out
   queues the same objects, and none has a delay.
@@ -29,8 +32,9 @@ them: :func:`new_records`, :func:`from_records`, :func:`as_records`,
   a backlog or a disk queue read back).  Copied like MESSAGES, and each
   channel puts the delayed ones in its deferred index.
 
-The disk queue's write loop (``DiskQueue.put``) repeats the test inline,
-once per message, where a call would cost more than the write.
+The disk queue's write loop (``DiskQueue.put``) and a channel's put path
+(``Channel.put_messages``, ``Channel._index_deferred_locked``) repeat the test
+inline, once per message, where a call would cost more than the work.
 """
 
 import struct
@@ -73,6 +77,21 @@ class Message:
 
     def __repr__(self):
         return "Message(id=%r, attempts=%d, body=%d bytes)" % (self.id, self.attempts, len(self.body))
+
+
+def held_fields(entry):
+    """``(id, body, timestamp, attempts)`` of a queue entry in either form, changing nothing
+    (a record's ID and body are bytes; a Message's as it holds them)."""
+    if type(entry) is bytes:
+        timestamp, attempts, msg_id = RECORD_HEADER.unpack_from(entry)
+        return msg_id, entry[RECORD_HEADER_SIZE:], timestamp, attempts
+    return entry.id, entry.body, entry.timestamp, entry.attempts
+
+
+def dead_letter_records(ids, timestamps, bodies):
+    """Records of dead letters: new ``ids``, each message's own original ``timestamps`` kept, attempts 0."""
+    pack = RECORD_HEADER.pack
+    return [pack(timestamp, 0, msg_id) + body for msg_id, timestamp, body in zip(ids, timestamps, bodies)]
 
 
 RECORDS = "records"

@@ -69,6 +69,7 @@ def test_admin_actions_refuse_what_a_form_on_another_site_sends(setup):
     assert call(url, "POST", b'{"action":"pause","x":"="}', {**TEXT, **evil}) == (
         403, {"message": "CROSS_ORIGIN_FORBIDDEN"})
     assert call(url + "/billing", "POST", b"action=empty", {**FORM, **evil})[0] == 403
+    assert call(url + "/billing", "POST", b'{"action":"redrive","to":"planted"}', {**JSON, **evil})[0] == 403
     assert call(admin.http_url + "/api/topics", "POST", b'{"topic":"planted"}', {**JSON, **evil})[0] == 403
     assert call(url, "DELETE", None, evil)[0] == 403
     # a browser that sends no Origin but a Referer from elsewhere
@@ -124,11 +125,14 @@ def attack_forms(admin_url, nsqd_url, lookupd_url):
         (admin_url + "/api/topics/orders", "text/plain", [('{"action":"pause","x":"', '"}')]),
         (admin_url + "/api/topics/orders/billing", "text/plain", [('{"action":"empty","x":"', '"}')]),
         (admin_url + "/api/topics", "text/plain", [('{"topic":"planted","x":"', '"}')]),
+        (admin_url + "/api/topics/orders/billing", "text/plain", [('{"action":"redrive","to":"planted","x":"', '"}')]),
         (admin_url + "/api/topics/orders", "application/x-www-form-urlencoded", [("action", "pause")]),
         (nsqd_url + "/topic/delete?topic=orders", "application/x-www-form-urlencoded", [("x", "1")]),
         (nsqd_url + "/channel/empty?topic=orders&channel=billing", "application/x-www-form-urlencoded",
          [("x", "1")]),
         (nsqd_url + "/channel/empty?topic=orders&channel=billing", "text/plain", [("x", "1")]),
+        (nsqd_url + "/channel/redrive?topic=orders&channel=billing&to=planted", "application/x-www-form-urlencoded",
+         [("x", "1")]),
         (lookupd_url + "/topic/delete?topic=orders", "application/x-www-form-urlencoded", [("x", "1")]),
     ]
     out = []

@@ -7,7 +7,7 @@ import pytest
 
 from nsqd_threaded.broker.channel import ChannelError, FinishError
 from nsqd_threaded.broker.delivery import DIRECT_DELIVERY_BYTES, DIRECT_DELIVERY_MAX, REFILL_MAX, DirectDeliveries
-from nsqd_threaded.wire.message import Message
+from nsqd_threaded.wire.message import RECORD_HEADER, Message, held_fields
 
 from support.core import DrivenSubscriber, HoldingSubscriber, OutputClient
 
@@ -535,3 +535,40 @@ def test_a_fin_wakes_the_pump_when_the_output_is_busy_or_more_remains(owners):
     consumer.client.wakes = 0
     channel.finish_many(consumer.client, [m.id for m in got])  # every slot free: more than one refill's worth
     assert len(consumer.client.delivered[0]) == REFILL_MAX and consumer.client.wakes == 1
+
+
+def test_held_fields_reads_a_record_and_a_message_alike():
+    msg = Message(b"%016x" % 7, b"body", 123456789, 3)
+    record = RECORD_HEADER.pack(msg.timestamp, msg.attempts, msg.id) + msg.body
+    assert held_fields(record) == held_fields(msg) == (msg.id, b"body", 123456789, 3)
+
+
+def test_a_redrive_holds_its_messages_in_flight_and_gives_back_what_it_did_not_publish_in_order(owners):
+    nsqd = owners(mem_queue_size=4)  # (four in memory, the rest read from disk)
+    channel = channel_of(nsqd)
+    channel.put_messages(msgs(10))
+    taken = channel.take_for_redrive(6)
+    assert nums(taken) == list(range(6)) and all(m.attempts == 0 for m in taken)  # (not a delivery)
+    assert channel.in_flight_count() == 6 and channel.depth() == 4
+    # A consumer meanwhile gets what the redrive did not take.
+    consumer = DrivenSubscriber(nsqd, channel, ready=1)
+    got = consumer.take()
+    assert nums(got) == [6]
+    channel.finish_redrive(taken[:2])
+    channel.return_redrive(taken[2:])
+    assert channel.in_flight_count() == 1 and channel.snapshot().redrive_count == 2
+    consumer.fin(got)
+    assert nums(DrivenSubscriber(nsqd, channel, ready=10).take_all(7)) == [2, 3, 4, 5, 7, 8, 9]
+
+
+def test_a_closing_channel_keeps_what_a_redrive_holds(owners, tmp_path):
+    nsqd = owners(mem_queue_size=4)
+    channel = channel_of(nsqd)
+    channel.put_messages(msgs(3))
+    taken = channel.take_for_redrive(3)
+    channel.close()
+    assert channel.take_for_redrive(1) is None
+    channel.return_redrive(taken)  # (the flush has them already)
+    nsqd.stop()
+    again = owners()
+    assert nums(DrivenSubscriber(again, channel_of(again), ready=10).take_all(3)) == [0, 1, 2]

@@ -55,7 +55,8 @@ def test_a_state_change_from_another_origin_is_refused(make_nsqd, client, origin
     assert h.post("/pub?topic=kept", b"precious").status == 200
     origin = origin.format(port=nsqd.http_address[1])
     for path, body in (("/topic/delete?topic=kept", None), ("/channel/empty?topic=kept&channel=c", None),
-                       ("/pub?topic=kept", b"forged"), ("/topic/create?topic=planted", None)):
+                       ("/pub?topic=kept", b"forged"), ("/topic/create?topic=planted", None),
+                       ("/channel/redrive?topic=kept&channel=c&to=planted", None)):
         assert_error(h.post(path, body, headers={"Origin": origin}), 403, "CROSS_ORIGIN_FORBIDDEN")
     assert_error(h.put("/config/log_level", b"debug", headers={"Origin": origin}), 403, "CROSS_ORIGIN_FORBIDDEN")
     assert topic_names(h) == ["kept"] and channel_depth(h, "kept", "c") == 1

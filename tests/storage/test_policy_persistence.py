@@ -200,3 +200,94 @@ def test_go_nsqd_on_a_data_directory_with_policies(tmp_path):
         assert ours.nsqd.get_existing_topic("other") is not None
     finally:
         ours.stop()
+
+
+@pytest.mark.skipif(GO_NSQD is None, reason="Go nsqd binary not present")
+def test_go_nsqd_delivers_dead_letters_kept_with_their_provenance(tmp_path):
+    """Dead letters with provenance: Go nsqd 1.3 starts on the data directory and delivers them with their
+    bodies, IDs and original timestamps unchanged (the provenance file is beside their disk queue, never
+    read by Go); back on ours, each still says where it came from."""
+    ours = Broker(data_path=str(tmp_path), channel_peek=True, mem_queue_size=1).start()  # (most on disk)
+    try:
+        http = ours.http_address
+        post(http, "/topic/create?topic=t")
+        post(http, "/channel/create?topic=t&channel=c")
+        post(http, "/topic/create?topic=t.dead")
+        post(http, "/channel/create?topic=t.dead&channel=d")
+        post(http, "/channel/policy?topic=t&channel=c&max_attempts=1&dead_letter_topic=t.dead")
+        bodies = [b"first", b"\x00binary\xff", b"third"]
+        with Conn(ours.tcp_address) as pub, Conn(ours.tcp_address) as sub:
+            for body in bodies:
+                assert pub.pub("t", body) == b"OK"
+            sub.sub("t", "c", rdy=3)
+            for _ in bodies:
+                sub.cmd(b"REQ %s 0" % sub.read_message()[2])
+            wait_for(lambda: len(ours.messages("t.dead", "d")) == 3, what="three dead letters")
+        held = ours.messages("t.dead", "d")
+        assert [m.body for m in held] == bodies and all(m.dead_letter["topic"] == "t" for m in held)
+    finally:
+        ours.stop()
+    assert (tmp_path / "t.dead.dead-letters.jsonl").exists()
+
+    tcp, http = free_port(), free_port()
+    go = subprocess.Popen([GO_NSQD, "--tcp-address=127.0.0.1:%d" % tcp, "--http-address=127.0.0.1:%d" % http,
+                           "--data-path=%s" % tmp_path], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE)
+    try:
+        def go_conn():
+            if go.poll() is not None:
+                raise AssertionError("Go nsqd exited: %s" % go.stderr.read().decode(errors="replace"))
+            try:
+                return Conn(("127.0.0.1", tcp))
+            except OSError:
+                return None
+
+        with wait_for(go_conn, timeout=30, what="Go nsqd's TCP port") as sub:
+            sub.sub("t.dead", "d", rdy=3)
+            got = [sub.read_message() for _ in bodies]  # (not FINed: Go writes them back on exit)
+        # (In the order a close left them: as Go's, the memory queue is flushed after the disk queue's.)
+        assert sorted((ts, msg_id.decode(), body) for ts, _, msg_id, body in got) == sorted(
+            (m.timestamp, m.id, m.body) for m in held)
+    finally:
+        go.terminate()
+        go.wait(timeout=30)
+        go.stderr.close()
+    assert go.returncode == 0
+
+    ours = Broker(data_path=str(tmp_path), channel_peek=True).start()
+    try:
+        again = ours.messages("t.dead", "d")
+        assert sorted((m.id, m.body) for m in again) == sorted((m.id, m.body) for m in held)
+        assert {m.id: m.dead_letter for m in again} == {m.id: m.dead_letter for m in held}
+    finally:
+        ours.stop()
+
+
+def test_a_kill_during_a_redrive_loses_nothing(tmp_path):
+    """kill -9 right after a redrive answered, or while it runs: under --durable every dead letter is then
+    in its source channel or still in the dead-letter channel (some may be in both), none is lost."""
+    n = 300
+    broker = BrokerProcess("--durable", "--channel-peek", data_path=str(tmp_path), start_timeout=30,
+                           stop_timeout=30).start()
+    try:
+        http = broker.http_address
+        post(http, "/topic/create?topic=src")
+        post(http, "/channel/create?topic=src&channel=c")
+        post(http, "/topic/create?topic=src.dead")
+        post(http, "/channel/create?topic=src.dead&channel=d")
+        post(http, "/channel/policy?topic=src&channel=c&msg_ttl=1ms&dead_letter_topic=src.dead")
+        bodies = [b"m%03d" % i for i in range(n)]
+        with Conn(broker.tcp_address) as pub, Conn(broker.tcp_address) as sub:
+            assert pub.mpub("src", bodies) == b"OK"
+            sub.sub("src", "c", rdy=1)  # every one has expired: all moved, none delivered
+            wait_for(lambda: len(broker.messages("src.dead", "d")) == n, timeout=30, what="every one moved")
+        post(http, "/channel/policy?topic=src&channel=c&msg_ttl=0")  # (what comes back stays)
+        assert json.loads(post(http, "/channel/redrive?topic=src.dead&channel=d&n=%d" % (n // 2))) == {"moved": n // 2}
+        broker.kill()
+        broker.restart()
+        back = {m.body for m in broker.messages("src", "c")}
+        still = {m.body for m in broker.messages("src.dead", "d")}
+        assert back | still == set(bodies)
+        assert len(back) >= n // 2  # what the answer said moved is there
+    finally:
+        broker.stop()

@@ -444,6 +444,15 @@
   };
   // a message's timestamp is nanoseconds since the epoch, past a double's exact integers: shown to the ms
   function published(ns) { return isNum(ns) ? new Date(ns / 1e6).toISOString() : invalid(); }
+  // a dead letter's provenance as text: "orders/billing: max_attempts after 5 attempts (id ..., moved ...)"
+  function deadLetter(m) {
+    if (m.dead_letter === undefined) return "";
+    var d = obj(m.dead_letter);
+    return name(d.topic) + "/" + name(d.channel) + ": " + name(d.reason) + " after " +
+      (isNum(d.attempts) ? String(d.attempts) : "?") + " attempts (original id " + name(d.id) + ", published " +
+      (isNum(d.timestamp) ? new Date(d.timestamp / 1e6).toISOString() : "?") + ", moved " +
+      (isNum(d.at) ? new Date(d.at / 1e6).toISOString() : "?") + ")";
+  }
   function renderPeek(holder, doc) {
     var rows = [];
     list(obj(doc).nodes).forEach(function (nd) {
@@ -451,18 +460,19 @@
       var msgs = list(nd.messages);
       if (nd.peek !== "on" || msgs.length === 0) {
         var note = PEEK_NOTES[nd.peek] || (nd.peek === "on" ? "no messages waiting" : "failed: " + name(nd.error));
-        rows.push(el("tr", { "class": "peek-note" }, el("td", null, t(nd.node)), el("td", { "colspan": "6" }, note)));
+        rows.push(el("tr", { "class": "peek-note" }, el("td", null, t(nd.node)), el("td", { "colspan": "7" }, note)));
         return;
       }
       msgs.forEach(function (m, i) {
         m = obj(m);
         rows.push(el("tr", null, el("td", null, t(nd.node)), el("td", null, String(i + 1)), el("td", null, t(m.id)),
                      el("td", null, n(m.attempts)), el("td", null, t(m.state)), el("td", null, published(m.timestamp)),
-                     el("td", { "class": "body" }, t(m.body))));
+                     el("td", { "class": "body" }, t(m.body)), el("td", { "class": "dead-letter" }, deadLetter(m))));
       });
     });
     var table = el("table", { "class": "stats peek" },
-      el("thead", null, el("tr", null, ["Node", "#", "ID", "Attempts", "State", "Published", "Body"].map(function (h) {
+      el("thead", null, el("tr", null, ["Node", "#", "ID", "Attempts", "State", "Published", "Body",
+                                        "Dead letter from"].map(function (h) {
         return el("th", null, h);
       }))),
       el("tbody", null, rows));

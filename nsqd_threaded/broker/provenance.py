@@ -1,0 +1,138 @@
+"""Where each dead letter came from (not in Go nsqd): its source, the reason, its attempts, when.
+
+A channel's policy moves a message to its dead-letter topic as a new message
+there (a new ID, its body unchanged, its own original timestamp kept:
+``Topic.publish_dead_letters``).  What the body cannot say without changing
+is kept beside it, keyed by the new ID: ``{"topic", "channel", "reason"
+("max_attempts" or "msg_ttl"), "attempts", "id" (the original 16
+characters), "timestamp" (the original, Unix ns), "at" (when it was moved,
+Unix ns of the broker's clock)}``.  Peek (``/channel/peek``,
+``Broker.messages()``, nsqadmin) shows it as the message's ``dead_letter``
+and ``/channel/redrive`` sends a dead letter back to its ``topic``.
+
+Every channel of the dead-letter topic holds the same message (the same
+ID), so the provenance is the topic's: one :class:`TopicProvenance` per
+dead-letter topic, kept in the data directory by
+:mod:`nsqd_threaded.storage.provenance` (a file Go nsqd never reads), read
+back after a restart.  An entry is forgotten with its topic (deleted), not
+when the last channel lets its message go: a message ID is never made twice,
+so a stale entry is never shown for another message, only kept.
+"""
+
+import threading
+
+from ..storage import provenance as store
+
+MAX_ATTEMPTS = "max_attempts"  # taken out for having been delivered max_attempts times
+MSG_TTL = "msg_ttl"  # taken out for being older than the message TTL
+REASONS = (MAX_ATTEMPTS, MSG_TTL)
+
+
+def dead_letter_doc(source_topic, source_channel, reason, msg, at_ns):
+    """The provenance of ``msg`` (a Message of ``source_topic:source_channel``) moved at ``at_ns``."""
+    return {"topic": source_topic, "channel": source_channel, "reason": reason, "attempts": msg.attempts,
+            "id": bytes(msg.id).decode("ascii", "replace"), "timestamp": msg.timestamp, "at": at_ns}
+
+
+class TopicProvenance:
+    """The provenance of one dead-letter topic's messages.
+
+    ``_lock`` guards ``_entries`` (ID text -> (body CRC-32, dead_letter dict)),
+    ``_loaded`` and ``_torn`` (the file's last line has no newline), and the
+    appends to the file (one writer at a time); taken alone, never with
+    another lock.  ``path`` None (an ephemeral topic): kept in memory only.
+    """
+
+    def __init__(self, path, sync):
+        self.path = path
+        self._sync = sync  # fsync each append (--durable: as the dead letters themselves are)
+        self._lock = threading.Lock()
+        self._entries = {}
+        self._loaded = path is None
+        self._torn = False
+
+    def _load_locked(self):
+        if not self._loaded:
+            entries, whole = store.read_entries(self.path)
+            entries.update(self._entries)
+            self._entries = entries
+            self._torn = not whole
+            self._loaded = True
+
+    def add(self, entries):
+        """Keep ``[(ID text, body CRC-32, dead_letter dict)]``; OSError if the file refused them (the
+        memory keeps them all the same: shown until a restart)."""
+        with self._lock:
+            self._load_locked()
+            for msg_id, crc, doc in entries:
+                self._entries[msg_id] = (crc, doc)
+            if self.path is not None:
+                try:
+                    store.append_entries(self.path, store.encode_entries(entries), self._torn, self._sync)
+                except OSError:
+                    self._torn = True  # (a part may have been written: the next append starts a line of its own)
+                    raise
+                self._torn = False
+
+    def get(self, msg_id, body):
+        """The dead_letter dict of the message with this ID text and body, or None."""
+        with self._lock:
+            self._load_locked()
+            entry = self._entries.get(msg_id)
+        if entry is None or entry[0] != store.body_crc(body):
+            return None
+        return entry[1]
+
+    def delete(self):
+        with self._lock:
+            self._entries = {}
+            self._loaded = True
+            if self.path is not None:
+                store.delete_file(self.path)
+
+
+class DeadLetterProvenance:
+    """Every dead-letter topic's provenance: one per broker.
+
+    ``_lock`` guards ``_topics`` (topic name -> :class:`TopicProvenance`, made
+    on first use); taken alone, never with another lock.
+    """
+
+    def __init__(self, data_path, durable, log):
+        self._data_path = data_path
+        self._durable = durable
+        self._log = log
+        self._lock = threading.Lock()
+        self._topics = {}
+
+    def _of(self, topic_name):
+        with self._lock:
+            book = self._topics.get(topic_name)
+            if book is None:
+                path = None if topic_name.endswith("#ephemeral") else store.file_path(self._data_path, topic_name)
+                book = self._topics[topic_name] = TopicProvenance(path, self._durable)
+            return book
+
+    def record(self, topic_name, ids, msgs, docs):
+        """The dead letters ``ids`` of ``topic_name`` are the Messages ``msgs`` (same order) with these
+        dead_letter dicts.  A failed write is logged, not raised: the moves go on, their messages
+        without provenance after a restart (never with a wrong one)."""
+        entries = [(bytes(i).decode("ascii", "replace"), store.body_crc(m.body), d) for i, m, d in zip(ids, msgs, docs)]
+        try:
+            self._of(topic_name).add(entries)
+        except OSError as e:
+            self._log.error("TOPIC(%s): failed to keep the provenance of %d dead letters - %s",
+                            topic_name, len(entries), e)
+
+    def lookup(self, topic_name, msg_id, body):
+        """The dead_letter dict of a message of ``topic_name`` (ID text, body bytes), or None."""
+        return self._of(topic_name).get(msg_id, body)
+
+    def forget(self, topic_name):
+        """The topic is deleted: its provenance (file included) goes with it."""
+        with self._lock:
+            book = self._topics.pop(topic_name, None)
+        if book is None:
+            book = TopicProvenance(None if topic_name.endswith("#ephemeral")
+                                   else store.file_path(self._data_path, topic_name), False)
+        book.delete()

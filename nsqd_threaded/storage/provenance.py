@@ -1,0 +1,79 @@
+"""A dead-letter topic's provenance file: where each of its dead letters came from (not in Go nsqd).
+
+One file per dead-letter topic, ``<topic>.dead-letters.jsonl`` in the data
+directory, beside (never inside) the topic's disk queue: the messages keep
+their bodies and their records exactly as Go writes them, and Go nsqd, which
+opens only nsqd.dat and the ``*.diskqueue.*`` files its metadata names,
+never reads it.  Each line is one compact JSON object::
+
+    {"id": "<the dead letter's ID>", "crc": <CRC-32 of its body>, "dead_letter": {...}}
+
+An entry is appended once the dead letter is published to the topic, and
+before the message leaves its source channel (see docs/storage.md for the
+crash rule).  A reader trusts an entry only for a message with that ID *and*
+a body with that CRC-32; an ID is never made twice by a broker (its GUIDs
+grow with its clock), so a line a crash left behind, for a message that was
+never stored, never attaches to another one.  A line a crash tore (the
+last, without its newline) is skipped, and the next append starts a new line.
+"""
+
+import json
+import os
+import zlib
+
+from .files import remove_quietly, write_all
+
+FILE_SUFFIX = ".dead-letters.jsonl"
+
+
+def file_path(data_path, topic_name):
+    """The provenance file of ``topic_name``: the topic's name, then :data:`FILE_SUFFIX`."""
+    return os.path.join(data_path, topic_name + FILE_SUFFIX)
+
+
+def body_crc(body):
+    """The CRC-32 an entry keeps of its message's body."""
+    return zlib.crc32(body)
+
+
+def encode_entries(entries):
+    """``[(id text, crc, dead_letter dict)]`` as the lines appended for them."""
+    return b"".join(json.dumps({"id": msg_id, "crc": crc, "dead_letter": doc}, separators=(",", ":")).encode()
+                    + b"\n" for msg_id, crc, doc in entries)
+
+
+def read_entries(path):
+    """``({id text: (crc, dead_letter dict)}, ends_with_newline)`` of a provenance file ({} and True
+    when there is none); a line that is not a whole entry (torn by a crash) is skipped."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return {}, True
+    entries = {}
+    for line in data.split(b"\n"):
+        if not line:
+            continue
+        try:
+            doc = json.loads(line)
+            msg_id, crc, dead_letter = doc["id"], doc["crc"], doc["dead_letter"]
+        except (ValueError, TypeError, KeyError):
+            continue
+        if isinstance(msg_id, str) and isinstance(crc, int) and isinstance(dead_letter, dict):
+            entries[msg_id] = (crc, dead_letter)
+    return entries, not data or data.endswith(b"\n")
+
+
+def append_entries(path, data, start_line=False, sync=False):
+    """Append encoded entries (``start_line``: after a torn line, on a line of their own); ``sync``: fsync."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        write_all(fd, (b"\n" + data) if start_line else data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def delete_file(path):
+    remove_quietly(path)

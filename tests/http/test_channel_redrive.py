@@ -1,0 +1,285 @@
+"""Dead letters an operator can work with (not in Go nsqd): where each came from (its provenance, shown
+by ``/channel/peek`` and ``Broker.messages()``, kept across restarts) and ``POST /channel/redrive``,
+which sends them back, counted, under the same auth as a publish there, bad input changing nothing."""
+
+import json
+import os
+
+import pytest
+
+from nsqd_threaded.storage import provenance as provenance_file
+from nsqd_threaded.testing import Broker
+
+from support.auth import AuthServer, grant
+from support.http_api import HTTP, assert_error
+from support.wire import Conn, wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+DEAD = "orders.dead"
+
+
+@pytest.fixture
+def client():
+    clients = []
+
+    def connect(nsqd):
+        c = HTTP(nsqd)
+        clients.append(c)
+        return c
+
+    yield connect
+    for c in clients:
+        c.close()
+
+
+def peek(h, topic=DEAD, channel="inspect", headers=None):
+    r = h.get("/channel/peek?topic=%s&channel=%s&n=100" % (topic, channel), headers=headers)
+    assert r.status == 200, r
+    return json.loads(r.body)["messages"]
+
+
+def channel_doc(h, topic, channel):
+    [t] = h.stats(topic=topic)["topics"]
+    [c] = [c for c in t["channels"] if c["channel_name"] == channel]
+    return c
+
+
+def dead_letter_setup(nsqd, h):
+    """orders/billing dead-letters to orders.dead after one attempt; orders/audit after a 50ms TTL."""
+    for path in ("/topic/create?topic=orders", "/channel/create?topic=orders&channel=billing",
+                 "/channel/create?topic=orders&channel=audit", "/topic/create?topic=" + DEAD,
+                 "/channel/create?topic=%s&channel=inspect" % DEAD,
+                 "/channel/policy?topic=orders&channel=billing&max_attempts=1&dead_letter_topic=" + DEAD,
+                 "/channel/policy?topic=orders&channel=audit&msg_ttl=50ms&dead_letter_topic=" + DEAD):
+        assert h.post(path).status == 200, path
+
+
+def fail_three(nsqd, h, held=3):
+    """Publish a, b, c one by one (three timestamps) and REQ each once on orders/billing: three dead
+    letters, in order.  Returns ``{body: (timestamp, id)}`` as the consumer saw them."""
+    seen = {}
+    with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as sub:
+        for body in (b"a", b"b", b"c"):
+            assert pub.pub("orders", body) == b"OK"
+        sub.sub("orders", "billing", rdy=3)
+        for _ in range(3):
+            timestamp, attempts, msg_id, body = sub.read_message()
+            seen[body] = (timestamp, msg_id.decode())
+            sub.cmd(b"REQ %s 0" % msg_id)
+        wait_for(lambda: len(peek(h)) == held or None, what="three dead letters (%d messages held)" % held)
+    # Gone before anything is redriven: a consumer still registered could be handed a redriven message.
+    billing = nsqd.get_existing_topic("orders").get_existing_channel("billing")
+    wait_for(lambda: not billing.has_clients(), what="the consumer gone")
+    return seen
+
+
+def test_each_dead_letter_says_where_it_came_from_in_order_with_its_own_timestamp(make_nsqd, client):
+    nsqd = make_nsqd(channel_peek=True)
+    h = client(nsqd)
+    dead_letter_setup(nsqd, h)
+    before = nsqd.clock.time_ns()
+    seen = fail_three(nsqd, h)
+    docs = peek(h)
+    assert [m["body"] for m in docs] == ["a", "b", "c"]  # the channel's order
+    for m in docs:
+        d = m["dead_letter"]
+        timestamp, original_id = seen[m["body"].encode()]
+        assert d == {"topic": "orders", "channel": "billing", "reason": "max_attempts", "attempts": 1,
+                     "id": original_id, "timestamp": timestamp, "at": d["at"]}
+        assert m["timestamp"] == timestamp  # the dead letter keeps its own original timestamp
+        assert m["id"] != original_id and m["attempts"] == 0
+        assert before <= timestamp <= d["at"] <= nsqd.clock.time_ns()
+    assert len({m["timestamp"] for m in docs}) == 3
+    # A message that was never a dead letter has no such key (orders/audit holds a, b, c too).
+    assert [m["body"] for m in peek(h, "orders", "audit") if "dead_letter" not in m] == ["a", "b", "c"]
+    # The TTL's reason: orders/audit's copies expire once a consumer takes from it.
+    with Conn(nsqd.tcp_address) as sub:
+        sub.sub("orders", "audit", rdy=3)
+        wait_for(lambda: len(peek(h)) == 6 or None, what="three expired ones")
+        sub.assert_silent(0.1)
+    expired = peek(h)[3:]
+    assert [(m["body"], m["dead_letter"]["reason"], m["dead_letter"]["channel"], m["dead_letter"]["attempts"])
+            for m in expired] == [("a", "msg_ttl", "audit", 0), ("b", "msg_ttl", "audit", 0),
+                                  ("c", "msg_ttl", "audit", 0)]
+
+
+def test_provenance_survives_a_restart_and_is_in_broker_messages(tmp_path):
+    broker = Broker(data_path=str(tmp_path), channel_peek=True).start()
+    try:
+        h = HTTP(broker.nsqd)
+        try:
+            dead_letter_setup(broker.nsqd, h)
+            fail_three(broker.nsqd, h)
+        finally:
+            h.close()
+        first = broker.messages(DEAD, "inspect")
+        assert [(m.body, m.dead_letter["reason"]) for m in first] == [(b"a", "max_attempts"), (b"b", "max_attempts"),
+                                                                      (b"c", "max_attempts")]
+        assert os.path.exists(provenance_file.file_path(str(tmp_path), DEAD))
+        broker.restart()
+        assert broker.messages(DEAD, "inspect") == first  # ids, bodies, timestamps, provenance
+    finally:
+        broker.stop()
+
+
+def test_a_torn_or_foreign_entry_never_attaches_to_another_message(make_nsqd, client):
+    """After a crash a dead letter may lack its provenance, never carry a wrong one: an entry counts only
+    for its ID with its body's CRC, and a torn last line is skipped (the next append starts anew)."""
+    nsqd = make_nsqd(channel_peek=True)
+    data = nsqd.options.data_path
+    h = client(nsqd)
+    dead_letter_setup(nsqd, h)
+    with Conn(nsqd.tcp_address) as pub:
+        assert pub.pub(DEAD, b"plain") == b"OK"  # published there directly: no provenance
+    [plain] = peek(h)
+    nsqd.stop()
+    path = provenance_file.file_path(data, DEAD)
+    wrong = {"topic": "elsewhere", "channel": "x", "reason": "msg_ttl", "attempts": 9, "id": "0" * 16,
+             "timestamp": 1, "at": 2}
+    with open(path, "wb") as f:
+        f.write(provenance_file.encode_entries([(plain["id"], 12345, wrong)]))  # its ID, another body
+        f.write(b'{"id":"%s","crc":' % plain["id"].encode())  # a torn line
+    nsqd = make_nsqd(channel_peek=True, data_path=data)
+    h = client(nsqd)
+    assert "dead_letter" not in peek(h)[0]
+    seen = fail_three(nsqd, h, held=4)  # appended after the torn line
+    assert {m["body"]: m.get("dead_letter", {}).get("id") for m in peek(h)} == {
+        "plain": None, "a": seen[b"a"][1], "b": seen[b"b"][1], "c": seen[b"c"][1]}
+    assert len(provenance_file.read_entries(path)[0]) == 4
+
+
+def test_redrive_sends_them_back_attempts_anew_counted(make_nsqd, client):
+    nsqd = make_nsqd(channel_peek=True)
+    h = client(nsqd)
+    dead_letter_setup(nsqd, h)
+    fail_three(nsqd, h)
+    r = h.post("/channel/redrive?topic=%s&channel=inspect&n=2" % DEAD)
+    assert r.status == 200 and json.loads(r.body) == {"moved": 2}
+    assert [m["body"] for m in peek(h)] == ["c"]
+    with Conn(nsqd.tcp_address) as sub:
+        sub.sub("orders", "billing", rdy=5)
+        got = [sub.read_message() for _ in range(2)]
+        assert [(m[1], m[3]) for m in got] == [(1, b"a"), (1, b"b")]  # delivered once so far: attempts anew
+        for m in got:
+            sub.cmd(b"FIN " + m[2])
+        sub.assert_silent(0.1)
+    doc = channel_doc(h, DEAD, "inspect")
+    assert doc["redrive_count"] == 2 and doc["depth"] == 1
+    assert "redrive_count" not in channel_doc(h, "orders", "billing")  # (only once a channel was redriven from)
+    metrics = h.get("/metrics").body.decode()
+    assert 'nsq_channel_redriven_total{topic="orders.dead",channel="inspect"} 2\n' in metrics
+    # The rest (n absent: all), to another topic.
+    r = h.post("/channel/redrive?topic=%s&channel=inspect&to=orders.retry" % DEAD)
+    assert json.loads(r.body) == {"moved": 1}
+    assert peek(h) == []
+    assert nsqd.get_existing_topic("orders.retry").depth() == 1
+    assert json.loads(h.post("/channel/redrive?topic=%s&channel=inspect" % DEAD).body) == {"moved": 0}
+    assert channel_doc(h, DEAD, "inspect")["redrive_count"] == 3
+
+
+@pytest.mark.parametrize("query, status, message", [
+    ("", 400, "MISSING_ARG_TOPIC"),
+    ("?topic=orders.dead", 400, "MISSING_ARG_CHANNEL"),
+    ("?topic=nope&channel=inspect", 404, "TOPIC_NOT_FOUND"),
+    ("?topic=orders.dead&channel=nope", 404, "CHANNEL_NOT_FOUND"),
+    ("?topic=orders.dead&channel=inspect&n=0", 400, "INVALID_N"),
+    ("?topic=orders.dead&channel=inspect&n=-1", 400, "INVALID_N"),
+    ("?topic=orders.dead&channel=inspect&n=two", 400, "INVALID_N"),
+    ("?topic=orders.dead&channel=inspect&to=bad!name", 400, "INVALID_TO"),
+    ("?topic=orders.dead&channel=inspect&to=orders.dead", 400, "INVALID_TO"),  # a loop
+    ("?topic=orders.dead&channel=inspect&to=x%23ephemeral", 400, "INVALID_TO"),
+    ("?topic=orders.dead&channel=inspect&to=", 400, "INVALID_TO"),
+    ("?topic=orders.dead&channel=inspect&count=1", 400, "INVALID_ARG"),  # misspelt: never 200
+])
+def test_bad_input_is_refused_and_changes_nothing(make_nsqd, client, query, status, message):
+    nsqd = make_nsqd(channel_peek=True)
+    h = client(nsqd)
+    dead_letter_setup(nsqd, h)
+    fail_three(nsqd, h)
+    before = peek(h)
+    assert_error(h.post("/channel/redrive" + query), status, message)
+    assert peek(h) == before
+    assert "redrive_count" not in channel_doc(h, DEAD, "inspect")
+
+
+def test_a_message_without_provenance_needs_to_and_nothing_moves_without_it(make_nsqd, client):
+    nsqd = make_nsqd(channel_peek=True)
+    h = client(nsqd)
+    dead_letter_setup(nsqd, h)
+    with Conn(nsqd.tcp_address) as pub:
+        assert pub.pub(DEAD, b"stray") == b"OK"
+    fail_three(nsqd, h, held=4)
+    before = peek(h)
+    assert_error(h.post("/channel/redrive?topic=%s&channel=inspect" % DEAD), 400, "MISSING_ARG_TO")
+    # The batch taken is back at the head, in order, nothing moved, nothing in flight.
+    assert peek(h) == before and channel_doc(h, DEAD, "inspect")["in_flight_count"] == 0
+    assert nsqd.get_existing_topic("orders").get_existing_channel("billing").depth() == 0
+    assert json.loads(h.post("/channel/redrive?topic=%s&channel=inspect&to=orders" % DEAD).body) == {"moved": 4}
+    assert nsqd.get_existing_topic("orders").get_existing_channel("billing").depth() == 4
+
+
+def test_redrive_of_a_paused_channel_with_a_consumer_keeps_the_rest_in_order(make_nsqd, client):
+    nsqd = make_nsqd(channel_peek=True)
+    h = client(nsqd)
+    dead_letter_setup(nsqd, h)
+    fail_three(nsqd, h)
+    assert h.post("/channel/pause?topic=%s&channel=inspect" % DEAD).status == 200
+    assert json.loads(h.post("/channel/redrive?topic=%s&channel=inspect&n=1" % DEAD).body) == {"moved": 1}
+    assert [m["body"] for m in peek(h)] == ["b", "c"]
+
+
+@pytest.fixture
+def auth_server():
+    server = AuthServer()
+    operator = grant("^orders\\.dead$", ["^inspect$"], ["subscribe"], identity="operator")
+    operator["authorizations"].append({"topic": "^orders$", "channels": [".*"], "permissions": ["publish"]})
+    server.answers.update({
+        "operator": operator,
+        "reader": grant("^orders\\.dead$", ["^inspect$"], ["subscribe"], identity="reader"),
+        "publisher": grant(".*", [".*"], ["publish"], identity="producer"),
+        "consumer": grant(".*", [".*"], ["subscribe", "publish"], identity="consumer"),
+    })
+    yield server
+    server.close()
+
+
+def test_under_auth_redrive_needs_subscribe_on_the_channel_and_publish_on_each_destination(make_nsqd, client,
+                                                                                          auth_server):
+    nsqd = make_nsqd(channel_peek=True, auth_http_addresses=[auth_server.address])
+    h = client(nsqd)
+    dead_letter_setup(nsqd, h)
+    nsqd.get_topic("orders").publish([b"a", b"b"])
+    with Conn(nsqd.tcp_address) as sub:
+        sub.identify()
+        sub.cmd(b"AUTH", b"consumer")
+        sub.read_response()
+        sub.sub("orders", "billing", rdy=2)
+        for _ in range(2):
+            sub.cmd(b"REQ %s 0" % sub.read_message()[2])
+        wait_for(lambda: len(peek(h, headers={"X-NSQ-Auth-Secret": "consumer"})) == 2 or None,
+                 what="two dead letters")
+    before = peek(h, headers={"X-NSQ-Auth-Secret": "consumer"})
+    query = "/channel/redrive?topic=%s&channel=inspect" % DEAD
+    assert_error(h.post(query), 401, "AUTH_REQUIRED")
+    assert_error(h.post(query, headers={"X-NSQ-Auth-Secret": "wrong"}), 403, "AUTH_FAILED")
+    assert_error(h.post(query, headers={"X-NSQ-Auth-Secret": "publisher"}), 403, "UNAUTHORIZED")  # no subscribe
+    assert_error(h.post(query, headers={"X-NSQ-Auth-Secret": "reader"}), 403, "UNAUTHORIZED")  # no publish to orders
+    assert_error(h.post(query + "&to=orders.retry", headers={"X-NSQ-Auth-Secret": "operator"}), 403, "UNAUTHORIZED")
+    assert peek(h, headers={"X-NSQ-Auth-Secret": "consumer"}) == before
+    r = h.post(query, headers={"X-NSQ-Auth-Secret": "operator"})
+    assert r.status == 200 and json.loads(r.body) == {"moved": 2}
+
+
+def test_a_redrive_stops_at_the_first_message_without_provenance_having_moved_those_before(make_nsqd, client):
+    nsqd = make_nsqd(channel_peek=True)
+    h = client(nsqd)
+    dead_letter_setup(nsqd, h)
+    fail_three(nsqd, h)
+    with Conn(nsqd.tcp_address) as pub:
+        assert pub.pub(DEAD, b"stray") == b"OK"
+        assert pub.pub(DEAD, b"after") == b"OK"
+    assert_error(h.post("/channel/redrive?topic=%s&channel=inspect" % DEAD), 400, "MISSING_ARG_TO")
+    assert [m["body"] for m in peek(h)] == ["stray", "after"]
+    assert channel_doc(h, DEAD, "inspect")["redrive_count"] == 3
+    assert nsqd.get_existing_topic("orders").get_existing_channel("billing").depth() == 3
