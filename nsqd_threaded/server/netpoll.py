@@ -151,6 +151,7 @@ class PolledConnection(ClientConnection):
         except BlockingIOError:
             sent = 0
         except OSError:
+            self._pending = None  # (nothing more can be written: no backlog to wait for)
             self.close_connection()
             return False
         if sent < len(data):
@@ -172,7 +173,8 @@ class PolledConnection(ClientConnection):
         return pending is not None and len(pending) > BACKLOG_LIMIT
 
     def flush(self):
-        """``EPOLLOUT``: write the backlog; True once it is all written (False: it waits on, or failed)."""
+        """``EPOLLOUT``: write the backlog; True once it is all written or never can be (the
+        connection failed: it is closing), False while it waits on."""
         with self._write_lock:
             pending = self._pending
             if pending is None or self._sock_closed:
@@ -182,8 +184,9 @@ class PolledConnection(ClientConnection):
             except BlockingIOError:
                 sent = 0
             except OSError:
+                self._pending = None  # (nothing more can be written: no backlog to wait for)
                 self.close_connection()
-                return False
+                return True
             del pending[:sent]
             if pending:
                 return False

@@ -82,7 +82,7 @@ class ProtocolV2:
         try:
             for _ in range(limit):
                 self.between_commands()
-                if client.output_backlogged():
+                if client.output_backlogged() and not client.disconnected:
                     return WAIT_OUTPUT
                 params = reader.poll_command()
                 if params is None:

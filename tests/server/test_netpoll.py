@@ -1,0 +1,165 @@
+"""The poller model (server/netpoll.py): a connection holds a thread only while it has work.
+
+Real brokers, real sockets.  What a thread per connection gave for free must still hold: a slow
+client never holds up the others, a stalled consumer holds no thread, and a broker with many
+connections runs a few threads.
+"""
+
+import json
+import socket
+import struct
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from nsqd_threaded.wire import protocol_v2
+from support.wire import Conn, wait_for
+
+
+def http_get(nsqd, path):
+    with urllib.request.urlopen("http://%s:%d%s" % (nsqd.http_address + (path,)), timeout=10) as resp:
+        return resp.status, resp.headers, resp.read()
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def broker_threads():
+    return [t for t in threading.enumerate() if t.name.startswith(("nsqd-netpoll", "nsqd-worker", "nsqd-conn",
+                                                                    "nsqd-client-pump"))]
+
+
+@pytest.fixture
+def polled(make_nsqd):
+    nsqd = make_nsqd(connection_threads=False)
+    if nsqd._tcp_server.poller is None:
+        pytest.skip("no epoll here: a thread per connection")
+    return nsqd
+
+
+def channel_of(nsqd, topic, channel):
+    return nsqd.get_topic(topic).get_channel(channel)
+
+
+def test_many_consumers_at_rdy_1_are_served_by_a_few_threads(polled):
+    n = 300
+    consumers = [Conn(polled.tcp_address) for _ in range(n)]
+    try:
+        for c in consumers:
+            c.sub("many", "c", rdy=1)
+        channel = channel_of(polled, "many", "c")
+        wait_for(lambda: len(channel.clients()) == n, what="every consumer subscribed")
+        assert len(broker_threads()) <= 1 + 8  # the poller and its workers, not a thread per connection
+        with Conn(polled.tcp_address) as pub:
+            pub.mpub("many", [b"%d" % i for i in range(2 * n)])
+        got = []
+        for c in consumers:  # each has one in flight (RDY 1): FIN it, the next comes
+            _, _, mid, body = c.read_message()
+            got.append(body)
+            c.send(b"FIN " + mid + b"\n")
+        for c in consumers:  # (FINed now, each would take a third)
+            _, _, mid, body = c.read_message()
+            got.append(body)
+            c.send(b"FIN " + mid + b"\n")
+        assert sorted(got) == sorted(b"%d" % i for i in range(2 * n))
+        wait_for(lambda: channel.in_flight_count() == 0, what="every FIN processed")
+    finally:
+        for c in consumers:
+            c.close()
+    wait_for(lambda: not channel.clients(), what="every consumer gone")
+
+
+def test_a_body_that_arrives_late_keeps_no_one_waiting(polled):
+    """A PUB whose body trickles in is given back whole to a worker; other clients are served meanwhile."""
+    with Conn(polled.tcp_address) as slow, Conn(polled.tcp_address) as quick:
+        body = b"x" * 1000
+        slow.send(b"PUB late\n" + struct.pack(">i", len(body)) + body[:10])
+        for i in range(20):  # round trips while the slow body is incomplete
+            assert quick.pub("quick", b"%d" % i) == b"OK"
+        slow.send(body[10:])
+        assert slow.read_response() == b"OK"
+    assert message_count(polled, "late") == 1
+
+
+def test_a_stalled_consumer_holds_no_thread(polled):
+    """A consumer that never reads: its deliveries wait in its output backlog, not in a blocked thread;
+    publishers, other consumers and /ping go on."""
+    stalled = socket.create_connection(polled.tcp_address)
+    try:
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.sendall(b"  V2SUB stall c\nRDY 2500\n")
+        channel = channel_of(polled, "stall", "c")
+        wait_for(lambda: len(channel.clients()) == 1, what="subscribed")
+        body = b"y" * 60000
+        with Conn(polled.tcp_address) as pub:
+            for _ in range(40):  # 2.4 MB: far more than the socket buffers hold
+                assert pub.pub("stall", body) == b"OK"
+            wait_for(lambda: channel.in_flight_count() >= 40, what="every message in flight to the stalled one")
+            before = len(broker_threads())
+            for i in range(20):
+                assert pub.pub("other", b"%d" % i) == b"OK"
+            with Conn(polled.tcp_address) as sub:
+                sub.sub("other", "c", rdy=100)
+                assert sub.read_message()[3] == b"0"
+            assert http_get(polled, "/ping")[0] == 200
+            assert len(broker_threads()) <= max(before, 1 + 8)
+    finally:
+        stalled.close()
+    wait_for(lambda: not channel.clients(), what="the stalled consumer gone")
+    wait_for(lambda: channel.in_flight_count() == 0 and channel.depth() == 40,
+             what="its messages back in the queue (the next scan requeues a departed client's)")
+
+
+def test_a_mass_close_leaves_the_channel_at_once(polled):
+    n = 300
+    consumers = [Conn(polled.tcp_address) for _ in range(n)]
+    for c in consumers:
+        c.sub("mass", "c", rdy=1)
+    channel = channel_of(polled, "mass", "c")
+    wait_for(lambda: len(channel.clients()) == n, what="every consumer subscribed")
+    started = time.monotonic()
+    for c in consumers:
+        c.close()
+    wait_for(lambda: not channel.clients(), what="every consumer gone")
+    assert time.monotonic() - started < 30  # (a bound that fails only a broken teardown)
+    assert http_get(polled, "/ping")[0] == 200
+
+
+def test_commands_split_anywhere_are_served_whole(polled):
+    """Every command of a stream cut at each byte boundary in turn: the poller never runs half a command."""
+    identify = b'{"heartbeat_interval": 5000}'
+    stream = (b"IDENTIFY\n" + struct.pack(">i", len(identify)) + identify
+              + b"PUB split\n" + struct.pack(">i", 3) + b"abc"
+              + b"MPUB split\n" + struct.pack(">i", 4 + 2 * 5) + struct.pack(">i", 2)
+              + struct.pack(">i", 1) + b"d" + struct.pack(">i", 1) + b"e"
+              + b"DPUB split 0\n" + struct.pack(">i", 1) + b"f"
+              + b"NOP\n")
+    for cut in range(1, len(stream), 7):
+        with Conn(polled.tcp_address) as c:
+            c.sock.sendall(stream[:cut])
+            c.sock.sendall(stream[cut:])
+            answers = [c.read_frame()[1] for _ in range(4)]
+            assert answers[0].startswith(b"{") or answers[0] == b"OK"
+            assert answers[1:] == [b"OK", b"OK", b"OK"]
+    assert message_count(polled, "split") == 4 * len(range(1, len(stream), 7))
+
+
+def message_count(nsqd, topic):
+    _, _, doc = http_get(nsqd, "/stats?format=json&topic=" + topic)
+    (t,) = json.loads(doc)["topics"]
+    return t["message_count"]
+
+
+def test_heartbeats_reach_a_parked_consumer_and_a_silent_one_is_closed(polled):
+    with Conn(polled.tcp_address) as c:
+        assert c.identify(heartbeat_interval=1000) == b"OK"
+        c.sub("hb", "c", rdy=1)
+        assert c.read_raw_frame() == protocol_v2.HEARTBEAT_FRAME  # from the poller's timer
+        # No NOP: the read deadline (twice the interval) passes and the broker closes the connection.
+        c.sock.settimeout(10)
+        while True:
+            data = c.sock.recv(4096)
+            if not data:
+                break
+    wait_for(lambda: not channel_of(polled, "hb", "c").clients(), what="the silent consumer removed")
