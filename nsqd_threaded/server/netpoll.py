@@ -68,6 +68,7 @@ WORKER_LINGER = 5.0  # seconds an idle worker waits for a task before it ends (o
 MIN_WORKERS = 1  # workers kept however idle: a task never waits for a thread to start
 POOL_SIZE = 4  # workers started as tasks come; more only for a queue that stalls
 STALL_AFTER = 0.01  # seconds the oldest queued task may wait before the poller adds a worker
+POLLERS = 2  # poller threads (each with its epoll); the connections are dealt out among them
 INLINE_LIMIT = 64  # commands of one connection the poller runs per wake-up before the next connection's
 WORKER_LIMIT = 256  # commands a worker runs for one connection before the tasks queued behind it
 MAX_EVENTS = 1024  # the most events taken from one epoll_wait
@@ -114,9 +115,10 @@ class PolledConnection(ClientConnection):
       the connection (its serving thread, or the poller while it is parked).
     """
 
-    def __init__(self, id, sock, address, nsqd, poller):
+    def __init__(self, id, sock, address, nsqd, poller, poll):
         super().__init__(id, sock, address, nsqd)
         self._poller = poller
+        self._poll = poll  # the poller thread's epoll it is registered with
         self._connection_thread = 0  # the thread serving its commands now (0: none)
         self._fd = sock.fileno()
         self._poll_lock = threading.Lock()  # guards _reading and the epoll registration
@@ -268,14 +270,39 @@ protocol_v2_DELIVERY_BATCH = 512  # messages a pump task takes from its channel 
 
 
 class _Newcomer:
-    """An accepted connection whose protocol magic has not all arrived yet (the poller's)."""
+    """An accepted connection whose protocol magic has not all arrived yet (its poller's)."""
 
-    __slots__ = ("sock", "address", "magic")
+    __slots__ = ("sock", "address", "magic", "poll")
 
-    def __init__(self, sock, address):
+    def __init__(self, sock, address, poll):
         self.sock = sock
         self.address = address
         self.magic = b""
+        self.poll = poll
+
+
+class _Poll:
+    """One poller thread's epoll and the pipe that wakes it."""
+
+    def __init__(self, index):
+        self.index = index
+        self.epoll = select.epoll()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        self.epoll.register(self.wake_r, select.EPOLLIN)
+        self.thread = None
+
+    def wake(self):
+        try:
+            os.write(self.wake_w, b"x")
+        except BlockingIOError:
+            pass  # (already woken)
+
+    def close(self):
+        self.epoll.close()
+        os.close(self.wake_r)
+        os.close(self.wake_w)
 
 
 class _Worker:
@@ -308,11 +335,12 @@ class NetPoller:
         self._log = nsqd.log
         self._limits = limits
         self._server = None
-        self._epoll = select.epoll()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._epoll.register(self._wake_r, select.EPOLLIN)
+        # Several pollers, each its own epoll and thread, the connections dealt out in turn: a
+        # poller spends much of its time in send() and recv(), outside the interpreter lock,
+        # while another runs Python (as Go runs a netpoller per processor).
+        self._polls = [_Poll(i) for i in range(POLLERS)]
+        self._timer_poll = self._polls[0]  # the one that fires the timers and watches the queue
+        self._next_poll = itertools.count()
         self._lock = threading.Lock()
         self._conns = {}
         self._timers = []
@@ -325,15 +353,16 @@ class NetPoller:
         self._busy = 0
         self._queued_since = None  # when a task last queued with no worker idle (None: no queue)
         self._stopping = False
-        self._thread = None
 
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self, server):
         """Serve ``server``'s connections (it calls :meth:`add` for each accepted one)."""
         self._server = server
-        self._thread = threading.Thread(target=self._run, name="nsqd-netpoll", daemon=True)
-        self._thread.start()
+        for poll in self._polls:
+            poll.thread = threading.Thread(target=self._run, args=(poll,), name="nsqd-netpoll-%d" % poll.index,
+                                           daemon=True)
+            poll.thread.start()
         with self._lock:
             self._start_worker_locked()
 
@@ -344,32 +373,31 @@ class NetPoller:
             idle, self._idle = self._idle, []
         for worker in idle:
             worker.given.set()
-        self._wake()
-        if self._thread is not None:
-            self._thread.join()
+        for poll in self._polls:
+            poll.wake()
+        for poll in self._polls:
+            if poll.thread is not None:
+                poll.thread.join()
         with self._lock:
             workers = list(self._workers) + self._ended
         for worker in workers:
             worker.given.set()
             worker.thread.join()
-        self._epoll.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        for poll in self._polls:
+            poll.close()
 
     def _wake(self):
-        try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass  # (already woken)
+        self._timer_poll.wake()
 
     # -- connections -----------------------------------------------------------------
 
     def add(self, sock, address):
         """A connection the listener accepted (its accept thread): wait for its magic."""
         fd = sock.fileno()
+        poll = self._polls[next(self._next_poll) % len(self._polls)]
         with self._lock:
-            self._conns[fd] = _Newcomer(sock, address)
-        self._epoll.register(fd, _WANT_INPUT | _ONESHOT)
+            self._conns[fd] = _Newcomer(sock, address, poll)
+        poll.epoll.register(fd, _WANT_INPUT | _ONESHOT)
 
     def connection_count(self):
         with self._lock:
@@ -390,33 +418,36 @@ class NetPoller:
             mask |= _WANT_OUTPUT
         if mask:
             try:
-                self._epoll.modify(conn._fd, mask | _ONESHOT)
+                conn._poll.epoll.modify(conn._fd, mask | _ONESHOT)
             except (OSError, ValueError):
                 pass  # (the socket is being torn down)
 
     # -- the poller thread ---------------------------------------------------------------
 
-    def _run(self):
-        epoll = self._epoll
+    def _run(self, poll):
+        """A poller thread: wait in its epoll, serve what it returns (the timer poller: fire the timers)."""
+        epoll = poll.epoll
+        timers = poll is self._timer_poll
         again = []  # connections whose commands outran INLINE_LIMIT: served again after the batch
         while True:
-            timeout = 0 if again else self._next_timeout()
+            timeout = 0 if again else self._next_timeout(timers)
             try:
                 events = epoll.poll(timeout, MAX_EVENTS)
             except InterruptedError:
                 continue
-            self._dispatch(events, again)
+            self._dispatch(poll, events, again)
             if again:
                 batch, again = again, []
                 self._serve_again(batch, again)
-            self._fire_timers()
+            if timers:
+                self._fire_timers()
             if self._stopping and self._wind_down():
                 return
 
-    def _dispatch(self, events, again):
+    def _dispatch(self, poll, events, again):
         """Serve one epoll_wait's events (a method of its own: no connection stays referenced by
         the poller's frame while it sleeps, so an ended one is freed at once)."""
-        wake_r = self._wake_r
+        wake_r = poll.wake_r
         conns = self._conns
         for fd, event in events:
             if fd == wake_r:
@@ -451,24 +482,25 @@ class NetPoller:
         except OSError:
             chunk = b""
         if chunk == b"":
-            self._forget(fd)
+            self._forget(fd, newcomer.poll)
             self._server.shutdown_request(sock)
             return
         if chunk:
             newcomer.magic += chunk
         if len(newcomer.magic) < 4:
-            self._epoll.modify(fd, _WANT_INPUT | _ONESHOT)
+            newcomer.poll.epoll.modify(fd, _WANT_INPUT | _ONESHOT)
             return
         if newcomer.magic != protocol_v2.MAGIC_V2:
             try:
                 sock.send(protocol_v2.BAD_PROTOCOL_FRAME, _DONTWAIT)
             except OSError:
                 pass
-            self._forget(fd)
+            self._forget(fd, newcomer.poll)
             self._server.shutdown_request(sock)
             return
         nsqd = self._nsqd
-        conn = nsqd.add_client(lambda id: PolledConnection(id, sock, newcomer.address, nsqd, self))
+        poll = newcomer.poll
+        conn = nsqd.add_client(lambda id: PolledConnection(id, sock, newcomer.address, nsqd, self, poll))
         conn.proto = ProtocolV2(nsqd, conn, sock, self._limits)
         with self._lock:
             self._conns[fd] = conn
@@ -543,18 +575,18 @@ class NetPoller:
                 return
             conn._reading = GONE
         conn.stop_pump()
-        self._forget(conn._fd)
+        self._forget(conn._fd, conn._poll)
         try:
             tear_down(self._nsqd, conn, conn.proto)
         finally:
             conn.close_socket(self._server)
             conn.proto = None  # (the protocol refers to its client: no cycle left for the collector)
 
-    def _forget(self, fd):
+    def _forget(self, fd, poll):
         with self._lock:
             self._conns.pop(fd, None)
         try:
-            self._epoll.unregister(fd)
+            poll.epoll.unregister(fd)
         except (OSError, ValueError):
             pass
 
@@ -581,11 +613,13 @@ class NetPoller:
             timers = self._timers
             earliest = not timers or when < timers[0][0]
             heapq.heappush(timers, (when, next(self._seq), conn))
-        if earliest and threading.get_ident() != self._thread.ident:
+        if earliest and threading.get_ident() != self._timer_poll.thread.ident:
             self._wake()  # (the poller sleeps until the earliest it knew of)
 
-    def _next_timeout(self):
-        """Seconds until the next timer or stall check (-1: none)."""
+    def _next_timeout(self, timers):
+        """Seconds until the next timer or stall check (-1: none); ``timers``: the timer poller's."""
+        if not timers:
+            return 0.05 if self._stopping else -1
         now = time.monotonic()
         stall = self._check_stall(now)
         with self._lock:
@@ -728,7 +762,7 @@ class NetPoller:
                 self._tasks.clear()  # (queued after the workers left: nothing runs them)
         for fd, conn in conns:
             if type(conn) is _Newcomer:
-                self._forget(fd)
+                self._forget(fd, conn.poll)
                 self._server.shutdown_request(conn.sock)
             elif conn._reading != SERVING or not busy:
                 self._end(conn)

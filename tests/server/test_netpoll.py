@@ -58,9 +58,12 @@ def test_many_consumers_at_rdy_1_are_served_by_a_few_threads(polled):
             _, _, mid, body = c.read_message()
             got.append(body)
             c.send(b"FIN " + mid + b"\n")
-        for c in consumers:  # (FINed now, each would take a third)
+        second = []
+        for c in consumers:  # (not FINed before every consumer has its second: a FIN would take a third)
             _, _, mid, body = c.read_message()
             got.append(body)
+            second.append(mid)
+        for c, mid in zip(consumers, second):
             c.send(b"FIN " + mid + b"\n")
         assert sorted(got) == sorted(b"%d" % i for i in range(2 * n))
         wait_for(lambda: channel.in_flight_count() == 0, what="every FIN processed")
