@@ -60,6 +60,7 @@ import time
 import traceback
 
 from ..broker.client import STATE_SUBSCRIBED
+from ..internal.process import malloc_trim
 from ..wire import protocol_v2
 from .connection import ClientConnection
 from .protocol_v2 import ENDED, MORE, NEEDS_THREAD, WAIT_INPUT, WAIT_OUTPUT, ProtocolV2, tear_down
@@ -73,6 +74,8 @@ INLINE_LIMIT = 64  # commands of one connection the poller runs per wake-up befo
 WORKER_LIMIT = 256  # commands a worker runs for one connection before the tasks queued behind it
 MAX_EVENTS = 1024  # the most events taken from one epoll_wait
 BACKLOG_LIMIT = 1 << 20  # output bytes waiting for EPOLLOUT over which a connection's commands are not read
+TRIM_AFTER_CLOSED = 256  # connections closed since the last trim that make one worth it
+TRIM_QUIET = 1.0  # seconds without a close before the timer poller trims
 HEARTBEAT_RETRY = 0.005  # seconds before a heartbeat whose write was busy is tried again
 _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
 if hasattr(select, "epoll"):
@@ -327,7 +330,13 @@ class NetPoller:
     ``_timers`` (a heap of (when, seq, connection)), ``_tasks`` (queued when
     no worker is idle), ``_idle`` (idle workers, the last to idle first),
     ``_workers``, ``_ended`` (workers that left, to join), ``_busy`` (workers
-    not idle), ``_queued_since`` and ``_stopping``.
+    not idle), ``_queued_since``, ``_closed_since_trim``, ``_last_close`` and
+    ``_stopping``.
+
+    After a mass close (:data:`TRIM_AFTER_CLOSED` connections, then
+    :data:`TRIM_QUIET` seconds without one) the timer poller calls glibc's
+    ``malloc_trim(0)``: buffers freed in the middle of an arena's heap go
+    back to the kernel only when a trim walks it.
     """
 
     def __init__(self, nsqd, limits):
@@ -352,6 +361,10 @@ class NetPoller:
         self._worker_names = itertools.count(1)
         self._busy = 0
         self._queued_since = None  # when a task last queued with no worker idle (None: no queue)
+        # Memory back after a mass close: closes since the last trim, and when the last was.
+        self._trim = malloc_trim()
+        self._closed_since_trim = 0
+        self._last_close = 0.0
         self._stopping = False
 
     # -- lifecycle ---------------------------------------------------------------
@@ -504,6 +517,7 @@ class NetPoller:
         conn.proto = ProtocolV2(nsqd, conn, sock, self._limits)
         with self._lock:
             self._conns[fd] = conn
+        self._schedule(conn, time.monotonic())  # (its heartbeats go on while a worker serves it)
         self._serve(conn, True, None)
 
     def _on_event(self, conn, event, again):
@@ -576,6 +590,9 @@ class NetPoller:
             conn._reading = GONE
         conn.stop_pump()
         self._forget(conn._fd, conn._poll)
+        with self._lock:
+            self._closed_since_trim += 1
+            self._last_close = time.monotonic()
         try:
             tear_down(self._nsqd, conn, conn.proto)
         finally:
@@ -624,6 +641,9 @@ class NetPoller:
         stall = self._check_stall(now)
         with self._lock:
             timeout = self._timers[0][0] - now if self._timers else -1
+            if self._closed_since_trim >= TRIM_AFTER_CLOSED and self._trim is not None:
+                wait = self._last_close + TRIM_QUIET - now
+                timeout = wait if timeout < 0 else min(timeout, wait)
             if self._stopping:
                 timeout = 0.05 if timeout < 0 else min(timeout, 0.05)
         if stall is not None:
@@ -634,11 +654,17 @@ class NetPoller:
         now = time.monotonic()
         due = []
         with self._lock:
+            trim = (self._trim is not None and self._closed_since_trim >= TRIM_AFTER_CLOSED
+                    and now - self._last_close >= TRIM_QUIET)
+            if trim:
+                self._closed_since_trim = 0
             timers = self._timers
             while timers and timers[0][0] <= now:
                 when, _, conn = heapq.heappop(timers)
                 if conn._timer_at == when:
                     due.append(conn)
+        if trim:
+            self._trim(0)  # (ctypes releases the interpreter lock around it)
         for conn in due:
             conn._timer_at = None
             reading = conn._reading
