@@ -62,7 +62,7 @@ import traceback
 from ..broker.client import STATE_SUBSCRIBED
 from ..internal.process import malloc_trim
 from ..wire import protocol_v2
-from .connection import ClientConnection
+from .connection import DELIVERY_BATCH, ClientConnection
 from .protocol_v2 import ENDED, MORE, NEEDS_THREAD, WAIT_INPUT, WAIT_OUTPUT, ProtocolV2, tear_down
 
 WORKER_LINGER = 5.0  # seconds an idle worker waits for a task before it ends (one always stays)
@@ -133,6 +133,9 @@ class PolledConnection(ClientConnection):
         self._hb_at = None  # the next heartbeat (None: none)
         self._idle_since = time.monotonic()  # when its last command was answered (the read deadline's start)
         self._timer_at = None  # the time of its entry in the poller's heap (None: none)
+        # What its heap entries refer to (not the connection itself: an entry left behind by an
+        # earlier one, or by the teardown, must not keep an ended connection alive); emptied at teardown.
+        self.timer_slot = [self]
 
     # -- output: never blocks ------------------------------------------------
 
@@ -248,7 +251,7 @@ class PolledConnection(ClientConnection):
             channel = self.channel
             if channel is not None and self.state == STATE_SUBSCRIBED:
                 while self._pending is None:
-                    msgs = channel.take(self, protocol_v2_DELIVERY_BATCH)
+                    msgs = channel.take(self, DELIVERY_BATCH)
                     if not msgs:
                         break
                     if not self._send_messages(msgs):
@@ -268,8 +271,6 @@ class PolledConnection(ClientConnection):
         with self._lock:
             self._closing = True
 
-
-protocol_v2_DELIVERY_BATCH = 512  # messages a pump task takes from its channel per lock acquisition
 
 
 class _Newcomer:
@@ -598,6 +599,7 @@ class NetPoller:
         finally:
             conn.close_socket(self._server)
             conn.proto = None  # (the protocol refers to its client: no cycle left for the collector)
+            conn.timer_slot[0] = None  # (nor the slot: its heap entries go stale)
 
     def _forget(self, fd, poll):
         with self._lock:
@@ -629,7 +631,7 @@ class NetPoller:
         with self._lock:
             timers = self._timers
             earliest = not timers or when < timers[0][0]
-            heapq.heappush(timers, (when, next(self._seq), conn))
+            heapq.heappush(timers, (when, next(self._seq), conn.timer_slot))
         if earliest and threading.get_ident() != self._timer_poll.thread.ident:
             self._wake()  # (the poller sleeps until the earliest it knew of)
 
@@ -660,8 +662,9 @@ class NetPoller:
                 self._closed_since_trim = 0
             timers = self._timers
             while timers and timers[0][0] <= now:
-                when, _, conn = heapq.heappop(timers)
-                if conn._timer_at == when:
+                when, _, slot = heapq.heappop(timers)
+                conn = slot[0]
+                if conn is not None and conn._timer_at == when:
                     due.append(conn)
         if trim:
             self._trim(0)  # (ctypes releases the interpreter lock around it)
