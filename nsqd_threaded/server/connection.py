@@ -50,6 +50,8 @@ class ClientConnection(Client):
       and ``_pending``.
     """
 
+    polled = False  # served by a NetPoller (see nsqd_threaded.server.netpoll), not a thread of its own
+
     def __init__(self, id, sock, address, nsqd):
         super().__init__(id, address, nsqd.options)
         self._sock = sock

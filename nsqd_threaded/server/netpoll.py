@@ -118,6 +118,8 @@ class PolledConnection(ClientConnection):
       the connection (its serving thread, or the poller while it is parked).
     """
 
+    polled = True
+
     def __init__(self, id, sock, address, nsqd, poller, poll):
         super().__init__(id, sock, address, nsqd)
         self._poller = poller
@@ -222,9 +224,6 @@ class PolledConnection(ClientConnection):
             server.shutdown_request(self._sock)
 
     # -- the pump as a task ----------------------------------------------------
-
-    def tick_heartbeat(self, now):
-        return None  # (the poller's timers send them)
 
     def _wake(self, may_defer):
         with self._lock:

@@ -37,8 +37,11 @@ class ProtocolV2:
         self.client = client
         self.limits = limits
         # The hangup closes over nsqd and client, not self (a cycle would wait for a full collection).
-        self.reader = Reader(sock, nsqd.idle_watcher, client, client.tick_heartbeat,
-                             lambda: leave_on_hangup(nsqd, client))
+        if client.polled:  # (the poller's timers send its heartbeats; it never parks a thread)
+            self.reader = Reader(sock, None, client)
+        else:
+            self.reader = Reader(sock, nsqd.idle_watcher, client, client.tick_heartbeat,
+                                 lambda: leave_on_hangup(nsqd, client))
         self._valid_topics = {}  # raw name -> str, for names already validated
         self.transport = None  # the TLS/compression layers, once IDENTIFY has negotiated one
         self._topics = {}  # name -> Topic
