@@ -116,6 +116,9 @@ def connections_busy(nsqd, grace):
     a consumer a delivery."""
     if listeners_busy(nsqd.listeners(), grace) or daemon_threads_runnable(("nsqd-",)):
         return True
+    poller = nsqd.net_poller()
+    if poller is not None and poller.busy():
+        return True
     topics = nsqd.topics()
     return any(t.owes_fan_out() for t in topics) or any(c.owes_delivery() for t in topics for c in t.channels())
 

@@ -412,6 +412,12 @@ class NetPoller:
             self._conns[fd] = _Newcomer(sock, address, poll)
         poll.epoll.register(fd, _WANT_INPUT | _ONESHOT)
 
+    def busy(self):
+        """True while a worker runs a task or one is queued: a command or a delivery under way
+        (what time skipping waits out, as it waits out a connection thread's work)."""
+        with self._lock:
+            return self._busy > 0 or bool(self._tasks)
+
     def connection_count(self):
         with self._lock:
             return len(self._conns)

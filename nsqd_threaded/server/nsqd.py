@@ -317,6 +317,10 @@ class NSQD(BrokerCore):
         """The listeners serving now (TCP, HTTP, HTTPS): what time skipping looks at for work under way."""
         return [s for s in (self._tcp_server, self._http_server, self._https_server) if s is not None]
 
+    def net_poller(self):
+        """The TCP listener's :class:`~nsqd_threaded.server.netpoll.NetPoller`, or None (a thread per connection)."""
+        return self._tcp_server.poller if self._tcp_server is not None else None
+
     def connect(self, sock, address):
         """A new TCP connection: its :class:`ClientConnection`, registered with the next client ID."""
         return self.add_client(lambda id: ClientConnection(id, sock, address, self))

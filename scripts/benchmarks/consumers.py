@@ -211,7 +211,7 @@ def main():
     ap.add_argument("--consumers", default="100,1000,5000", help="comma-separated consumer counts")
     ap.add_argument("--rdy", type=int, default=1, help="each consumer's RDY (go-nsq's and pynsq's default: 1)")
     ap.add_argument("--messages", type=int, default=20000, help="messages MPUBed per run (a multiple of 200)")
-    ap.add_argument("--clients", type=int, default=2, help="load client processes")
+    ap.add_argument("--clients", default="2", help="load client processes (comma-separated: a column each)")
     ap.add_argument("--rounds", type=int, default=1, help="runs of each broker, alternately (medians)")
     ap.add_argument("--go", metavar="GO_NSQD", help="Go's nsqd binary, measured alternately with ours")
     ap.add_argument("--baseline", metavar="TREE", help="ours from another tree too (before/after a change)")
@@ -231,23 +231,27 @@ def main():
         brokers.append(("baseline", lambda: BrokerProc("ours", a.python, root=os.path.abspath(a.baseline), http=True)))
     if a.go:
         brokers.append(("go", lambda: BrokerProc("go", a.go, ["--max-rdy-count=2500"], http=True)))
-    print("load average %.2f, %d CPUs, RDY %d, %d messages, %d client processes" % (
+    clients_list = [int(c) for c in a.clients.split(",")]
+    print("load average %.2f, %d CPUs, RDY %d, %d messages, client processes %s" % (
         os.getloadavg()[0], os.cpu_count(), a.rdy, a.messages, a.clients), flush=True)
     for consumers in [int(c) for c in a.consumers.split(",")]:
-        results = {name: [] for name, _ in brokers}
+        columns = [(name, clients, make) for clients in clients_list for name, make in brokers]
+        results = {(name, clients): [] for name, clients, _ in columns}
         for r in range(a.rounds):
-            for name, make in brokers:
+            for name, clients, make in columns:
                 broker = make()
                 try:
-                    results[name].append(run_once(broker, consumers, a.clients, a.rdy, a.messages))
+                    results[name, clients].append(run_once(broker, consumers, clients, a.rdy, a.messages))
                 finally:
                     broker.stop()
-                print("  %d consumers, round %d, %s: %s" % (consumers, r + 1, name, results[name][-1]), flush=True)
+                print("  %d consumers, %d clients, round %d, %s: %s" % (
+                    consumers, clients, r + 1, name, results[name, clients][-1]), flush=True)
         print("\n%d consumers at RDY %d%s" % (consumers, a.rdy, " (medians of %d)" % a.rounds if a.rounds > 1 else ""))
-        print("%-24s" % "" + "".join("%14s" % name for name, _ in brokers))
+        print("%-24s" % "" + "".join("%16s" % ("%s/%dc" % (name, clients) if len(clients_list) > 1 else name)
+                                     for name, clients, _ in columns))
         for label, key, fmt in FIGURES:
-            print("%-24s" % label + "".join("%14s" % (fmt % statistics.median(f[key] for f in results[name]))
-                                            for name, _ in brokers))
+            print("%-24s" % label + "".join("%16s" % (fmt % statistics.median(f[key] for f in results[name, clients]))
+                                            for name, clients, _ in columns))
         print(flush=True)
     if not quiet.start_is_quiet():
         print("LOADED: the run started with the load average at %.2f: not a result" % quiet.start_load)
