@@ -87,6 +87,31 @@
     box.className = ok ? "ok" : "";
   }
 
+  // What an error code means and what to do about it, for the banner (the code stays, for a search).
+  var EXPLAIN = {
+    INVALID_MAX_ATTEMPTS: "Max attempts must be a whole number from 0 (unlimited) to 65535.",
+    INVALID_MSG_TTL: "The message TTL must be a duration such as 30s, 5m or 1h30m (at least 1ms), or 0 for none.",
+    INVALID_TOPIC: "That is not a topic name this channel can use: letters, digits, '.', '_' and '-', at most " +
+      "64 characters, not the channel's own topic and not an #ephemeral one (it would vanish). Leave it empty " +
+      "to drop such messages instead.",
+    INVALID_INHERIT: "Choose, for each field, either its own value or inherit; not both.",
+    INVALID_CHANNEL: "A channel name is letters, digits, '.', '_' and '-' (at most 64 characters, " +
+      "optionally ending in #ephemeral).",
+    FORBIDDEN: "Only an admin may do this: sign in as one of nsqadmin's --admin-user names (through the " +
+      "proxy that sets its --acl-http-header).",
+    CROSS_ORIGIN_FORBIDDEN: "The request came from another site: use nsqadmin's own page.",
+    CHANNEL_NOT_FOUND: "No node has this channel (any more): reload the topic's page to see its channels.",
+    TOPIC_NOT_FOUND: "No node has this topic (any more): it may have been deleted; see the Topics page.",
+    NOT_FOUND: "No such page or action on this nsqadmin.",
+    UPSTREAM_ERROR: "No node took the request: check that the brokers are up (the Nodes page) and try again.",
+    CONTENT_TYPE_NOT_JSON: "The request was not sent as JSON: use the page's buttons and forms."
+  };
+  // an Error from request(): "status CODE[: detail]" -> the explanation, then the status and code as sent
+  function explain(err) {
+    var text = String(err && err.message || err), code = (/^\d+ ([A-Z_]+)/.exec(text) || [])[1];
+    return EXPLAIN[code] ? EXPLAIN[code] + " (" + text + ")" : "Failed: " + text;
+  }
+
   function request(method, url, payload) {
     var opts = { method: method, headers: { "Accept": "application/json" }, credentials: "same-origin" };
     if (payload !== undefined && payload !== null) {
@@ -138,7 +163,7 @@
         var next = btn.getAttribute("data-next");
         // data-next is a path here, never "//host"
         if (next && /^\/(?![\/\\])/.test(next)) { window.location.href = next; } else { window.location.reload(); }
-      }, function (err) { actionFailed(); btn.disabled = false; flash(err.message, false); });
+      }, function (err) { actionFailed(); btn.disabled = false; flash(explain(err), false); });
   });
 
   var form = document.getElementById("create-form");
@@ -151,34 +176,50 @@
         return request("POST", form.querySelector("button").getAttribute("data-url"), doc);
       }).then(function () {
         window.location.href = base + "/topics/" + encodeURIComponent(doc.topic);
-      }, function (err) { actionFailed(); flash(err.message, false); });
+      }, function (err) { actionFailed(); flash(explain(err), false); });
     });
   }
 
-  // the policy form: only the fields changed from what the page showed are sent (the others stay as
-  // they are on each node); the API checks each one (400 INVALID_MAX_ATTEMPTS, INVALID_TOPIC, INVALID_MSG_TTL)
+  // the policy form: each field's select says whether it is the channel's own value or inherits the
+  // broker's default; only what changed from what the page showed is sent (the others stay as they are on
+  // each node): a value typed, or a select turned to "own" (that value, 0 or empty included: unlimited,
+  // no TTL, drop) or to "inherit" (the field listed in "inherit"). The API checks each one.
+  var POLICY_KEYS = ["max_attempts", "dead_letter_topic", "msg_ttl"];
   var policyForm = document.getElementById("policy-form");
   if (policyForm) {
+    POLICY_KEYS.forEach(function (key) {
+      var input = policyForm.querySelector("[name=" + key + "]");
+      var mode = policyForm.querySelector("[name=" + key + "_mode]");
+      if (input && mode) input.addEventListener("input", function () { mode.value = "own"; });
+    });
     policyForm.addEventListener("submit", function (ev) {
       ev.preventDefault();
-      var doc = { action: "set_policy" }, changed = 0;
-      ["max_attempts", "dead_letter_topic", "msg_ttl"].forEach(function (key) {
+      var doc = { action: "set_policy" }, inherit = [];
+      POLICY_KEYS.forEach(function (key) {
         var input = policyForm.querySelector("[name=" + key + "]");
-        if (!input || input.value === input.getAttribute("data-initial")) return;
+        var mode = policyForm.querySelector("[name=" + key + "_mode]");
+        if (!input) return;
+        var typed = input.value !== input.getAttribute("data-initial");
+        var chosen = mode && mode.value !== mode.getAttribute("data-initial") ? mode.value : "";
+        if (chosen === "inherit" && !typed) { inherit.push(key); return; }
+        if (!typed && chosen !== "own") return;
         var v = input.value.trim();
-        if (key === "max_attempts" && v === "") v = "0"; // empty resets, as on the broker
+        if (key === "max_attempts" && v === "") v = "0"; // empty: unlimited, as on the broker
         doc[key] = key === "max_attempts" && /^[0-9]+$/.test(v) ? parseInt(v, 10) : v;
-        changed += 1;
       });
-      if (!changed) { flash("Nothing changed.", false); return; }
+      if (inherit.length) doc.inherit = inherit;
+      if (Object.keys(doc).length === 1) { flash("Nothing changed: type a value or pick own or inherit.", false); return; }
       var button = policyForm.querySelector("button");
       button.disabled = true;
       act().then(function () {
         return request("POST", policyForm.getAttribute("data-url"), doc);
       }).then(function (answer) {
         if (message(answer)) { actionFailed(); flash(message(answer), false); button.disabled = false; return; }
+        // the confirmation outlives the reload that shows the new policy (see SAVED below)
+        try { window.sessionStorage.setItem(SAVED, "Policy saved on every node that has the channel."); }
+        catch (e) { /* storage off: the new figures alone show it */ }
         window.location.reload();
-      }, function (err) { actionFailed(); button.disabled = false; flash(err.message, false); });
+      }, function (err) { actionFailed(); button.disabled = false; flash(explain(err), false); });
     });
   }
 
@@ -507,6 +548,13 @@
     }
     setTimeout(tick, POLL_MS);
   }
+
+  // a confirmation an action left for the page it reloaded (the policy form's): shown once
+  var SAVED = "nsqadmin.saved";
+  try {
+    var saved = window.sessionStorage.getItem(SAVED);
+    if (saved) { window.sessionStorage.removeItem(SAVED); flash(saved, true); }
+  } catch (e) { /* storage off */ }
 
   startTables();
   var peekUrl = body.getAttribute("data-peek");
