@@ -124,6 +124,17 @@ def test_text_stats_show_the_policy_and_its_counts(nsqd, h):
     [i] = [i for i, line in enumerate(lines) if "[c " in line]
     assert lines[i + 1].split() == ["policy:", "max-attempts:", "3", "dead-letter:", "(drop)", "ttl:", "2s",
                                     "dead-lettered:", "0", "expired:", "0"]
+    # What it took out shows there too.
+    h.post(POLICY + "&max_attempts=1&dead_letter_topic=t.dead")
+    with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as sub:
+        sub.sub("t", "c", rdy=1)
+        assert pub.pub("t", b"m") == b"OK"
+        sub.cmd(b"REQ %s 0" % sub.read_message()[2])
+        wait_for(lambda: channel_doc(h)["dead_letter_count"] == 1, timeout=20, what="the dead letter")
+    lines = h.get("/stats").body.decode().splitlines()
+    [i] = [i for i, line in enumerate(lines) if "[c " in line]
+    assert lines[i + 1].split() == ["policy:", "max-attempts:", "1", "dead-letter:", "t.dead", "ttl:", "2s",
+                                    "dead-lettered:", "1", "expired:", "0"]
 
 
 @pytest.mark.parametrize("query, status, message", [
@@ -311,3 +322,36 @@ def test_nsqd_dat_keeps_the_own_policy(nsqd, h):
                                                          "format": 2}
     h.post(POLICY + INHERIT_ALL)
     assert open(path, "rb").read() == plain  # byte for byte Go's again
+
+
+def test_a_channels_own_unlimited_and_no_ttl_win_over_the_defaults(make_nsqd):
+    """Under --max-attempts=1 and a 1ms TTL, a channel's own max_attempts=0 and msg_ttl=0 deliver for ever;
+    a sibling that inherits gives up at once; inherit= hands the channel back to the defaults."""
+    nsqd = make_nsqd(max_attempts=1, dead_letter_topic="{topic}.dead", msg_ttl=0.001)
+    h = HTTP(nsqd)
+    try:
+        h.post("/topic/create?topic=t")
+        for channel in ("own", "inherits"):
+            h.post("/channel/create?topic=t&channel=" + channel)
+        assert_policy(h.post("/channel/policy?topic=t&channel=own&max_attempts=0&msg_ttl=0"),
+                      dict(UNSET, max_attempts=0, msg_ttl=0))
+        with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as sub:
+            sub.sub("t", "own", rdy=1)
+            assert pub.pub("t", b"m") == b"OK"
+            for attempt in range(1, 5):
+                msg = sub.read_message()
+                assert msg[1] == attempt and msg[3] == b"m"
+                sub.cmd(b"REQ %s 0" % msg[2])
+            sub.cmd(b"FIN %s" % sub.read_message()[2])
+        with Conn(nsqd.tcp_address) as sibling:  # the same message, older than 1ms by now: never delivered
+            sibling.sub("t", "inherits", rdy=1)
+            wait_for(lambda: channel_doc(h, channel="inherits")["expired_count"] == 1, timeout=20,
+                     what="the inheriting sibling giving up")
+            sibling.assert_silent(0.2)
+        doc = channel_doc(h, channel="own")
+        assert (doc["dead_letter_count"], doc["expired_count"]) == (0, 0)
+        h.post("/channel/policy?topic=t&channel=own&inherit=max_attempts,msg_ttl")
+        doc = channel_doc(h, channel="own")
+        assert (doc["max_attempts"], doc["dead_letter_topic"], doc["msg_ttl"]) == (1, "t.dead", 1)
+    finally:
+        h.close()
