@@ -294,7 +294,8 @@ def hostile(catcher):
         cluster[0].http("POST", "/topic/create?topic=other")
         p = payload(catcher.url, "policy")
         policy = {"max_attempts": 5, "dead_letter_topic": p, "msg_ttl": 30000, "dead_letter_count": 3,
-                  "expired_count": 4}
+                  "expired_count": 4, "own_policy": {"max_attempts": None, "dead_letter_topic": p, "msg_ttl": 0},
+                  "default_policy": {"max_attempts": 5, "dead_letter_topic": p, "msg_ttl": 30000}}
         stats = {"version": "1.3.0", "health": "OK", "start_time": 1, "topics": [
             {"topic_name": "orders", "depth": 1, "channels": [dict(policy, channel_name="billing", depth=1)]},
             {"topic_name": p, "channels": [dict(policy, channel_name=p)]},
@@ -334,14 +335,16 @@ def test_policy_fields_with_markup_are_text(hostile, catcher):
 
 
 @pytest.mark.parametrize("field, value", [("max_attempts", "5"), ("msg_ttl", 1.5), ("dead_letter_topic", 7),
-                                          ("dead_letter_count", "3"), ("expired_count", True)])
+                                          ("dead_letter_count", "3"), ("expired_count", True),
+                                          ("own_policy", "inherit"), ("own_policy", {"max_attempts": "5"}),
+                                          ("default_policy", [1]), ("default_policy", {"dead_letter_topic": 7})])
 def test_a_policy_field_of_the_wrong_type_fails_that_node(field, value):
     with Cluster(1) as cluster:
         real = cluster[0]
         real.http("POST", "/topic/create?topic=orders")
         real.http("POST", "/channel/create?topic=orders&channel=billing")
         bad = HostileNode({"/stats": {"topics": [{"topic_name": "orders", "channels": [
-            {"channel_name": "billing", field: value}]}]}, "/info": {"version": "1.3.0"}})
+            {"channel_name": "billing", "max_attempts": 1, field: value}]}]}, "/info": {"version": "1.3.0"}})
         admin = None
         try:
             bad.register(cluster.lookupd.tcp_address, "orders", "billing")
