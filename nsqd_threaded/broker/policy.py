@@ -286,7 +286,8 @@ class ChannelPolicyMethods:
             previous = self.policy
             before = NO_POLICY if previous is None else previous.own
             self.policy = channel_policy(self.topic_name, own, nsqd.options, previous, named)
-            if self.policy is None and previous is not None and previous.moving:
+            # (an own policy of "nothing" takes nothing out either: what the last one took goes back too)
+            if (self.policy is None or self.policy.effective == NOTHING) and previous is not None and previous.moving:
                 back = list(previous.moving.values())
                 previous.moving.clear()
                 waiters = self._requeue_locked(back)
