@@ -432,3 +432,34 @@ def test_the_form_sets_the_policy(browser, setup, tmp_path):
     assert not browser.find_all("#flash.ok")
     assert all(broker_policy(b) == want for b in cluster)
     assert not [e for e in browser.browser_log() if e.get("level") == "SEVERE" and "400" not in e["message"]]
+
+
+@pytest.mark.browser
+def test_the_form_says_when_only_some_nodes_took_the_policy(browser, tmp_path):
+    """One node takes it, one refuses the POST: the banner says it was saved only where nodes answered, and
+    what to do; never the bare warning, never "Policy saved"."""
+    with Cluster(1) as cluster:
+        real = cluster[0]
+        real.http("POST", "/topic/create?topic=orders")
+        real.http("POST", "/channel/create?topic=orders&channel=billing")
+        broker_policy(real)
+        refusing = HostileNode({"/stats": {"topics": [{"topic_name": "orders", "channels": [
+            {"channel_name": "billing"}]}]}, "/info": {"version": "1.3.0"}})  # (no POST: 501)
+        admin = None
+        try:
+            refusing.register(cluster.lookupd.tcp_address, "orders", "billing")
+            wait_for(lambda: len(cluster.lookupd.lookup("orders")) == 2, what="two producers")
+            admin = start_admin(lookupd_http_addresses=[cluster.lookupd.http_addr])
+            browser.get(admin.http_url + "/topics/orders/billing")
+            browser.run("document.querySelector('#policy-form [name=max_attempts]').value = '3';")
+            browser.click(browser.find("#policy-form button"))
+            browser.wait(lambda: "answered only" in browser.text(browser.find("#flash")), "the partial banner")
+            shown = browser.text(browser.find("#flash"))
+            assert shown.startswith("Saved on the nodes that answered only") and refusing.node in shown
+            assert not browser.find_all("#flash.ok")
+            assert broker_policy(real)["max_attempts"] == 3
+            browser.screenshot(str(tmp_path / "partial.png"))
+        finally:
+            if admin is not None:
+                admin.stop()
+            refusing.close()

@@ -214,7 +214,12 @@
       act().then(function () {
         return request("POST", policyForm.getAttribute("data-url"), doc);
       }).then(function (answer) {
-        if (message(answer)) { actionFailed(); flash(message(answer), false); button.disabled = false; return; }
+        if (message(answer)) { // (a warning: some nodes took it, some did not answer)
+          actionFailed(); button.disabled = false;
+          flash("Saved on the nodes that answered only; the others keep their policy. Set it again once they " +
+                "answer (the Nodes page shows which do not). " + message(answer), false);
+          return;
+        }
         // the confirmation outlives the reload that shows the new policy (see SAVED below)
         try { window.sessionStorage.setItem(SAVED, "Policy saved on every node that has the channel."); }
         catch (e) { /* storage off: the new figures alone show it */ }
