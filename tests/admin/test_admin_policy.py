@@ -423,6 +423,13 @@ def test_the_form_sets_the_policy(browser, setup, tmp_path):
     browser.wait(lambda: browser.find_all("#flash.ok"), "the confirmation again")
     browser.wait(lambda: browser.run(
         "return document.querySelector('#policy-form [name=max_attempts_mode]').value;") == "inherit", "the form")
+    # typing a value makes the field the channel's own: its select follows the keys
+    browser.type(browser.find("#policy-form [name=max_attempts]"), "7")
+    assert browser.run("return document.querySelector('#policy-form [name=max_attempts_mode]').value;") == "own"
+    browser.click(browser.find("#policy-form button"))
+    want = dict(want, max_attempts=7)
+    browser.wait(lambda: all(broker_policy(b) == want for b in cluster), "the typed value on both brokers")
+    browser.wait(lambda: browser.find_all("#flash.ok"), "the confirmation once more")
     # a bad value: the API's answer in the flash, saying what is wrong and how to fix it; nothing changed
     browser.run("document.querySelector('#policy-form [name=msg_ttl]').value = 'soon';")
     browser.click(browser.find("#policy-form button"))

@@ -190,7 +190,12 @@
     POLICY_KEYS.forEach(function (key) {
       var input = policyForm.querySelector("[name=" + key + "]");
       var mode = policyForm.querySelector("[name=" + key + "_mode]");
-      if (input && mode) input.addEventListener("input", function () { mode.value = "own"; });
+      if (!input || !mode) return;
+      input.addEventListener("input", function () { mode.value = "own"; });
+      // back to "inherit": what was typed goes (the field is sent as inherited, or not at all)
+      mode.addEventListener("change", function () {
+        if (mode.value === "inherit") input.value = input.getAttribute("data-initial");
+      });
     });
     policyForm.addEventListener("submit", function (ev) {
       ev.preventDefault();
@@ -200,9 +205,9 @@
         var mode = policyForm.querySelector("[name=" + key + "_mode]");
         if (!input) return;
         var typed = input.value !== input.getAttribute("data-initial");
-        var chosen = mode && mode.value !== mode.getAttribute("data-initial") ? mode.value : "";
-        if (chosen === "inherit" && !typed) { inherit.push(key); return; }
-        if (!typed && chosen !== "own") return;
+        var chosen = mode ? mode.value : "", was = mode ? mode.getAttribute("data-initial") : "";
+        if (chosen === "inherit" && was !== "inherit") { inherit.push(key); return; }
+        if (!typed && !(chosen === "own" && was !== "own")) return;
         var v = input.value.trim();
         if (key === "max_attempts" && v === "") v = "0"; // empty: unlimited, as on the broker
         doc[key] = key === "max_attempts" && /^[0-9]+$/.test(v) ? parseInt(v, 10) : v;
