@@ -257,3 +257,30 @@ def test_the_pages_draw_the_samples(browser, tmp_path):
                     assert not [e for e in browser.browser_log() if e.get("level") == "SEVERE"], path
         finally:
             admin.stop()
+
+
+@pytest.mark.browser
+def test_a_browser_without_script_shows_the_charts(browser, tmp_path):
+    """Script off in Chromium: the page as fetched once still has its three charts, laid out, with axes."""
+    with Broker() as broker:
+        broker.http("POST", "/topic/create?topic=orders")
+        broker.http("POST", "/channel/create?topic=orders&channel=billing")
+        for _ in range(6):
+            broker.http("POST", "/pub?topic=orders", b"x")
+        admin = start_admin(nsqd_http_addresses=[broker.http_addr], chart_sample_interval=0.05)
+        try:
+            wait_for(lambda: len(charts(admin, "orders", "billing")["time"]) >= 3, timeout=30, what="samples")
+            browser.get(admin.http_url + "/")  # (a page of nsqadmin's first: DevTools acts on it)
+            browser.disable_script()
+            browser.get(admin.http_url + "/topics/orders/billing")
+            sizes = browser.run(
+                "return Array.prototype.map.call(document.querySelectorAll('#charts svg.plot'), function (s) {"
+                " var r = s.getBoundingClientRect(); return [r.width, r.height,"
+                " s.querySelectorAll('polyline').length, s.querySelectorAll('text').length]; });")
+            assert len(sizes) == 3 and all(w > 100 and h > 30 and lines >= 1 and labels >= 5
+                                           for w, h, lines, labels in sizes), sizes
+            value = "#charts .chart[data-series=depth] .value"
+            assert browser.text(browser.find(value)) == "6"
+            browser.screenshot(str(tmp_path / "no-script.png"))
+        finally:
+            admin.stop()
