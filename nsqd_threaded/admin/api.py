@@ -12,7 +12,7 @@ import json
 from ..wire.protocol_v2 import is_valid_name
 from ..server.http_server import HTTPError, Response, X_NSQ, JSON_TYPE
 from . import cluster
-from .sampler import SAMPLES
+from .sampler import HOUR_STEP, SAMPLES
 
 
 class AdminError(HTTPError):
@@ -152,10 +152,11 @@ class AdminAPI:
             doc["channel"] = channel
         doc["interval_ms"] = int(round(sampler.interval * 1000)) if sampler is not None else 0
         doc["samples"] = SAMPLES
+        doc["hour_step_ms"] = int(max(HOUR_STEP, sampler.interval) * 1000) if sampler is not None else 0
         if sampler is not None:
             doc.update(sampler.series(topic, channel))
         else:
-            doc.update({"time": [], "message_rate": [], "depth": [], "in_flight": []})
+            doc.update({"time": [], "message_rate": [], "depth": [], "in_flight": [], "recent_from": None})
         return doc
 
     def counter(self):

@@ -708,4 +708,4 @@ class _Everything:
 
 def _stored_json(own):
     """A channel's own policy as nsqd.dat keeps it: None (no key) when it has none."""
-    return None if own == NO_POLICY else own.as_json()
+    return None if own == NO_POLICY else own.stored_json()
