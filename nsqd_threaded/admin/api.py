@@ -96,7 +96,10 @@ class AdminAPI:
         channels = [c for t in per_node for c in t["channels"] if c["channel_name"] == channel]
         if not channels:
             return Answer({}, [g1, g2])  # as Go: no channel stats, only the message
-        return Answer(cluster.cluster_channel_stats(topic, channel, channels), [g1, g2])
+        doc = cluster.cluster_channel_stats(topic, channel, channels)
+        if any(t.get("is_dead_letter_topic") for t in per_node):
+            doc["is_dead_letter_topic"] = True  # (ours, only then: the channel page offers a redrive)
+        return Answer(doc, [g1, g2])
 
     def nodes(self):
         producers, g = self.ci.producers()

@@ -562,7 +562,7 @@ def node_topic_stats(node, hostname, t, where="topic"):
     """One topic of a node's ``/stats`` (checked: Malformed names the first field of the wrong type)."""
     depth, backend = field(t, "depth", INT, where, 0), field(t, "backend_depth", INT, where, 0)
     name = field(t, "topic_name", STR, where)
-    return {
+    doc = {
         "node": node,
         "hostname": hostname,
         "topic_name": name,
@@ -576,6 +576,10 @@ def node_topic_stats(node, hostname, t, where="topic"):
         "paused": field(t, "paused", BOOL, where, False),
         "e2e_processing_latency": _e2e(t.get("e2e_processing_latency"), where + ".e2e_processing_latency"),
     }
+    # (our brokers say it only of a dead-letter topic; nsqadmin's documents carry it only then too)
+    if field(t, "is_dead_letter_topic", BOOL, where, False):
+        doc["is_dead_letter_topic"] = True
+    return doc
 
 
 _CHANNEL_SUMS = ("depth", "memory_depth", "backend_depth", "in_flight_count", "deferred_count", "requeue_count",
@@ -635,6 +639,8 @@ def cluster_topic_stats(topic, per_node_topics):
         for k in ("depth", "memory_depth", "backend_depth", "message_count"):
             total[k] += t[k]
         total["paused"] = total["paused"] or t["paused"]
+        if t.get("is_dead_letter_topic"):
+            total["is_dead_letter_topic"] = True  # (on any node: its dead letters may be redriven there)
         total["nodes"].append(t)
         _e2e_add(total["e2e_processing_latency"], t["e2e_processing_latency"])
         for c in t["channels"]:

@@ -300,7 +300,8 @@ class Pages:
 
     def channel(self, topic, channel, peek=False, redrive=False):
         """The channel page; with ``peek`` (an admin's request) its Peek section, filled by the script;
-        with ``redrive`` (a request that may act) its Redrive button, which asks first."""
+        with ``redrive`` (a request that may act) and on a dead-letter topic (a node says
+        ``is_dead_letter_topic``) its Redrive button, which asks first."""
         try:
             answer = self._api().channel(topic, channel)
         except TopicNotFound:
@@ -318,7 +319,7 @@ class Pages:
             self.button("Delete Channel", "DELETE", api_url, confirm="Delete channel %s?" % channel,
                         next_url=self.url("topics", topic), cls="delete"),
         )
-        if redrive:
+        if redrive and c.get("is_dead_letter_topic"):
             actions += (" ", self.button(
                 "Redrive", "POST", api_url, {"action": "redrive"}, cls="redrive",
                 confirm="Send every message of channel %s of topic %s back to the topic it was dead-lettered from, "

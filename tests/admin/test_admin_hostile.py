@@ -211,6 +211,7 @@ MALFORMED = {
     "a bool for a count": {"topics": [{"topic_name": "orders", "channels": [{"channel_name": "billing",
                                                                               "depth": True}]}]},
     "a number for a name": {"topics": [{"topic_name": 7}]},
+    "a string for is_dead_letter_topic": {"topics": [{"topic_name": "orders", "is_dead_letter_topic": "yes"}]},
     "a client that is a string": {"topics": [{"topic_name": "orders", "channels": [
         {"channel_name": "billing", "clients": ["<b>client</b>"]}]}]},
     "topics that are not a list": {"topics": "orders"},

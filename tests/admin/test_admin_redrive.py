@@ -128,6 +128,12 @@ def test_the_redrive_button_asks_first(browser, redrive_cluster, tmp_path):
     browser.accept_alert()
     browser.wait(lambda: [depth(b, "orders", "billing") for b in cluster] == [2, 1], "the dead letters back")
     assert [depth(b, DEAD, "inspect") for b in cluster] == [0, 0]
+    # The page reloads and says how many moved (summed over the nodes), once.
+    browser.wait(lambda: browser.find_all("#flash.ok"), "the confirmation")
+    assert browser.text(browser.find("#flash.ok")) == "Redrive: moved 3 messages back."
+    browser.get(admin.http_url + "/topics/orders.dead/inspect")
+    browser.wait(lambda: browser.find_all("button.redrive"), "the page again")
+    assert not browser.find_all("#flash.ok")
 
 
 def test_a_non_admin_page_has_no_redrive_button(redrive_cluster):
@@ -136,6 +142,21 @@ def test_a_non_admin_page_has_no_redrive_button(redrive_cluster):
     assert status == 200 and "redrive" not in page
     status, page = call(admin.http_url + "/topics/orders.dead/inspect", headers=ADMIN)
     assert status == 200 and 'class="action redrive"' in page and "data-confirm=" in page
+
+
+def test_only_a_dead_letter_topics_channels_have_the_redrive_button(redrive_cluster):
+    """The brokers say which topics are dead-letter topics (``is_dead_letter_topic`` in /stats); the
+    channel page offers a redrive only there, even to an admin."""
+    cluster, admin = redrive_cluster
+    status, page = call(admin.http_url + "/topics/orders/billing", headers=ADMIN)
+    assert status == 200 and "redrive" not in page and 'class="action delete"' in page
+    status, doc = call(admin.http_url + "/api/topics/orders.dead/inspect", headers=ADMIN)
+    assert status == 200 and doc["is_dead_letter_topic"] is True
+    status, doc = call(admin.http_url + "/api/topics/orders/billing", headers=ADMIN)
+    assert status == 200 and "is_dead_letter_topic" not in doc
+    status, doc = call(admin.http_url + "/api/topics/orders.dead")
+    assert status == 200 and doc["is_dead_letter_topic"] is True
+    assert all(n["is_dead_letter_topic"] is True for n in doc["nodes"])
 
 
 def test_a_nodes_dead_letter_fields_are_kept_only_with_their_types():

@@ -2,7 +2,8 @@
 //
 // What it does depends on the page's <body data-kind> (see admin/pages.py):
 // * every page: action buttons (data-method/data-url/data-body, data-confirm asks first) and the create
-//   form call the JSON API, then reload (or go to data-next); an error is shown in #flash;
+//   form call the JSON API, then reload (or go to data-next); an error is shown in #flash, and a redrive's
+//   moved count (or a saved policy) in the reloaded page's #flash;
 // * topic, channel: the charts of message rate, depth and in flight are the server's (inline SVG in the
 //   page, from its sampler's history): they follow as the tables do;
 // * counter: poll the page's API route (data-api) and chart the processed rate (the history lives in the page);
@@ -86,6 +87,12 @@
     box.textContent = text;
     box.className = ok ? "ok" : "";
   }
+  // a banner for the page an action is about to reload, shown there once (see the end of this file):
+  // "ok ..." a confirmation, "warn ..." a warning; with storage off the new figures alone show what happened
+  var SAVED = "nsqadmin.saved";
+  function leave(text, ok) {
+    try { window.sessionStorage.setItem(SAVED, (ok ? "ok " : "warn ") + text); } catch (e) { /* off */ }
+  }
 
   // What an error code means and what to do about it, for the banner (the code stays, for a search).
   var EXPLAIN = {
@@ -160,6 +167,12 @@
       return request(btn.getAttribute("data-method"), btn.getAttribute("data-url"), btn.getAttribute("data-body"));
     }).then(function (doc) {
         if (message(doc)) flash(message(doc), false);
+        // a redrive's answer says how many it moved: confirmed on the page it reloads (leave)
+        var moved = obj(doc).moved;
+        if (isNum(moved)) {
+          leave("Redrive: moved " + moved + " message" + (moved === 1 ? "" : "s") + " back." +
+                (message(doc) ? " Not every node answered: " + message(doc) : ""), !message(doc));
+        }
         var next = btn.getAttribute("data-next");
         // data-next is a path here, never "//host"
         if (next && /^\/(?![\/\\])/.test(next)) { window.location.href = next; } else { window.location.reload(); }
@@ -225,9 +238,8 @@
                 "answer (the Nodes page shows which do not). " + message(answer), false);
           return;
         }
-        // the confirmation outlives the reload that shows the new policy (see SAVED below)
-        try { window.sessionStorage.setItem(SAVED, "Policy saved on every node that has the channel."); }
-        catch (e) { /* storage off: the new figures alone show it */ }
+        // the confirmation outlives the reload that shows the new policy (leave)
+        leave("Policy saved on every node that has the channel.", true);
         window.location.reload();
       }, function (err) { actionFailed(); button.disabled = false; flash(explain(err), false); });
     });
@@ -531,11 +543,13 @@
     setTimeout(tick, POLL_MS);
   }
 
-  // a confirmation an action left for the page it reloaded (the policy form's): shown once
-  var SAVED = "nsqadmin.saved";
+  // a confirmation an action left for the page it reloaded (the policy form's, a redrive's): shown once
   try {
     var saved = window.sessionStorage.getItem(SAVED);
-    if (saved) { window.sessionStorage.removeItem(SAVED); flash(saved, true); }
+    if (saved) {
+      window.sessionStorage.removeItem(SAVED);
+      flash(saved.replace(/^(ok|warn) /, ""), saved.indexOf("warn ") !== 0);
+    }
   } catch (e) { /* storage off */ }
 
   startTables();
