@@ -230,12 +230,17 @@ class Actions:
         Answers the total moved beside the message."""
         query = [("topic", topic), ("channel", channel)] + redrive_query(doc, topic)
         producers, g = self._producers_first(topic)
+        g = _without_not_found(g)  # (as set_policy: a topic nobody knows is a 404, not a 200 with a warning)
+        if not producers and not g.errors:
+            raise AdminError(404, "TOPIC_NOT_FOUND")
         per_node, g2 = self.ci.nsqd_stats(producers, topic, clients=False)
         having = {c["node"] for t in per_node for c in t["channels"] if c["channel_name"] == channel}
         targets = [p for p in producers if cluster.http_address(p) in having]
         if not targets and not g.errors and not g2.errors:
             raise AdminError(404, "CHANNEL_NOT_FOUND")
         done = self.ci.producers_post(targets, "/channel/redrive?" + urllib.parse.urlencode(query))
+        if done.errors and not done.results and all(e.status == 404 for e in done.errors.values()):
+            raise AdminError(404, "CHANNEL_NOT_FOUND")  # (deleted on every node meanwhile)
         self._raise_if_all_failed([done])  # not one node moved any: an error, not a warning
         self._notify("redrive_channel", topic, channel, "", request)
         answer = self._done(g, g2, done)

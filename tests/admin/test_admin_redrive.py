@@ -98,6 +98,9 @@ def test_only_an_admin_redrives_same_site_json_only_and_bad_input_changes_nothin
         assert call(url, "POST", body, dict(ADMIN, **json_type)) == (400, {"message": message}), body
     assert call(admin.http_url + "/api/topics/orders.dead/nope", "POST", {"action": "redrive"}, ADMIN) == (
         404, {"message": "CHANNEL_NOT_FOUND"})
+    # (a topic no lookupd or node knows: 404, never a 200 with a partial-failure warning)
+    assert call(admin.http_url + "/api/topics/nope/inspect", "POST", {"action": "redrive"}, ADMIN) == (
+        404, {"message": "TOPIC_NOT_FOUND"})
     assert [depth(b, DEAD, "inspect") for b in cluster] == [2, 1]
     assert [depth(b, "orders", "billing") for b in cluster] == [0, 0]
 
