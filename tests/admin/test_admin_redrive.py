@@ -168,3 +168,26 @@ def test_a_nodes_dead_letter_fields_are_kept_only_with_their_types():
                             "id": "b", "timestamp": True, "at": 7, "html": "<script>"}}
     assert peek_message(item)["dead_letter"] == {"topic": "orders", "reason": "max_attempts", "id": "b", "at": 7}
     assert "dead_letter" not in peek_message(dict(item, dead_letter="<i>from a liar</i>"))
+
+
+@pytest.mark.browser
+def test_a_redrive_stopped_by_a_message_without_provenance_says_why(browser, redrive_cluster):
+    """A message published straight to the dead-letter topic has no recorded source: each node moves the
+    dead letters before it and stops there (400 MISSING_ARG_TO), and the banner says what that means."""
+    cluster, admin = redrive_cluster
+    for broker in cluster:
+        assert broker.http("POST", "/pub?topic=" + DEAD, b"stray")[0] == 200
+    wait_for(lambda: [depth(b, DEAD, "inspect") for b in cluster] == [3, 2], what="the strays queued")
+    browser._s("/goog/cdp/execute", "POST", {"cmd": "Network.enable", "params": {}})
+    browser._s("/goog/cdp/execute", "POST", {"cmd": "Network.setExtraHTTPHeaders", "params": {"headers": ADMIN}})
+    browser.get(admin.http_url + "/topics/orders.dead/inspect")
+    browser.click(browser.find("button.redrive"))
+    browser.wait(browser.alert_open, "the confirmation")
+    browser.accept_alert()
+    browser.wait(lambda: "MISSING_ARG_TO" in browser.text(browser.find("#flash")), "the refusal explained")
+    shown = browser.text(browser.find("#flash"))
+    assert shown.startswith("A message in this channel has no recorded source"), shown
+    assert not browser.find_all("#flash.ok")
+    # What came before each stray moved; the strays wait at the head, in order.
+    assert [depth(b, "orders", "billing") for b in cluster] == [2, 1]
+    assert [depth(b, DEAD, "inspect") for b in cluster] == [1, 1]

@@ -111,12 +111,22 @@
     TOPIC_NOT_FOUND: "No node has this topic (any more): it may have been deleted; see the Topics page.",
     NOT_FOUND: "No such page or action on this nsqadmin.",
     UPSTREAM_ERROR: "No node took the request: check that the brokers are up (the Nodes page) and try again.",
-    CONTENT_TYPE_NOT_JSON: "The request was not sent as JSON: use the page's buttons and forms."
+    CONTENT_TYPE_NOT_JSON: "The request was not sent as JSON: use the page's buttons and forms.",
+    MISSING_ARG_TO: "A message in this channel has no recorded source (it was published here directly, or " +
+      "its record was lost in a crash): the redrive stopped at it, having moved the messages before it. " +
+      "Peek to find it, then redrive with a destination (the API's \"to\") or empty the channel."
   };
-  // an Error from request(): "status CODE[: detail]" -> the explanation, then the status and code as sent
+  // an Error from request(): "status CODE[: detail]" -> the explanation, then the status and code as sent;
+  // an UPSTREAM_ERROR whose nodes' answers name a code explained here is explained by that code
   function explain(err) {
     var text = String(err && err.message || err), code = (/^\d+ ([A-Z_]+)/.exec(text) || [])[1];
-    return EXPLAIN[code] ? EXPLAIN[code] + " (" + text + ")" : "Failed: " + text;
+    if (code === "UPSTREAM_ERROR") {
+      (text.match(/[A-Z][A-Z_]+[A-Z]/g) || []).some(function (c) {
+        if (c !== code && EXPLAIN.hasOwnProperty(c)) { code = c; return true; }
+        return false;
+      });
+    }
+    return EXPLAIN.hasOwnProperty(code) ? EXPLAIN[code] + " (" + text + ")" : "Failed: " + text;
   }
 
   function request(method, url, payload) {
