@@ -29,6 +29,7 @@ from .api import AdminError, body_string, check_channel, check_topic, read_json_
 NOTIFICATION_QUEUE = 100  # actions waiting for the endpoint; more are dropped (and logged)
 MAX_ATTEMPTS_LIMIT = 65535  # a message's attempts are a uint16 on the wire
 MAX_MSG_TTL_MS = ((1 << 63) - 1) // 1000000  # the longest Go Duration, in milliseconds
+POLICY_FIELD_NAMES = ("max_attempts", "dead_letter_topic", "msg_ttl")  # what set_policy's inherit may name
 
 
 def basic_auth_user(headers):
@@ -204,12 +205,19 @@ class Actions:
         """Set the given policy fields of a channel on every node that has it (the others stay as they are)."""
         query = [("topic", topic), ("channel", channel)] + policy_query(doc, topic)
         producers, g = self._producers_first(topic)
+        # A lookupd's 404 says it knows no such topic: an answer, not a failure (a policy is set where the
+        # channel is, so no node having it is a 404 here, never a 200 with a partial-failure warning).
+        g = _without_not_found(g)
+        if not producers and not g.errors:
+            raise AdminError(404, "TOPIC_NOT_FOUND")
         per_node, g2 = self.ci.nsqd_stats(producers, topic, clients=False)
         having = {c["node"] for t in per_node for c in t["channels"] if c["channel_name"] == channel}
         targets = [p for p in producers if cluster.http_address(p) in having]
         if not targets and not g.errors and not g2.errors:
             raise AdminError(404, "CHANNEL_NOT_FOUND")
         done = self.ci.producers_post(targets, "/channel/policy?" + urllib.parse.urlencode(query))
+        if done.errors and not done.results and all(e.status == 404 for e in done.errors.values()):
+            raise AdminError(404, "CHANNEL_NOT_FOUND")  # (deleted on every node meanwhile)
         self._raise_if_all_failed([done])  # not one node took it: an error, not a warning
         self._notify("set_channel_policy", topic, channel, "", request)
         return self._done(g, g2, done)
@@ -222,12 +230,17 @@ class Actions:
         Answers the total moved beside the message."""
         query = [("topic", topic), ("channel", channel)] + redrive_query(doc, topic)
         producers, g = self._producers_first(topic)
+        g = _without_not_found(g)  # (as set_policy: a topic nobody knows is a 404, not a 200 with a warning)
+        if not producers and not g.errors:
+            raise AdminError(404, "TOPIC_NOT_FOUND")
         per_node, g2 = self.ci.nsqd_stats(producers, topic, clients=False)
         having = {c["node"] for t in per_node for c in t["channels"] if c["channel_name"] == channel}
         targets = [p for p in producers if cluster.http_address(p) in having]
         if not targets and not g.errors and not g2.errors:
             raise AdminError(404, "CHANNEL_NOT_FOUND")
         done = self.ci.producers_post(targets, "/channel/redrive?" + urllib.parse.urlencode(query))
+        if done.errors and not done.results and all(e.status == 404 for e in done.errors.values()):
+            raise AdminError(404, "CHANNEL_NOT_FOUND")  # (deleted on every node meanwhile)
         self._raise_if_all_failed([done])  # not one node moved any: an error, not a warning
         self._notify("redrive_channel", topic, channel, "", request)
         answer = self._done(g, g2, done)
@@ -312,13 +325,28 @@ def _moved(text):
     return moved if isinstance(moved, int) and not isinstance(moved, bool) and moved >= 0 else 0
 
 
+def _without_not_found(gathered):
+    """``gathered`` without its 404 answers (a node or lookupd that does not know the topic)."""
+    out = cluster.Gathered()
+    out.results = gathered.results
+    out.errors = {a: e for a, e in gathered.errors.items() if e.status != 404}
+    return out
+
+
 def policy_query(doc, topic):
     """The broker's ``/channel/policy`` arguments for the fields an action's body gives, checked.
 
     ``max_attempts`` is an integer (0: unlimited), ``dead_letter_topic`` a topic name other than the
-    channel's own topic ("": none, drop), ``msg_ttl`` milliseconds or a Go duration ("30s"; 0: none).
+    channel's own topic ("": none, drop), ``msg_ttl`` milliseconds or a Go duration ("30s"; 0: none): each
+    the channel's own; ``inherit`` a list of those names that go back to the broker's default instead.
     """
     query = []
+    inherit = doc.get("inherit", [])
+    if (not isinstance(inherit, list) or not all(name in POLICY_FIELD_NAMES for name in inherit)
+            or any(name in doc for name in inherit)):
+        raise AdminError(400, "INVALID_INHERIT")
+    if inherit:
+        query.append(("inherit", ",".join(inherit)))
     if "max_attempts" in doc:
         n = doc["max_attempts"]
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_ATTEMPTS_LIMIT:

@@ -12,7 +12,7 @@ import json
 from ..wire.protocol_v2 import is_valid_name
 from ..server.http_server import HTTPError, Response, X_NSQ, JSON_TYPE
 from . import cluster
-from .sampler import SAMPLES
+from .sampler import HOUR_STEP, SAMPLES
 
 
 class AdminError(HTTPError):
@@ -96,7 +96,10 @@ class AdminAPI:
         channels = [c for t in per_node for c in t["channels"] if c["channel_name"] == channel]
         if not channels:
             return Answer({}, [g1, g2])  # as Go: no channel stats, only the message
-        return Answer(cluster.cluster_channel_stats(topic, channel, channels), [g1, g2])
+        doc = cluster.cluster_channel_stats(topic, channel, channels)
+        if any(t.get("is_dead_letter_topic") for t in per_node):
+            doc["is_dead_letter_topic"] = True  # (ours, only then: the channel page offers a redrive)
+        return Answer(doc, [g1, g2])
 
     def nodes(self):
         producers, g = self.ci.producers()
@@ -152,10 +155,11 @@ class AdminAPI:
             doc["channel"] = channel
         doc["interval_ms"] = int(round(sampler.interval * 1000)) if sampler is not None else 0
         doc["samples"] = SAMPLES
+        doc["hour_step_ms"] = int(max(HOUR_STEP, sampler.interval) * 1000) if sampler is not None else 0
         if sampler is not None:
             doc.update(sampler.series(topic, channel))
         else:
-            doc.update({"time": [], "message_rate": [], "depth": [], "in_flight": []})
+            doc.update({"time": [], "message_rate": [], "depth": [], "in_flight": [], "recent_from": None})
         return doc
 
     def counter(self):

@@ -505,12 +505,27 @@ POLICY_COUNTS = ("dead_letter_count", "expired_count")
 POLICY_KEYS = tuple(key for key, _, _ in POLICY_FIELDS) + POLICY_COUNTS
 
 
+# Beside the effective policy, a broker tells the channel's own (a null field: inherited) and what the
+# broker's defaults give the channel, as objects of POLICY_FIELDS' keys.
+POLICY_SOURCES = ("own_policy", "default_policy")
+
+
 def _policy(c, where):
     """The policy fields of a node's channel (checked), or None when the node sent none of them."""
     if all(c.get(key) is None for key in POLICY_KEYS):
         return None
     doc = {key: field(c, key, kind, where, default) for key, kind, default in POLICY_FIELDS}
     doc.update((key, field(c, key, INT, where, 0)) for key in POLICY_COUNTS)
+    for source in POLICY_SOURCES:
+        # (a broker that does not tell them leaves the key out: nsqadmin shows nothing for it)
+        given = c.get(source)
+        if given is not None:
+            place = "%s.%s" % (where, source)
+            if not isinstance(given, dict):
+                raise Malformed("%s is not an object" % place)
+            # own: null is inherited (kept as None); default: null is Go's zero value
+            doc[source] = {key: None if source == "own_policy" and given.get(key) is None
+                           else field(given, key, kind, place, default) for key, kind, default in POLICY_FIELDS}
     return doc
 
 
@@ -547,7 +562,7 @@ def node_topic_stats(node, hostname, t, where="topic"):
     """One topic of a node's ``/stats`` (checked: Malformed names the first field of the wrong type)."""
     depth, backend = field(t, "depth", INT, where, 0), field(t, "backend_depth", INT, where, 0)
     name = field(t, "topic_name", STR, where)
-    return {
+    doc = {
         "node": node,
         "hostname": hostname,
         "topic_name": name,
@@ -561,6 +576,10 @@ def node_topic_stats(node, hostname, t, where="topic"):
         "paused": field(t, "paused", BOOL, where, False),
         "e2e_processing_latency": _e2e(t.get("e2e_processing_latency"), where + ".e2e_processing_latency"),
     }
+    # (our brokers say it only of a dead-letter topic; nsqadmin's documents carry it only then too)
+    if field(t, "is_dead_letter_topic", BOOL, where, False):
+        doc["is_dead_letter_topic"] = True
+    return doc
 
 
 _CHANNEL_SUMS = ("depth", "memory_depth", "backend_depth", "in_flight_count", "deferred_count", "requeue_count",
@@ -596,6 +615,14 @@ def _policy_total(total, per_node_channels):
     for key, _, default in POLICY_FIELDS:
         values = {c.get(key, default) for c in per_node_channels}
         total[key] = values.pop() if len(values) == 1 else None
+    for source in POLICY_SOURCES:
+        # A node without a policy inherits every field, and no default applies there.  The total keeps a
+        # field the nodes agree on (None: inherited) and leaves out one they differ on.
+        absent = {key: None if source == "own_policy" else default for key, _, default in POLICY_FIELDS}
+        docs = [c.get(source) if "max_attempts" in c else absent for c in per_node_channels]
+        if all(d is not None for d in docs):
+            total[source] = {key: docs[0][key] for key, _, _ in POLICY_FIELDS
+                             if len({(type(d[key]), d[key]) for d in docs}) == 1}
     for key in POLICY_COUNTS:
         total[key] = sum(c.get(key, 0) for c in per_node_channels)
 
@@ -612,6 +639,8 @@ def cluster_topic_stats(topic, per_node_topics):
         for k in ("depth", "memory_depth", "backend_depth", "message_count"):
             total[k] += t[k]
         total["paused"] = total["paused"] or t["paused"]
+        if t.get("is_dead_letter_topic"):
+            total["is_dead_letter_topic"] = True  # (on any node: its dead letters may be redriven there)
         total["nodes"].append(t)
         _e2e_add(total["e2e_processing_latency"], t["e2e_processing_latency"])
         for c in t["channels"]:

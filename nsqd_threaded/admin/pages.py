@@ -1,11 +1,11 @@
 """nsqadmin's pages: server-rendered HTML from the same documents the JSON API answers.
 
 Each page's figures are complete without JavaScript (tables of the figures
-when it was rendered); the script (``assets/admin.js``, served by
+when it was rendered, and a topic's or channel's charts drawn as inline SVG by
+:mod:`.charts`); the script (``assets/admin.js``, served by
 :mod:`.static`) adds what needs it: the action buttons and the create form,
-the charts of the last minutes (polling the page's API route), the live
-counter, the tables refreshed in place, and the inside view of one broker,
-which is drawn by the script only.  Nodes that did not answer (or answered
+the counter page's chart, the live counter, the tables and charts refreshed
+in place, and the inside view of one broker, which is drawn by the script only.  Nodes that did not answer (or answered
 with a malformed document) are listed at the top of the page, never a
 reason for it to fail.
 
@@ -21,7 +21,7 @@ import time
 import urllib.parse
 
 from ..internal.gocompat import format_duration_ns
-from . import cluster
+from . import charts, cluster
 from .api import AdminError, TopicNotFound
 from .markup import document, el, frag, script_file
 
@@ -206,7 +206,8 @@ class Pages:
             parts.append(frag("max ", attempts_text(attempts)))
         if ttl != 0:
             parts.append(frag("TTL ", ttl_text(ttl)))
-        parts.append(frag("\u2192 ", self.dead_letter(dlq) if dlq else "drop"))
+        # (None: the nodes differ, never "drop")
+        parts.append(frag("\u2192 ", self.dead_letter(dlq) if dlq or dlq is None else "drop"))
         return frag([(" \u00b7 " if i else "", part) for i, part in enumerate(parts)])
 
     def policy_cells(self, c):
@@ -287,7 +288,7 @@ class Pages:
         body = frag(
             self._title("Topic ", el("span", {"class": "name"}, topic), paused=t["paused"]),
             el("div", {"class": "actions"}, actions),
-            el("div", {"class": "charts", "id": "charts"}),
+            self.charts_section(topic),
             el("div", {"id": "tables"},
                el("h2", None, "Nodes"),
                self.table(("Node", "Depth", "Memory + Disk", "Messages", "Clients", "E2E latency", ""), node_rows),
@@ -299,7 +300,8 @@ class Pages:
 
     def channel(self, topic, channel, peek=False, redrive=False):
         """The channel page; with ``peek`` (an admin's request) its Peek section, filled by the script;
-        with ``redrive`` (a request that may act) its Redrive button, which asks first."""
+        with ``redrive`` (a request that may act) and on a dead-letter topic (a node says
+        ``is_dead_letter_topic``) its Redrive button, which asks first."""
         try:
             answer = self._api().channel(topic, channel)
         except TopicNotFound:
@@ -317,7 +319,7 @@ class Pages:
             self.button("Delete Channel", "DELETE", api_url, confirm="Delete channel %s?" % channel,
                         next_url=self.url("topics", topic), cls="delete"),
         )
-        if redrive:
+        if redrive and c.get("is_dead_letter_topic"):
             actions += (" ", self.button(
                 "Redrive", "POST", api_url, {"action": "redrive"}, cls="redrive",
                 confirm="Send every message of channel %s of topic %s back to the topic it was dead-lettered from, "
@@ -339,7 +341,7 @@ class Pages:
                         el("span", {"class": "name"}, channel), paused=c["paused"]),
             el("div", {"class": "actions"}, actions),
             self.policy_form(c, api_url),
-            el("div", {"class": "charts", "id": "charts"}),
+            self.charts_section(topic, channel),
             el("div", {"id": "tables"},
                self.policy_section(c),
                el("h2", None, "Nodes"),
@@ -355,38 +357,82 @@ class Pages:
                             "charts": self.charts_url(topic, channel),
                             "peek": self.url("api", "peek", topic, channel) if peek else None})
 
+    def charts_section(self, topic, channel=""):
+        """The ``#charts`` of a topic or channel page, drawn here (see :mod:`.charts`); empty when nsqadmin
+        keeps no samples."""
+        if self.admin.sampler is None:
+            return el("div", {"class": "charts", "id": "charts"})
+        return el("div", {"class": "charts", "id": "charts"},
+                  charts.charts(self._api().charts(topic, channel), int(time.time() * 1000)))
+
     def charts_url(self, *parts):
         """The charts' API route of a topic or channel, or None when nsqadmin keeps no samples."""
         return self.url("api", "charts", *parts) if self.admin.sampler is not None else None
 
     def policy_section(self, c):
-        """A channel's policy over its nodes (as their /stats give it) and what it took out."""
+        """A channel's policy over its nodes (as their /stats give it) and what it took out: for each field
+        the value in force, the channel's own setting (or that it inherits) and the broker's default."""
         if has_policy(c["nodes"]):
-            rows = (("Max attempts", attempts_text(c["max_attempts"])),
-                    ("Dead-letter topic", self.dead_letter(c["dead_letter_topic"])),
-                    ("Message TTL", ttl_text(c["msg_ttl"]) if c["msg_ttl"] != 0 else "none"),
-                    ("Dead-lettered (over max attempts)", num(c["dead_letter_count"])),
-                    ("Expired (over the TTL)", num(c["expired_count"])))
+            own, default = c.get("own_policy"), c.get("default_policy")
+            fields = (("Max attempts", "max_attempts", attempts_text),
+                      ("Dead-letter topic", "dead_letter_topic", self.dead_letter),
+                      ("Message TTL", "msg_ttl", lambda ms: ttl_text(ms) if ms != 0 else "none"))
+            rows = [el("tr", {"data-field": key}, el("th", None, label),
+                       el("td", {"class": "effective"}, render(c[key])),
+                       el("td", {"class": "own"}, self.own_text(own, key, render)),
+                       el("td", {"class": "default"}, "" if default is None else render(default[key])
+                          if key in default else DIFFERS))
+                    for label, key, render in fields]
+            rows.extend(el("tr", None, el("th", None, label), el("td", {"colspan": 3}, num(c[key])))
+                        for label, key in (("Dead-lettered (over max attempts)", "dead_letter_count"),
+                                           ("Expired (over the TTL)", "expired_count")))
             shown = el("table", {"class": "stats policy"},
-                       el("tbody", None, [el("tr", None, el("th", None, k), el("td", None, v)) for k, v in rows]))
+                       el("thead", None, el("tr", None, [el("th", None, h) for h in (
+                           "", "In force", "This channel's own", "Broker default")])),
+                       el("tbody", None, rows))
         else:
             shown = el("p", {"class": "policy none"}, "No policy: every message is delivered until it is finished.")
         return frag(el("h2", None, "Policy"), shown)
 
+    @staticmethod
+    def own_text(own, key, render):
+        """A channel's own setting of one field: its value, ``inherits the default``, or that the nodes differ."""
+        if own is None:
+            return ""  # (a broker that does not tell it)
+        if key not in own:
+            return DIFFERS
+        return el("span", {"class": "inherited"}, "inherits the default") if own[key] is None else render(own[key])
+
     def policy_form(self, c, api_url):
-        """The form that sets a channel's policy (the script sends the fields changed, as ``set_policy``)."""
+        """The form that sets a channel's policy (the script sends the fields changed, as ``set_policy``).
+
+        Each field is the channel's own value or "inherit the broker's default" (its select), so the form
+        can set an own "unlimited", "drop" or "no TTL" as well as give a field back to the default."""
         fields = (
-            ("max_attempts", "max attempts (0: unlimited)", "number", 0, str),
-            ("dead_letter_topic", "dead-letter topic (empty: drop)", "text", "", str),
-            ("msg_ttl", "message TTL (30s, 5m; 0: none)", "text", 0, lambda ms: format_duration_ns(ms * 1000000)),
+            ("max_attempts", "max attempts (0: unlimited)", "number", str, lambda n: str(n) if n else "unlimited"),
+            ("dead_letter_topic", "dead-letter topic (empty: drop)", "text", str, lambda name: name or "drop"),
+            ("msg_ttl", "message TTL (30s, 5m; 0: none)", "text", lambda ms: format_duration_ns(ms * 1000000),
+             lambda ms: format_duration_ns(ms * 1000000) if ms else "none"),
         )
+        own = c.get("own_policy")
         inputs = []
-        for key, label, kind, none, text in fields:
-            value = c.get(key, none)  # None: the nodes differ
+        for key, label, kind, text, described in fields:
+            if own is not None:
+                value, differs = (own.get(key), key not in own)
+            else:  # (a broker that does not tell its own policy: what is in force)
+                value, differs = c.get(key), c.get(key) is None and "max_attempts" in c
+            inherited = own is not None and not differs and value is None
+            mode = "" if differs else "inherit" if inherited or ("max_attempts" not in c) else "own"
             shown = "" if value is None else text(value)
-            inputs.append(el("label", None, label, " ", el("input", {
-                "name": key, "type": kind, "min": "0" if kind == "number" else None, "value": shown,
-                "data-initial": shown, "placeholder": DIFFERS if value is None else None})))
+            default = (c.get("default_policy") or {}).get(key)
+            inputs.append(el("label", None, label, " ", el("select", {
+                "name": key + "_mode", "data-initial": mode, "aria-label": label + ": own or inherited"},
+                el("option", {"value": "", "selected": not mode, "disabled": True}, DIFFERS) if differs else None,
+                el("option", {"value": "inherit", "selected": mode == "inherit"},
+                   "inherit" if default is None else "inherit (%s)" % described(default)),
+                el("option", {"value": "own", "selected": mode == "own"}, "own")), " ", el("input", {
+                    "name": key, "type": kind, "min": "0" if kind == "number" else None, "value": shown,
+                    "data-initial": shown, "placeholder": DIFFERS if differs else None})))
             inputs.append(" ")
         return el("form", {"id": "policy-form", "class": "policy", "data-url": api_url},
                   inputs, el("button", {"type": "submit"}, "Set policy"))

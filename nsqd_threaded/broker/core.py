@@ -26,7 +26,7 @@ from ..storage.durable import DurableDiskQueue
 from ..wire.protocol_v2 import MSG_HEADER_LENGTH, is_valid_name
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import ChannelError
-from .policy import NO_POLICY, DeadLetterNames, Policy
+from .policy import NO_POLICY, DeadLetterNames, Policy, is_dead_letter_topic
 from .provenance import DeadLetterProvenance
 from .redrive import REDRIVE_BATCH, RedriveError, redrive_destinations
 from .scan import ScanSet
@@ -428,6 +428,12 @@ class BrokerCore:
         with self._lock:
             return list(self._topics.values())
 
+    def is_dead_letter_topic(self, name):
+        """Whether ``name`` is a dead-letter topic here: named by a channel's own policy, or by the
+        ``--dead-letter-topic`` pattern (the topics the defaults never apply to, whose channels an
+        operator redrives from)."""
+        return name in self.dead_letter_names or is_dead_letter_topic(self.options.dead_letter_topic, name)
+
     def delete_topic(self, name):
         topic = self.get_existing_topic(name)
         if topic is None:
@@ -708,4 +714,4 @@ class _Everything:
 
 def _stored_json(own):
     """A channel's own policy as nsqd.dat keeps it: None (no key) when it has none."""
-    return None if own == NO_POLICY else own.as_json()
+    return None if own == NO_POLICY else own.stored_json()

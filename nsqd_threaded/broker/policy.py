@@ -13,8 +13,10 @@ policy lets the broker decide (see docs/policies.md):
 
 A channel's own :class:`Policy` is set over HTTP (``/channel/policy``) and
 kept in nsqd.dat; the broker-wide defaults are flags (``--max-attempts``,
-``--msg-ttl``, ``--dead-letter-topic``, a pattern).  A field of the own
-policy that is unset (0 or empty) falls back to the default.  The defaults
+``--msg-ttl``, ``--dead-letter-topic``, a pattern).  Each field of the own
+policy is None (inherit: the default applies) or the channel's own choice,
+which may be "nothing" (0: unlimited, "": drop, 0: no TTL) and then wins
+over a default just as any other value does.  The defaults
 do not apply to a topic that is itself a dead-letter topic, by the pattern or
 named by a channel's own policy (:class:`DeadLetterNames`): its messages would
 otherwise move on to a dead-letter topic of their own.
@@ -43,31 +45,58 @@ MOVING_MAX = 4096
 
 
 class Policy(collections.namedtuple("Policy", "max_attempts dead_letter_topic msg_ttl_ns")):
-    """One channel's policy, or the broker's defaults: 0 and "" mean unset (unlimited, drop, none)."""
+    """One channel's own policy, or an effective one (the broker's defaults, what applies to a channel).
+
+    An own policy's field is None when the channel inherits it (the broker's default applies), else the
+    channel's own choice, 0 and "" included (unlimited, drop, no TTL).  An effective policy has no None:
+    0 and "" there mean nothing applies (unlimited, drop, none)."""
 
     __slots__ = ()
 
     def as_json(self):
-        """The JSON of ``/channel/policy`` and nsqd.dat: ``msg_ttl`` in integer milliseconds."""
+        """The JSON of ``/channel/policy`` and ``/stats``: ``msg_ttl`` in integer milliseconds, null: inherited."""
         return {"max_attempts": self.max_attempts, "dead_letter_topic": self.dead_letter_topic,
-                "msg_ttl": self.msg_ttl_ns // 1000000}
+                "msg_ttl": None if self.msg_ttl_ns is None else self.msg_ttl_ns // 1000000}
+
+    def stored_json(self):
+        """The JSON nsqd.dat keeps: :meth:`as_json` marked with ``"format": 2``, which tells its nulls
+        (inherited) from the 0 and "" that files written before own settings could be "nothing" meant
+        "inherit" in (see :meth:`from_json`)."""
+        doc = self.as_json()
+        doc["format"] = STORED_FORMAT
+        return doc
 
     @classmethod
     def from_json(cls, doc):
-        """Inverse of :meth:`as_json` (nsqd.dat); missing keys are unset, bad values raise ValueError."""
-        max_attempts = doc.get("max_attempts", 0)
-        dead_letter_topic = doc.get("dead_letter_topic", "")
-        msg_ttl = doc.get("msg_ttl", 0)
+        """Inverse of :meth:`stored_json` (nsqd.dat); missing keys are inherited, bad values raise ValueError.
+
+        A policy without ``"format"`` was written before a channel's own setting could be "nothing":
+        there 0 and "" meant inherit, and still do."""
+        stored_format = doc.get("format")
+        if stored_format not in (None, STORED_FORMAT) or isinstance(stored_format, bool):
+            raise ValueError("invalid channel policy %r" % (doc,))
+        max_attempts = doc.get("max_attempts")
+        dead_letter_topic = doc.get("dead_letter_topic")
+        msg_ttl = doc.get("msg_ttl")
         for value, ok in ((max_attempts, isinstance(max_attempts, int) and 0 <= max_attempts <= MAX_ATTEMPTS_LIMIT),
                           (msg_ttl, isinstance(msg_ttl, int) and msg_ttl >= 0),
                           (dead_letter_topic, dead_letter_topic == "" or (isinstance(dead_letter_topic, str)
                                                                           and is_valid_name(dead_letter_topic)))):
-            if not ok or isinstance(value, bool):
+            if value is not None and (not ok or isinstance(value, bool)):
                 raise ValueError("invalid channel policy %r" % (doc,))
-        return cls(max_attempts, dead_letter_topic, msg_ttl * 1000000)
+        if stored_format is None:  # (the format before: 0 and "" were unset)
+            max_attempts, dead_letter_topic, msg_ttl = max_attempts or None, dead_letter_topic or None, msg_ttl or None
+        return cls(max_attempts, dead_letter_topic, None if msg_ttl is None else msg_ttl * 1000000)
 
 
-NO_POLICY = Policy(0, "", 0)
+# Marks a stored own policy whose 0 and "" are the channel's own choice (see Policy.from_json).
+STORED_FORMAT = 2
+
+# An own policy that inherits every field: the channel has no policy of its own.
+NO_POLICY = Policy(None, None, None)
+
+# An effective policy under which nothing applies: no limit, no TTL, nowhere to move to.
+NOTHING = Policy(0, "", 0)
 
 
 def broker_defaults(options):
@@ -96,29 +125,36 @@ def is_dead_letter_topic(pattern, topic_name):
 def effective_policy(own, defaults, topic_name, named=False):
     """The policy that applies to a channel of ``topic_name``: its own fields over the defaults.
 
+    A field the channel inherits (None) takes the default's; one it sets, 0 and "" included, is its own.
     The defaults do not apply to a dead-letter topic, whether the defaults' pattern or (``named``) a
     channel's own policy names it: dead letters never move on to a dead-letter topic of their own."""
     if named or not any(defaults) or is_dead_letter_topic(defaults.dead_letter_topic, topic_name):
-        return own
+        defaults = NOTHING
     dead_letter_topic = own.dead_letter_topic
-    if not dead_letter_topic and defaults.dead_letter_topic:
-        dead_letter_topic = expand_dead_letter_topic(defaults.dead_letter_topic, topic_name)
-        if not is_valid_name(dead_letter_topic) or dead_letter_topic == topic_name:
-            dead_letter_topic = ""  # (a name too long for this topic: its messages are dropped)
-    return Policy(own.max_attempts or defaults.max_attempts, dead_letter_topic,
-                  own.msg_ttl_ns or defaults.msg_ttl_ns)
+    if dead_letter_topic is None:
+        dead_letter_topic = ""
+        if defaults.dead_letter_topic:
+            dead_letter_topic = expand_dead_letter_topic(defaults.dead_letter_topic, topic_name)
+            if not is_valid_name(dead_letter_topic) or dead_letter_topic == topic_name:
+                dead_letter_topic = ""  # (a name too long for this topic: its messages are dropped)
+    return Policy(defaults.max_attempts if own.max_attempts is None else own.max_attempts, dead_letter_topic,
+                  defaults.msg_ttl_ns if own.msg_ttl_ns is None else own.msg_ttl_ns)
 
 
 def channel_policy(topic_name, own, options, previous=None, named=False):
-    """The :class:`ChannelPolicy` of a channel with this own policy, or None when none applies.
+    """The :class:`ChannelPolicy` of a channel with this own policy, or None when it has none and
+    no default applies.
 
     ``previous`` (the channel's current one) hands over its counters and the
     messages it is moving; ``named``: a channel's own policy names ``topic_name`` as its dead-letter topic.
+    A channel whose own policy sets a field keeps a ChannelPolicy even when nothing applies (its own
+    "unlimited", "drop" or "no TTL" is kept, shown and stored).
     """
-    effective = effective_policy(own, broker_defaults(options), topic_name, named)
-    if effective == NO_POLICY:
+    defaults = broker_defaults(options)
+    effective = effective_policy(own, defaults, topic_name, named)
+    if effective == NOTHING and own == NO_POLICY:
         return None
-    return ChannelPolicy(own, effective, previous)
+    return ChannelPolicy(own, effective, previous, effective_policy(NO_POLICY, defaults, topic_name, named))
 
 
 class ChannelPolicy:
@@ -132,11 +168,12 @@ class ChannelPolicy:
     """
 
     __slots__ = ("own", "effective", "max_attempts", "ttl_ns", "dead_letter_topic", "moving",
-                 "dead_letter_count", "expired_count", "failing", "reasons")
+                 "dead_letter_count", "expired_count", "failing", "reasons", "inherited")
 
-    def __init__(self, own, effective, previous=None):
+    def __init__(self, own, effective, previous=None, inherited=None):
         self.own = own
         self.effective = effective
+        self.inherited = effective if inherited is None else inherited  # what the defaults alone would give
         self.max_attempts = effective.max_attempts
         self.ttl_ns = effective.msg_ttl_ns
         self.dead_letter_topic = effective.dead_letter_topic
@@ -193,10 +230,13 @@ class ChannelPolicy:
         self.reasons.clear()
 
     def stats_locked(self):
-        """The /stats fields: the effective policy (``msg_ttl`` in ms) and the counters."""
+        """The /stats fields: the effective policy (``msg_ttl`` in ms), the counters, then the channel's
+        own policy (null: inherited) and what the broker's defaults give it (``default_policy``)."""
         doc = self.effective.as_json()
         doc["dead_letter_count"] = self.dead_letter_count
         doc["expired_count"] = self.expired_count
+        doc["own_policy"] = self.own.as_json()
+        doc["default_policy"] = self.inherited.as_json()
         return doc
 
 
@@ -257,7 +297,8 @@ class ChannelPolicyMethods:
             previous = self.policy
             before = NO_POLICY if previous is None else previous.own
             self.policy = channel_policy(self.topic_name, own, nsqd.options, previous, named)
-            if self.policy is None and previous is not None and previous.moving:
+            # (an own policy of "nothing" takes nothing out either: what the last one took goes back too)
+            if (self.policy is None or self.policy.effective == NOTHING) and previous is not None and previous.moving:
                 back = list(previous.moving.values())
                 previous.clear_locked()
                 waiters = self._requeue_locked(back)

@@ -116,8 +116,9 @@ def channel_stats(channel, include_clients, quantiles, pub_topic=None):
     return doc
 
 
-def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None):
-    """A topic object, or None when a channel filter is given and the topic lacks it."""
+def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None, dead_letter=False):
+    """A topic object, or None when a channel filter is given and the topic lacks it; ``dead_letter``:
+    the topic is a dead-letter topic (``is_dead_letter_topic``, not in Go nsqd, only then)."""
     all_channels = sorted(topic.channels(), key=lambda c: c.name.encode())
     channels = all_channels
     if channel_name:
@@ -139,7 +140,7 @@ def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None)
         e2e = _e2e(merged, quantiles)
     else:
         e2e = {"count": 0, "percentiles": None}
-    return {
+    doc = {
         "topic_name": topic.name,
         "channels": chans,
         "depth": depth,
@@ -149,6 +150,10 @@ def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None)
         "paused": paused,
         "e2e_processing_latency": e2e,
     }
+    if dead_letter:
+        # Not in Go nsqd, only on a dead-letter topic (after Go's keys): nsqadmin offers a redrive there.
+        doc["is_dead_letter_topic"] = True
+    return doc
 
 
 def collect(nsqd, topic_name=None, channel_name=None, include_clients=True, include_mem=True):
@@ -160,7 +165,7 @@ def collect(nsqd, topic_name=None, channel_name=None, include_clients=True, incl
         topics = [t for t in topics if t.name == topic_name]
     topic_docs = []
     for t in topics:
-        doc = topic_stats(t, channel_name, include_clients, quantiles, topic_name)
+        doc = topic_stats(t, channel_name, include_clients, quantiles, topic_name, nsqd.is_dead_letter_topic(t.name))
         if doc is not None:
             topic_docs.append(doc)
     # An unknown topic: nsqd returns before collecting anything, producers included.

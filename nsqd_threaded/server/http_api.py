@@ -459,12 +459,18 @@ class HTTPAPI(Router):
     def channel_policy(self, request):
         """Not in Go nsqd: read (GET) or set (POST) a channel's own delivery policy (docs/policies.md).
 
-        Every given field is checked before any is set: bad input changes nothing.
+        A field given is the channel's own (0 and "" included: unlimited, no TTL, drop); one named in
+        ``inherit`` goes back to the broker's default; the others stay as they were.  Every given field
+        is checked before any is set: bad input changes nothing.
         """
         topic, channel = self._existing_channel(request)
         if request.method == "POST":
             q = self._query(request)
             if set(q) - _POLICY_ARGS:  # a misspelt field (max_attempt=5) must not answer 200 and change nothing
+                raise HTTPError(400, "INVALID_ARG")
+            inherit = set(filter(None, q.get("inherit", "").split(",")))
+            # (a field both set and inherited is ambiguous, an unknown one misspelt)
+            if inherit - set(_POLICY_FIELDS) or inherit & set(q):
                 raise HTTPError(400, "INVALID_ARG")
             own = channel.own_policy()
             if "max_attempts" in q:
@@ -477,11 +483,12 @@ class HTTPAPI(Router):
                 if name and (not protocol_v2.is_valid_name(name) or name == topic.name or name.endswith("#ephemeral")):
                     raise HTTPError(400, "INVALID_TOPIC")
                 own = own._replace(dead_letter_topic=name)
+            own = own._replace(**{_POLICY_FIELDS[field]: None for field in inherit})
             if own != channel.own_policy():
                 channel.set_policy(own)
-                self.log.info("CHANNEL(%s:%s): policy max_attempts=%d dead_letter_topic=%s msg_ttl=%s", topic.name,
-                              channel.name, own.max_attempts, own.dead_letter_topic or '""',
-                              gocompat.format_duration_ns(own.msg_ttl_ns))
+                self.log.info("CHANNEL(%s:%s): policy max_attempts=%s dead_letter_topic=%s msg_ttl=%s", topic.name,
+                              channel.name, _own_text(own.max_attempts), _own_text(own.dead_letter_topic, '""'),
+                              _own_text(own.msg_ttl_ns, None, gocompat.format_duration_ns))
                 self.nsqd.persist_metadata()
         return ok_json(channel.own_policy().as_json())
 
@@ -555,7 +562,7 @@ _GO_INT = re.compile(r"[+-]?[0-9]+")
 
 
 def _policy_max_attempts(text):
-    """``max_attempts``: a decimal integer in [0, 65535] (empty: 0, unset)."""
+    """``max_attempts``: a decimal integer in [0, 65535] (empty or 0: unlimited, the channel's own)."""
     if text == "":
         return 0
     if not _GO_INT.fullmatch(text) or not 0 <= int(text, 10) <= MAX_ATTEMPTS_LIMIT:
@@ -563,13 +570,23 @@ def _policy_max_attempts(text):
     return int(text, 10)
 
 
-_POLICY_ARGS = frozenset(("topic", "channel", "max_attempts", "dead_letter_topic", "msg_ttl"))
+# The fields of a policy as the route names them (and ``inherit`` lists them): the Policy's field.
+_POLICY_FIELDS = {"max_attempts": "max_attempts", "dead_letter_topic": "dead_letter_topic", "msg_ttl": "msg_ttl_ns"}
+
+_POLICY_ARGS = frozenset(("topic", "channel", "inherit", *_POLICY_FIELDS))
 _REDRIVE_ARGS = frozenset(("topic", "channel", "to", "n"))
+
+
+def _own_text(value, empty=None, text=str):
+    """A field of a channel's own policy in the log: ``inherit`` when it inherits the default."""
+    if value is None:
+        return "inherit"
+    return empty if empty is not None and value == "" else text(value)
 
 
 def _policy_msg_ttl(text):
     """``msg_ttl``: a Go duration, or a whole number of milliseconds (what GET answers, so that it POSTs
-    back unchanged); 0 (unset) or at least 1ms (empty: 0) -> nanoseconds, in whole milliseconds (what the
+    back unchanged); 0 (no TTL, the channel's own) or at least 1ms (empty: 0) -> nanoseconds, in whole milliseconds (what the
     answer, /stats and nsqd.dat show is what applies)."""
     if text == "":
         return 0

@@ -66,18 +66,56 @@ def test_the_sampler_follows_a_channel_and_stops_with_nsqadmin():
         assert len(sampler_threads()) == before  # joined
 
 
+def recent(doc):
+    """The times of the recent samples (the hour's coarser points come before them)."""
+    return [t for t in doc["time"] if t >= doc["recent_from"]]
+
+
+def test_an_hour_of_history_in_bounded_memory():
+    """The sampler keeps an hour at a coarser step before its recent samples: each of its points the mean
+    rate since the one before, the depth as sampled.  Its wall clock is moved 10 s per sample by the test
+    (a real broker answers each sample)."""
+    with Broker() as broker:
+        broker.http("POST", "/topic/create?topic=orders")
+        admin = start_admin(nsqd_http_addresses=[broker.http_addr], chart_sample_interval=0)
+        now = [1_700_000_000.0]
+        rings = sampler.Sampler(admin.cluster, 10.0, admin.log, wall_clock=lambda: now[0])
+        try:
+            for i in range(500):  # 83 minutes of samples, 10 s apart
+                if i % 50 == 0:
+                    broker.http("POST", "/pub?topic=orders", b"x")
+                rings.sample()
+                now[0] += 10.0
+            doc = rings.series("orders")
+            times = doc["time"]
+            assert len(recent(doc)) == sampler.SAMPLES  # 25 minutes at 10 s
+            assert sampler.SAMPLES < len(times) <= sampler.HOUR_POINTS + sampler.SAMPLES  # the hour, then the recent
+            assert times == sorted(times)
+            span = times[-1] - times[0]
+            assert 60 * 60 * 1000 <= span <= 61 * 60 * 1000  # an hour back
+            hour = [t for t in times if t < doc["recent_from"]]
+            assert {b - a for a, b in zip(hour, hour[1:])} == {30000}
+            assert doc["depth"][-1] == 10
+            rates = [r for r, t in zip(doc["message_rate"], times) if t < doc["recent_from"]]
+            assert all(r is not None and 0 <= r < 0.1 for r in rates[1:])  # a mean: one message per 500 s
+        finally:
+            admin.stop()
+
+
 def test_the_rings_are_bounded():
     with Broker() as broker:
         broker.http("POST", "/topic/create?topic=orders")
         admin = start_admin(nsqd_http_addresses=[broker.http_addr], chart_sample_interval=0.01)
         try:
-            full = wait_for(lambda: len(charts(admin, "orders")["time"]) == sampler.SAMPLES, timeout=120,
+            full = wait_for(lambda: len(recent(charts(admin, "orders"))) == sampler.SAMPLES, timeout=120,
                             interval=0.2, what="a full ring")
             assert full
-            first = charts(admin, "orders")["time"][0]
-            # the ring moves on, and stays as long
-            wait_for(lambda: charts(admin, "orders")["time"][0] > first, timeout=30, what="the ring to move")
-            assert len(charts(admin, "orders")["time"]) == sampler.SAMPLES
+            first = recent(charts(admin, "orders"))[0]
+            # the ring moves on, and stays as long; the hour's history before it is bounded too
+            wait_for(lambda: recent(charts(admin, "orders"))[0] > first, timeout=30, what="the ring to move")
+            doc = charts(admin, "orders")
+            assert len(recent(doc)) == sampler.SAMPLES
+            assert len(doc["time"]) <= sampler.SAMPLES + sampler.HOUR_POINTS
         finally:
             admin.stop()
 
@@ -113,6 +151,45 @@ def test_no_sampling_no_charts():
             assert status == 200 and "data-charts" not in page
         finally:
             admin.stop()
+
+
+def test_the_pages_draw_the_charts_themselves():
+    """A page fetched once, without script, holds its charts: SVG with both axes' labels, the line, the
+    value now; made of elements only (no style, no script), under the page's Content-Security-Policy."""
+    with Broker() as broker:
+        broker.http("POST", "/topic/create?topic=orders")
+        broker.http("POST", "/channel/create?topic=orders&channel=billing")
+        for _ in range(4):
+            broker.http("POST", "/pub?topic=orders", b"x")
+        admin = start_admin(nsqd_http_addresses=[broker.http_addr], chart_sample_interval=0.05)
+        try:
+            wait_for(lambda: len(charts(admin, "orders", "billing")["time"]) >= 3, timeout=30, what="samples")
+            page = call(admin.http_url + "/topics/orders/billing")[1]
+            section = page[page.index('<div class="charts" id="charts">'):page.index('<div id="tables">')]
+            for key in ("message_rate", "depth", "in_flight"):
+                assert '<div class="chart" data-series="%s"' % key in section
+            assert section.count("<svg ") == 3 and section.count("<polyline ") == 3
+            assert '<span class="value">4</span>' in section  # the depth now
+            assert '<text class="x-label"' in section and ">now</text>" in section and ">-5m</text>" in section
+            assert '<text class="y-label"' in section and ">0</text>" in section and "/s</text>" in section
+            assert "<title>depth, last 5m: now 4, at most 4</title>" in section
+            assert "style" not in section and "script" not in section.lower()
+            assert "<svg " in call(admin.http_url + "/topics/orders")[1]
+        finally:
+            admin.stop()
+
+
+def test_chart_figures():
+    from nsqd_threaded.admin import charts as drawn
+
+    assert [drawn.nice_ceiling(v) for v in (0, 0.3, 1, 3, 7, 12, 26, 99, 101, 2400)] == [
+        1, 1, 1, 5, 10, 20, 50, 100, 200, 2500]
+    assert drawn.value_text(None, True) == "-" and drawn.value_text(2.25, True) == "2.2/s"
+    assert drawn.value_text(12345, False) == "12,345" and drawn.value_text(1500.4, True) == "1,500/s"
+    # A node that sent garbage: a gap in the line, never text in the page.
+    box = drawn.chart("depth", "depth", False, [1000, 2000, "x", 3000, 4000], [1, "<b>", 2, True, 3],
+                      None, 1000, 30000, 4000).render()
+    assert "<b>" not in box and box.count("<polyline") == 0 and box.count("<circle") == 2
 
 
 def test_the_pages_name_their_charts_route():
@@ -160,6 +237,12 @@ def test_the_pages_draw_the_samples(browser, tmp_path):
                     consumer.read_message()
                 for path, depth in (("/topics/orders/billing", "7"), ("/topics/orders", "0")):
                     browser.get(admin.http_url + path)
+                    # drawn by the server: there as the page loads, with its axes, laid out at a real size
+                    drawn = browser.run(
+                        "return Array.prototype.map.call(document.querySelectorAll('#charts svg.plot'), function (s) {"
+                        " var r = s.getBoundingClientRect(); return [r.width, r.height,"
+                        " s.querySelectorAll('text.x-label').length, s.querySelectorAll('text.y-label').length]; });")
+                    assert len(drawn) == 3 and all(w > 100 and h > 30 and xs >= 2 and ys == 3 for w, h, xs, ys in drawn)
                     for series in ("message_rate", "depth", "in_flight"):
                         browser.wait(lambda: browser.find_all("#charts .chart[data-series=%s] svg polyline" % series),
                                      "the %s chart on %s" % (series, path))
@@ -172,5 +255,32 @@ def test_the_pages_draw_the_samples(browser, tmp_path):
                     assert samples >= 2
                     browser.screenshot(str(tmp_path / ("%s.png" % path.strip("/").replace("/", "-"))))
                     assert not [e for e in browser.browser_log() if e.get("level") == "SEVERE"], path
+        finally:
+            admin.stop()
+
+
+@pytest.mark.browser
+def test_a_browser_without_script_shows_the_charts(browser, tmp_path):
+    """Script off in Chromium: the page as fetched once still has its three charts, laid out, with axes."""
+    with Broker() as broker:
+        broker.http("POST", "/topic/create?topic=orders")
+        broker.http("POST", "/channel/create?topic=orders&channel=billing")
+        for _ in range(6):
+            broker.http("POST", "/pub?topic=orders", b"x")
+        admin = start_admin(nsqd_http_addresses=[broker.http_addr], chart_sample_interval=0.05)
+        try:
+            wait_for(lambda: len(charts(admin, "orders", "billing")["time"]) >= 3, timeout=30, what="samples")
+            browser.get(admin.http_url + "/")  # (a page of nsqadmin's first: DevTools acts on it)
+            browser.disable_script()
+            browser.get(admin.http_url + "/topics/orders/billing")
+            sizes = browser.run(
+                "return Array.prototype.map.call(document.querySelectorAll('#charts svg.plot'), function (s) {"
+                " var r = s.getBoundingClientRect(); return [r.width, r.height,"
+                " s.querySelectorAll('polyline').length, s.querySelectorAll('text').length]; });")
+            assert len(sizes) == 3 and all(w > 100 and h > 30 and lines >= 1 and labels >= 5
+                                           for w, h, lines, labels in sizes), sizes
+            value = "#charts .chart[data-series=depth] .value"
+            assert browser.text(browser.find(value)) == "6"
+            browser.screenshot(str(tmp_path / "no-script.png"))
         finally:
             admin.stop()

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.timeout(180)
 
 JSON = {"Content-Type": "application/json"}
 POLICY_FIELDS = ("max_attempts", "dead_letter_topic", "msg_ttl")
+INHERITED = {"max_attempts": None, "dead_letter_topic": None, "msg_ttl": None}  # a channel without its own
 
 
 def seg(name):
@@ -99,6 +100,26 @@ def test_a_channel_no_node_has_is_not_found(setup):
     assert set_policy(admin, "nope", max_attempts=3) == (404, {"message": "CHANNEL_NOT_FOUND"})
 
 
+def test_a_topic_no_node_has_is_not_found(setup):
+    """Never a 200 with a partial-failure warning: the lookupd's 404 for the topic is the answer."""
+    cluster, admin = setup
+    status, doc = call(admin.http_url + "/api/topics/nope/billing", "POST", {"action": "set_policy", "max_attempts": 3})
+    assert (status, doc) == (404, {"message": "TOPIC_NOT_FOUND"})
+    direct = start_admin(nsqd_http_addresses=[b.http_addr for b in cluster])  # (no lookupd: the nodes say it)
+    try:
+        status, doc = call(direct.http_url + "/api/topics/nope/billing", "POST",
+                           {"action": "set_policy", "max_attempts": 3})
+        assert (status, doc) == (404, {"message": "TOPIC_NOT_FOUND"})
+    finally:
+        direct.stop()
+
+
+@pytest.mark.parametrize("inherit", [["max_attempt"], "max_attempts", [3], ["msg_ttl"]])
+def test_a_bad_inherit_is_refused(setup, inherit):
+    cluster, admin = setup
+    assert set_policy(admin, inherit=inherit, msg_ttl="1s") == (400, {"message": "INVALID_INHERIT"})
+
+
 def test_only_admins_may_set_a_policy(setup):
     cluster, admin = setup
     guarded = start_admin(lookupd_http_addresses=[cluster.lookupd.http_addr], admin_users=["alice"])
@@ -126,7 +147,7 @@ def test_a_cross_origin_request_is_refused(setup):
     for broker in cluster:
         assert "max_attempts" not in channel_stats(broker, "orders", "billing")
         if has_policy_route(broker):
-            assert broker_policy(broker) == {"max_attempts": 0, "dead_letter_topic": "", "msg_ttl": 0}
+            assert broker_policy(broker) == INHERITED
 
 
 # -- end to end, with the brokers' /channel/policy ------------------------------------------------------
@@ -160,9 +181,14 @@ def test_a_policy_is_set_on_every_node_that_has_the_channel(setup):
     assert "<th>Policy</th>" in call(admin.http_url + "/topics/orders")[1]
     assert "<th>Expired</th>" in call(admin.http_url + "/nodes/" + seg(cluster[1].http_addr))[1]
 
-    # empty values reset
+    # 0 and empty values are the channel's own "nothing": unlimited, drop, no TTL
     assert set_policy(admin, max_attempts=0, dead_letter_topic="", msg_ttl="")[0] == 200
     assert [broker_policy(b) for b in cluster] == [{"max_attempts": 0, "dead_letter_topic": "", "msg_ttl": 0}] * 2
+    # inherit gives fields back to each broker's default
+    assert set_policy(admin, inherit=["max_attempts", "msg_ttl"])[0] == 200
+    assert [broker_policy(b) for b in cluster] == [dict(INHERITED, dead_letter_topic="")] * 2
+    assert set_policy(admin, inherit=list(POLICY_FIELDS))[0] == 200
+    assert [broker_policy(b) for b in cluster] == [INHERITED] * 2
 
 
 def test_nodes_that_differ_are_shown_so(setup):
@@ -174,6 +200,43 @@ def test_nodes_that_differ_are_shown_so(setup):
     assert nodes[cluster[0].http_addr]["max_attempts"] == 4
     assert doc["max_attempts"] is None  # the total has no single value
     assert "differs by node" in call(admin.http_url + "/topics/orders/billing")[1]
+    # where a dead-letter topic differs, the Total row says so (never "drop")
+    assert cluster[1].http("POST", "/channel/policy?topic=orders&channel=billing&dead_letter_topic=orders.dead")[0] == 200
+    page = call(admin.http_url + "/topics/orders/billing")[1]
+    total = page[page.index("<strong>Total</strong>"):]
+    total = total[:total.index("</tr>")]
+    assert "\u2192 differs by node" in total and "drop" not in total
+    status, doc = call(admin.http_url + "/api/topics/orders/billing")
+    assert doc["dead_letter_topic"] is None and doc["own_policy"] == {"msg_ttl": None}  # the rest differ
+
+
+def test_own_values_are_shown_beside_the_inherited_ones():
+    with Cluster(1, max_attempts=4, dead_letter_topic="{topic}.dead") as cluster:
+        broker = cluster[0]
+        broker.http("POST", "/topic/create?topic=orders")
+        broker.http("POST", "/channel/create?topic=orders&channel=billing")
+        broker_policy(broker)
+        assert broker.http("POST", "/channel/policy?topic=orders&channel=billing&max_attempts=0")[0] == 200
+        wait_for(lambda: len(cluster.lookupd.lookup("orders")) == 1, what="registration")
+        admin = start_admin(lookupd_http_addresses=[cluster.lookupd.http_addr])
+        try:
+            status, doc = call(admin.http_url + "/api/topics/orders/billing")
+            assert doc["own_policy"] == dict(INHERITED, max_attempts=0)
+            assert doc["default_policy"] == {"max_attempts": 4, "dead_letter_topic": "orders.dead", "msg_ttl": 0}
+            page = call(admin.http_url + "/topics/orders/billing")[1]
+            row = page[page.index('<tr data-field="max_attempts">'):]
+            row = row[:row.index("</tr>")]
+            assert ('<td class="effective">unlimited</td><td class="own">unlimited</td>'
+                    '<td class="default">4</td>') in row
+            row = page[page.index('<tr data-field="dead_letter_topic">'):]
+            row = row[:row.index("</tr>")]
+            assert '<td class="own"><span class="inherited">inherits the default</span></td>' in row
+            # the form: max attempts is the channel's own, the others inherit (the default named)
+            assert '<option value="own" selected>own</option>' in page
+            assert '<option value="inherit" selected>inherit (orders.dead)</option>' in page
+            assert '<option value="inherit">inherit (4)</option>' in page
+        finally:
+            admin.stop()
 
 
 def test_dead_lettered_and_expired_counts_are_summed_over_nodes(setup):
@@ -231,7 +294,8 @@ def hostile(catcher):
         cluster[0].http("POST", "/topic/create?topic=other")
         p = payload(catcher.url, "policy")
         policy = {"max_attempts": 5, "dead_letter_topic": p, "msg_ttl": 30000, "dead_letter_count": 3,
-                  "expired_count": 4}
+                  "expired_count": 4, "own_policy": {"max_attempts": None, "dead_letter_topic": p, "msg_ttl": 0},
+                  "default_policy": {"max_attempts": 5, "dead_letter_topic": p, "msg_ttl": 30000}}
         stats = {"version": "1.3.0", "health": "OK", "start_time": 1, "topics": [
             {"topic_name": "orders", "depth": 1, "channels": [dict(policy, channel_name="billing", depth=1)]},
             {"topic_name": p, "channels": [dict(policy, channel_name=p)]},
@@ -259,6 +323,7 @@ def test_policy_fields_with_markup_are_text(hostile, catcher):
     for path in hostile_pages(hostile):
         status, text = call(admin.http_url + path)
         assert status == 200, (path, text[:300])
+        text = text.replace('<svg class="plot" ', "<chart ")  # (nsqadmin's own charts: the server's SVG)
         for raw in RAW_MARKUP:
             assert raw not in text, (path, raw)
         assert "window.__pwned=&#x27;policy&#x27;" in text, path
@@ -270,14 +335,16 @@ def test_policy_fields_with_markup_are_text(hostile, catcher):
 
 
 @pytest.mark.parametrize("field, value", [("max_attempts", "5"), ("msg_ttl", 1.5), ("dead_letter_topic", 7),
-                                          ("dead_letter_count", "3"), ("expired_count", True)])
+                                          ("dead_letter_count", "3"), ("expired_count", True),
+                                          ("own_policy", "inherit"), ("own_policy", {"max_attempts": "5"}),
+                                          ("default_policy", [1]), ("default_policy", {"dead_letter_topic": 7})])
 def test_a_policy_field_of_the_wrong_type_fails_that_node(field, value):
     with Cluster(1) as cluster:
         real = cluster[0]
         real.http("POST", "/topic/create?topic=orders")
         real.http("POST", "/channel/create?topic=orders&channel=billing")
         bad = HostileNode({"/stats": {"topics": [{"topic_name": "orders", "channels": [
-            {"channel_name": "billing", field: value}]}]}, "/info": {"version": "1.3.0"}})
+            {"channel_name": "billing", "max_attempts": 1, field: value}]}]}, "/info": {"version": "1.3.0"}})
         admin = None
         try:
             bad.register(cluster.lookupd.tcp_address, "orders", "billing")
@@ -339,13 +406,67 @@ def test_the_form_sets_the_policy(browser, setup, tmp_path):
                 "f.querySelector('[name=max_attempts]').value = '3';"
                 "f.querySelector('[name=dead_letter_topic]').value = 'orders.dead';")
     browser.click(browser.find("#policy-form button"))
-    want = {"max_attempts": 3, "dead_letter_topic": "orders.dead", "msg_ttl": 0}
+    want = {"max_attempts": 3, "dead_letter_topic": "orders.dead", "msg_ttl": None}
     browser.wait(lambda: all(broker_policy(b) == want for b in cluster), "the policy on both brokers")
     browser.wait(lambda: browser.find_all("#tables a.dead-letter"), "the page to show the policy")
+    # a confirmation once saved
+    browser.wait(lambda: browser.text(browser.find("#flash.ok")).startswith("Policy saved"), "the confirmation")
     browser.screenshot(str(tmp_path / "policy.png"))
-    # a bad value: the API's answer in the flash, nothing changed
+    # the channel's own "no TTL" (select "own", the value 0), and max attempts back to the default
+    browser.run("var f = document.getElementById('policy-form');"
+                "f.querySelector('[name=msg_ttl_mode]').value = 'own';"
+                "f.querySelector('[name=msg_ttl]').value = '0';"
+                "f.querySelector('[name=max_attempts_mode]').value = 'inherit';")
+    browser.click(browser.find("#policy-form button"))
+    want = {"max_attempts": None, "dead_letter_topic": "orders.dead", "msg_ttl": 0}
+    browser.wait(lambda: all(broker_policy(b) == want for b in cluster), "own no-TTL, inherited max attempts")
+    browser.wait(lambda: browser.find_all("#flash.ok"), "the confirmation again")
+    browser.wait(lambda: browser.run(
+        "return document.querySelector('#policy-form [name=max_attempts_mode]').value;") == "inherit", "the form")
+    # typing a value makes the field the channel's own: its select follows the keys
+    browser.type(browser.find("#policy-form [name=max_attempts]"), "7")
+    assert browser.run("return document.querySelector('#policy-form [name=max_attempts_mode]').value;") == "own"
+    browser.click(browser.find("#policy-form button"))
+    want = dict(want, max_attempts=7)
+    browser.wait(lambda: all(broker_policy(b) == want for b in cluster), "the typed value on both brokers")
+    browser.wait(lambda: browser.find_all("#flash.ok"), "the confirmation once more")
+    # a bad value: the API's answer in the flash, saying what is wrong and how to fix it; nothing changed
     browser.run("document.querySelector('#policy-form [name=msg_ttl]').value = 'soon';")
     browser.click(browser.find("#policy-form button"))
     browser.wait(lambda: "INVALID_MSG_TTL" in browser.text(browser.find("#flash")), "the error shown")
+    shown = browser.text(browser.find("#flash"))
+    assert shown.startswith("The message TTL must be a duration such as 30s") and "400 INVALID_MSG_TTL" in shown
+    assert not browser.find_all("#flash.ok")
     assert all(broker_policy(b) == want for b in cluster)
     assert not [e for e in browser.browser_log() if e.get("level") == "SEVERE" and "400" not in e["message"]]
+
+
+@pytest.mark.browser
+def test_the_form_says_when_only_some_nodes_took_the_policy(browser, tmp_path):
+    """One node takes it, one refuses the POST: the banner says it was saved only where nodes answered, and
+    what to do; never the bare warning, never "Policy saved"."""
+    with Cluster(1) as cluster:
+        real = cluster[0]
+        real.http("POST", "/topic/create?topic=orders")
+        real.http("POST", "/channel/create?topic=orders&channel=billing")
+        broker_policy(real)
+        refusing = HostileNode({"/stats": {"topics": [{"topic_name": "orders", "channels": [
+            {"channel_name": "billing"}]}]}, "/info": {"version": "1.3.0"}})  # (no POST: 501)
+        admin = None
+        try:
+            refusing.register(cluster.lookupd.tcp_address, "orders", "billing")
+            wait_for(lambda: len(cluster.lookupd.lookup("orders")) == 2, what="two producers")
+            admin = start_admin(lookupd_http_addresses=[cluster.lookupd.http_addr])
+            browser.get(admin.http_url + "/topics/orders/billing")
+            browser.run("document.querySelector('#policy-form [name=max_attempts]').value = '3';")
+            browser.click(browser.find("#policy-form button"))
+            browser.wait(lambda: "answered only" in browser.text(browser.find("#flash")), "the partial banner")
+            shown = browser.text(browser.find("#flash"))
+            assert shown.startswith("Saved on the nodes that answered only") and refusing.node in shown
+            assert not browser.find_all("#flash.ok")
+            assert broker_policy(real)["max_attempts"] == 3
+            browser.screenshot(str(tmp_path / "partial.png"))
+        finally:
+            if admin is not None:
+                admin.stop()
+            refusing.close()

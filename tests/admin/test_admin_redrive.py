@@ -98,6 +98,9 @@ def test_only_an_admin_redrives_same_site_json_only_and_bad_input_changes_nothin
         assert call(url, "POST", body, dict(ADMIN, **json_type)) == (400, {"message": message}), body
     assert call(admin.http_url + "/api/topics/orders.dead/nope", "POST", {"action": "redrive"}, ADMIN) == (
         404, {"message": "CHANNEL_NOT_FOUND"})
+    # (a topic no lookupd or node knows: 404, never a 200 with a partial-failure warning)
+    assert call(admin.http_url + "/api/topics/nope/inspect", "POST", {"action": "redrive"}, ADMIN) == (
+        404, {"message": "TOPIC_NOT_FOUND"})
     assert [depth(b, DEAD, "inspect") for b in cluster] == [2, 1]
     assert [depth(b, "orders", "billing") for b in cluster] == [0, 0]
 
@@ -128,6 +131,12 @@ def test_the_redrive_button_asks_first(browser, redrive_cluster, tmp_path):
     browser.accept_alert()
     browser.wait(lambda: [depth(b, "orders", "billing") for b in cluster] == [2, 1], "the dead letters back")
     assert [depth(b, DEAD, "inspect") for b in cluster] == [0, 0]
+    # The page reloads and says how many moved (summed over the nodes), once.
+    browser.wait(lambda: browser.find_all("#flash.ok"), "the confirmation")
+    assert browser.text(browser.find("#flash.ok")) == "Redrive: moved 3 messages back."
+    browser.get(admin.http_url + "/topics/orders.dead/inspect")
+    browser.wait(lambda: browser.find_all("button.redrive"), "the page again")
+    assert not browser.find_all("#flash.ok")
 
 
 def test_a_non_admin_page_has_no_redrive_button(redrive_cluster):
@@ -138,9 +147,47 @@ def test_a_non_admin_page_has_no_redrive_button(redrive_cluster):
     assert status == 200 and 'class="action redrive"' in page and "data-confirm=" in page
 
 
+def test_only_a_dead_letter_topics_channels_have_the_redrive_button(redrive_cluster):
+    """The brokers say which topics are dead-letter topics (``is_dead_letter_topic`` in /stats); the
+    channel page offers a redrive only there, even to an admin."""
+    cluster, admin = redrive_cluster
+    status, page = call(admin.http_url + "/topics/orders/billing", headers=ADMIN)
+    assert status == 200 and "redrive" not in page and 'class="action delete"' in page
+    status, doc = call(admin.http_url + "/api/topics/orders.dead/inspect", headers=ADMIN)
+    assert status == 200 and doc["is_dead_letter_topic"] is True
+    status, doc = call(admin.http_url + "/api/topics/orders/billing", headers=ADMIN)
+    assert status == 200 and "is_dead_letter_topic" not in doc
+    status, doc = call(admin.http_url + "/api/topics/orders.dead")
+    assert status == 200 and doc["is_dead_letter_topic"] is True
+    assert all(n["is_dead_letter_topic"] is True for n in doc["nodes"])
+
+
 def test_a_nodes_dead_letter_fields_are_kept_only_with_their_types():
     item = {"id": "a", "attempts": 1, "timestamp": 5, "body": "x", "state": "queued",
             "dead_letter": {"topic": "orders", "channel": ["<b>"], "reason": "max_attempts", "attempts": "5",
                             "id": "b", "timestamp": True, "at": 7, "html": "<script>"}}
     assert peek_message(item)["dead_letter"] == {"topic": "orders", "reason": "max_attempts", "id": "b", "at": 7}
     assert "dead_letter" not in peek_message(dict(item, dead_letter="<i>from a liar</i>"))
+
+
+@pytest.mark.browser
+def test_a_redrive_stopped_by_a_message_without_provenance_says_why(browser, redrive_cluster):
+    """A message published straight to the dead-letter topic has no recorded source: each node moves the
+    dead letters before it and stops there (400 MISSING_ARG_TO), and the banner says what that means."""
+    cluster, admin = redrive_cluster
+    for broker in cluster:
+        assert broker.http("POST", "/pub?topic=" + DEAD, b"stray")[0] == 200
+    wait_for(lambda: [depth(b, DEAD, "inspect") for b in cluster] == [3, 2], what="the strays queued")
+    browser._s("/goog/cdp/execute", "POST", {"cmd": "Network.enable", "params": {}})
+    browser._s("/goog/cdp/execute", "POST", {"cmd": "Network.setExtraHTTPHeaders", "params": {"headers": ADMIN}})
+    browser.get(admin.http_url + "/topics/orders.dead/inspect")
+    browser.click(browser.find("button.redrive"))
+    browser.wait(browser.alert_open, "the confirmation")
+    browser.accept_alert()
+    browser.wait(lambda: "MISSING_ARG_TO" in browser.text(browser.find("#flash")), "the refusal explained")
+    shown = browser.text(browser.find("#flash"))
+    assert shown.startswith("A message in this channel has no recorded source"), shown
+    assert not browser.find_all("#flash.ok")
+    # What came before each stray moved; the strays wait at the head, in order.
+    assert [depth(b, "orders", "billing") for b in cluster] == [2, 1]
+    assert [depth(b, DEAD, "inspect") for b in cluster] == [1, 1]

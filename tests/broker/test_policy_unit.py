@@ -96,6 +96,23 @@ def test_removing_the_policy_puts_them_back(owners):
     assert sorted((m.body, m.attempts) for m in got) == [(b"body-0", 2), (b"body-1", 2)]
 
 
+def test_an_own_policy_of_nothing_puts_them_back_and_is_kept(owners):
+    """The channel's own "unlimited, drop, no TTL": nothing applies, as without a policy, but the choice is
+    the channel's own (kept, shown) and what the last policy took out goes back to the queue."""
+    nsqd = owners()
+    channel = nsqd.get_topic("t").get_channel("c")
+    channel.set_policy(Policy(1, "", 0))
+    channel.put_messages(msgs(2))
+    consumer = DrivenSubscriber(nsqd, channel)
+    fail_once(consumer, 2)
+    assert consumer.take() == []
+    channel.set_policy(Policy(0, "", 0))
+    assert channel.own_policy() == Policy(0, "", 0) and channel.policy.effective == Policy(0, "", 0)
+    assert not channel.policy.moving
+    got = consumer.take()
+    assert sorted((m.body, m.attempts) for m in got) == [(b"body-0", 2), (b"body-1", 2)]
+
+
 def test_a_graceful_close_keeps_the_messages_being_moved(owners):
     nsqd = owners()
     channel = nsqd.get_topic("t").get_channel("c")

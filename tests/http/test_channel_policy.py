@@ -14,7 +14,9 @@ from support.wire import Conn, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
-UNSET = {"max_attempts": 0, "dead_letter_topic": "", "msg_ttl": 0}
+UNSET = {"max_attempts": None, "dead_letter_topic": None, "msg_ttl": None}  # every field inherited
+NOTHING = {"max_attempts": 0, "dead_letter_topic": "", "msg_ttl": 0}  # the channel's own: unlimited, drop, no TTL
+INHERIT_ALL = "&inherit=max_attempts,dead_letter_topic,msg_ttl"
 POLICY = "/channel/policy?topic=t&channel=c"
 
 
@@ -46,13 +48,17 @@ def test_set_read_and_reset(nsqd, h):
                 {"max_attempts": 5, "dead_letter_topic": "t.dead", "msg_ttl": 90000})
     assert_policy(h.get(POLICY), {"max_attempts": 5, "dead_letter_topic": "t.dead", "msg_ttl": 90000})
     assert_policy(h.post(POLICY), {"max_attempts": 5, "dead_letter_topic": "t.dead", "msg_ttl": 90000})
-    # An empty value (or 0) resets a field.
-    assert_policy(h.post(POLICY + "&max_attempts=&msg_ttl=0"), dict(UNSET, dead_letter_topic="t.dead"))
-    assert_policy(h.post(POLICY + "&dead_letter_topic=&msg_ttl=250.9ms"), dict(UNSET, msg_ttl=250))
+    # 0 and an empty value are the channel's own "nothing" (unlimited, drop, no TTL), not inherited.
+    assert_policy(h.post(POLICY + "&max_attempts=&msg_ttl=0"), dict(NOTHING, dead_letter_topic="t.dead"))
+    assert_policy(h.post(POLICY + "&dead_letter_topic=&msg_ttl=250.9ms"), dict(NOTHING, msg_ttl=250))
     assert nsqd.get_existing_topic("t").get_existing_channel("c").own_policy().msg_ttl_ns == 250 * 10**6
-    assert_policy(h.post(POLICY + "&msg_ttl="), UNSET)
+    assert_policy(h.post(POLICY + "&msg_ttl="), NOTHING)
+    # inherit= gives fields back to the broker's defaults.
+    assert_policy(h.post(POLICY + "&inherit=msg_ttl,max_attempts"), dict(UNSET, dead_letter_topic=""))
+    assert_policy(h.post(POLICY + "&inherit=dead_letter_topic&max_attempts=2"), dict(UNSET, max_attempts=2))
+    assert_policy(h.post(POLICY + INHERIT_ALL), UNSET)
     # The key order is the contract's, the body compact as Go's.
-    assert h.get(POLICY).body == b'{"max_attempts":0,"dead_letter_topic":"","msg_ttl":0}'
+    assert h.get(POLICY).body == b'{"max_attempts":null,"dead_letter_topic":null,"msg_ttl":null}'
 
 
 @pytest.mark.parametrize("query, status, message", [
@@ -79,6 +85,10 @@ def test_set_read_and_reset(nsqd, h):
     # Valid fields with a bad one: nothing is set.
     ("?topic=t&channel=c&max_attempts=3&dead_letter_topic=d&msg_ttl=x", 400, "INVALID_MSG_TTL"),
     ("?topic=t&channel=c&max_attempts=3&msg_ttl=1s&dead_letter_topic=t", 400, "INVALID_TOPIC"),
+    ("?topic=t&channel=c&inherit=max_attempt", 400, "INVALID_ARG"),  # misspelt
+    ("?topic=t&channel=c&inherit=max_attempts&max_attempts=3", 400, "INVALID_ARG"),  # which one?
+    ("?topic=t&channel=c&inherit=topic", 400, "INVALID_ARG"),
+    ("?topic=t&channel=c&inherit=msg_ttl&msg_ttl=x", 400, "INVALID_ARG"),
 ])
 def test_bad_input_is_refused_and_changes_nothing(nsqd, h, query, status, message):
     assert_policy(h.post(POLICY + "&max_attempts=7"), dict(UNSET, max_attempts=7))
@@ -97,6 +107,13 @@ def test_what_get_answers_posts_back_unchanged(nsqd, h):
     query = "&".join("%s=%s" % kv for kv in answer.items())
     assert_policy(h.post(POLICY + "&" + query), answer)  # a bare number: milliseconds
     assert nsqd.get_existing_topic("t").get_existing_channel("c").own_policy().msg_ttl_ns == 90 * 10**9
+    # Inherited fields (null) are left out of the POST, as HTTP clients leave out a None: they stay inherited.
+    h.post(POLICY + "&inherit=msg_ttl&dead_letter_topic=")
+    answer = json.loads(h.get(POLICY).body)
+    assert answer == {"max_attempts": 4, "dead_letter_topic": "", "msg_ttl": None}
+    h.post(POLICY + "&max_attempts=9&dead_letter_topic=elsewhere")
+    query = "&".join("%s=%s" % kv for kv in answer.items() if kv[1] is not None)
+    assert_policy(h.post(POLICY + "&" + query), answer)
 
 
 def test_text_stats_show_the_policy_and_its_counts(nsqd, h):
@@ -107,6 +124,17 @@ def test_text_stats_show_the_policy_and_its_counts(nsqd, h):
     [i] = [i for i, line in enumerate(lines) if "[c " in line]
     assert lines[i + 1].split() == ["policy:", "max-attempts:", "3", "dead-letter:", "(drop)", "ttl:", "2s",
                                     "dead-lettered:", "0", "expired:", "0"]
+    # What it took out shows there too.
+    h.post(POLICY + "&max_attempts=1&dead_letter_topic=t.dead")
+    with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as sub:
+        sub.sub("t", "c", rdy=1)
+        assert pub.pub("t", b"m") == b"OK"
+        sub.cmd(b"REQ %s 0" % sub.read_message()[2])
+        wait_for(lambda: channel_doc(h)["dead_letter_count"] == 1, timeout=20, what="the dead letter")
+    lines = h.get("/stats").body.decode().splitlines()
+    [i] = [i for i, line in enumerate(lines) if "[c " in line]
+    assert lines[i + 1].split() == ["policy:", "max-attempts:", "1", "dead-letter:", "t.dead", "ttl:", "2s",
+                                    "dead-lettered:", "1", "expired:", "0"]
 
 
 @pytest.mark.parametrize("query, status, message", [
@@ -134,13 +162,22 @@ def test_stats_shows_policy_fields_only_where_a_policy_applies(nsqd, h):
     doc = channel_doc(h)
     keys = list(doc)
     i = keys.index("timeout_count")
-    assert keys[i + 1:i + 7] == ["max_attempts", "dead_letter_topic", "msg_ttl", "dead_letter_count",
-                                 "expired_count", "client_count"]
+    assert keys[i + 1:i + 6] == ["max_attempts", "dead_letter_topic", "msg_ttl", "dead_letter_count",
+                                 "expired_count"]
     assert (doc["max_attempts"], doc["dead_letter_topic"], doc["msg_ttl"]) == (3, "t.dead", 2000)
     assert doc["dead_letter_count"] == 0 and doc["expired_count"] == 0
     assert "max_attempts" not in channel_doc(h, channel="other")
-    # Reset: the fields go away again.
+    # The own and inherited policies follow the counters (null: inherited).
+    assert keys[i + 6:i + 9] == ["own_policy", "default_policy", "client_count"]
+    assert doc["own_policy"] == {"max_attempts": 3, "dead_letter_topic": "t.dead", "msg_ttl": 2000}
+    assert doc["default_policy"] == NOTHING
+    # The channel's own "nothing": still its own policy (shown, kept), nothing applies.
     h.post(POLICY + "&max_attempts=0&dead_letter_topic=&msg_ttl=0")
+    doc = channel_doc(h)
+    assert (doc["max_attempts"], doc["dead_letter_topic"], doc["msg_ttl"]) == (0, "", 0)
+    assert doc["own_policy"] == NOTHING
+    # Inherited again: the fields go away again.
+    h.post(POLICY + INHERIT_ALL)
     assert "max_attempts" not in channel_doc(h)
     metrics = h.get("/metrics").body.decode()
     assert "dead_letter" not in metrics and "expired" not in metrics
@@ -161,6 +198,16 @@ def test_stats_shows_the_effective_policy_of_the_broker_defaults(make_nsqd):
         h.post("/channel/policy?topic=orders&channel=c&max_attempts=9")
         doc = channel_doc(h, "orders")
         assert (doc["max_attempts"], doc["dead_letter_topic"], doc["msg_ttl"]) == (9, "orders.dead", 60000)
+        assert doc["own_policy"] == dict(UNSET, max_attempts=9)
+        assert doc["default_policy"] == {"max_attempts": 4, "dead_letter_topic": "orders.dead", "msg_ttl": 60000}
+        # Its own "unlimited", "drop" and "no TTL" win over the defaults too.
+        h.post("/channel/policy?topic=orders&channel=c&max_attempts=0&dead_letter_topic=&msg_ttl=0")
+        doc = channel_doc(h, "orders")
+        assert (doc["max_attempts"], doc["dead_letter_topic"], doc["msg_ttl"]) == (0, "", 0)
+        assert doc["default_policy"] == {"max_attempts": 4, "dead_letter_topic": "orders.dead", "msg_ttl": 60000}
+        h.post("/channel/policy?topic=orders&channel=c&inherit=dead_letter_topic,msg_ttl")
+        doc = channel_doc(h, "orders")
+        assert (doc["max_attempts"], doc["dead_letter_topic"], doc["msg_ttl"]) == (0, "orders.dead", 60000)
         # A dead-letter topic itself is left alone by the defaults.
         assert "max_attempts" not in channel_doc(h, "orders.dead", "inspect")
         assert h.get("/config/max_attempts").body == b"4"
@@ -267,6 +314,44 @@ def test_nsqd_dat_keeps_the_own_policy(nsqd, h):
     h.post(POLICY + "&max_attempts=3&dead_letter_topic=t.dead")
     doc = json.loads(open(path, "rb").read())
     assert doc["topics"][0]["channels"] == [
-        {"name": "c", "paused": False, "policy": {"max_attempts": 3, "dead_letter_topic": "t.dead", "msg_ttl": 0}}]
+        {"name": "c", "paused": False,
+         "policy": {"max_attempts": 3, "dead_letter_topic": "t.dead", "msg_ttl": None, "format": 2}}]
     h.post(POLICY + "&max_attempts=0&dead_letter_topic=")
+    doc = json.loads(open(path, "rb").read())
+    assert doc["topics"][0]["channels"][0]["policy"] == {"max_attempts": 0, "dead_letter_topic": "", "msg_ttl": None,
+                                                         "format": 2}
+    h.post(POLICY + INHERIT_ALL)
     assert open(path, "rb").read() == plain  # byte for byte Go's again
+
+
+def test_a_channels_own_unlimited_and_no_ttl_win_over_the_defaults(make_nsqd):
+    """Under --max-attempts=1 and a 1ms TTL, a channel's own max_attempts=0 and msg_ttl=0 deliver for ever;
+    a sibling that inherits gives up at once; inherit= hands the channel back to the defaults."""
+    nsqd = make_nsqd(max_attempts=1, dead_letter_topic="{topic}.dead", msg_ttl=0.001)
+    h = HTTP(nsqd)
+    try:
+        h.post("/topic/create?topic=t")
+        for channel in ("own", "inherits"):
+            h.post("/channel/create?topic=t&channel=" + channel)
+        assert_policy(h.post("/channel/policy?topic=t&channel=own&max_attempts=0&msg_ttl=0"),
+                      dict(UNSET, max_attempts=0, msg_ttl=0))
+        with Conn(nsqd.tcp_address) as pub, Conn(nsqd.tcp_address) as sub:
+            sub.sub("t", "own", rdy=1)
+            assert pub.pub("t", b"m") == b"OK"
+            for attempt in range(1, 5):
+                msg = sub.read_message()
+                assert msg[1] == attempt and msg[3] == b"m"
+                sub.cmd(b"REQ %s 0" % msg[2])
+            sub.cmd(b"FIN %s" % sub.read_message()[2])
+        with Conn(nsqd.tcp_address) as sibling:  # the same message, older than 1ms by now: never delivered
+            sibling.sub("t", "inherits", rdy=1)
+            wait_for(lambda: channel_doc(h, channel="inherits")["expired_count"] == 1, timeout=20,
+                     what="the inheriting sibling giving up")
+            sibling.assert_silent(0.2)
+        doc = channel_doc(h, channel="own")
+        assert (doc["dead_letter_count"], doc["expired_count"]) == (0, 0)
+        h.post("/channel/policy?topic=t&channel=own&inherit=max_attempts,msg_ttl")
+        doc = channel_doc(h, channel="own")
+        assert (doc["max_attempts"], doc["dead_letter_topic"], doc["msg_ttl"]) == (1, "t.dead", 1)
+    finally:
+        h.close()

@@ -178,6 +178,27 @@ def test_redrive_sends_them_back_attempts_anew_counted(make_nsqd, client):
     assert channel_doc(h, DEAD, "inspect")["redrive_count"] == 3
 
 
+def test_stats_marks_dead_letter_topics_by_a_channels_policy_or_the_pattern(make_nsqd, client):
+    """``is_dead_letter_topic`` (not in Go nsqd, only on such a topic) is what nsqadmin offers a redrive on."""
+    nsqd = make_nsqd(dead_letter_topic="{topic}-dlq")
+    h = client(nsqd)
+    for path in ("/topic/create?topic=orders", "/channel/create?topic=orders&channel=billing",
+                 "/topic/create?topic=orders-dlq", "/topic/create?topic=" + DEAD, "/topic/create?topic=plain"):
+        assert h.post(path).status == 200, path
+
+    def marked():
+        return {t["topic_name"]: t.get("is_dead_letter_topic") for t in h.stats()["topics"]}
+
+    assert marked() == {"orders": None, "orders-dlq": True, DEAD: None, "plain": None}
+    assert h.post("/channel/policy?topic=orders&channel=billing&dead_letter_topic=" + DEAD).status == 200
+    assert marked() == {"orders": None, "orders-dlq": True, DEAD: True, "plain": None}
+    # Named by no channel any more: an ordinary topic again.
+    assert h.post("/channel/policy?topic=orders&channel=billing&inherit=dead_letter_topic").status == 200
+    assert marked()[DEAD] is None
+    [t] = h.stats(topic="orders-dlq")["topics"]
+    assert list(t)[-1] == "is_dead_letter_topic"  # (after Go's keys)
+
+
 @pytest.mark.parametrize("query, status, message", [
     ("", 400, "MISSING_ARG_TOPIC"),
     ("?topic=orders.dead", 400, "MISSING_ARG_CHANNEL"),

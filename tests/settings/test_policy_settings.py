@@ -1,9 +1,10 @@
 """The delivery-policy settings (not in Go nsqd; docs/policies.md): the flags, the config-file keys,
 their refusals, and the pure rules of broker.policy (which policy applies, the dead-letter pattern)."""
 
+import json
 import pytest
 
-from nsqd_threaded.broker.policy import NO_POLICY, Policy, effective_policy, is_dead_letter_topic
+from nsqd_threaded.broker.policy import NO_POLICY, NOTHING, Policy, effective_policy, is_dead_letter_topic
 from nsqd_threaded.settings.options import expand_dead_letter_topic
 
 from support.cli import invoke, options_for
@@ -59,14 +60,19 @@ def test_the_pattern():
 
 def test_which_policy_applies():
     defaults = Policy(3, "{topic}-dlq", 60 * 10**9)
-    assert effective_policy(NO_POLICY, NO_POLICY, "t") == NO_POLICY
+    assert effective_policy(NO_POLICY, NOTHING, "t") == NOTHING
     assert effective_policy(NO_POLICY, defaults, "orders") == Policy(3, "orders-dlq", 60 * 10**9)
-    own = Policy(9, "", 0)
+    own = Policy(9, None, None)
     assert effective_policy(own, defaults, "orders") == Policy(9, "orders-dlq", 60 * 10**9)
-    assert effective_policy(Policy(0, "elsewhere", 10**9), defaults, "orders") == Policy(3, "elsewhere", 10**9)
+    assert effective_policy(Policy(None, "elsewhere", 10**9), defaults, "orders") == Policy(3, "elsewhere", 10**9)
+    # A channel's own "nothing" wins over a default as any own value does: unlimited, drop, no TTL.
+    assert effective_policy(Policy(0, None, None), defaults, "orders") == Policy(0, "orders-dlq", 60 * 10**9)
+    assert effective_policy(Policy(None, "", None), defaults, "orders") == Policy(3, "", 60 * 10**9)
+    assert effective_policy(Policy(None, None, 0), defaults, "orders") == Policy(3, "orders-dlq", 0)
+    assert effective_policy(NOTHING, defaults, "orders") == NOTHING
     # A dead-letter topic is left to its own policy.
-    assert effective_policy(NO_POLICY, defaults, "orders-dlq") == NO_POLICY
-    assert effective_policy(own, defaults, "orders-dlq") == own
+    assert effective_policy(NO_POLICY, defaults, "orders-dlq") == NOTHING
+    assert effective_policy(own, defaults, "orders-dlq") == Policy(9, "", 0)
     # A name too long to be a topic's: dropped (no dead-letter topic), the limits still apply.
     assert effective_policy(NO_POLICY, defaults, "x" * 62) == Policy(3, "", 60 * 10**9)
 
@@ -74,9 +80,17 @@ def test_which_policy_applies():
 def test_policy_json():
     policy = Policy(3, "t-dlq", 1500 * 10**6)
     assert policy.as_json() == {"max_attempts": 3, "dead_letter_topic": "t-dlq", "msg_ttl": 1500}
-    assert Policy.from_json(policy.as_json()) == policy
+    assert Policy.from_json(policy.stored_json()) == policy
     assert Policy.from_json({}) == NO_POLICY
+    # Inherited fields are null; the channel's own "nothing" is 0 and "", kept as such.
+    for own in (NO_POLICY, NOTHING, Policy(0, None, None), Policy(None, "", 0), Policy(None, None, 10**6)):
+        assert Policy.from_json(json.loads(json.dumps(own.stored_json()))) == own
+    assert NOTHING.stored_json() == {"max_attempts": 0, "dead_letter_topic": "", "msg_ttl": 0, "format": 2}
+    assert NO_POLICY.as_json() == {"max_attempts": None, "dead_letter_topic": None, "msg_ttl": None}
+    # A policy stored before own settings could be "nothing" (no "format"): its 0 and "" were inherited.
+    assert Policy.from_json({"max_attempts": 9, "dead_letter_topic": "", "msg_ttl": 0}) == Policy(9, None, None)
     for bad in ({"max_attempts": -1}, {"max_attempts": True}, {"max_attempts": 70000}, {"msg_ttl": "1s"},
-                {"msg_ttl": -5}, {"dead_letter_topic": "bad name"}, {"dead_letter_topic": 7}):
+                {"msg_ttl": -5}, {"dead_letter_topic": "bad name"}, {"dead_letter_topic": 7}, {"format": 3},
+                {"format": True}, {"format": "2"}):
         with pytest.raises(ValueError):
             Policy.from_json(bad)

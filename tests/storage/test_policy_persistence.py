@@ -47,7 +47,7 @@ def test_policies_survive_a_restart_and_still_apply(tmp_path):
         post(http, "/channel/policy?topic=t&channel=c&max_attempts=1&dead_letter_topic=t.dead&msg_ttl=1h")
         broker.restart()
         assert policy(http, "t", "c") == {"max_attempts": 1, "dead_letter_topic": "t.dead", "msg_ttl": 3600000}
-        assert policy(http, "t", "plain") == {"max_attempts": 0, "dead_letter_topic": "", "msg_ttl": 0}
+        assert policy(http, "t", "plain") == {"max_attempts": None, "dead_letter_topic": None, "msg_ttl": None}
         with Conn(broker.tcp_address) as pub, Conn(broker.tcp_address) as sub, Conn(broker.tcp_address) as dead:
             dead.sub("t.dead", "d", rdy=1)
             sub.sub("t", "c", rdy=1)
@@ -57,6 +57,60 @@ def test_policies_survive_a_restart_and_still_apply(tmp_path):
             sub.assert_silent(0.3)
     finally:
         broker.stop()
+
+
+def test_a_channels_own_nothing_survives_a_restart_under_defaults(tmp_path):
+    """A channel's own "unlimited", "drop" and "no TTL" stay its own across a restart: they never turn
+    into the broker's defaults (an empty dead-letter topic once did)."""
+    defaults = dict(max_attempts=2, dead_letter_topic="{topic}.dead", msg_ttl=3600.0)
+    broker = Broker(data_path=str(tmp_path), **defaults).start()
+    try:
+        http = broker.http_address
+        post(http, "/topic/create?topic=t")
+        for channel in ("drop", "unlimited", "inherits"):
+            post(http, "/channel/create?topic=t&channel=" + channel)
+        post(http, "/channel/policy?topic=t&channel=drop&dead_letter_topic=")
+        post(http, "/channel/policy?topic=t&channel=unlimited&max_attempts=0&msg_ttl=0")
+        for _ in range(2):
+            assert policy(http, "t", "drop") == {"max_attempts": None, "dead_letter_topic": "", "msg_ttl": None}
+            assert policy(http, "t", "unlimited") == {"max_attempts": 0, "dead_letter_topic": None, "msg_ttl": 0}
+            assert policy(http, "t", "inherits") == {"max_attempts": None, "dead_letter_topic": None, "msg_ttl": None}
+            stats = json.loads(get(http, "/stats?format=json&topic=t"))
+            effective = {c["channel_name"]: (c["max_attempts"], c["dead_letter_topic"], c["msg_ttl"])
+                         for c in stats["topics"][0]["channels"]}
+            assert effective == {"drop": (2, "", 3600000), "unlimited": (0, "t.dead", 0),
+                                 "inherits": (2, "t.dead", 3600000)}
+            broker.restart()
+        # It still drops: a message over the limit goes nowhere (no t.dead is made for it).
+        with Conn(broker.tcp_address) as pub, Conn(broker.tcp_address) as sub:
+            sub.sub("t", "drop", rdy=1)
+            assert pub.pub("t", b"m") == b"OK"
+            for _ in range(2):
+                sub.cmd(b"REQ %s 0" % sub.read_message()[2])
+            channel = broker.nsqd.get_existing_topic("t").get_existing_channel("drop")
+            wait_for(lambda: channel.snapshot().policy["dead_letter_count"] == 1, timeout=20, what="the drop")
+            sub.assert_silent(0.3)
+        assert broker.nsqd.get_existing_topic("t.dead") is None
+    finally:
+        broker.stop()
+
+
+def test_a_policy_stored_before_own_nothing_existed_still_inherits(tmp_path):
+    """nsqd.dat written before a channel's own setting could be "nothing" (no ``format`` key): its 0 and ""
+    were "inherit the default", and still are."""
+    (tmp_path / "nsqd.dat").write_text(json.dumps({"topics": [{"name": "t", "paused": False, "channels": [
+        {"name": "c", "paused": False, "policy": {"max_attempts": 9, "dead_letter_topic": "", "msg_ttl": 0}}]}],
+        "version": "1.3.0"}))
+    broker = Broker(data_path=str(tmp_path), max_attempts=2, dead_letter_topic="{topic}.dead").start()
+    try:
+        assert policy(broker.http_address, "t", "c") == {"max_attempts": 9, "dead_letter_topic": None,
+                                                         "msg_ttl": None}
+        [c] = json.loads(get(broker.http_address, "/stats?format=json&topic=t"))["topics"][0]["channels"]
+        assert (c["max_attempts"], c["dead_letter_topic"], c["msg_ttl"]) == (9, "t.dead", 0)
+    finally:
+        broker.stop()
+    [c] = json.loads((tmp_path / "nsqd.dat").read_bytes())["topics"][0]["channels"]
+    assert c["policy"] == {"max_attempts": 9, "dead_letter_topic": None, "msg_ttl": None, "format": 2}
 
 
 def test_durable_dead_letter_moves_leave_the_channel_for_good(tmp_path):
@@ -154,14 +208,16 @@ def test_go_nsqd_on_a_data_directory_with_policies(tmp_path):
         post(http, "/channel/pause?topic=t&channel=held")
         post(http, "/topic/create?topic=other")
         post(http, "/channel/policy?topic=t&channel=c&max_attempts=5&dead_letter_topic=t.dead&msg_ttl=10s")
+        post(http, "/channel/policy?topic=t&channel=held&dead_letter_topic=")  # (nulls: inherited)
         with Conn(ours.tcp_address) as pub:
             assert pub.pub("t", b"kept across brokers") == b"OK"
     finally:
         ours.stop()  # (the data directory is the test's: kept)
     dat = json.loads((tmp_path / "nsqd.dat").read_bytes())
     [t] = [t for t in dat["topics"] if t["name"] == "t"]
-    assert [c.get("policy") for c in t["channels"] if c["name"] == "c"] == [{"max_attempts": 5, "dead_letter_topic": "t.dead",
-                                                                               "msg_ttl": 10000}]
+    policies = {c["name"]: c.get("policy") for c in t["channels"]}
+    assert policies == {"c": {"max_attempts": 5, "dead_letter_topic": "t.dead", "msg_ttl": 10000, "format": 2},
+                        "held": {"max_attempts": None, "dead_letter_topic": "", "msg_ttl": None, "format": 2}}
 
     # Go nsqd starts on it and keeps every topic and channel (its decoder ignores the policy key).
     tcp, http = free_port(), free_port()
@@ -194,7 +250,7 @@ def test_go_nsqd_on_a_data_directory_with_policies(tmp_path):
     ours = Broker(data_path=str(tmp_path)).start()
     try:
         http = ours.http_address
-        assert policy(http, "t", "c") == {"max_attempts": 0, "dead_letter_topic": "", "msg_ttl": 0}
+        assert policy(http, "t", "c") == {"max_attempts": None, "dead_letter_topic": None, "msg_ttl": None}
         topic = ours.nsqd.get_existing_topic("t")
         assert topic.get_existing_channel("held").paused and topic.get_existing_channel("c").depth() == 1
         assert ours.nsqd.get_existing_topic("other") is not None

@@ -122,6 +122,15 @@ class Chrome:
     def text(self, element):
         return self._s("/element/%s/text" % element)
 
+    def disable_script(self):
+        """Run no page script from now on (Chromium's DevTools, through chromedriver): a browser without it."""
+        self._s("/goog/cdp/execute", "POST", {"cmd": "Emulation.setScriptExecutionDisabled",
+                                              "params": {"value": True}})
+
+    def type(self, element, keys):
+        """Type ``keys`` into an element as a user does (its key and input events fire)."""
+        self._s("/element/%s/value" % element, "POST", {"text": keys})
+
     def run(self, script, *args):
         return self._s("/execute/sync", "POST", {"script": script, "args": list(args)})
 

@@ -2,12 +2,13 @@
 //
 // What it does depends on the page's <body data-kind> (see admin/pages.py):
 // * every page: action buttons (data-method/data-url/data-body, data-confirm asks first) and the create
-//   form call the JSON API, then reload (or go to data-next); an error is shown in #flash;
-// * topic, channel: poll nsqadmin's samples of the topic or channel (data-charts: GET /api/charts/...,
-//   kept by its sampler thread) every data-poll-ms and draw message rate, depth and in flight as SVG;
+//   form call the JSON API, then reload (or go to data-next); an error is shown in #flash, and a redrive's
+//   moved count (or a saved policy) in the reloaded page's #flash;
+// * topic, channel: the charts of message rate, depth and in flight are the server's (inline SVG in the
+//   page, from its sampler's history): they follow as the tables do;
 // * counter: poll the page's API route (data-api) and chart the processed rate (the history lives in the page);
 // * channel: the policy form sends the fields changed (set_policy) to the channel's API route;
-// * pages with #tables: fetch the page again every data-poll-ms and swap in its tables and warnings;
+// * pages with #tables: fetch the page again every data-poll-ms and swap in its tables, charts and warnings;
 // * inside: poll the broker's /debug/state (through nsqadmin) every data-inside-poll-ms and draw it.
 //
 // Everything a node sent is data, never markup: the DOM is built with createElement and textContent
@@ -86,6 +87,47 @@
     box.textContent = text;
     box.className = ok ? "ok" : "";
   }
+  // a banner for the page an action is about to reload, shown there once (see the end of this file):
+  // "ok ..." a confirmation, "warn ..." a warning; with storage off the new figures alone show what happened
+  var SAVED = "nsqadmin.saved";
+  function leave(text, ok) {
+    try { window.sessionStorage.setItem(SAVED, (ok ? "ok " : "warn ") + text); } catch (e) { /* off */ }
+  }
+
+  // What an error code means and what to do about it, for the banner (the code stays, for a search).
+  var EXPLAIN = {
+    INVALID_MAX_ATTEMPTS: "Max attempts must be a whole number from 0 (unlimited) to 65535.",
+    INVALID_MSG_TTL: "The message TTL must be a duration such as 30s, 5m or 1h30m (at least 1ms), or 0 for none.",
+    INVALID_TOPIC: "That is not a topic name this channel can use: letters, digits, '.', '_' and '-', at most " +
+      "64 characters, not the channel's own topic and not an #ephemeral one (it would vanish). Leave it empty " +
+      "to drop such messages instead.",
+    INVALID_INHERIT: "Choose, for each field, either its own value or inherit; not both.",
+    INVALID_CHANNEL: "A channel name is letters, digits, '.', '_' and '-' (at most 64 characters, " +
+      "optionally ending in #ephemeral).",
+    FORBIDDEN: "Only an admin may do this: sign in as one of nsqadmin's --admin-user names (through the " +
+      "proxy that sets its --acl-http-header).",
+    CROSS_ORIGIN_FORBIDDEN: "The request came from another site: use nsqadmin's own page.",
+    CHANNEL_NOT_FOUND: "No node has this channel (any more): reload the topic's page to see its channels.",
+    TOPIC_NOT_FOUND: "No node has this topic (any more): it may have been deleted; see the Topics page.",
+    NOT_FOUND: "No such page or action on this nsqadmin.",
+    UPSTREAM_ERROR: "No node took the request: check that the brokers are up (the Nodes page) and try again.",
+    CONTENT_TYPE_NOT_JSON: "The request was not sent as JSON: use the page's buttons and forms.",
+    MISSING_ARG_TO: "A message in this channel has no recorded source (it was published here directly, or " +
+      "its record was lost in a crash): the redrive stopped at it, having moved the messages before it. " +
+      "Peek to find it, then redrive with a destination (the API's \"to\") or empty the channel."
+  };
+  // an Error from request(): "status CODE[: detail]" -> the explanation, then the status and code as sent;
+  // an UPSTREAM_ERROR whose nodes' answers name a code explained here is explained by that code
+  function explain(err) {
+    var text = String(err && err.message || err), code = (/^\d+ ([A-Z_]+)/.exec(text) || [])[1];
+    if (code === "UPSTREAM_ERROR") {
+      (text.match(/[A-Z][A-Z_]+[A-Z]/g) || []).some(function (c) {
+        if (c !== code && EXPLAIN.hasOwnProperty(c)) { code = c; return true; }
+        return false;
+      });
+    }
+    return EXPLAIN.hasOwnProperty(code) ? EXPLAIN[code] + " (" + text + ")" : "Failed: " + text;
+  }
 
   function request(method, url, payload) {
     var opts = { method: method, headers: { "Accept": "application/json" }, credentials: "same-origin" };
@@ -135,10 +177,16 @@
       return request(btn.getAttribute("data-method"), btn.getAttribute("data-url"), btn.getAttribute("data-body"));
     }).then(function (doc) {
         if (message(doc)) flash(message(doc), false);
+        // a redrive's answer says how many it moved: confirmed on the page it reloads (leave)
+        var moved = obj(doc).moved;
+        if (isNum(moved)) {
+          leave("Redrive: moved " + moved + " message" + (moved === 1 ? "" : "s") + " back." +
+                (message(doc) ? " Not every node answered: " + message(doc) : ""), !message(doc));
+        }
         var next = btn.getAttribute("data-next");
         // data-next is a path here, never "//host"
         if (next && /^\/(?![\/\\])/.test(next)) { window.location.href = next; } else { window.location.reload(); }
-      }, function (err) { actionFailed(); btn.disabled = false; flash(err.message, false); });
+      }, function (err) { actionFailed(); btn.disabled = false; flash(explain(err), false); });
   });
 
   var form = document.getElementById("create-form");
@@ -151,34 +199,59 @@
         return request("POST", form.querySelector("button").getAttribute("data-url"), doc);
       }).then(function () {
         window.location.href = base + "/topics/" + encodeURIComponent(doc.topic);
-      }, function (err) { actionFailed(); flash(err.message, false); });
+      }, function (err) { actionFailed(); flash(explain(err), false); });
     });
   }
 
-  // the policy form: only the fields changed from what the page showed are sent (the others stay as
-  // they are on each node); the API checks each one (400 INVALID_MAX_ATTEMPTS, INVALID_TOPIC, INVALID_MSG_TTL)
+  // the policy form: each field's select says whether it is the channel's own value or inherits the
+  // broker's default; only what changed from what the page showed is sent (the others stay as they are on
+  // each node): a value typed, or a select turned to "own" (that value, 0 or empty included: unlimited,
+  // no TTL, drop) or to "inherit" (the field listed in "inherit"). The API checks each one.
+  var POLICY_KEYS = ["max_attempts", "dead_letter_topic", "msg_ttl"];
   var policyForm = document.getElementById("policy-form");
   if (policyForm) {
+    POLICY_KEYS.forEach(function (key) {
+      var input = policyForm.querySelector("[name=" + key + "]");
+      var mode = policyForm.querySelector("[name=" + key + "_mode]");
+      if (!input || !mode) return;
+      input.addEventListener("input", function () { mode.value = "own"; });
+      // back to "inherit": what was typed goes (the field is sent as inherited, or not at all)
+      mode.addEventListener("change", function () {
+        if (mode.value === "inherit") input.value = input.getAttribute("data-initial");
+      });
+    });
     policyForm.addEventListener("submit", function (ev) {
       ev.preventDefault();
-      var doc = { action: "set_policy" }, changed = 0;
-      ["max_attempts", "dead_letter_topic", "msg_ttl"].forEach(function (key) {
+      var doc = { action: "set_policy" }, inherit = [];
+      POLICY_KEYS.forEach(function (key) {
         var input = policyForm.querySelector("[name=" + key + "]");
-        if (!input || input.value === input.getAttribute("data-initial")) return;
+        var mode = policyForm.querySelector("[name=" + key + "_mode]");
+        if (!input) return;
+        var typed = input.value !== input.getAttribute("data-initial");
+        var chosen = mode ? mode.value : "", was = mode ? mode.getAttribute("data-initial") : "";
+        if (chosen === "inherit" && was !== "inherit") { inherit.push(key); return; }
+        if (!typed && !(chosen === "own" && was !== "own")) return;
         var v = input.value.trim();
-        if (key === "max_attempts" && v === "") v = "0"; // empty resets, as on the broker
+        if (key === "max_attempts" && v === "") v = "0"; // empty: unlimited, as on the broker
         doc[key] = key === "max_attempts" && /^[0-9]+$/.test(v) ? parseInt(v, 10) : v;
-        changed += 1;
       });
-      if (!changed) { flash("Nothing changed.", false); return; }
+      if (inherit.length) doc.inherit = inherit;
+      if (Object.keys(doc).length === 1) { flash("Nothing changed: type a value or pick own or inherit.", false); return; }
       var button = policyForm.querySelector("button");
       button.disabled = true;
       act().then(function () {
         return request("POST", policyForm.getAttribute("data-url"), doc);
       }).then(function (answer) {
-        if (message(answer)) { actionFailed(); flash(message(answer), false); button.disabled = false; return; }
+        if (message(answer)) { // (a warning: some nodes took it, some did not answer)
+          actionFailed(); button.disabled = false;
+          flash("Saved on the nodes that answered only; the others keep their policy. Set it again once they " +
+                "answer (the Nodes page shows which do not). " + message(answer), false);
+          return;
+        }
+        // the confirmation outlives the reload that shows the new policy (leave)
+        leave("Policy saved on every node that has the channel.", true);
         window.location.reload();
-      }, function (err) { actionFailed(); button.disabled = false; flash(err.message, false); });
+      }, function (err) { actionFailed(); button.disabled = false; flash(explain(err), false); });
     });
   }
 
@@ -230,44 +303,6 @@
       el("div", { "class": "title" }, el("span", null, "max " + (s.rate ? max.toFixed(1) + "/s" : Math.round(max))),
          el("span", null, "last " + period))
     ]);
-  }
-
-  // -- topic and channel charts: nsqadmin's own samples (GET /api/charts/<topic>[/<channel>], data-charts)
-
-  var SAMPLED = [["message rate", true, "message_rate"], ["depth", false, "depth"], ["in flight", false, "in_flight"]];
-
-  // columns of the samples -> the points of one series, null where a sample is missing or has no value
-  function sampledPoints(doc, column, intervalMs) {
-    var times = list(doc.time), values = list(doc[column]), out = [];
-    times.forEach(function (when, i) {
-      if (!isNum(when)) return;
-      if (out.length && when - out[out.length - 1].t > 2.5 * intervalMs) out.push({ t: when, v: null });
-      var v = values[i];
-      out.push({ t: when, v: isNum(v) ? v : null });
-    });
-    return out;
-  }
-
-  function startSampledCharts(url) {
-    var holder = document.getElementById("charts");
-    if (!holder) return;
-    var boxes = SAMPLED.map(function (s) {
-      var div = el("div", { "class": "chart", "data-series": s[2] });
-      holder.appendChild(div);
-      drawChart(div, { title: s[0], rate: s[1], points: [] });
-      return div;
-    });
-    function tick() {
-      polled(tick, POLL_MS, function () { return request("GET", url).then(function (doc) {
-        doc = obj(doc);
-        var interval = isNum(doc.interval_ms) && doc.interval_ms > 0 ? doc.interval_ms : POLL_MS;
-        SAMPLED.forEach(function (s, i) {
-          drawChart(boxes[i], { title: s[0], rate: s[1], points: sampledPoints(doc, s[2], interval) });
-          boxes[i].setAttribute("data-samples", String(list(doc.time).length));
-        });
-      }); });
-    }
-    tick();
   }
 
   // the sum of f over a list; NaN (drawn as a gap) when any term is not a number
@@ -492,8 +527,8 @@
     tick();
   }
 
-  // -- the server-rendered tables follow too: the page itself is fetched again and its #tables and
-  // #warnings are moved in (one renderer, the server's, which escapes everything; DOMParser's document is
+  // -- the server-rendered tables and charts follow too: the page itself is fetched again and its #tables,
+  // #charts and #warnings are moved in (one renderer, the server's, which escapes everything; DOMParser's document is
   // inert, and its nodes are adopted, never re-parsed from text)
   function startTables() {
     var tables = document.getElementById("tables");
@@ -506,7 +541,7 @@
           return resp.text();
         }).then(function (text) {
           var fresh = new DOMParser().parseFromString(text, "text/html");
-          ["tables", "warnings"].forEach(function (id) {
+          ["tables", "warnings", "charts"].forEach(function (id) {
             var src = fresh.getElementById(id), dst = document.getElementById(id);
             if (src && dst) replaceChildren(dst, Array.prototype.slice.call(src.childNodes).map(function (c) {
               return document.adoptNode(c);
@@ -518,6 +553,15 @@
     setTimeout(tick, POLL_MS);
   }
 
+  // a confirmation an action left for the page it reloaded (the policy form's, a redrive's): shown once
+  try {
+    var saved = window.sessionStorage.getItem(SAVED);
+    if (saved) {
+      window.sessionStorage.removeItem(SAVED);
+      flash(saved.replace(/^(ok|warn) /, ""), saved.indexOf("warn ") !== 0);
+    }
+  } catch (e) { /* storage off */ }
+
   startTables();
   var peekUrl = body.getAttribute("data-peek");
   if (peekUrl && /^\/(?![\/\\])/.test(peekUrl)) startPeek(peekUrl);
@@ -526,8 +570,8 @@
   var charts = body.getAttribute("data-charts");
   if (kind === "inside") {
     startInside(api);
-  } else if (charts && /^\/(?![\/\\])/.test(charts)) {
-    startSampledCharts(charts);
+  } else if (charts) {
+    // (drawn by the server, refreshed with the tables)
   } else if (kind && api) {
     startCharts(kind, api);
   }
