@@ -60,8 +60,9 @@ class Backend:
     def delete(self):
         """Release resources without persisting (after empty(), on delete)."""
 
-    def ack(self, msg_ids):
-        """The owner is done with these messages taken by get(); returns how many were known."""
+    def ack(self, msg_ids, persist=False):
+        """The owner is done with these messages taken by get(); returns how many were known.
+        ``persist``: make the new read position reach the metadata file now (not fsynced)."""
         return 0
 
     def sync_point(self):

@@ -28,6 +28,18 @@ made of three pieces:
   synced before it raises BackendError (the kernel may have dropped the
   pages, so nothing written since can be trusted until a restart).
 
+* **Metadata with each commit**: a sync point also takes a snapshot of the
+  metadata (:meth:`DurableDiskQueue.sync_point`), and the group commit's
+  leader writes it (temp file and rename, without an fsync) after its fsync
+  and before it releases the waiters, so every acknowledged record is within
+  the metadata file's write position.  The topic's acknowledgement of a
+  fanned-out batch (``ack(..., persist=True)``) writes it too.  So Go nsqd,
+  which reads nothing of a queue whose metadata file is missing and only the
+  current write file past a stale one, finds everything acknowledged after
+  a SIGKILL of this broker; a fresh queue writes its metadata when it opens
+  for the same reason.  A FIN moves the committed read position in memory;
+  it reaches the file with the channel's next commit or sync.
+
 * **Startup**: data files past the metadata's write position (the metadata
   was lost or is older than them, e.g. a crash right after ``empty()``) are
   adopted rather than later overwritten, and a read position on a file that
@@ -42,6 +54,9 @@ fd and its file number, the leader flag, the sticky error, the closed flag
 and ``fsync_count``.  That lock is never held across an fsync; the owner
 takes it only briefly, in GroupSync's owner-side methods, always while
 holding its own lock (a waiter holding it never takes the owner's).
+``GroupSync._meta_lock`` serializes the writes of the metadata file (the
+owner's and the leaders'); it is taken before ``_cond`` when both are, and a
+leader holds neither the owner's lock nor ``_cond`` while holding it.
 :class:`Unacked` and the other durable state have no lock: the owner's
 lock covers them.
 """
@@ -53,7 +68,8 @@ import threading
 
 from .backend import BackendError
 from .diskqueue import DiskQueue
-from .files import fsync_dir, strerror
+from .files import fsync_dir, replace_atomically, strerror
+from .meta_file import format_meta
 
 
 class _Rec:
@@ -136,9 +152,15 @@ class GroupSync:
     it is on disk.
     """
 
-    def __init__(self, file_name, position):
+    def __init__(self, file_name, position, write_meta):
+        """``write_meta(data, fsync)`` replaces the metadata file (raises OSError)."""
         self._file_name = file_name
+        self._write_meta = write_meta
+        self._meta_lock = threading.Lock()  # serializes metadata file writes; guards _meta_written
+        self._meta_written = 0  # the number of the snapshot the metadata file holds
         self._cond = threading.Condition(threading.Lock())  # guards all the state below; waiters sleep on it
+        self._meta = None  # the owner's metadata at its latest sync point: (number, bytes)
+        self._meta_number = 0  # numbers the owner's snapshots (and direct writes) in the order taken
         self.written = position
         self.synced = position
         self._fd = None  # the owner's current write fd (dup'ed before use outside the lock)
@@ -160,10 +182,33 @@ class GroupSync:
         with self._cond:
             self._fd = self._fd_num = None
 
-    def wrote(self, position):
+    def wrote(self, position, meta=None):
+        """Written up to ``position``; ``meta``: the metadata as of now, for the next leader to write."""
         with self._cond:
             if position > self.written:
                 self.written = position
+            if meta is not None:
+                self._meta_number += 1
+                self._meta = (self._meta_number, meta)
+
+    def write_meta(self, meta, fsync):
+        """The owner writes its metadata now (newer than any snapshot: a leader holding one skips it)."""
+        with self._cond:
+            self._meta_number += 1
+            number = self._meta_number
+            self._meta = None
+        with self._meta_lock:
+            self._write_meta(meta, fsync)
+            self._meta_written = number
+
+    def forget_meta(self):
+        """empty(): the metadata file is about to be removed; no snapshot taken before may recreate it."""
+        with self._cond:
+            self._meta_number += 1
+            number = self._meta_number
+            self._meta = None
+        with self._meta_lock:
+            self._meta_written = number
 
     def mark_synced(self, position):
         with self._cond:
@@ -238,9 +283,10 @@ class GroupSync:
                         raise BackendError("exiting")
                     break
                 cond.wait()
-            # Leader: fsync everything written so far.
+            # Leader: fsync everything written so far, then write the metadata of the latest sync point.
             self._syncing = True
             target = self.written
+            meta = self._meta
             fd = None
             try:
                 if self._fd is not None and self._fd_num == target[0]:
@@ -267,6 +313,8 @@ class GroupSync:
                     sticky = True
                 finally:
                     os.close(fd)
+            if synced and meta is not None:
+                self._leader_writes_meta(meta)
         finally:
             with cond:
                 self._syncing = False
@@ -285,6 +333,22 @@ class GroupSync:
                     raise BackendError(self._error)
         if not synced:
             raise BackendError(error or "exiting")
+
+    def _leader_writes_meta(self, meta):
+        """After the leader's fsync, before it releases the waiters: the snapshot goes to the file
+        unless something newer is there already or the queue has closed.  No fsync: the write is for
+        a process that reads the directory after a kill (Go nsqd: see the module's docstring); a
+        failure is left to the next sync, which writes the metadata again (and reports it)."""
+        number, data = meta
+        with self._meta_lock:
+            with self._cond:
+                if self._closed or number <= self._meta_written:
+                    return
+            try:
+                self._write_meta(data, False)
+            except OSError:
+                return
+            self._meta_written = number
 
     def _fsync_path(self, file_num):
         try:
@@ -323,9 +387,10 @@ class DurableDiskQueue(DiskQueue):
         return self._gsync.fsync_count
 
     def sync_point(self):
-        """A token for everything written so far (call with the owner's lock held)."""
+        """A token for everything written so far (call with the owner's lock held); the metadata as
+        of now goes to the file with the commit that covers the token."""
         position = (self.write_file_num, self.write_pos)
-        self._gsync.wrote(position)
+        self._gsync.wrote(position, format_meta(*self._meta_fields()))
         return position
 
     def wait_synced(self, token):
@@ -339,11 +404,13 @@ class DurableDiskQueue(DiskQueue):
         if token is not None:
             self._gsync.wait(token)
 
-    def ack(self, msg_ids):
+    def ack(self, msg_ids, persist=False):
         """Mark records handed out by get() as done (the oldest one for a repeated ID).
 
         Moves the committed read position over the leading done records and
         deletes the data files it has passed.  Unknown IDs are ignored.
+        ``persist``: if the committed position moved, write the metadata now
+        (without an fsync; the topic's pump, once per batch its channels hold).
         Returns the number of records marked done.
         """
         if self._exiting:
@@ -360,6 +427,11 @@ class DurableDiskQueue(DiskQueue):
                 self._advance_commit()
                 if self._count >= self.sync_every:
                     self._sync_logged()
+                elif persist:
+                    try:
+                        self._gsync.write_meta(format_meta(*self._meta_fields()), False)
+                    except OSError as e:
+                        self.log.error("DISKQUEUE(%s) failed to write metadata - %s", self.name, e)
         return n
 
     @property
@@ -379,7 +451,26 @@ class DurableDiskQueue(DiskQueue):
         if not self._fresh:
             self._adopt_unknown_files()
         self._commit_file = self.read_file_num  # files below it are deleted
-        self._gsync = GroupSync(self.file_name, (self.write_file_num, self.write_pos))
+        self._gsync = GroupSync(self.file_name, (self.write_file_num, self.write_pos), self._replace_meta_file)
+        if self._fresh or not os.path.exists(self.meta_file_name):
+            # Go nsqd reads nothing of a queue without a metadata file, even data files found
+            # after a kill: there is one from the start.
+            try:
+                self._gsync.write_meta(format_meta(*self._meta_fields()), False)
+            except OSError as e:
+                self.log.error("DISKQUEUE(%s) failed to write metadata - %s", self.name, e)
+
+    def _replace_meta_file(self, data, fsync):
+        replace_atomically(self.meta_file_name, data, sync_dir=fsync and self._sync_meta_dir,
+                           ignore_fsync_error=True, fsync=fsync)
+
+    def _persist_meta_data(self):
+        self._gsync.write_meta(format_meta(*self._meta_fields()), True)
+
+    def empty(self):
+        if not self._exiting:
+            self._gsync.forget_meta()
+        super().empty()
 
     def _meta_fields(self):
         rf, rp = self.committed_position()

@@ -69,11 +69,14 @@ def test_crash_after_sync_redelivers_unacked_and_unread(env):
 
 def test_crash_without_any_sync_redelivers_everything(env):
     q1 = env.open(max_bytes_per_file=10000)
+    assert env.read_meta() == b"0\n0,0\n0,0\n"  # written at the start: Go reads nothing without one
     q1.put([msg(i) for i in range(4)])
     q1.wait_synced(q1.sync_point())
+    end = q1.write_pos
+    assert env.read_meta() == b"4\n0,0\n0,%d\n" % end  # the group commit wrote it with the records
     assert ids(q1.get(4)) == [mid(i) for i in range(4)]
     q1.ack([mid(0), mid(1), mid(2), mid(3)])
-    assert not os.path.exists(env.meta())  # never synced the metadata
+    assert env.read_meta() == b"4\n0,0\n0,%d\n" % end  # the acks (FINs) wait for the next commit or sync
     q2 = env.open(max_bytes_per_file=10000)  # recovers from the data file alone
     assert ids(drain(q2)) == [mid(i) for i in range(4)]  # acked but not persisted: duplicates
     q2.close()
@@ -276,7 +279,8 @@ def test_crash_after_empty_keeps_later_acknowledged_writes(env):
     q.empty()  # removes the metadata file, as Go does
     q.put([msg(8), msg(9)])
     q.wait_synced(q.sync_point())
-    assert not os.path.exists(env.meta())
+    assert env.read_meta() == b"2\n%d,0\n%d,%d\n" % (q.write_file_num, q.write_file_num, q.write_pos)  # the commit's
+    os.remove(env.meta())  # as if the kill came between the empty() and that commit
     # Crash: the metadata is missing and the data is in file 3, not file 0.
     q2 = env.open()
     assert ids(drain(q2)) == [mid(8), mid(9)]
