@@ -65,6 +65,10 @@ class Backend:
         ``persist``: make the new read position reach the metadata file now (not fsynced)."""
         return 0
 
+    def keep_attempts(self, msgs):
+        """These messages taken by get() go back to the owner's queue: keep their attempts where a
+        restart reads them (durable mode; elsewhere they are written again with them, or lost)."""
+
     def sync_point(self):
         """A token for everything put so far, for :meth:`wait_synced` (None: nothing to wait for)."""
         return None

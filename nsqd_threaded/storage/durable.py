@@ -64,12 +64,18 @@ lock covers them.
 import collections
 import os
 import re
+import struct
 import threading
 
 from .backend import BackendError
 from .diskqueue import DiskQueue
 from .files import fsync_dir, replace_atomically, strerror
 from .meta_file import format_meta
+from .records import RECORD_LENGTH
+
+
+_ATTEMPTS = struct.Struct(">H")  # a record header's attempts field
+_ATTEMPTS_OFFSET = RECORD_LENGTH.size + 8  # from a record's start: its length, the timestamp
 
 
 class _Rec:
@@ -123,6 +129,13 @@ class Unacked:
             if not entry:
                 del self._by_id[msg_id]
         return True
+
+    def find(self, msg_id):
+        """The oldest record of ``msg_id`` not yet acknowledged (None: none)."""
+        entry = self._by_id.get(msg_id)
+        if entry is None or type(entry) is _Rec:
+            return entry
+        return entry[0]
 
     def advance(self):
         """Drop the leading done records; returns how many."""
@@ -433,6 +446,28 @@ class DurableDiskQueue(DiskQueue):
                     except OSError as e:
                         self.log.error("DISKQUEUE(%s) failed to write metadata - %s", self.name, e)
         return n
+
+    def keep_attempts(self, msgs):
+        """Write these handed-out messages' attempts into their records' headers, in place: a crash
+        gives them back with them (a REQ, a timeout).  It is the header's own attempts field, which
+        Go nsqd reads too.  Written, not fsynced (a later fsync of the file takes it along): a
+        SIGKILL keeps it, a power loss may not.  A failure is logged (the attempts are then lost at
+        a crash, nothing else)."""
+        writes = {}  # file num -> [(offset, attempts)]
+        for msg in msgs:
+            rec = self._unacked.find(msg.id)
+            if rec is not None and msg.attempts:  # (0: as the record was written)
+                writes.setdefault(rec.file_num, []).append((rec.start + _ATTEMPTS_OFFSET, msg.attempts))
+        for num, offsets in writes.items():
+            try:
+                fd = os.open(self.file_name(num), os.O_WRONLY)
+                try:
+                    for offset, attempts in offsets:
+                        os.pwrite(fd, _ATTEMPTS.pack(attempts), offset)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                self.log.error("DISKQUEUE(%s) failed to keep attempts in %s - %s", self.name, self.file_name(num), e)
 
     @property
     def unacked_count(self):

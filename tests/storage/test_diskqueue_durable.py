@@ -7,7 +7,7 @@ import pytest
 from nsqd_threaded.storage.backend import BackendError
 from nsqd_threaded.storage.meta_file import parse_meta
 
-from support.durable import REC, drain, env, ids, mid, msg  # noqa: F401 (fixtures among them)
+from support.durable import REC, TS, drain, env, ids, mid, msg  # noqa: F401 (fixtures among them)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -327,3 +327,24 @@ def test_close_persists_committed_position(env):
     q.close()
     assert env.read_meta() == b"3\n1,0\n2,44\n"
     assert env.data_files() == ["t.diskqueue.000001.dat", "t.diskqueue.000002.dat"]
+
+
+def test_kept_attempts_are_read_back_after_a_crash_and_nothing_else_changes(env):
+    q1 = env.open()
+    q1.put([msg(i) for i in range(4)])  # files 0, 1
+    taken = q1.get(4)
+    taken[1].attempts = 3
+    taken[2].attempts = 1
+    before = [open(os.path.join(env.path, name), "rb").read() for name in env.data_files()]
+    q1.keep_attempts([taken[1], taken[2], taken[3]])  # (taken[3]: 0, as written: nothing to do)
+    q1.ack([mid(0)])
+    # "Crash": a second queue reads the same files.
+    q2 = env.open()
+    back = drain(q2)
+    assert [(m.id, m.attempts, m.body, m.timestamp) for m in back] == [
+        (mid(i), a, b"x" * 14, TS + i) for i, a in ((0, 0), (1, 3), (2, 1), (3, 0))]
+    after = [open(os.path.join(env.path, name), "rb").read() for name in env.data_files()]
+    changed = [i for i, (x, y) in enumerate(zip(before, after)) for j in range(len(x)) if x[j] != y[j]]
+    assert len(changed) == 2  # one byte of the attempts field in each of the two records
+    q2.close()
+    q1.delete()
