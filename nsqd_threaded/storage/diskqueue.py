@@ -371,6 +371,7 @@ class DiskQueue(DiskQueueFiles, Backend):
         dmap = self._sidecar.entries
         dtake = self._deferred_entry_lookup(dmap)
         handed_out = self._handed_out  # None, or called with each record handed out
+        done = self._replayed_done  # None, or True for a record to skip (see the hook)
         unpack_header = RECORD_HEADER.unpack_from
         lo, hi = self.min_msg_size, self.max_msg_size
         avail = len(buf)
@@ -392,6 +393,10 @@ class DiskQueue(DiskQueueFiles, Backend):
                 out.append(buf[p + 4 : end])
             elif size >= MSG_HEADERRECORD_LENGTHGTH:
                 ts, attempts, msg_id = unpack_header(buf, p + 4)
+                if done is not None and done(msg_id, rf, base + p, base + end):
+                    took += 1
+                    p = end
+                    continue
                 msg = Message(msg_id, buf[p + 4 + MSG_HEADERRECORD_LENGTHGTH : end], ts, attempts)
                 if dmap:
                     entry = dtake((rf, base + p), None)
@@ -643,6 +648,10 @@ class DiskQueue(DiskQueueFiles, Backend):
 
     #: Called by get() as ``(msg id, file num, start, end)`` for each record handed out, or None.
     _handed_out = None
+
+    #: Called by get() as ``(msg id, file num, start, end)`` for each record before it is handed out, or
+    #: None: True skips the record (taken, not handed out: durable mode's records done before a crash).
+    _replayed_done = None
 
     def _after_get(self):
         """A get() finished (positions moved)."""

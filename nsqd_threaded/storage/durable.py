@@ -69,7 +69,7 @@ import threading
 
 from .backend import BackendError
 from .diskqueue import DiskQueue
-from .files import fsync_dir, replace_atomically, strerror
+from .files import fsync_dir, replace_atomically, strerror, write_all
 from .meta_file import format_meta
 from .records import RECORD_LENGTH
 
@@ -117,18 +117,23 @@ class Unacked:
             prev.append(rec)
 
     def ack(self, msg_id):
-        """Mark the oldest unacked record of ``msg_id`` done; False if there is none."""
+        """Mark the oldest unacked record of ``msg_id`` done and return it; None if there is none."""
         entry = self._by_id.get(msg_id)
         if entry is None:
-            return False
+            return None
         if type(entry) is _Rec:
             del self._by_id[msg_id]
-            entry.done = True
         else:
-            entry.popleft().done = True
+            rec = entry.popleft()
             if not entry:
                 del self._by_id[msg_id]
-        return True
+            entry = rec
+        entry.done = True
+        return entry
+
+    def done_records(self):
+        """The done records still in the log (behind an unacked one), oldest first."""
+        return [rec for rec in self._log if rec.done]
 
     def find(self, msg_id):
         """The oldest record of ``msg_id`` not yet acknowledged (None: none)."""
@@ -155,6 +160,94 @@ class Unacked:
     def clear(self):
         self._log.clear()
         self._by_id.clear()
+
+
+_DONE_ENTRY = struct.Struct(">QQ16s")  # a done log entry: file num, record start, message ID
+
+
+class DoneLog:
+    """The records acknowledged (FINed, moved to a dead-letter topic, dropped) while the committed read
+    position had not passed them yet, in ``<name>.diskqueue.done.dat`` (Go nsqd never opens it): after a
+    crash the reader skips them instead of delivering them again.
+
+    The ack appends their entries (one ``write()``, no fsync: a SIGKILL keeps them, a power loss may
+    not, and then they are delivered again).  Whenever a sync persists the metadata the file is
+    rewritten with only the entries the committed position has not passed.  ``replay``: the entries
+    loaded at startup that the reader has not reached yet.  No lock: the owner's lock covers it.
+    """
+
+    def __init__(self, path, name, log):
+        self.path = path
+        self.name = name
+        self.log = log
+        self.replay = {}  # (file num, start) -> message ID: done before the crash, not read yet
+        self._fd = None  # append fd
+        self._entries = 0  # entries the file holds (0: no file)
+
+    def load(self, start, end):
+        """Startup: keep the entries of records from position ``start`` up to ``end``."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to read %s - %s", self.name, self.path, e)
+            return
+        size = _DONE_ENTRY.size
+        for offset in range(0, len(data) - size + 1, size):
+            num, pos, msg_id = _DONE_ENTRY.unpack_from(data, offset)
+            if start <= (num, pos) < end:
+                self.replay[(num, pos)] = msg_id
+        self._entries = max(1, len(data) // size)
+
+    def append(self, recs):
+        pack = _DONE_ENTRY.pack
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            write_all(self._fd, b"".join([pack(r.file_num, r.start, r.msg_id) for r in recs]))
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to write %s - %s", self.name, self.path, e)
+            return
+        self._entries += len(recs)
+
+    def rewrite(self, recs):
+        """Keep only ``recs``' entries and the replay's (the metadata now passes every other one)."""
+        if not self._entries:
+            return
+        pack = _DONE_ENTRY.pack
+        entries = [pack(r.file_num, r.start, r.msg_id) for r in recs]
+        entries.extend(pack(num, pos, msg_id) for (num, pos), msg_id in self.replay.items())
+        self.close()
+        try:
+            if entries:
+                replace_atomically(self.path, b"".join(entries), fsync=False)
+            else:
+                os.remove(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to rewrite %s - %s", self.name, self.path, e)
+            return
+        self._entries = len(entries)
+
+    def drop(self):
+        """empty(): every entry goes."""
+        self.close()
+        self.replay.clear()
+        self._entries = 0
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to remove %s - %s", self.name, self.path, e)
+
+    def close(self):
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class GroupSync:
@@ -429,10 +522,14 @@ class DurableDiskQueue(DiskQueue):
         if self._exiting:
             return 0
         unacked = self._unacked
-        n = 0
+        done = []
         for msg_id in msg_ids:
-            if unacked.ack(msg_id):
-                n += 1
+            rec = unacked.ack(msg_id)
+            if rec is not None:
+                done.append(rec)
+        n = len(done)
+        if n and not persist:
+            self._done.append(done)  # (persist: the metadata written below passes them)
         if n:
             moved = unacked.advance()
             if moved:
@@ -486,6 +583,11 @@ class DurableDiskQueue(DiskQueue):
         if not self._fresh:
             self._adopt_unknown_files()
         self._commit_file = self.read_file_num  # files below it are deleted
+        self._done = DoneLog(os.path.join(self.data_path, "%s.diskqueue.done.dat" % self.name), self.name, self.log)
+        if not self._fresh:
+            self._done.load((self.read_file_num, self.read_pos), (self.write_file_num, self.write_pos))
+            if self._done.replay:
+                self._replayed_done = self._skip_done
         self._gsync = GroupSync(self.file_name, (self.write_file_num, self.write_pos), self._replace_meta_file)
         if self._fresh or not os.path.exists(self.meta_file_name):
             # Go nsqd reads nothing of a queue without a metadata file, even data files found
@@ -501,11 +603,41 @@ class DurableDiskQueue(DiskQueue):
 
     def _persist_meta_data(self):
         self._gsync.write_meta(format_meta(*self._meta_fields()), True)
+        self._done.rewrite(self._unacked.done_records())
 
     def empty(self):
         if not self._exiting:
             self._gsync.forget_meta()
+            self._done.drop()
+            self._replayed_done = None
         super().empty()
+
+    def close(self):
+        super().close()
+        self._done.close()
+
+    def _skip_done(self, msg_id, file_num, start, end):
+        """get()'s hook after a restart: a record done before the crash is skipped (and stays in the
+        log as done until the committed position passes it)."""
+        replay = self._done.replay
+        if replay.get((file_num, start)) != msg_id:
+            return False
+        del replay[(file_num, start)]
+        if not replay:
+            self._replayed_done = None
+        self._unacked.add(msg_id, file_num, start, end)
+        self._unacked.ack(msg_id)
+        return True
+
+    def stored_ids(self):
+        """DiskQueue's, less the records done before a crash (get() skips them too)."""
+        replay = self._done.replay
+        for num in range(self.read_file_num, self.write_file_num + 1):
+            pos = self.read_pos if num == self.read_file_num else 0
+            end = self.write_pos if num == self.write_file_num else self._complete_sizes.get(num)
+            for start, msg in self._stored_records(num, pos, end):
+                if not replay or replay.get((num, start)) != msg.id:
+                    yield msg.id
 
     def _meta_fields(self):
         rf, rp = self.committed_position()
@@ -520,6 +652,7 @@ class DurableDiskQueue(DiskQueue):
         return entries.get  # kept until the committed position leaves the file
 
     def _after_get(self):
+        self._unacked.advance()  # (records done before a crash, skipped at the head: passed at once)
         self._advance_commit()
 
     def _emptied(self):
@@ -531,6 +664,7 @@ class DurableDiskQueue(DiskQueue):
 
     def _deleted(self):
         self._gsync.close(self, flush=False)
+        self._done.close()
 
     def _fsync_failed(self, text):
         self._gsync.failed(text)
