@@ -12,7 +12,8 @@ drained.  Per channel it counts, for the acknowledged messages:
 * lost: never delivered, before the kill or after;
 * duplicated: delivered more than once after the restart, or (``audit``: never consumed) held twice;
 * redelivered: delivered before the kill and again after (only a message delivered and not FINed may
-  come again: the consumer FINed it, but the FIN may not have reached the broker before the kill).
+  come again); ``FIN sent`` counts those among them whose FIN the consumer had written to its socket
+  (the FIN may not have reached the broker before the kill: a FIN has no answer).
 
 ``work`` has a delivery policy (``max_attempts=2``, dead-letter topic ``orders-dead``, which a channel
 ``dead`` holds, never consumed before the kill): a message REQ'd or timed out twice is moved there.  A
@@ -181,7 +182,7 @@ def tally(rounds, lossy=False):
     """Totals over the rounds: per channel lost, duplicated (never delivered, twice), redelivered; for
     ``work`` also the dead-letter moves (``dead``), those seen twice and those delivered again after."""
     totals = {c: {"acked": 0, "lost": 0, "duplicated": 0, "redelivered": 0} for c in ("work", "audit")}
-    totals["work"].update({"dead": 0, "dead twice": 0, "dead and after": 0})
+    totals["work"].update({"FIN sent": 0, "dead": 0, "dead twice": 0, "dead and after": 0})
     for rnd in rounds:
         dead = {}
         for body in rnd.dead:
@@ -197,6 +198,8 @@ def tally(rounds, lossy=False):
             t["lost"] += len([b for b in rnd.acked if b not in seen and b not in before and b not in moved])
             t["duplicated"] += sum(n - 1 for n in seen.values() if n > 1)
             t["redelivered"] += len([b for b in seen if b in before])
+            if channel == "work":
+                t["FIN sent"] += len([b for b in seen if b in rnd.fin_sent])
             if channel == "work":
                 t["dead"] += len(dead)
                 t["dead twice"] += sum(n - 1 for n in dead.values() if n > 1)
@@ -217,15 +220,16 @@ def main():
         runs.append(("Go nsqd 1.3", (), [os.path.abspath(a.go)]))
     tmp = tempfile.mkdtemp(prefix="crashloop-")
     try:
-        print("%-18s %-6s %8s %6s %10s %11s %6s %10s %14s" % ("broker", "chan", "acked", "lost", "duplicated",
-                                                              "redelivered", "dead", "dead twice", "dead and after"))
+        print("%-18s %-6s %8s %6s %10s %11s %8s %6s %10s %14s" % (
+            "broker", "chan", "acked", "lost", "duplicated", "redelivered", "FIN sent", "dead", "dead twice",
+            "dead and after"))
         for name, flags, command in runs:
             rng = random.Random(a.seed)
             started = time.monotonic()
             rounds = [run_round(flags, tmp, rng, command) for _ in range(a.kills)]
             for channel, t in tally(rounds).items():
-                print("%-18s %-6s %8d %6d %10d %11d %6s %10s %14s" % (
-                    name, channel, t["acked"], t["lost"], t["duplicated"], t["redelivered"],
+                print("%-18s %-6s %8d %6d %10d %11d %8s %6s %10s %14s" % (
+                    name, channel, t["acked"], t["lost"], t["duplicated"], t["redelivered"], t.get("FIN sent", "-"),
                     t.get("dead", "-"), t.get("dead twice", "-"), t.get("dead and after", "-")))
             print("%-18s %d kills in %.0f s" % (name, a.kills, time.monotonic() - started))
     finally:

@@ -1,6 +1,7 @@
 """The crash loop's short version (scripts/crashloop.py runs hundreds of kills): a --durable broker
 SIGKILLed at random instants under PUB, MPUB and DPUB while a consumer FINs, REQs, lets messages time
-out and reconnects.  Nothing acknowledged is lost, and a message never delivered is delivered once."""
+out and reconnects, and the consumed channel's policy moves messages to a dead-letter topic.  Nothing
+acknowledged is lost, and a message never delivered is delivered once."""
 
 import collections
 import os
@@ -26,6 +27,11 @@ def test_durable_kills_lose_nothing_and_duplicate_nothing_never_delivered(tmp_pa
     for channel in ("work", "audit"):
         assert (totals[channel]["lost"], totals[channel]["duplicated"]) == (0, 0), totals
     assert totals["audit"]["redelivered"] == 0  # never consumed: each acknowledged message there once
+    # work's policy moved messages to the dead-letter topic; none came back to work after the restart.
+    # (A move in progress at the kill -- the dead-letter topic has written it, the channel's done log
+    # not yet -- can appear twice there: docs/storage.md; the long loop counts them, this does not.)
+    assert totals["work"]["dead"] > 0, totals
+    assert totals["work"]["dead and after"] == 0, totals
 
 
 GO_NSQD = os.environ.get("NSQ_GO_BIN", os.path.join(os.path.dirname(SCRIPTS), "..", "shared", "reference",
