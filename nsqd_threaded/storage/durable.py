@@ -3,9 +3,10 @@
 The promise: a publish is acknowledged only once its record is fsynced, and a
 record stays recoverable until its message is FINed, so a crash at any
 instant loses nothing acknowledged (messages in flight at the crash are
-delivered again: duplicates, never loss).  :class:`DurableDiskQueue`, a
+delivered again: duplicates, never loss), and a record acknowledged before the
+crash is not delivered again.  :class:`DurableDiskQueue`, a
 :class:`~nsqd_threaded.storage.diskqueue.DiskQueue` that overrides its hooks, is
-made of three pieces:
+made of these pieces:
 
 * **Unacked records** (:class:`Unacked`): every record :meth:`get` hands out
   is remembered (message ID, file, start, end) until :meth:`ack`.  The
@@ -27,6 +28,13 @@ made of three pieces:
   fsynced too.  An fsync failure is sticky: every later wait for a token not
   synced before it raises BackendError (the kernel may have dropped the
   pages, so nothing written since can be trusted until a restart).
+
+* **Done log** (:class:`DoneLog`): an acknowledgement the committed position
+  cannot pass yet (an older record is still in flight) would be lost at a
+  crash; its entry is appended to ``<name>.diskqueue.done.dat`` and the
+  reader skips the record after a restart.  Attempts: a requeued message's
+  attempts are written into its record's header in place
+  (:meth:`DurableDiskQueue.keep_attempts`).
 
 * **Metadata with each commit**: a sync point also takes a snapshot of the
   metadata (:meth:`DurableDiskQueue.sync_point`), and the group commit's
