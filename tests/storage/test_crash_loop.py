@@ -40,10 +40,8 @@ GO_NSQD = os.environ.get("NSQ_GO_BIN", os.path.join(os.path.dirname(SCRIPTS), ".
 
 @pytest.mark.skipif(not os.access(GO_NSQD, os.X_OK), reason="Go nsqd binary not present")
 def test_go_nsqd_after_our_recovery_from_a_crash_finds_everything_once(tmp_path):
-    """Go nsqd on a directory a crash of ours left, once we recovered it: every acknowledged message, once.
-
-    (Straight after the kill Go finds nothing: the disk queues' metadata is written at their next sync,
-    and Go's diskqueue skips a data file longer than its metadata says; ours adopts it.)"""
+    """Go nsqd on a directory a crash of ours left, once we recovered it: every acknowledged message, once
+    (straight after the kill: the next test)."""
     from nsqd_threaded.client import Producer
     from nsqd_threaded.testing import BrokerProcess
 
