@@ -1,9 +1,12 @@
-"""Durable mode keeps a message's attempts across a crash: a REQ'd, timed-out or deferred message comes
-back after a SIGKILL with the attempts it had (the next delivery is one more), from our broker and from
-Go nsqd started on the same directory (the record header's attempts field is go-diskqueue's own)."""
+"""Durable mode across a SIGKILL: a REQ'd, timed-out or deferred message comes back with the attempts it
+had (the next delivery is one more), from our broker and from Go nsqd started on the same directory (the
+record header's attempts field is go-diskqueue's own); a message moved to a dead-letter topic is moved
+once, even when an older message was still in flight (the channel's done log)."""
 
 import json
 import os
+import socket
+import time
 
 import pytest
 
@@ -22,8 +25,8 @@ RESTARTS = [
 ]
 
 
-def _channel_stats(broker):
-    status, body = broker.http("GET", "/stats?format=json&topic=jobs&channel=work")
+def _channel_stats(broker, topic="jobs", channel="work"):
+    status, body = broker.http("GET", "/stats?format=json&topic=%s&channel=%s" % (topic, channel))
     assert status == 200, body
     doc = json.loads(body)
     doc = doc.get("data", doc)
@@ -70,3 +73,52 @@ def test_requeued_timed_out_and_deferred_messages_keep_their_attempts_across_a_k
     finally:
         after.stop()
     assert got == {b"a": 3, b"b": 2, b"c": 2, b"d": 1}
+
+
+def test_a_dead_letter_move_behind_a_message_in_flight_is_not_repeated_after_a_kill(tmp_path):
+    ours = BrokerProcess("--durable", data_path=str(tmp_path)).start()
+    try:
+        for path in ("/topic/create?topic=jobs", "/channel/create?topic=jobs&channel=work",
+                     "/topic/create?topic=jobs-dead", "/channel/create?topic=jobs-dead&channel=dead",
+                     "/channel/policy?topic=jobs&channel=work&max_attempts=1&dead_letter_topic=jobs-dead"):
+            assert ours.http("POST", path)[0] == 200, path
+        with Conn(ours.tcp_address) as publisher, Conn(ours.tcp_address) as consumer:
+            assert publisher.pub("jobs", b"a") == b"OK"
+            assert publisher.pub("jobs", b"b") == b"OK"
+            consumer.sub("jobs", "work", rdy=2)
+            got = {body: msg_id for _, _, msg_id, body in (consumer.read_message() for _ in range(2))}
+            consumer.cmd(b"REQ %s 0" % got[b"b"])  # its next delivery would be its 2nd: moved instead
+            # a stays in flight: the channel's committed position cannot pass b
+            # The move: published to jobs-dead, then acknowledged in work (its done log's entry).
+            done_log = tmp_path / "jobs:work.diskqueue.done.dat"
+            wait_for(lambda: done_log.exists() and done_log.stat().st_size > 0, timeout=10, what="b's move")
+            assert _channel_stats(ours, "jobs-dead", "dead")["depth"] == 1
+            ours.kill()
+    finally:
+        ours.stop()
+    after = BrokerProcess("--durable", data_path=str(tmp_path)).start()
+    try:
+        work = crashloop_drain(after, "jobs", "work")
+        dead = crashloop_drain(after, "jobs-dead", "dead")
+    finally:
+        after.stop()
+    # a again (in flight at the kill: its delivery's attempt is not written, only a REQ's or a timeout's),
+    # b moved once
+    assert (work, dead) == ([(b"a", 1)], [b"b"])
+
+
+def crashloop_drain(broker, topic, channel):
+    """What ``channel`` holds, FINed: [(body, attempts)] for jobs/work, [body] for the dead letters."""
+    out = []
+    with Conn(broker.tcp_address) as consumer:
+        consumer.sub(topic, channel, rdy=10)
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            consumer.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                _, attempts, msg_id, body = consumer.read_message()
+            except (socket.timeout, TimeoutError):
+                break
+            out.append((body, attempts) if topic == "jobs" else body)
+            consumer.cmd(b"FIN %s" % msg_id)
+    return out
