@@ -377,3 +377,23 @@ def test_done_log_keeps_only_what_the_metadata_has_not_passed(env):
     q.empty()
     assert not os.path.exists(done)
     q.close()
+
+
+def test_commit_writes_the_metadata_in_place_and_bytes_left_after_it_are_ignored(env):
+    q1 = env.open(max_bytes_per_file=10000)
+    inode = os.stat(env.meta()).st_ino
+    for i in range(12):  # depth 1..12: the text grows by a digit
+        q1.put([msg(i)])
+        q1.wait_synced(q1.sync_point())
+    assert env.read_meta() == b"12\n0,0\n0,%d\n" % (12 * REC)
+    assert os.stat(env.meta()).st_ino == inode  # written in place: no rename per commit
+    q1.get(12)
+    q1.ack([mid(i) for i in range(12)], persist=True)  # depth 0: shorter, truncated
+    assert env.read_meta() == b"0\n0,%d\n0,%d\n" % (12 * REC, 12 * REC)
+    # A kill between the pwrite and the truncate leaves the old text's tail: ignored (as by Go's Fscanf).
+    with open(env.meta(), "ab") as f:
+        f.write(b"2\n0,0\n0,")
+    q2 = env.open(max_bytes_per_file=10000)
+    assert q2.depth() == 0 and drain(q2) == []
+    q2.close()
+    q1.delete()
