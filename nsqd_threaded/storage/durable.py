@@ -658,15 +658,9 @@ class DurableDiskQueue(DiskQueue):
         self._unacked.ack(msg_id)
         return True
 
-    def stored_ids(self):
-        """DiskQueue's, less the records done before a crash (get() skips them too)."""
+    def _done_before_crash(self, file_num, start, msg_id):
         replay = self._done.replay
-        for num in range(self.read_file_num, self.write_file_num + 1):
-            pos = self.read_pos if num == self.read_file_num else 0
-            end = self.write_pos if num == self.write_file_num else self._complete_sizes.get(num)
-            for start, msg in self._stored_records(num, pos, end):
-                if not replay or replay.get((num, start)) != msg.id:
-                    yield msg.id
+        return bool(replay) and replay.get((file_num, start)) == msg_id
 
     def _meta_fields(self):
         rf, rp = self.committed_position()

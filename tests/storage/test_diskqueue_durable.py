@@ -397,3 +397,16 @@ def test_commit_writes_the_metadata_in_place_and_bytes_left_after_it_are_ignored
     assert q2.depth() == 0 and drain(q2) == []
     q2.close()
     q1.delete()
+
+
+def test_peek_and_stored_ids_leave_out_what_the_done_log_skips(env):
+    q1 = env.open(max_bytes_per_file=10000)
+    q1.put([msg(i) for i in range(4)])
+    q1.get(4)
+    q1.ack([mid(1), mid(2)])  # behind 0, in flight
+    q2 = env.open(max_bytes_per_file=10000)  # a crash
+    assert ids(q2.peek()[0]) == [mid(0), mid(3)]
+    assert list(q2.stored_ids()) == [mid(0), mid(3)]
+    assert ids(drain(q2)) == [mid(0), mid(3)]
+    q2.close()
+    q1.delete()
