@@ -537,10 +537,12 @@ class DurableDiskQueue(DiskQueue):
             if rec is not None:
                 done.append(rec)
         n = len(done)
-        if n and not persist:
-            self._done.append(done)  # (persist: the metadata written below passes them)
         if n:
             moved = unacked.advance()
+            head = unacked.head()
+            if not persist or (head is not None and any((r.file_num, r.start) > (head.file_num, head.start)
+                                                        for r in done)):
+                self._done.append(done)  # (persist: the metadata written below passes them, unless one is behind the head)
             if moved:
                 self._count += moved
                 self._advance_commit()

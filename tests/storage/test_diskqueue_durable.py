@@ -410,3 +410,15 @@ def test_peek_and_stored_ids_leave_out_what_the_done_log_skips(env):
     assert ids(drain(q2)) == [mid(0), mid(3)]
     q2.close()
     q1.delete()
+
+
+def test_a_persisted_ack_behind_the_head_goes_to_the_done_log(env):
+    q1 = env.open(max_bytes_per_file=10000)
+    q1.put([msg(i) for i in range(4)])
+    q1.get(4)
+    q1.ack([mid(0), mid(3)], persist=True)  # 0 passed by the metadata; 3 behind 1 and 2
+    assert env.read_meta() == b"3\n0,%d\n0,%d\n" % (REC, 4 * REC)
+    crashed = env.open(max_bytes_per_file=10000)
+    assert ids(drain(crashed)) == [mid(1), mid(2)]
+    crashed.delete()
+    q1.close()
