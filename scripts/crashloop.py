@@ -12,7 +12,14 @@ drained.  Per channel it counts, for the acknowledged messages:
 * lost: never delivered, before the kill or after;
 * duplicated: delivered more than once after the restart, or (``audit``: never consumed) held twice;
 * redelivered: delivered before the kill and again after (only a message delivered and not FINed may
-  come again: the consumer FINed it, but the FIN may not have reached the broker before the kill).
+  come again); ``FIN sent`` counts those among them whose FIN the consumer had written to its socket
+  (the FIN may not have reached the broker before the kill: a FIN has no answer).
+
+``work`` has a delivery policy (``max_attempts=2``, dead-letter topic ``orders-dead``, which a channel
+``dead`` holds, never consumed before the kill): a message REQ'd or timed out twice is moved there.  A
+moved message counts as delivered (not lost); ``dead twice`` counts the moves that appear more than
+once in ``orders-dead`` (a move may appear once, never twice), ``dead and after`` the moved messages
+``work`` delivered again after the restart.  (Go nsqd has no policies: its ``orders-dead`` stays empty.)
 
 Modes: ``durable`` (--durable: nothing acknowledged lost, nothing never-delivered twice), ``memless``
 (--mem-queue-size=0), ``default`` (memory queues: a kill loses what memory held, as Go nsqd).
@@ -50,6 +57,7 @@ class Round:
         self.delivered_before = set()
         self.fin_sent = set()
         self.after = {"work": [], "audit": []}
+        self.dead = []  # what orders-dead's channel held after the restart
 
 
 def _publish(producer, rnd, stop, rng, prefix):
@@ -110,11 +118,11 @@ def _consume(address, rnd, stop, rng):
                 pass
 
 
-def _drain(nsqd, channel, quiet=1.5):
+def _drain(nsqd, channel, quiet=1.5, topic="orders"):
     """Every message left on ``channel``, FINed; ends once none came for ``quiet`` seconds (deferred ones
     come due within DEFER_MS, timed-out ones within the msg_timeout)."""
     got = []
-    with Consumer(nsqd.tcp_address, "orders", channel, max_in_flight=200).start() as consumer:
+    with Consumer(nsqd.tcp_address, topic, channel, max_in_flight=200).start() as consumer:
         while True:
             try:
                 message = consumer.get(timeout=quiet)
@@ -132,7 +140,12 @@ def run_round(flags, tmp, rng, command=None):
     nsqd = BrokerProcess(*flags, **kwargs).start()
     try:
         for path in ("/topic/create?topic=orders", "/channel/create?topic=orders&channel=work",
-                     "/channel/create?topic=orders&channel=audit"):
+                     "/channel/create?topic=orders&channel=audit", "/topic/create?topic=orders-dead",
+                     "/channel/create?topic=orders-dead&channel=dead"):
+            status, body = nsqd.http("POST", path)
+            assert status == 200, (path, status, body)
+        if command is None:  # (Go nsqd has no delivery policies)
+            path = "/channel/policy?topic=orders&channel=work&max_attempts=2&dead_letter_topic=orders-dead"
             status, body = nsqd.http("POST", path)
             assert status == 200, (path, status, body)
         stop = threading.Event()
@@ -158,6 +171,7 @@ def run_round(flags, tmp, rng, command=None):
         nsqd.start()
         for channel in ("work", "audit"):
             rnd.after[channel] = _drain(nsqd, channel)
+        rnd.dead = _drain(nsqd, "dead", topic="orders-dead")
     finally:
         nsqd.stop()
         shutil.rmtree(data, ignore_errors=True)
@@ -165,19 +179,31 @@ def run_round(flags, tmp, rng, command=None):
 
 
 def tally(rounds, lossy=False):
-    """Totals over the rounds: per channel lost, duplicated (never delivered, twice), redelivered."""
+    """Totals over the rounds: per channel lost, duplicated (never delivered, twice), redelivered; for
+    ``work`` also the dead-letter moves (``dead``), those seen twice and those delivered again after."""
     totals = {c: {"acked": 0, "lost": 0, "duplicated": 0, "redelivered": 0} for c in ("work", "audit")}
+    totals["work"].update({"FIN sent": 0, "dead": 0, "dead twice": 0, "dead and after": 0})
     for rnd in rounds:
+        dead = {}
+        for body in rnd.dead:
+            dead[body] = dead.get(body, 0) + 1
         for channel, after in rnd.after.items():
             t = totals[channel]
             seen = {}
             for body in after:
                 seen[body] = seen.get(body, 0) + 1
             before = rnd.delivered_before if channel == "work" else set()
+            moved = dead if channel == "work" else {}
             t["acked"] += len(rnd.acked)
-            t["lost"] += len([b for b in rnd.acked if b not in seen and b not in before])
+            t["lost"] += len([b for b in rnd.acked if b not in seen and b not in before and b not in moved])
             t["duplicated"] += sum(n - 1 for n in seen.values() if n > 1)
             t["redelivered"] += len([b for b in seen if b in before])
+            if channel == "work":
+                t["FIN sent"] += len([b for b in seen if b in rnd.fin_sent])
+            if channel == "work":
+                t["dead"] += len(dead)
+                t["dead twice"] += sum(n - 1 for n in dead.values() if n > 1)
+                t["dead and after"] += len([b for b in dead if b in seen])
     return totals
 
 
@@ -194,14 +220,17 @@ def main():
         runs.append(("Go nsqd 1.3", (), [os.path.abspath(a.go)]))
     tmp = tempfile.mkdtemp(prefix="crashloop-")
     try:
-        print("%-18s %-6s %8s %6s %10s %11s" % ("broker", "chan", "acked", "lost", "duplicated", "redelivered"))
+        print("%-18s %-6s %8s %6s %10s %11s %8s %6s %10s %14s" % (
+            "broker", "chan", "acked", "lost", "duplicated", "redelivered", "FIN sent", "dead", "dead twice",
+            "dead and after"))
         for name, flags, command in runs:
             rng = random.Random(a.seed)
             started = time.monotonic()
             rounds = [run_round(flags, tmp, rng, command) for _ in range(a.kills)]
             for channel, t in tally(rounds).items():
-                print("%-18s %-6s %8d %6d %10d %11d" % (name, channel, t["acked"], t["lost"], t["duplicated"],
-                                                         t["redelivered"]))
+                print("%-18s %-6s %8d %6d %10d %11d %8s %6s %10s %14s" % (
+                    name, channel, t["acked"], t["lost"], t["duplicated"], t["redelivered"], t.get("FIN sent", "-"),
+                    t.get("dead", "-"), t.get("dead twice", "-"), t.get("dead and after", "-")))
             print("%-18s %d kills in %.0f s" % (name, a.kills, time.monotonic() - started))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

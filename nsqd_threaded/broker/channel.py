@@ -306,6 +306,7 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
         them in memory beyond --mem-queue-size (and health shows the failure).
         """
         if self._backend.acks_deliveries:
+            self._backend.keep_attempts(msgs)  # a restart reads them from the records
             self._memory.extend(msgs)
         else:
             try:
@@ -515,6 +516,7 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
             client.requeue_count += 1
             wake = self._release_locked(client)
             if delay_ns > 0:
+                self._backend.keep_attempts([msg])
                 self._deferred.add(msg, self._now_ns() + delay_ns)
                 self.mark_scan_locked()
             else:

@@ -392,7 +392,8 @@ class Topic(BackedQueue):
                 self._nsqd.log.error("%r: fsync of a channel failed - %s", self, e)
                 continue
             with self._lock:
-                self._backend.ack([m.id for m in batch])
+                # (persist: Go nsqd started after a kill must not copy these to the channels again)
+                self._backend.ack([m.id for m in batch], persist=True)
                 self._batch_in_hand = False
             if self._watch.watchers:
                 self._watch.notify()  # (BrokerCore.sync waits for the pumps to catch up)

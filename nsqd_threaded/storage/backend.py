@@ -60,9 +60,14 @@ class Backend:
     def delete(self):
         """Release resources without persisting (after empty(), on delete)."""
 
-    def ack(self, msg_ids):
-        """The owner is done with these messages taken by get(); returns how many were known."""
+    def ack(self, msg_ids, persist=False):
+        """The owner is done with these messages taken by get(); returns how many were known.
+        ``persist``: make the new read position reach the metadata file now (not fsynced)."""
         return 0
+
+    def keep_attempts(self, msgs):
+        """These messages taken by get() go back to the owner's queue: keep their attempts where a
+        restart reads them (durable mode; elsewhere they are written again with them, or lost)."""
 
     def sync_point(self):
         """A token for everything put so far, for :meth:`wait_synced` (None: nothing to wait for)."""

@@ -371,6 +371,7 @@ class DiskQueue(DiskQueueFiles, Backend):
         dmap = self._sidecar.entries
         dtake = self._deferred_entry_lookup(dmap)
         handed_out = self._handed_out  # None, or called with each record handed out
+        done = self._replayed_done  # None, or True for a record to skip (see the hook)
         unpack_header = RECORD_HEADER.unpack_from
         lo, hi = self.min_msg_size, self.max_msg_size
         avail = len(buf)
@@ -392,6 +393,10 @@ class DiskQueue(DiskQueueFiles, Backend):
                 out.append(buf[p + 4 : end])
             elif size >= MSG_HEADERRECORD_LENGTHGTH:
                 ts, attempts, msg_id = unpack_header(buf, p + 4)
+                if done is not None and done(msg_id, rf, base + p, base + end):
+                    took += 1
+                    p = end
+                    continue
                 msg = Message(msg_id, buf[p + 4 + MSG_HEADERRECORD_LENGTHGTH : end], ts, attempts)
                 if dmap:
                     entry = dtake((rf, base + p), None)
@@ -455,6 +460,8 @@ class DiskQueue(DiskQueueFiles, Backend):
             pos = self.read_pos if num == self.read_file_num else 0
             end = self.write_pos if num == self.write_file_num else self._complete_sizes.get(num)
             for pos, msg in self._stored_records(num, pos, end):
+                if self._done_before_crash(num, pos, msg.id):
+                    continue  # (get() skips it)
                 entry = dmap.get((num, pos))
                 if entry is not None and entry[0] == msg.id and entry[1] > now:
                     deferred.append((msg, entry[1]))
@@ -476,8 +483,9 @@ class DiskQueue(DiskQueueFiles, Backend):
         for num in range(self.read_file_num, self.write_file_num + 1):
             pos = self.read_pos if num == self.read_file_num else 0
             end = self.write_pos if num == self.write_file_num else self._complete_sizes.get(num)
-            for _, msg in self._stored_records(num, pos, end):
-                yield msg.id
+            for start, msg in self._stored_records(num, pos, end):
+                if not self._done_before_crash(num, start, msg.id):  # (get() skips it)
+                    yield msg.id
 
     def last_record_id(self):
         """The message ID of the last record written, read or not (None: no data file holds one:
@@ -643,6 +651,14 @@ class DiskQueue(DiskQueueFiles, Backend):
 
     #: Called by get() as ``(msg id, file num, start, end)`` for each record handed out, or None.
     _handed_out = None
+
+    #: Called by get() as ``(msg id, file num, start, end)`` for each record before it is handed out, or
+    #: None: True skips the record (taken, not handed out: durable mode's records done before a crash).
+    _replayed_done = None
+
+    def _done_before_crash(self, file_num, start, msg_id):
+        """Is the record at ``start`` of file ``file_num`` one that get() will skip (see ``_replayed_done``)?"""
+        return False
 
     def _after_get(self):
         """A get() finished (positions moved)."""

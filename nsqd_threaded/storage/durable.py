@@ -3,9 +3,10 @@
 The promise: a publish is acknowledged only once its record is fsynced, and a
 record stays recoverable until its message is FINed, so a crash at any
 instant loses nothing acknowledged (messages in flight at the crash are
-delivered again: duplicates, never loss).  :class:`DurableDiskQueue`, a
+delivered again: duplicates, never loss), and a record acknowledged before the
+crash is not delivered again.  :class:`DurableDiskQueue`, a
 :class:`~nsqd_threaded.storage.diskqueue.DiskQueue` that overrides its hooks, is
-made of three pieces:
+made of these pieces:
 
 * **Unacked records** (:class:`Unacked`): every record :meth:`get` hands out
   is remembered (message ID, file, start, end) until :meth:`ack`.  The
@@ -28,6 +29,25 @@ made of three pieces:
   synced before it raises BackendError (the kernel may have dropped the
   pages, so nothing written since can be trusted until a restart).
 
+* **Done log** (:class:`DoneLog`): an acknowledgement the committed position
+  cannot pass yet (an older record is still in flight) would be lost at a
+  crash; its entry is appended to ``<name>.diskqueue.done.dat`` and the
+  reader skips the record after a restart.  Attempts: a requeued message's
+  attempts are written into its record's header in place
+  (:meth:`DurableDiskQueue.keep_attempts`).
+
+* **Metadata with each commit**: a sync point also takes a snapshot of the
+  metadata (:meth:`DurableDiskQueue.sync_point`), and the group commit's
+  leader writes it (in place, without an fsync) after its fsync
+  and before it releases the waiters, so every acknowledged record is within
+  the metadata file's write position.  The topic's acknowledgement of a
+  fanned-out batch (``ack(..., persist=True)``) writes it too.  So Go nsqd,
+  which reads nothing of a queue whose metadata file is missing and only the
+  current write file past a stale one, finds everything acknowledged after
+  a SIGKILL of this broker; a fresh queue writes its metadata when it opens
+  for the same reason.  A FIN moves the committed read position in memory;
+  it reaches the file with the channel's next commit or sync.
+
 * **Startup**: data files past the metadata's write position (the metadata
   was lost or is older than them, e.g. a crash right after ``empty()``) are
   adopted rather than later overwritten, and a read position on a file that
@@ -42,18 +62,29 @@ fd and its file number, the leader flag, the sticky error, the closed flag
 and ``fsync_count``.  That lock is never held across an fsync; the owner
 takes it only briefly, in GroupSync's owner-side methods, always while
 holding its own lock (a waiter holding it never takes the owner's).
+``GroupSync._meta_lock`` serializes the writes of the metadata file (the
+owner's and the leaders'); it is taken before ``_cond`` when both are, and a
+leader holds neither the owner's lock nor ``_cond`` while holding it.
 :class:`Unacked` and the other durable state have no lock: the owner's
 lock covers them.
 """
 
 import collections
+import errno
 import os
 import re
+import struct
 import threading
 
 from .backend import BackendError
 from .diskqueue import DiskQueue
-from .files import fsync_dir, strerror
+from .files import fsync_dir, replace_atomically, strerror, write_all
+from .meta_file import format_meta
+from .records import RECORD_LENGTH
+
+
+_ATTEMPTS = struct.Struct(">H")  # a record header's attempts field
+_ATTEMPTS_OFFSET = RECORD_LENGTH.size + 8  # from a record's start: its length, the timestamp
 
 
 class _Rec:
@@ -95,18 +126,30 @@ class Unacked:
             prev.append(rec)
 
     def ack(self, msg_id):
-        """Mark the oldest unacked record of ``msg_id`` done; False if there is none."""
+        """Mark the oldest unacked record of ``msg_id`` done and return it; None if there is none."""
         entry = self._by_id.get(msg_id)
         if entry is None:
-            return False
+            return None
         if type(entry) is _Rec:
             del self._by_id[msg_id]
-            entry.done = True
         else:
-            entry.popleft().done = True
+            rec = entry.popleft()
             if not entry:
                 del self._by_id[msg_id]
-        return True
+            entry = rec
+        entry.done = True
+        return entry
+
+    def done_records(self):
+        """The done records still in the log (behind an unacked one), oldest first."""
+        return [rec for rec in self._log if rec.done]
+
+    def find(self, msg_id):
+        """The oldest record of ``msg_id`` not yet acknowledged (None: none)."""
+        entry = self._by_id.get(msg_id)
+        if entry is None or type(entry) is _Rec:
+            return entry
+        return entry[0]
 
     def advance(self):
         """Drop the leading done records; returns how many."""
@@ -128,6 +171,94 @@ class Unacked:
         self._by_id.clear()
 
 
+_DONE_ENTRY = struct.Struct(">QQ16s")  # a done log entry: file num, record start, message ID
+
+
+class DoneLog:
+    """The records acknowledged (FINed, moved to a dead-letter topic, dropped) while the committed read
+    position had not passed them yet, in ``<name>.diskqueue.done.dat`` (Go nsqd never opens it): after a
+    crash the reader skips them instead of delivering them again.
+
+    The ack appends their entries (one ``write()``, no fsync: a SIGKILL keeps them, a power loss may
+    not, and then they are delivered again).  Whenever a sync persists the metadata the file is
+    rewritten with only the entries the committed position has not passed.  ``replay``: the entries
+    loaded at startup that the reader has not reached yet.  No lock: the owner's lock covers it.
+    """
+
+    def __init__(self, path, name, log):
+        self.path = path
+        self.name = name
+        self.log = log
+        self.replay = {}  # (file num, start) -> message ID: done before the crash, not read yet
+        self._fd = None  # append fd
+        self._entries = 0  # entries the file holds (0: no file)
+
+    def load(self, start, end):
+        """Startup: keep the entries of records from position ``start`` up to ``end``."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to read %s - %s", self.name, self.path, e)
+            return
+        size = _DONE_ENTRY.size
+        for offset in range(0, len(data) - size + 1, size):
+            num, pos, msg_id = _DONE_ENTRY.unpack_from(data, offset)
+            if start <= (num, pos) < end:
+                self.replay[(num, pos)] = msg_id
+        self._entries = max(1, len(data) // size)
+
+    def append(self, recs):
+        pack = _DONE_ENTRY.pack
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            write_all(self._fd, b"".join([pack(r.file_num, r.start, r.msg_id) for r in recs]))
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to write %s - %s", self.name, self.path, e)
+            return
+        self._entries += len(recs)
+
+    def rewrite(self, recs):
+        """Keep only ``recs``' entries and the replay's (the metadata now passes every other one)."""
+        if not self._entries:
+            return
+        pack = _DONE_ENTRY.pack
+        entries = [pack(r.file_num, r.start, r.msg_id) for r in recs]
+        entries.extend(pack(num, pos, msg_id) for (num, pos), msg_id in self.replay.items())
+        self.close()
+        try:
+            if entries:
+                replace_atomically(self.path, b"".join(entries), fsync=False)
+            else:
+                os.remove(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to rewrite %s - %s", self.name, self.path, e)
+            return
+        self._entries = len(entries)
+
+    def drop(self):
+        """empty(): every entry goes."""
+        self.close()
+        self.replay.clear()
+        self._entries = 0
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.log.error("DISKQUEUE(%s) failed to remove %s - %s", self.name, self.path, e)
+
+    def close(self):
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class GroupSync:
     """What is written and what is fsynced, shared with threads in ``wait()``.
 
@@ -136,9 +267,15 @@ class GroupSync:
     it is on disk.
     """
 
-    def __init__(self, file_name, position):
+    def __init__(self, file_name, position, write_meta):
+        """``write_meta(data, fsync)`` replaces the metadata file (raises OSError)."""
         self._file_name = file_name
+        self._write_meta = write_meta
+        self._meta_lock = threading.Lock()  # serializes metadata file writes; guards _meta_written
+        self._meta_written = 0  # the number of the snapshot the metadata file holds
         self._cond = threading.Condition(threading.Lock())  # guards all the state below; waiters sleep on it
+        self._meta = None  # the owner's metadata at its latest sync point: (number, bytes)
+        self._meta_number = 0  # numbers the owner's snapshots (and direct writes) in the order taken
         self.written = position
         self.synced = position
         self._fd = None  # the owner's current write fd (dup'ed before use outside the lock)
@@ -160,10 +297,33 @@ class GroupSync:
         with self._cond:
             self._fd = self._fd_num = None
 
-    def wrote(self, position):
+    def wrote(self, position, meta=None):
+        """Written up to ``position``; ``meta``: the metadata as of now, for the next leader to write."""
         with self._cond:
             if position > self.written:
                 self.written = position
+            if meta is not None:
+                self._meta_number += 1
+                self._meta = (self._meta_number, meta)
+
+    def write_meta(self, meta, fsync):
+        """The owner writes its metadata now (newer than any snapshot: a leader holding one skips it)."""
+        with self._cond:
+            self._meta_number += 1
+            number = self._meta_number
+            self._meta = None
+        with self._meta_lock:
+            self._write_meta(meta, fsync)
+            self._meta_written = number
+
+    def forget_meta(self):
+        """empty(): the metadata file is about to be removed; no snapshot taken before may recreate it."""
+        with self._cond:
+            self._meta_number += 1
+            number = self._meta_number
+            self._meta = None
+        with self._meta_lock:
+            self._meta_written = number
 
     def mark_synced(self, position):
         with self._cond:
@@ -238,9 +398,10 @@ class GroupSync:
                         raise BackendError("exiting")
                     break
                 cond.wait()
-            # Leader: fsync everything written so far.
+            # Leader: fsync everything written so far, then write the metadata of the latest sync point.
             self._syncing = True
             target = self.written
+            meta = self._meta
             fd = None
             try:
                 if self._fd is not None and self._fd_num == target[0]:
@@ -267,6 +428,8 @@ class GroupSync:
                     sticky = True
                 finally:
                     os.close(fd)
+            if synced and meta is not None:
+                self._leader_writes_meta(meta)
         finally:
             with cond:
                 self._syncing = False
@@ -285,6 +448,22 @@ class GroupSync:
                     raise BackendError(self._error)
         if not synced:
             raise BackendError(error or "exiting")
+
+    def _leader_writes_meta(self, meta):
+        """After the leader's fsync, before it releases the waiters: the snapshot goes to the file
+        unless something newer is there already or the queue has closed.  No fsync: the write is for
+        a process that reads the directory after a kill (Go nsqd: see the module's docstring); a
+        failure is left to the next sync, which writes the metadata again (and reports it)."""
+        number, data = meta
+        with self._meta_lock:
+            with self._cond:
+                if self._closed or number <= self._meta_written:
+                    return
+            try:
+                self._write_meta(data, False)
+            except OSError:
+                return
+            self._meta_written = number
 
     def _fsync_path(self, file_num):
         try:
@@ -323,9 +502,10 @@ class DurableDiskQueue(DiskQueue):
         return self._gsync.fsync_count
 
     def sync_point(self):
-        """A token for everything written so far (call with the owner's lock held)."""
+        """A token for everything written so far (call with the owner's lock held); the metadata as
+        of now goes to the file with the commit that covers the token."""
         position = (self.write_file_num, self.write_pos)
-        self._gsync.wrote(position)
+        self._gsync.wrote(position, format_meta(*self._meta_fields()))
         return position
 
     def wait_synced(self, token):
@@ -339,28 +519,63 @@ class DurableDiskQueue(DiskQueue):
         if token is not None:
             self._gsync.wait(token)
 
-    def ack(self, msg_ids):
+    def ack(self, msg_ids, persist=False):
         """Mark records handed out by get() as done (the oldest one for a repeated ID).
 
         Moves the committed read position over the leading done records and
         deletes the data files it has passed.  Unknown IDs are ignored.
+        ``persist``: if the committed position moved, write the metadata now
+        (without an fsync; the topic's pump, once per batch its channels hold).
         Returns the number of records marked done.
         """
         if self._exiting:
             return 0
         unacked = self._unacked
-        n = 0
+        done = []
         for msg_id in msg_ids:
-            if unacked.ack(msg_id):
-                n += 1
+            rec = unacked.ack(msg_id)
+            if rec is not None:
+                done.append(rec)
+        n = len(done)
         if n:
             moved = unacked.advance()
+            head = unacked.head()
+            if not persist or (head is not None and any((r.file_num, r.start) > (head.file_num, head.start)
+                                                        for r in done)):
+                self._done.append(done)  # (persist: the metadata written below passes them, unless one is behind the head)
             if moved:
                 self._count += moved
                 self._advance_commit()
                 if self._count >= self.sync_every:
                     self._sync_logged()
+                elif persist:
+                    try:
+                        self._gsync.write_meta(format_meta(*self._meta_fields()), False)
+                    except OSError as e:
+                        self.log.error("DISKQUEUE(%s) failed to write metadata - %s", self.name, e)
         return n
+
+    def keep_attempts(self, msgs):
+        """Write these handed-out messages' attempts into their records' headers, in place: a crash
+        gives them back with them (a REQ, a timeout).  It is the header's own attempts field, which
+        Go nsqd reads too.  Written, not fsynced (a later fsync of the file takes it along): a
+        SIGKILL keeps it, a power loss may not.  A failure is logged (the attempts are then lost at
+        a crash, nothing else)."""
+        writes = {}  # file num -> [(offset, attempts)]
+        for msg in msgs:
+            rec = self._unacked.find(msg.id)
+            if rec is not None and msg.attempts:  # (0: as the record was written)
+                writes.setdefault(rec.file_num, []).append((rec.start + _ATTEMPTS_OFFSET, msg.attempts))
+        for num, offsets in writes.items():
+            try:
+                fd = os.open(self.file_name(num), os.O_WRONLY)
+                try:
+                    for offset, attempts in offsets:
+                        os.pwrite(fd, _ATTEMPTS.pack(attempts), offset)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                self.log.error("DISKQUEUE(%s) failed to keep attempts in %s - %s", self.name, self.file_name(num), e)
 
     @property
     def unacked_count(self):
@@ -379,7 +594,75 @@ class DurableDiskQueue(DiskQueue):
         if not self._fresh:
             self._adopt_unknown_files()
         self._commit_file = self.read_file_num  # files below it are deleted
-        self._gsync = GroupSync(self.file_name, (self.write_file_num, self.write_pos))
+        self._done = DoneLog(os.path.join(self.data_path, "%s.diskqueue.done.dat" % self.name), self.name, self.log)
+        if not self._fresh:
+            self._done.load((self.read_file_num, self.read_pos), (self.write_file_num, self.write_pos))
+            if self._done.replay:
+                self._replayed_done = self._skip_done
+        self._gsync = GroupSync(self.file_name, (self.write_file_num, self.write_pos), self._replace_meta_file)
+        if self._fresh or not os.path.exists(self.meta_file_name):
+            # Go nsqd reads nothing of a queue without a metadata file, even data files found
+            # after a kill: there is one from the start.
+            try:
+                self._gsync.write_meta(format_meta(*self._meta_fields()), False)
+            except OSError as e:
+                self.log.error("DISKQUEUE(%s) failed to write metadata - %s", self.name, e)
+
+    def _replace_meta_file(self, data, fsync):
+        """GroupSync's metadata writer (its ``_meta_lock`` held).  ``fsync`` (a sync): temp file, fsync,
+        rename, as go-diskqueue.  Otherwise (a commit's) in place: one ``pwrite`` at 0 and a truncate
+        to the new length, some 20 µs where a rename over the file costs as much as an fsync here
+        (ext4 flushes a file renamed over another).  A kill cannot tear a ``pwrite``; one between it
+        and the truncate leaves bytes after the last line, which go-diskqueue's ``Fscanf`` and
+        :func:`~.meta_file.parse_meta` ignore.  A missing file is created by a rename, never half
+        written."""
+        path = self.meta_file_name
+        if not fsync:
+            try:
+                fd = os.open(path, os.O_WRONLY)
+            except FileNotFoundError:
+                fd = None
+            if fd is not None:
+                try:
+                    if os.pwrite(fd, data, 0) != len(data):
+                        raise OSError(errno.EIO, "short write")
+                    os.ftruncate(fd, len(data))
+                finally:
+                    os.close(fd)
+                return
+        replace_atomically(path, data, sync_dir=fsync and self._sync_meta_dir, ignore_fsync_error=True, fsync=fsync)
+
+    def _persist_meta_data(self):
+        self._gsync.write_meta(format_meta(*self._meta_fields()), True)
+        self._done.rewrite(self._unacked.done_records())
+
+    def empty(self):
+        if not self._exiting:
+            self._gsync.forget_meta()
+            self._done.drop()
+            self._replayed_done = None
+        super().empty()
+
+    def close(self):
+        super().close()
+        self._done.close()
+
+    def _skip_done(self, msg_id, file_num, start, end):
+        """get()'s hook after a restart: a record done before the crash is skipped (and stays in the
+        log as done until the committed position passes it)."""
+        replay = self._done.replay
+        if replay.get((file_num, start)) != msg_id:
+            return False
+        del replay[(file_num, start)]
+        if not replay:
+            self._replayed_done = None
+        self._unacked.add(msg_id, file_num, start, end)
+        self._unacked.ack(msg_id)
+        return True
+
+    def _done_before_crash(self, file_num, start, msg_id):
+        replay = self._done.replay
+        return bool(replay) and replay.get((file_num, start)) == msg_id
 
     def _meta_fields(self):
         rf, rp = self.committed_position()
@@ -394,6 +677,7 @@ class DurableDiskQueue(DiskQueue):
         return entries.get  # kept until the committed position leaves the file
 
     def _after_get(self):
+        self._unacked.advance()  # (records done before a crash, skipped at the head: passed at once)
         self._advance_commit()
 
     def _emptied(self):
@@ -405,6 +689,7 @@ class DurableDiskQueue(DiskQueue):
 
     def _deleted(self):
         self._gsync.close(self, flush=False)
+        self._done.close()
 
     def _fsync_failed(self, text):
         self._gsync.failed(text)

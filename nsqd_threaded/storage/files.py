@@ -42,19 +42,21 @@ def temp_name(path):
     return "%s.%d.tmp" % (path, random.getrandbits(63))
 
 
-def replace_atomically(path, data, sync_dir=False, ignore_fsync_error=False):
+def replace_atomically(path, data, sync_dir=False, ignore_fsync_error=False, fsync=True):
     """Write ``data`` to a temp file (mode 0600), fsync it, rename it over ``path``.
 
     ``ignore_fsync_error`` mirrors go-diskqueue's meta file (an fsync error is
     ignored); ``sync_dir`` also fsyncs the directory so the rename survives
-    power loss.
+    power loss.  ``fsync=False``: no fsync at all (the new content survives
+    a killed process, not necessarily a power loss).
     """
     tmp = temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         write_all(fd, data)
         try:
-            os.fsync(fd)
+            if fsync:
+                os.fsync(fd)
         except OSError:
             if not ignore_fsync_error:
                 raise

@@ -7,7 +7,7 @@ import pytest
 from nsqd_threaded.storage.backend import BackendError
 from nsqd_threaded.storage.meta_file import parse_meta
 
-from support.durable import REC, drain, env, ids, mid, msg  # noqa: F401 (fixtures among them)
+from support.durable import REC, TS, drain, env, ids, mid, msg  # noqa: F401 (fixtures among them)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,14 +39,19 @@ def test_close_without_ack_redelivers_unacked(env):
     assert q.depth() == 0  # depth() counts unread records, as before
     assert q.ack([mid(0), mid(2)]) == 2
     q.close()
-    # Committed past record 0 only; 1 (unacked), 2 (done, after an unacked one), 3, 4 come back.
+    # Committed past record 0 only; 1 (unacked), 3, 4 come back; 2 (done, after an unacked one) is in
+    # the done log, and skipped.
     assert env.read_meta() == b"4\n0,%d\n0,%d\n" % (REC, 5 * REC)
 
     q = env.open(max_bytes_per_file=1000)
-    assert q.depth() == 4
-    assert ids(q.get(10)) == [mid(1), mid(2), mid(3), mid(4)]
+    assert q.depth() == 4  # (the metadata's: the skipped record counts until it is read)
+    assert ids(q.get(10)) == [mid(1), mid(3), mid(4)]
+    assert q.depth() == 0
     q.close()
-    # Nothing acked: the same again, and Go (non-durable) sees them as plain unread records.
+    q = env.open(max_bytes_per_file=1000)  # nothing acked: the same again (the done entry is kept)
+    assert ids(q.get(10)) == [mid(1), mid(3), mid(4)]
+    q.close()
+    # Go (non-durable) never reads the done log: it sees them all as plain unread records.
     q = env.open(durable=False, max_bytes_per_file=1000)
     assert ids(q.get(10)) == [mid(1), mid(2), mid(3), mid(4)]
     q.close()
@@ -62,20 +67,24 @@ def test_crash_after_sync_redelivers_unacked_and_unread(env):
     # "Crash": q1 is never closed; a second queue opens the same files.
     q2 = env.open()
     assert q2.depth() == 8
-    assert ids(drain(q2)) == [mid(i) for i in range(2, 10)]
+    assert ids(drain(q2)) == [mid(2)] + [mid(i) for i in range(4, 10)]  # 3 was acked: in the done log
     q2.close()
     q1.delete()
 
 
-def test_crash_without_any_sync_redelivers_everything(env):
+def test_crash_without_any_sync_skips_what_was_acked(env):
     q1 = env.open(max_bytes_per_file=10000)
+    assert env.read_meta() == b"0\n0,0\n0,0\n"  # written at the start: Go reads nothing without one
     q1.put([msg(i) for i in range(4)])
     q1.wait_synced(q1.sync_point())
+    end = q1.write_pos
+    assert env.read_meta() == b"4\n0,0\n0,%d\n" % end  # the group commit wrote it with the records
     assert ids(q1.get(4)) == [mid(i) for i in range(4)]
     q1.ack([mid(0), mid(1), mid(2), mid(3)])
-    assert not os.path.exists(env.meta())  # never synced the metadata
-    q2 = env.open(max_bytes_per_file=10000)  # recovers from the data file alone
-    assert ids(drain(q2)) == [mid(i) for i in range(4)]  # acked but not persisted: duplicates
+    assert env.read_meta() == b"4\n0,0\n0,%d\n" % end  # the acks (FINs) wait for the next commit or sync
+    q2 = env.open(max_bytes_per_file=10000)
+    assert ids(drain(q2)) == []  # the done log has them (appended by the acks, no sync needed)
+    assert q2.depth() == 0
     q2.close()
     q1.delete()
 
@@ -276,7 +285,8 @@ def test_crash_after_empty_keeps_later_acknowledged_writes(env):
     q.empty()  # removes the metadata file, as Go does
     q.put([msg(8), msg(9)])
     q.wait_synced(q.sync_point())
-    assert not os.path.exists(env.meta())
+    assert env.read_meta() == b"2\n%d,0\n%d,%d\n" % (q.write_file_num, q.write_file_num, q.write_pos)  # the commit's
+    os.remove(env.meta())  # as if the kill came between the empty() and that commit
     # Crash: the metadata is missing and the data is in file 3, not file 0.
     q2 = env.open()
     assert ids(drain(q2)) == [mid(8), mid(9)]
@@ -323,3 +333,92 @@ def test_close_persists_committed_position(env):
     q.close()
     assert env.read_meta() == b"3\n1,0\n2,44\n"
     assert env.data_files() == ["t.diskqueue.000001.dat", "t.diskqueue.000002.dat"]
+
+
+def test_kept_attempts_are_read_back_after_a_crash_and_nothing_else_changes(env):
+    q1 = env.open()
+    q1.put([msg(i) for i in range(4)])  # files 0, 1
+    taken = q1.get(4)
+    taken[1].attempts = 3
+    taken[2].attempts = 1
+    before = [open(os.path.join(env.path, name), "rb").read() for name in env.data_files()]
+    q1.keep_attempts([taken[1], taken[2], taken[3]])  # (taken[3]: 0, as written: nothing to do)
+    q1.ack([mid(0)])
+    # "Crash": a second queue reads the same files.
+    q2 = env.open()
+    back = drain(q2)
+    assert [(m.id, m.attempts, m.body, m.timestamp) for m in back] == [
+        (mid(i), a, b"x" * 14, TS + i) for i, a in ((1, 3), (2, 1), (3, 0))]  # (0: acked)
+    after = [open(os.path.join(env.path, name), "rb").read() for name in env.data_files()]
+    changed = [i for i, (x, y) in enumerate(zip(before, after)) for j in range(len(x)) if x[j] != y[j]]
+    assert len(changed) == 2  # one byte of the attempts field in each of the two records
+    q2.close()
+    q1.delete()
+
+
+def test_done_log_keeps_only_what_the_metadata_has_not_passed(env):
+    q = env.open(max_bytes_per_file=10000)
+    done = os.path.join(env.path, "t.diskqueue.done.dat")
+    q.put([msg(i) for i in range(6)])
+    q.get(6)
+    q.ack([mid(1), mid(2)])  # behind 0, still in flight
+    assert os.path.getsize(done) == 2 * 32
+    q.sync()
+    assert os.path.getsize(done) == 2 * 32  # still ahead of the committed position
+    q.ack([mid(0)])
+    assert os.path.getsize(done) == 3 * 32  # (appended: the metadata is not written by an ack)
+    q.sync()
+    assert not os.path.exists(done)  # the metadata passed them all
+    q.ack([mid(4)])
+    assert os.path.getsize(done) == 32
+    crashed = env.open(max_bytes_per_file=10000)  # a crash now: 3 and 5 come back, 4 does not
+    assert ids(drain(crashed)) == [mid(3), mid(5)]
+    crashed.delete()
+    q.empty()
+    assert not os.path.exists(done)
+    q.close()
+
+
+def test_commit_writes_the_metadata_in_place_and_bytes_left_after_it_are_ignored(env):
+    q1 = env.open(max_bytes_per_file=10000)
+    inode = os.stat(env.meta()).st_ino
+    for i in range(12):  # depth 1..12: the text grows by a digit
+        q1.put([msg(i)])
+        q1.wait_synced(q1.sync_point())
+    assert env.read_meta() == b"12\n0,0\n0,%d\n" % (12 * REC)
+    assert os.stat(env.meta()).st_ino == inode  # written in place: no rename per commit
+    q1.get(12)
+    q1.ack([mid(i) for i in range(12)], persist=True)  # depth 0: shorter, truncated
+    assert env.read_meta() == b"0\n0,%d\n0,%d\n" % (12 * REC, 12 * REC)
+    # A kill between the pwrite and the truncate leaves the old text's tail: ignored (as by Go's Fscanf).
+    with open(env.meta(), "ab") as f:
+        f.write(b"2\n0,0\n0,")
+    q2 = env.open(max_bytes_per_file=10000)
+    assert q2.depth() == 0 and drain(q2) == []
+    q2.close()
+    q1.delete()
+
+
+def test_peek_and_stored_ids_leave_out_what_the_done_log_skips(env):
+    q1 = env.open(max_bytes_per_file=10000)
+    q1.put([msg(i) for i in range(4)])
+    q1.get(4)
+    q1.ack([mid(1), mid(2)])  # behind 0, in flight
+    q2 = env.open(max_bytes_per_file=10000)  # a crash
+    assert ids(q2.peek()[0]) == [mid(0), mid(3)]
+    assert list(q2.stored_ids()) == [mid(0), mid(3)]
+    assert ids(drain(q2)) == [mid(0), mid(3)]
+    q2.close()
+    q1.delete()
+
+
+def test_a_persisted_ack_behind_the_head_goes_to_the_done_log(env):
+    q1 = env.open(max_bytes_per_file=10000)
+    q1.put([msg(i) for i in range(4)])
+    q1.get(4)
+    q1.ack([mid(0), mid(3)], persist=True)  # 0 passed by the metadata; 3 behind 1 and 2
+    assert env.read_meta() == b"3\n0,%d\n0,%d\n" % (REC, 4 * REC)
+    crashed = env.open(max_bytes_per_file=10000)
+    assert ids(drain(crashed)) == [mid(1), mid(2)]
+    crashed.delete()
+    q1.close()

@@ -1,0 +1,124 @@
+"""Durable mode across a SIGKILL: a REQ'd, timed-out or deferred message comes back with the attempts it
+had (the next delivery is one more), from our broker and from Go nsqd started on the same directory (the
+record header's attempts field is go-diskqueue's own); a message moved to a dead-letter topic is moved
+once, even when an older message was still in flight (the channel's done log)."""
+
+import json
+import os
+import socket
+import time
+
+import pytest
+
+from nsqd_threaded.testing import BrokerProcess
+
+from support.wire import Conn, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+GO_NSQD = os.path.join(os.environ.get("NSQ_GO_BIN", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "reference", "go-nsq-1.3.0")), "nsqd")
+RESTARTS = [
+    pytest.param(None, id="ours"),
+    pytest.param([os.path.abspath(GO_NSQD)], id="go",
+                 marks=pytest.mark.skipif(not os.access(GO_NSQD, os.X_OK), reason="Go nsqd binary not present")),
+]
+
+
+def _channel_stats(broker, topic="jobs", channel="work"):
+    status, body = broker.http("GET", "/stats?format=json&topic=%s&channel=%s" % (topic, channel))
+    assert status == 200, body
+    doc = json.loads(body)
+    doc = doc.get("data", doc)
+    return doc["topics"][0]["channels"][0]
+
+
+@pytest.mark.parametrize("restart", RESTARTS)
+def test_requeued_timed_out_and_deferred_messages_keep_their_attempts_across_a_kill(tmp_path, restart):
+    ours = BrokerProcess("--durable", data_path=str(tmp_path)).start()
+    try:
+        publisher = Conn(ours.tcp_address)
+        for body in (b"a", b"b", b"c"):
+            assert publisher.pub("jobs", body) == b"OK"
+        with publisher, Conn(ours.tcp_address) as consumer:
+            consumer.identify(msg_timeout=1000)
+            consumer.sub("jobs", "work", rdy=3)
+            first = {body: (msg_id, attempts) for _, attempts, msg_id, body in
+                     (consumer.read_message() for _ in range(3))}
+            assert {body: a for body, (_, a) in first.items()} == {b"a": 1, b"b": 1, b"c": 1}
+            consumer.cmd(b"REQ %s 5000" % first[b"c"][0])  # deferred, due after the kill
+            consumer.cmd(b"REQ %s 0" % first[b"a"][0])
+            _, attempts, msg_id, body = consumer.read_message()
+            assert (body, attempts) == (b"a", 2)
+            consumer.cmd(b"RDY 0")
+            consumer.cmd(b"REQ %s 0" % msg_id)  # queued again with 2 attempts
+            assert publisher.pub("jobs", b"d") == b"OK"  # never delivered
+            # b is left to time out (1 s): queued again with 1 attempt
+            wait_for(lambda: _channel_stats(ours)["timeout_count"] == 1 and
+                     _channel_stats(ours)["in_flight_count"] == 0, timeout=10, what="b's timeout")
+            assert _channel_stats(ours)["requeue_count"] == 3
+            ours.kill()
+    finally:
+        ours.stop()
+    kwargs = {} if restart is None else {"command": restart}
+    after = BrokerProcess(*(("--durable",) if restart is None else ()), data_path=str(tmp_path), **kwargs).start()
+    try:
+        with Conn(after.tcp_address) as consumer:
+            consumer.sub("jobs", "work", rdy=10)
+            got = {}
+            while len(got) < 4:
+                _, attempts, msg_id, body = consumer.read_message()
+                got[body] = attempts
+                consumer.cmd(b"FIN %s" % msg_id)
+    finally:
+        after.stop()
+    assert got == {b"a": 3, b"b": 2, b"c": 2, b"d": 1}
+
+
+def test_a_dead_letter_move_behind_a_message_in_flight_is_not_repeated_after_a_kill(tmp_path):
+    ours = BrokerProcess("--durable", data_path=str(tmp_path)).start()
+    try:
+        for path in ("/topic/create?topic=jobs", "/channel/create?topic=jobs&channel=work",
+                     "/topic/create?topic=jobs-dead", "/channel/create?topic=jobs-dead&channel=dead",
+                     "/channel/policy?topic=jobs&channel=work&max_attempts=1&dead_letter_topic=jobs-dead"):
+            assert ours.http("POST", path)[0] == 200, path
+        with Conn(ours.tcp_address) as publisher, Conn(ours.tcp_address) as consumer:
+            assert publisher.pub("jobs", b"a") == b"OK"
+            assert publisher.pub("jobs", b"b") == b"OK"
+            consumer.sub("jobs", "work", rdy=2)
+            got = {body: msg_id for _, _, msg_id, body in (consumer.read_message() for _ in range(2))}
+            consumer.cmd(b"REQ %s 0" % got[b"b"])  # its next delivery would be its 2nd: moved instead
+            # a stays in flight: the channel's committed position cannot pass b
+            # The move: published to jobs-dead, then acknowledged in work (its done log's entry).
+            done_log = tmp_path / "jobs:work.diskqueue.done.dat"
+            wait_for(lambda: done_log.exists() and done_log.stat().st_size > 0, timeout=10, what="b's move")
+            assert _channel_stats(ours, "jobs-dead", "dead")["depth"] == 1
+            ours.kill()
+    finally:
+        ours.stop()
+    after = BrokerProcess("--durable", data_path=str(tmp_path)).start()
+    try:
+        work = crashloop_drain(after, "jobs", "work")
+        dead = crashloop_drain(after, "jobs-dead", "dead")
+    finally:
+        after.stop()
+    # a again (in flight at the kill: its delivery's attempt is not written, only a REQ's or a timeout's),
+    # b moved once
+    assert (work, dead) == ([(b"a", 1)], [b"b"])
+
+
+def crashloop_drain(broker, topic, channel):
+    """What ``channel`` holds, FINed: [(body, attempts)] for jobs/work, [body] for the dead letters."""
+    out = []
+    with Conn(broker.tcp_address) as consumer:
+        consumer.sub(topic, channel, rdy=10)
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            consumer.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                _, attempts, msg_id, body = consumer.read_message()
+            except (socket.timeout, TimeoutError):
+                break
+            out.append((body, attempts) if topic == "jobs" else body)
+            consumer.cmd(b"FIN %s" % msg_id)
+    return out
