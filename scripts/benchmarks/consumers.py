@@ -4,7 +4,8 @@ For each ``--consumers`` count, each broker in turn (ours; ``--go`` Go's nsqd; `
 from another tree; ``--threads`` ours with ``--connection-threads``), alternately for ``--rounds``:
 
 1. client processes (``--clients``) open the consumers: magic, IDENTIFY, SUB, RDY; the time until
-   the broker's /stats shows them all (*subscribe all*), then the broker's threads and RSS;
+   the broker's /stats shows them all (*subscribe all*), then the broker's threads, RSS and CPU
+   over three idle seconds;
 2. ``--messages`` messages are MPUBed (200 a command) from one more connection, and every consumer
    FINs each message as it arrives: the time from the first MPUB until the clients have every
    message is the *rate*, and the broker's CPU time over that span per message its cost;
@@ -34,6 +35,7 @@ from .connections import raise_nofile, rss, threads_of
 TOPIC = "bench_consumers"
 CHANNEL = "ch"
 HEARTBEAT = b"_heartbeat_"
+IDLE_SECONDS = 3.0  # the idle CPU figure's span, consumers subscribed and nothing published
 
 
 def consumer_process(address, count, rdy, received, subscribed, control):
@@ -145,6 +147,9 @@ def run_once(broker, consumers, clients, rdy, messages):
         figures["subscribe_s"] = time.monotonic() - start
         figures["threads"] = threads_of(broker.pid)
         figures["rss_mb"] = rss(broker.pid) / 1e6
+        idle0 = broker.cpu_seconds()
+        time.sleep(IDLE_SECONDS)  # (measuring: the broker's CPU while every consumer waits)
+        figures["idle_cpu_ms"] = (broker.cpu_seconds() - idle0) / IDLE_SECONDS * 1000
         pub = socket.create_connection(address, timeout=60)
         pub.sendall(b"  V2")
         body = b"x" * 100
@@ -201,6 +206,7 @@ FIGURES = [
     ("broker CPU us/msg", "cpu_us", "%.1f"),
     ("threads (subscribed)", "threads", "%d"),
     ("RSS MB (subscribed)", "rss_mb", "%.1f"),
+    ("idle CPU ms/s", "idle_cpu_ms", "%.1f"),
     ("gone after close (s)", "gone_s", "%.2f"),
 ]
 
