@@ -327,7 +327,7 @@ class NetPoller:
     (it tears down what is left and joins every thread it started).
 
     ``_lock`` guards ``_conns`` (fd -> PolledConnection or _Newcomer),
-    ``_timers`` (a heap of (when, seq, connection)), ``_tasks`` (queued when
+    ``_timers`` (a heap of (when, seq, a connection's ``timer_slot``)), ``_tasks`` (queued when
     no worker is idle), ``_idle`` (idle workers, the last to idle first),
     ``_workers``, ``_ended`` (workers that left, to join), ``_busy`` (workers
     not idle), ``_queued_since``, ``_closed_since_trim``, ``_last_close`` and
@@ -346,7 +346,8 @@ class NetPoller:
         self._server = None
         # Several pollers, each its own epoll and thread, the connections dealt out in turn: a
         # poller spends much of its time in send() and recv(), outside the interpreter lock,
-        # while another runs Python (as Go runs a netpoller per processor).
+        # while another runs Python (Go's one epoll is polled by whichever processor is idle,
+        # and its goroutines then run on every processor).
         self._polls = [_Poll(i) for i in range(POLLERS)]
         self._timer_poll = self._polls[0]  # the one that fires the timers and watches the queue
         self._next_poll = itertools.count()
