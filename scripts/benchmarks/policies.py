@@ -2,13 +2,18 @@
 
 Each policy gets a fresh broker (started here) and the bench_writer load: MPUB batches of 200 and
 single PUBs, over N connections (group commit needs concurrent publishers to share fsyncs).
+``--baseline TREE`` runs this project from another tree too, alternately with this one, for
+``--rounds`` rounds (medians), so that a change is measured before and after in one run; the broker's
+CPU time per message is printed beside each rate.
 """
 
 import argparse
+import os
+import statistics
 import sys
 
 from . import writer
-from .common import BrokerProc
+from .common import ROOT, BrokerProc
 
 POLICIES = [
     ("memory only", ["--mem-queue-size=10000000"]),
@@ -17,18 +22,38 @@ POLICIES = [
 ]
 
 
+def measure(root, python, flags, runfor, connections):
+    """(MPUB msg/s, its CPU us/msg, PUB msg/s, its CPU us/msg) of one fresh broker."""
+    with BrokerProc("ours", python, flags, root=root) as b:
+        cpu = b.cpu_seconds()
+        mpub = writer.run(b.address, "p_mpub", 200, 200, runfor, connections)[0]
+        mpub_cpu = (b.cpu_seconds() - cpu) / max(1.0, mpub * runfor) * 1e6
+        cpu = b.cpu_seconds()
+        pub = writer.run(b.address, "p_pub", 200, 1, runfor, connections)[0]
+        pub_cpu = (b.cpu_seconds() - cpu) / max(1.0, pub * runfor) * 1e6
+    return mpub, mpub_cpu, pub, pub_cpu
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs the broker")
     ap.add_argument("--runfor", type=float, default=5.0)
     ap.add_argument("--connections", type=int, default=4)
+    ap.add_argument("--baseline", metavar="TREE", help="this project from another tree too (before/after)")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds, the trees alternately (medians)")
     a = ap.parse_args()
-    print("%-26s %14s %14s" % ("policy", "MPUB 200 msg/s", "PUB msg/s"))
+    trees = [("this tree", ROOT)]
+    if a.baseline:
+        trees.append(("baseline", os.path.abspath(a.baseline)))
+    print("%-26s %-10s %14s %8s %14s %8s" % ("policy", "tree", "MPUB 200 msg/s", "us/msg", "PUB msg/s", "us/msg"))
     for name, flags in POLICIES:
-        with BrokerProc("ours", a.python, flags) as b:
-            mpub, _, _ = writer.run(b.address, "p_mpub", 200, 200, a.runfor, a.connections)
-            pub, _, _ = writer.run(b.address, "p_pub", 200, 1, a.runfor, a.connections)
-        print("%-26s %14.0f %14.0f" % (name, mpub, pub))
+        runs = {tree: [] for tree, _ in trees}
+        for _ in range(a.rounds):
+            for tree, root in trees:
+                runs[tree].append(measure(root, a.python, flags, a.runfor, a.connections))
+        for tree, _ in trees:
+            mpub, mpub_cpu, pub, pub_cpu = (statistics.median(r[i] for r in runs[tree]) for i in range(4))
+            print("%-26s %-10s %14.0f %8.1f %14.0f %8.1f" % (name, tree, mpub, mpub_cpu, pub, pub_cpu), flush=True)
 
 
 if __name__ == "__main__":
