@@ -13,7 +13,8 @@ import statistics
 import sys
 
 from . import writer
-from .common import ROOT, BrokerProc
+from . import ROOT
+from .common import BrokerProc
 
 POLICIES = [
     ("memory only", ["--mem-queue-size=10000000"]),
