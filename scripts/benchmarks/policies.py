@@ -12,8 +12,7 @@ import os
 import statistics
 import sys
 
-from . import writer
-from . import ROOT
+from . import ROOT, writer
 from .common import BrokerProc
 
 POLICIES = [
