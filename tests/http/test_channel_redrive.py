@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from nsqd_threaded.broker import provenance
 from nsqd_threaded.storage import provenance as provenance_file
 from nsqd_threaded.testing import Broker
 
@@ -309,3 +310,60 @@ def test_a_redrive_stops_at_the_first_message_without_provenance_having_moved_th
     assert [m["body"] for m in peek(h)] == ["stray", "after"]
     assert channel_doc(h, DEAD, "inspect")["redrive_count"] == 3
     assert nsqd.get_existing_topic("orders").get_existing_channel("billing").depth() == 3
+
+
+def test_stale_provenance_lines_are_compacted_away_and_the_held_ones_keep_theirs(tmp_path):
+    """A line whose dead letter no channel holds any more (finished there, or its channel deleted) is
+    dropped once most of the file is stale: the file is rewritten smaller, the provenance of the dead
+    letters still held is unchanged, across a restart in between (the file is read back, then compacted)."""
+    count, kept = 1500, 200  # (past COMPACT_MIN_LINES: a smaller file is never compacted)
+    assert count >= provenance.COMPACT_MIN_LINES
+    # A small memory queue: most of orders.dead/inspect's dead letters wait in its disk queue.
+    broker = Broker(data_path=str(tmp_path), channel_peek=True, mem_queue_size=100).start()
+    path = provenance_file.file_path(str(tmp_path), DEAD)
+    try:
+        h = HTTP(broker.nsqd)
+        try:
+            for q in ("/topic/create?topic=orders", "/channel/create?topic=orders&channel=audit",
+                      "/topic/create?topic=" + DEAD, "/channel/create?topic=%s&channel=inspect" % DEAD,
+                      "/channel/create?topic=%s&channel=work" % DEAD,
+                      "/channel/policy?topic=orders&channel=audit&msg_ttl=1ms&dead_letter_topic=" + DEAD):
+                assert h.post(q).status == 200, q
+        finally:
+            h.close()
+        with Conn(broker.nsqd.tcp_address) as pub:
+            assert pub.mpub("orders", [b"m%04d" % i for i in range(count)]) == b"OK"
+        published = broker.nsqd.clock.time_ns()
+        wait_for(lambda: broker.nsqd.clock.time_ns() > published + 10 ** 6, what="the messages past the TTL")
+        with Conn(broker.nsqd.tcp_address) as sub:
+            sub.sub("orders", "audit", rdy=1)  # (a take screens them all out: each is a dead letter)
+            broker.wait_until(DEAD, "inspect", depth=count)
+            broker.wait_until(DEAD, "work", depth=count)
+        before = {m.id: m.dead_letter for m in broker.messages(DEAD, "inspect")}
+        assert len(before) == count and all(d["reason"] == "msg_ttl" for d in before.values())
+        size = os.path.getsize(path)
+        assert len(provenance_file.read_entries(path)[0]) == count
+        broker.restart()
+        # All of them finished on inspect, but for the last `kept`; work is deleted with its copies.
+        with Conn(broker.nsqd.tcp_address) as sub:
+            sub.sub(DEAD, "inspect", rdy=100)
+            for _ in range(count - kept):
+                msg_id = sub.read_message()[2]
+                sub.cmd(b"FIN " + msg_id)
+            sub.cmd(b"RDY 0")
+            inspect = broker.nsqd.get_existing_topic(DEAD).get_existing_channel("inspect")
+            wait_for(lambda: inspect.held_count() == kept, what="its FINs done")  # (before it leaves)
+        # (those it was handed and did not finish are back in the queue once it left)
+        broker.wait_until(DEAD, "inspect", depth=kept, in_flight_count=0)
+        h = HTTP(broker.nsqd)
+        try:
+            assert h.post("/channel/delete?topic=%s&channel=work" % DEAD).status == 200
+        finally:
+            h.close()
+        wait_for(lambda: os.path.getsize(path) < size / 2, what="the provenance file compacted")
+        held = broker.messages(DEAD, "inspect")
+        assert len(held) == kept
+        assert set(provenance_file.read_entries(path)[0]) == {m.id for m in held}
+        assert all(m.dead_letter == before[m.id] for m in held)  # each still says where it came from
+    finally:
+        broker.stop()
