@@ -367,3 +367,24 @@ def test_stale_provenance_lines_are_compacted_away_and_the_held_ones_keep_theirs
         assert all(m.dead_letter == before[m.id] for m in held)  # each still says where it came from
     finally:
         broker.stop()
+
+
+def test_a_line_appended_during_a_compaction_is_kept_and_the_rewrite_leaves_no_temp_file(tmp_path):
+    """A compaction drops only entries it knew before reading the topic's messages: a dead letter moved
+    while it read them (published there, then its line appended) keeps its line in the new file."""
+    path = provenance_file.file_path(str(tmp_path), DEAD)
+    book = provenance.TopicProvenance(path, sync=False)
+    crc = provenance_file.body_crc(b"body")
+    old = ["%016d" % i for i in range(provenance.COMPACT_MIN_LINES)]
+    book.add([(msg_id, crc, {"n": i}) for i, msg_id in enumerate(old)])
+    assert book.big_enough() and book.compaction_due(1) and not book.compaction_due(len(old))
+    known = book.begin_compaction()
+    book.add([("late", crc, {"n": "late"})])  # (moved while the topic's messages were read: not among them)
+    assert book.finish_compaction(known, {old[7]}) == len(old) - 1
+    book.add([("after", crc, {"n": "after"})])  # appended to the new file
+    assert list(provenance_file.read_entries(path)[0]) == [old[7], "late", "after"]
+    assert os.listdir(str(tmp_path)) == [os.path.basename(path)]  # (renamed over it: no temp file left)
+    again = provenance.TopicProvenance(path, sync=False)  # (read back, as after a restart)
+    assert [again.get(msg_id, b"body") for msg_id in (old[7], "late", "after", old[0])] == [
+        {"n": 7}, {"n": "late"}, {"n": "after"}, None]
+    assert not again.big_enough()  # (three lines: nothing to compact)
