@@ -217,7 +217,12 @@ class DeadLetterProvenance:
             if bound is None or not book.compaction_due(bound):
                 continue
             known = book.begin_compaction()  # (before the reading: see begin_compaction)
-            held = topic.held_ids()
+            try:
+                held = topic.held_ids()
+            except Exception as e:  # (a disk queue's read failed: the scanner thread must not die)
+                self._log.error("TOPIC(%s): could not read its messages to compact the provenance of its "
+                                "dead letters - %s", topic_name, e)
+                continue
             if held is None:
                 continue  # (the durable pump has a batch in hand: the next pass tries again)
             try:
@@ -236,7 +241,7 @@ class DeadLetterProvenance:
             if not self._listed:
                 self._listed = True
                 try:
-                    names = os.listdir(self._data_path)
+                    names = os.listdir(self._data_path or ".")
                 except OSError:
                     names = []
                 for name in names:

@@ -312,14 +312,31 @@ def test_a_redrive_stops_at_the_first_message_without_provenance_having_moved_th
     assert nsqd.get_existing_topic("orders").get_existing_channel("billing").depth() == 3
 
 
-def test_stale_provenance_lines_are_compacted_away_and_the_held_ones_keep_theirs(tmp_path):
-    """A line whose dead letter no channel holds any more (finished there, or its channel deleted) is
-    dropped once most of the file is stale: the file is rewritten smaller, the provenance of the dead
-    letters still held is unchanged, across a restart in between (the file is read back, then compacted)."""
-    count, kept = 1500, 200  # (past COMPACT_MIN_LINES: a smaller file is never compacted)
+def finish_all_but(broker, channel, held, count, unfinished):
+    """Take ``count`` messages of orders.dead/``channel`` (which holds ``held``) and FIN each but the
+    ``unfinished`` first ones; returns once the FINs are done and the consumer left (what it was handed
+    and did not finish is back in the queue once the scanner saw it go)."""
+    with Conn(broker.nsqd.tcp_address) as sub:
+        sub.sub(DEAD, channel, rdy=unfinished + 100)  # (the unfinished ones keep their slots)
+        for i in range(count):
+            msg_id = sub.read_message()[2]
+            if i >= unfinished:
+                sub.cmd(b"FIN " + msg_id)
+        sub.cmd(b"RDY 0")
+        left = broker.nsqd.get_existing_topic(DEAD).get_existing_channel(channel).held_count
+        wait_for(lambda: left() == held - count + unfinished, what="its FINs done")  # (before it leaves)
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "durable"])
+def test_stale_provenance_lines_are_compacted_away_and_the_held_ones_keep_theirs(tmp_path, durable):
+    """A line whose dead letter no channel holds any more (finished on each, or its channel deleted) is
+    dropped once most of the file is stale: the file is rewritten smaller, with the lines of the dead
+    letters some channel still holds (each channel's own, queued, in memory or on disk), whose
+    provenance is unchanged; across a restart in between (the file is read back, then compacted)."""
+    count = 2500  # (past COMPACT_MIN_LINES: a smaller file is never compacted)
     assert count >= provenance.COMPACT_MIN_LINES
-    # A small memory queue: most of orders.dead/inspect's dead letters wait in its disk queue.
-    broker = Broker(data_path=str(tmp_path), channel_peek=True, mem_queue_size=100).start()
+    # A small memory queue: most of orders.dead's dead letters wait in its channels' disk queues.
+    broker = Broker(data_path=str(tmp_path), channel_peek=True, mem_queue_size=100, durable=durable).start()
     path = provenance_file.file_path(str(tmp_path), DEAD)
     try:
         h = HTTP(broker.nsqd)
@@ -327,6 +344,7 @@ def test_stale_provenance_lines_are_compacted_away_and_the_held_ones_keep_theirs
             for q in ("/topic/create?topic=orders", "/channel/create?topic=orders&channel=audit",
                       "/topic/create?topic=" + DEAD, "/channel/create?topic=%s&channel=inspect" % DEAD,
                       "/channel/create?topic=%s&channel=work" % DEAD,
+                      "/channel/create?topic=%s&channel=archive" % DEAD,
                       "/channel/policy?topic=orders&channel=audit&msg_ttl=1ms&dead_letter_topic=" + DEAD):
                 assert h.post(q).status == 200, q
         finally:
@@ -337,34 +355,33 @@ def test_stale_provenance_lines_are_compacted_away_and_the_held_ones_keep_theirs
         wait_for(lambda: broker.nsqd.clock.time_ns() > published + 10 ** 6, what="the messages past the TTL")
         with Conn(broker.nsqd.tcp_address) as sub:
             sub.sub("orders", "audit", rdy=1)  # (a take screens them all out: each is a dead letter)
-            broker.wait_until(DEAD, "inspect", depth=count)
-            broker.wait_until(DEAD, "work", depth=count)
+            for channel in ("inspect", "work", "archive"):
+                broker.wait_until(DEAD, channel, depth=count)
         before = {m.id: m.dead_letter for m in broker.messages(DEAD, "inspect")}
         assert len(before) == count and all(d["reason"] == "msg_ttl" for d in before.values())
         size = os.path.getsize(path)
         assert len(provenance_file.read_entries(path)[0]) == count
         broker.restart()
-        # All of them finished on inspect, but for the last `kept`; work is deleted with its copies.
-        with Conn(broker.nsqd.tcp_address) as sub:
-            sub.sub(DEAD, "inspect", rdy=100)
-            for _ in range(count - kept):
-                msg_id = sub.read_message()[2]
-                sub.cmd(b"FIN " + msg_id)
-            sub.cmd(b"RDY 0")
-            inspect = broker.nsqd.get_existing_topic(DEAD).get_existing_channel("inspect")
-            wait_for(lambda: inspect.held_count() == kept, what="its FINs done")  # (before it leaves)
-        # (those it was handed and did not finish are back in the queue once it left)
-        broker.wait_until(DEAD, "inspect", depth=kept, in_flight_count=0)
+        # inspect keeps its last 200 (the first ones finished), work its first 100 (the others finished).
+        finish_all_but(broker, "inspect", count, count - 200, 0)
+        finish_all_but(broker, "work", count, count, 100)
+        broker.wait_until(DEAD, "inspect", depth=200, in_flight_count=0)
+        broker.wait_until(DEAD, "work", depth=100, in_flight_count=0)
+        # archive still holds every one: nothing is stale, a compaction (the scanner's, or this one) leaves
+        # the file alone.
+        broker.nsqd.dead_letter_provenance.compact(broker.nsqd.get_existing_topic)
+        assert len(provenance_file.read_entries(path)[0]) == count
         h = HTTP(broker.nsqd)
         try:
-            assert h.post("/channel/delete?topic=%s&channel=work" % DEAD).status == 200
+            assert h.post("/channel/delete?topic=%s&channel=archive" % DEAD).status == 200
         finally:
             h.close()
         wait_for(lambda: os.path.getsize(path) < size / 2, what="the provenance file compacted")
-        held = broker.messages(DEAD, "inspect")
-        assert len(held) == kept
+        held = broker.messages(DEAD, "inspect") + broker.messages(DEAD, "work")
+        assert len({m.id for m in held}) == 300
         assert set(provenance_file.read_entries(path)[0]) == {m.id for m in held}
         assert all(m.dead_letter == before[m.id] for m in held)  # each still says where it came from
+        assert os.path.getsize(path) < size * 300 / count * 1.1
     finally:
         broker.stop()
 
