@@ -732,6 +732,27 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
             timed.extend((m.id, m.body, m.timestamp, m.attempts, "deferred", due) for m, due in stored_deferred)
             return queued, timed
 
+    def held_count(self):
+        """How many messages the channel holds: queued (memory and backend), in flight, deferred, and
+        being moved by its policy (a durable backend's are counted twice: an upper bound)."""
+        with self._lock:
+            moving = 0 if self.policy is None else len(self.policy.moving)
+            return len(self._memory) + self._backend.depth() + len(self._in_flight) + len(self._deferred) + moving
+
+    def held_ids(self):
+        """The IDs (bytes) of every message :meth:`held_count` counts, read under the lock (the backend's
+        from its files, nothing taken)."""
+        with self._lock:
+            ids = {bytes(held_fields(m)[0]) for m in self._memory}
+            stored, stored_deferred = self._backend.peek()
+            ids.update(bytes(m.id) for m in stored)
+            ids.update(bytes(m.id) for m, _ in stored_deferred)
+            ids.update(bytes(m.id) for m in self._in_flight.values())
+            ids.update(bytes(m.id) for m in self._deferred.values())
+            if self.policy is not None:
+                ids.update(bytes(msg_id) for msg_id in self.policy.moving)
+            return ids
+
     def in_flight_count(self):
         with self._lock:
             return len(self._in_flight)

@@ -576,6 +576,8 @@ class BrokerCore:
         """One pass of the queue scanner over the queues with work (see :meth:`queue_scan_loop`)."""
         mono = time.monotonic()  # real time: topic holds and --sync-timeout fsyncs, not message deadlines
         self._release_held_topics(mono)
+        # Dead-letter provenance files whose lines are mostly stale are rewritten (broker.provenance).
+        self.dead_letter_provenance.compact(self.get_existing_topic)
         queues = self.scan_set.snapshot()
         if not queues:
             return

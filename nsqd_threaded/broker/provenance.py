@@ -14,11 +14,14 @@ Every channel of the dead-letter topic holds the same message (the same
 ID), so the provenance is the topic's: one :class:`TopicProvenance` per
 dead-letter topic, kept in the data directory by
 :mod:`nsqd_threaded.storage.provenance` (a file Go nsqd never reads), read
-back after a restart.  An entry is forgotten with its topic (deleted), not
-when the last channel lets its message go: a message ID is never made twice,
-so a stale entry is never shown for another message, only kept.
+back after a restart.  An entry is forgotten with its topic (deleted), or
+once no channel holds its message any more, by a compaction
+(:meth:`DeadLetterProvenance.compact`, the queue scanner's): a message ID is
+never made twice, so a stale entry is never shown for another message, only
+kept until then.
 """
 
+import os
 import threading
 
 from ..storage import provenance as store
@@ -26,6 +29,10 @@ from ..storage import provenance as store
 MAX_ATTEMPTS = "max_attempts"  # taken out for having been delivered max_attempts times
 MSG_TTL = "msg_ttl"  # taken out for being older than the message TTL
 REASONS = (MAX_ATTEMPTS, MSG_TTL)
+
+# A provenance file is compacted only from this many lines on (some 250 KB): below, rewriting it saves
+# too little to be worth a pass over its topic's messages.
+COMPACT_MIN_LINES = 1000
 
 
 def dead_letter_doc(source_topic, source_channel, reason, msg, at_ns):
@@ -38,9 +45,12 @@ class TopicProvenance:
     """The provenance of one dead-letter topic's messages.
 
     ``_lock`` guards ``_entries`` (ID text -> (body CRC-32, dead_letter dict)),
-    ``_loaded`` and ``_torn`` (the file's last line has no newline), and the
-    appends to the file (one writer at a time); taken alone, never with
-    another lock.  ``path`` None (an ephemeral topic): kept in memory only.
+    ``_loaded``, ``_torn`` (the file's last line has no newline), ``_lines``
+    (the entries the file holds: read, appended, or kept by the last
+    compaction), ``_min_lines`` (no compaction below), ``_deleted``, and the
+    appends to and rewrites of the file (one writer at a time); taken alone,
+    never with another lock.  ``path`` None (an ephemeral topic): kept in
+    memory only.
     """
 
     def __init__(self, path, sync):
@@ -50,10 +60,14 @@ class TopicProvenance:
         self._entries = {}
         self._loaded = path is None
         self._torn = False
+        self._lines = 0
+        self._min_lines = COMPACT_MIN_LINES
+        self._deleted = False  # its topic was deleted: a compaction under way must not write the file again
 
     def _load_locked(self):
         if not self._loaded:
             entries, whole = store.read_entries(self.path)
+            self._lines = len(entries) + len(self._entries)
             entries.update(self._entries)
             self._entries = entries
             self._torn = not whole
@@ -66,6 +80,7 @@ class TopicProvenance:
             self._load_locked()
             for msg_id, crc, doc in entries:
                 self._entries[msg_id] = (crc, doc)
+            self._lines += len(entries)
             if self.path is not None:
                 try:
                     store.append_entries(self.path, store.encode_entries(entries), self._torn, self._sync)
@@ -83,10 +98,62 @@ class TopicProvenance:
             return None
         return entry[1]
 
+    # -- compaction (DeadLetterProvenance.compact) ----------------------------------------------
+
+    def big_enough(self):
+        """Whether the file has lines enough to be worth compacting (it is read if it was not yet)."""
+        if self.path is None:
+            return False
+        with self._lock:
+            self._load_locked()
+            return not self._deleted and self._lines >= self._min_lines
+
+    def compaction_due(self, held_bound):
+        """Whether a compaction would at least halve the file: it has :data:`COMPACT_MIN_LINES` lines or
+        more, and more than twice ``held_bound`` (at least as many messages as the topic holds).
+        Reads the file if it was not read yet."""
+        if self.path is None:
+            return False
+        with self._lock:
+            self._load_locked()
+            return not self._deleted and self._lines >= self._min_lines and self._lines > 2 * held_bound
+
+    def begin_compaction(self):
+        """The IDs the entries have now: the only ones :meth:`finish_compaction` may drop.  Taken before
+        the topic's messages are read: an entry added after this (its message published to the topic
+        before it) is kept whatever that reading saw."""
+        with self._lock:
+            self._load_locked()
+            return set(self._entries)
+
+    def finish_compaction(self, known, held):
+        """Rewrite the file (:func:`~nsqd_threaded.storage.provenance.replace_entries`) with every entry
+        but those in ``known`` whose message is not in ``held`` (ID texts), and forget those.  Returns
+        how many were dropped; OSError if the file could not be rewritten (then nothing changed, and no
+        compaction is tried before the file has doubled)."""
+        with self._lock:  # (an append waits: it goes to the new file, after the rename)
+            if self._deleted:
+                return 0
+            kept = {msg_id: entry for msg_id, entry in self._entries.items()
+                    if msg_id in held or msg_id not in known}
+            dropped = len(self._entries) - len(kept)
+            try:
+                store.replace_entries(self.path, store.encode_entries(
+                    [(msg_id, crc, doc) for msg_id, (crc, doc) in kept.items()]))
+            except OSError:
+                self._min_lines = 2 * self._lines
+                raise
+            self._entries = kept
+            self._lines = len(kept)
+            self._torn = False
+            self._min_lines = COMPACT_MIN_LINES
+            return dropped
+
     def delete(self):
         with self._lock:
             self._entries = {}
             self._loaded = True
+            self._deleted = True
             if self.path is not None:
                 store.delete_file(self.path)
 
@@ -95,7 +162,9 @@ class DeadLetterProvenance:
     """Every dead-letter topic's provenance: one per broker.
 
     ``_lock`` guards ``_topics`` (topic name -> :class:`TopicProvenance`, made
-    on first use); taken alone, never with another lock.
+    on first use, or for each file the data directory had at the first
+    :meth:`compact`) and ``_listed`` (that listing was done); taken alone,
+    never with another lock.
     """
 
     def __init__(self, data_path, durable, log):
@@ -104,6 +173,7 @@ class DeadLetterProvenance:
         self._log = log
         self._lock = threading.Lock()
         self._topics = {}
+        self._listed = False
 
     def _of(self, topic_name):
         with self._lock:
@@ -127,6 +197,60 @@ class DeadLetterProvenance:
     def lookup(self, topic_name, msg_id, body):
         """The dead_letter dict of a message of ``topic_name`` (ID text, body bytes), or None."""
         return self._of(topic_name).get(msg_id, body)
+
+    def compact(self, get_existing_topic):
+        """Drop the entries whose message no channel of their topic holds any more (finished,
+        redriven, its channel deleted or emptied), from each file that would at least halve
+        (:meth:`TopicProvenance.compaction_due`): the queue scanner's, once per pass.
+
+        The check costs a lock per channel of each dead-letter topic; a compaction reads the topic's
+        messages (disk queues included) and rewrites the file, a cost the lines it drops (more than
+        half) paid for.  A topic that does not exist (or not yet, or no more) is left alone.  A file
+        that could not be rewritten is logged and left as it was."""
+        for topic_name, book in self._books():
+            topic = get_existing_topic(topic_name)
+            if topic is None:
+                continue
+            if not book.big_enough():
+                continue
+            bound = topic.held_count()  # (a lock per channel, taken only for a file worth compacting)
+            if bound is None or not book.compaction_due(bound):
+                continue
+            known = book.begin_compaction()  # (before the reading: see begin_compaction)
+            try:
+                held = topic.held_ids()
+            except Exception as e:  # (a disk queue's read failed: the scanner thread must not die)
+                self._log.error("TOPIC(%s): could not read its messages to compact the provenance of its "
+                                "dead letters - %s", topic_name, e)
+                continue
+            if held is None:
+                continue  # (the durable pump has a batch in hand: the next pass tries again)
+            try:
+                dropped = book.finish_compaction(known, {msg_id.decode("ascii", "replace") for msg_id in held})
+            except OSError as e:
+                self._log.error("TOPIC(%s): failed to compact the provenance of its dead letters - %s",
+                                topic_name, e)
+                continue
+            self._log.info("TOPIC(%s): compacted the provenance of its dead letters: %d stale lines dropped",
+                           topic_name, dropped)
+
+    def _books(self):
+        """``[(topic name, TopicProvenance)]`` of the files to watch: each dead-letter topic used since
+        the start, and (listed once) each provenance file the data directory holds."""
+        with self._lock:
+            if not self._listed:
+                self._listed = True
+                try:
+                    names = os.listdir(self._data_path or ".")
+                except OSError:
+                    names = []
+                for name in names:
+                    if name.endswith(store.FILE_SUFFIX) and name != store.FILE_SUFFIX:
+                        topic_name = name[:-len(store.FILE_SUFFIX)]
+                        if topic_name not in self._topics:
+                            self._topics[topic_name] = TopicProvenance(
+                                store.file_path(self._data_path, topic_name), self._durable)
+            return list(self._topics.items())
 
     def forget(self, topic_name):
         """The topic is deleted: its provenance (file included) goes with it."""

@@ -27,7 +27,7 @@ import time
 
 from ..storage.backend import BackendError
 from ..wire.message import (DEFERRED, MESSAGES, RECORD_HEADER, RECORDS, Message, as_records, batch_form, copy_batches,
-                            dead_letter_records, new_records)
+                            dead_letter_records, held_fields, new_records)
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .backed_queue import BackedQueue
 from .channel import Channel, ChannelError
@@ -458,6 +458,36 @@ class Topic(BackedQueue):
     def channels(self):
         with self._lock:
             return list(self._channels.values())
+
+    # -- what the topic holds (a dead-letter topic's provenance compaction: broker.provenance) ----------
+
+    def held_count(self):
+        """At least how many messages the topic and its channels hold (each channel's copy counted: an
+        upper bound of the distinct ones); None when it cannot tell (the durable pump has a batch in
+        hand, in neither the backlog nor every channel)."""
+        with self._lock:
+            if self._batch_in_hand:
+                return None
+            count = len(self._memory) + self._backend.depth()
+            channels = list(self._channels.values())
+        return count + sum(channel.held_count() for channel in channels)
+
+    def held_ids(self):
+        """The IDs (bytes) of every message the topic's backlog or any of its channels holds; None when
+        it cannot tell (see :meth:`held_count`).  The backlog is read first, then each channel: a
+        message the pump fans out meanwhile moves under this topic's lock, from the backlog (already
+        read) to the channels (read after), so none is missed.  Reads the disk queues: not for a hot path."""
+        with self._lock:
+            if self._batch_in_hand:
+                return None
+            ids = {bytes(held_fields(entry)[0]) for entry in self._memory}
+            stored, stored_deferred = self._backend.peek()
+            ids.update(bytes(m.id) for m in stored)
+            ids.update(bytes(m.id) for m, _ in stored_deferred)
+            channels = list(self._channels.values())
+        for channel in channels:
+            ids.update(channel.held_ids())
+        return ids
 
     def delete_channel(self, name):
         """Delete a channel (HTTP or the last client of an ephemeral one leaving).

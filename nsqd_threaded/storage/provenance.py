@@ -21,7 +21,7 @@ import json
 import os
 import zlib
 
-from .files import remove_quietly, write_all
+from .files import fsync_dir, remove_quietly, replace_atomically, write_all
 
 FILE_SUFFIX = ".dead-letters.jsonl"
 
@@ -73,6 +73,21 @@ def append_entries(path, data, start_line=False, sync=False):
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_entries(path, data):
+    """Make ``data`` (encoded entries) the whole file, atomically: written to a temp file beside it,
+    fsynced, renamed over it, the directory fsynced; nothing kept (empty ``data``): the file is
+    removed.  A crash at any instant leaves the old file or the new one, never a part of either
+    (a temp file a crash left, ``<file>.<n>.tmp``, is never read)."""
+    if data:
+        replace_atomically(path, data, sync_dir=True)
+    else:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            return
+        fsync_dir(os.path.dirname(path))
 
 
 def delete_file(path):
