@@ -34,7 +34,10 @@ class Orders:
         self.given_up = []
         self._answer = answer
         self.held = []
-        args = dict(topic="orders", channel="billing", max_in_flight=1)
+        # Heartbeats every 60 s (pynsq's default is 30): pynsq closes a connection it has heard nothing
+        # on for two intervals, by the clock, and the broker's heartbeats are real time, so a skip of a
+        # whole minute with no message (the 60 s timeout) would find it stale.  A known gap of skipping.
+        args = dict(topic="orders", channel="billing", max_in_flight=1, heartbeat_interval=60)
         args.update(reader_args)
         self.reader = nsq.Reader(message_handler=self.handle, **args)
         self.reader.giving_up = lambda m: self.given_up.append(m.body)
