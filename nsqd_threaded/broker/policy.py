@@ -29,10 +29,11 @@ visit publishes it to the dead-letter topic and only then lets it leave the
 channel (``Channel.move_dead_letters``): a crash in between finds it still
 in the channel (at least once; it may appear twice, never zero times).
 Under ``--durable`` it appears once: the provenance line of a dead letter is
-written with the dead-letter topic's lock held, as soon as the dead letter
-is (``Topic.publish_dead_letters``' ``written``), and a move the channel
+written with the dead-letter topic's lock held, right after the dead letter
+(``Topic.publish_dead_letters``' ``written``), and a move the channel
 repeats after a kill of the broker finds it there and only lets the message
-go (:meth:`DeadLetterProvenance.moved_before`).
+go (:meth:`DeadLetterProvenance.moved_before`).  Left: a kill between those
+two writes (the dead letter without its line) is moved again, twice.
 """
 
 import collections

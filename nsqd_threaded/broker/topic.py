@@ -164,7 +164,8 @@ class Topic(BackedQueue):
 
         ``written(ids)`` is called with the topic's lock held, once they are written and before any
         consumer can have them: what it writes (their provenance) is in the data directory whenever
-        they are, at every instant of a kill (a move repeated after a restart is told by it)."""
+        they are, at a kill of the process, but one falling between the two (a move repeated after a
+        restart is told by it)."""
         ids = self._guid.new_ids(len(bodies))
         self._put(dead_letter_records(ids, timestamps, bodies), sum(map(len, bodies)), RECORDS,
                   None if written is None else functools.partial(written, ids))
