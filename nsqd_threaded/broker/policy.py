@@ -391,8 +391,8 @@ def publish_dead_letters(nsqd, channel, topic_name, msgs, reasons, failing):
     at_ns = nsqd.clock.time_ns()
     docs = [dead_letter_doc(channel.topic_name, channel.name, reason, msg, at_ns) for msg, reason in zip(msgs, reasons)]
 
-    def written(ids):  # (the dead-letter topic's lock held: the provenance lock is a leaf, no fsync)
-        provenance.record(topic_name, ids, msgs, docs, sync=False)
+    def written(ids):  # (the lines encoded now; appended with the dead-letter topic's lock held)
+        return provenance.prepare(topic_name, ids, msgs, docs)
 
     try:
         nsqd.get_topic(topic_name).publish_dead_letters([msg.timestamp for msg in msgs],

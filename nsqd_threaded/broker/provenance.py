@@ -69,17 +69,22 @@ class TopicProvenance:
             self._torn = not whole
             self._loaded = True
 
-    def add(self, entries, sync=True):
+    def encode(self, entries):
+        """The lines :meth:`add` appends for these entries (made beforehand, outside any lock)."""
+        return store.encode_entries(entries, self._boot)
+
+    def add(self, entries, sync=True, data=None):
         """Keep ``[(ID text, body CRC-32, dead_letter dict)]``; OSError if the file refused them (the
         memory keeps them all the same: shown until a restart).  ``sync`` False: the fsync (if any)
-        is left to :meth:`sync` (called with the dead-letter topic's lock held: no fsync under it)."""
+        is left to :meth:`sync` (called with the dead-letter topic's lock held: no fsync under it).
+        ``data``: their lines, from :meth:`encode`."""
         with self._lock:
             self._load_locked()
             for msg_id, crc, doc in entries:
                 self._entries[msg_id] = (crc, doc)
             if self.path is not None:
                 try:
-                    store.append_entries(self.path, store.encode_entries(entries, self._boot), self._torn,
+                    store.append_entries(self.path, self.encode(entries) if data is None else data, self._torn,
                                          self._sync and sync)
                 except OSError:
                     self._torn = True  # (a part may have been written: the next append starts a line of its own)
@@ -151,12 +156,23 @@ class DeadLetterProvenance:
         dead_letter dicts.  A failed write is logged, not raised: the moves go on, their messages
         without provenance after a restart (never with a wrong one; such a move may be repeated
         after a kill).  ``sync`` False: :meth:`sync` follows (see :meth:`TopicProvenance.add`)."""
+        self.prepare(topic_name, ids, msgs, docs, sync)()
+
+    def prepare(self, topic_name, ids, msgs, docs, sync=False):
+        """:meth:`record`, its lines encoded now, as a callable that appends them (taking only the
+        topic provenance's lock, a leaf: for the dead-letter topic's lock held, right after the
+        write of the dead letters)."""
         entries = [(bytes(i).decode("ascii", "replace"), store.body_crc(m.body), d) for i, m, d in zip(ids, msgs, docs)]
-        try:
-            self._of(topic_name).add(entries, sync)
-        except OSError as e:
-            self._log.error("TOPIC(%s): failed to keep the provenance of %d dead letters - %s",
-                            topic_name, len(entries), e)
+        book = self._of(topic_name)
+        data = book.encode(entries)
+
+        def append():
+            try:
+                book.add(entries, sync, data)
+            except OSError as e:
+                self._log.error("TOPIC(%s): failed to keep the provenance of %d dead letters - %s",
+                                topic_name, len(entries), e)
+        return append
 
     def sync(self, topic_name):
         """fsync what :meth:`record` appended with ``sync`` False (a failure is logged)."""

@@ -21,7 +21,6 @@ As Go's topic waits on its ``startChan``, the pump runs only from
 :meth:`Topic.start` on, which NSQD calls once its listeners are bound.
 """
 
-import functools
 import itertools
 import threading
 import time
@@ -162,13 +161,13 @@ class Topic(BackedQueue):
         """Dead letters (:mod:`.provenance`): new messages for these bodies in this order, each with its own
         original timestamp (attempts 0); returns their IDs; raises TopicError.
 
-        ``written(ids)`` is called with the topic's lock held, once they are written and before any
-        consumer can have them: what it writes (their provenance) is in the data directory whenever
+        ``written(ids)`` is called before they are written and returns what is called with the
+        topic's lock held, once they are written and before any consumer can have them: what it writes (their provenance) is in the data directory whenever
         they are, at a kill of the process, but one falling between the two (a move repeated after a
         restart is told by it)."""
         ids = self._guid.new_ids(len(bodies))
         self._put(dead_letter_records(ids, timestamps, bodies), sum(map(len, bodies)), RECORDS,
-                  None if written is None else functools.partial(written, ids))
+                  None if written is None else written(ids))
         return ids
 
     def _consumed(self):
