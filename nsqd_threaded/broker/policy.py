@@ -28,14 +28,25 @@ what it takes out waits in its ``moving`` map until the queue scanner's
 visit publishes it to the dead-letter topic and only then lets it leave the
 channel (``Channel.move_dead_letters``): a crash in between finds it still
 in the channel (at least once; it may appear twice, never zero times).
+Under ``--durable`` it appears once: the provenance line of a dead letter is
+written with the dead-letter topic's lock held, right after the dead letter
+(``Topic.publish_dead_letters``' ``written``), and a move the channel
+repeats after a kill of the broker finds it there and only lets the message
+go (:meth:`DeadLetterProvenance.moved_before`).  Left: a kill between those
+two writes (the dead letter without its line) is moved again, twice.
 """
 
 import collections
+import os
 import threading
 
 from ..settings.options import DEAD_LETTER_TOPIC_PLACEHOLDER, MAX_ATTEMPTS_LIMIT, expand_dead_letter_topic
 from ..wire.protocol_v2 import is_valid_name
 from .provenance import MAX_ATTEMPTS, MSG_TTL, dead_letter_doc
+
+# Tests only: set in a child broker's environment, it makes the broker exit at once (as a SIGKILL would
+# leave it) after a dead-letter move's publish and before the source channel lets the messages go.
+EXIT_IN_MOVE_ENV = "NSQD_THREADED_TEST_EXIT_IN_DEAD_LETTER_MOVE"
 
 # The most messages a channel's policy holds taken out at once.  A take that finds this many waiting to
 # be moved returns what it has (possibly nothing, the consumer then waits): a backlog of expired
@@ -343,6 +354,8 @@ class ChannelPolicyMethods:
             failing = policy.failing
         # (No lock held: the publish takes the dead-letter topic's, and may wait for its fsync.)
         moved = not topic_name or publish_dead_letters(self._nsqd, self, topic_name, msgs, reasons, failing)
+        if moved and topic_name and os.environ.get(EXIT_IN_MOVE_ENV):
+            os._exit(137)  # (the test hook: inside the window a repeated move must be told by)
         with self._lock:
             policy.failing = not moved
             if not moved:
@@ -359,19 +372,35 @@ class ChannelPolicyMethods:
 
 def publish_dead_letters(nsqd, channel, topic_name, msgs, reasons, failing):
     """Publish the messages to the dead-letter topic (created if need be) in their order, bodies and
-    original timestamps unchanged, then keep where each came from (``reasons``: why each was taken
+    original timestamps unchanged, keeping where each came from (``reasons``: why each was taken
     out; :mod:`.provenance`); False if the topic refused (logged unless ``failing``: it refused last
-    time too).  A crash between the publish and the provenance leaves dead letters without it."""
+    time too).
+
+    The provenance lines are appended as soon as the dead letters are written (the topic's lock
+    held, fsynced after the publish); under ``--durable`` the messages a killed broker had already
+    written there (their lines say so) are not published again, only let go."""
+    provenance = nsqd.dead_letter_provenance
+    before = provenance.moved_before(topic_name, channel.topic_name, channel.name, msgs)
+    if before:
+        nsqd.log.info("%r: %d dead letters were in %s before the restart: not moved again",
+                      channel, len(before), topic_name)
+        kept = [(msg, reason) for msg, reason in zip(msgs, reasons) if bytes(msg.id) not in before]
+        msgs, reasons = [m for m, _ in kept], [r for _, r in kept]
+        if not msgs:
+            return True
+    at_ns = nsqd.clock.time_ns()
+    docs = [dead_letter_doc(channel.topic_name, channel.name, reason, msg, at_ns) for msg, reason in zip(msgs, reasons)]
+
+    def written(ids):  # (the lines encoded now; appended with the dead-letter topic's lock held)
+        return provenance.prepare(topic_name, ids, msgs, docs)
+
     try:
-        ids = nsqd.get_topic(topic_name).publish_dead_letters([msg.timestamp for msg in msgs],
-                                                              [msg.body for msg in msgs])
+        nsqd.get_topic(topic_name).publish_dead_letters([msg.timestamp for msg in msgs],
+                                                        [msg.body for msg in msgs], written)
     except Exception as e:  # (TopicError, a backend's: the scanner thread retries, it must not die)
         if not failing:
             nsqd.log.error("%r: failed to move %d messages to dead-letter topic %s (retrying) - %s",
                            channel, len(msgs), topic_name, e)
         return False
-    at_ns = nsqd.clock.time_ns()
-    nsqd.dead_letter_provenance.record(topic_name, ids, msgs, [
-        dead_letter_doc(channel.topic_name, channel.name, reason, msg, at_ns) for msg, reason in zip(msgs, reasons)])
+    provenance.sync(topic_name)
     return True
-

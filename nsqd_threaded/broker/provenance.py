@@ -45,19 +45,25 @@ class TopicProvenance:
     """The provenance of one dead-letter topic's messages.
 
     ``_lock`` guards ``_entries`` (ID text -> (body CRC-32, dead_letter dict)),
+    ``_moved`` ((source topic, source channel, original ID text) -> the dead
+    letter's ID text, for the lines a killed broker wrote in this boot),
     ``_loaded``, ``_torn`` (the file's last line has no newline), ``_lines``
     (the entries the file holds: read, appended, or kept by the last
     compaction), ``_min_lines`` (no compaction below), ``_deleted``, and the
-    appends to and rewrites of the file (one writer at a time); taken alone,
-    never with another lock.  ``path`` None (an ephemeral topic): kept in
-    memory only.
+    appends to and rewrites of the file (one writer at a time); a leaf: it
+    takes no other lock (the topic's may be held: see :meth:`add`).  ``path``
+    None (an ephemeral topic): kept in memory only.  ``boot``
+    (``--durable``): the boot ID the lines are written with and ``_moved`` is
+    read for (None: neither).
     """
 
-    def __init__(self, path, sync):
+    def __init__(self, path, sync, boot=None):
         self.path = path
-        self._sync = sync  # fsync each append (--durable: as the dead letters themselves are)
+        self._sync = sync  # fsync the appends (--durable: as the dead letters themselves are)
+        self._boot = boot
         self._lock = threading.Lock()
         self._entries = {}
+        self._moved = {}
         self._loaded = path is None
         self._torn = False
         self._lines = 0
@@ -66,16 +72,26 @@ class TopicProvenance:
 
     def _load_locked(self):
         if not self._loaded:
-            entries, whole = store.read_entries(self.path)
+            entries, whole, same_boot = store.read_entries(self.path, self._boot)
             self._lines = len(entries) + len(self._entries)
+            # (read before this broker appends its first line: every line of this boot is an earlier run's)
+            for msg_id in same_boot:
+                doc = entries[msg_id][1]
+                self._moved[(doc.get("topic"), doc.get("channel"), doc.get("id"))] = msg_id
             entries.update(self._entries)
             self._entries = entries
             self._torn = not whole
             self._loaded = True
 
-    def add(self, entries):
+    def encode(self, entries):
+        """The lines :meth:`add` appends for these entries (made beforehand, outside any lock)."""
+        return store.encode_entries(entries, self._boot)
+
+    def add(self, entries, sync=True, data=None):
         """Keep ``[(ID text, body CRC-32, dead_letter dict)]``; OSError if the file refused them (the
-        memory keeps them all the same: shown until a restart)."""
+        memory keeps them all the same: shown until a restart).  ``sync`` False: the fsync (if any)
+        is left to :meth:`sync` (called with the dead-letter topic's lock held: no fsync under it).
+        ``data``: their lines, from :meth:`encode`."""
         with self._lock:
             self._load_locked()
             for msg_id, crc, doc in entries:
@@ -83,11 +99,31 @@ class TopicProvenance:
             self._lines += len(entries)
             if self.path is not None:
                 try:
-                    store.append_entries(self.path, store.encode_entries(entries), self._torn, self._sync)
+                    store.append_entries(self.path, self.encode(entries) if data is None else data, self._torn,
+                                         self._sync and sync)
                 except OSError:
                     self._torn = True  # (a part may have been written: the next append starts a line of its own)
                     raise
                 self._torn = False
+
+    def sync(self):
+        """fsync what :meth:`add` appended without (OSError if it fails)."""
+        if self.path is not None and self._sync:
+            store.sync_file(self.path)  # (without the lock: an add under a topic's lock never waits for it)
+
+    def moved_before(self, source_topic, source_channel, msgs):
+        """Of these Messages of ``source_topic:source_channel``, the IDs (bytes) of those a broker killed
+        in this boot had written to this topic (their lines say so, with their bodies' CRC-32)."""
+        with self._lock:
+            self._load_locked()
+            if not self._moved:
+                return set()
+            out = set()
+            for msg in msgs:
+                dead_id = self._moved.get((source_topic, source_channel, bytes(msg.id).decode("ascii", "replace")))
+                if dead_id is not None and self._entries[dead_id][0] == store.body_crc(msg.body):
+                    out.add(bytes(msg.id))
+            return out
 
     def get(self, msg_id, body):
         """The dead_letter dict of the message with this ID text and body, or None."""
@@ -138,8 +174,9 @@ class TopicProvenance:
                     if msg_id in held or msg_id not in known}
             dropped = len(self._entries) - len(kept)
             try:
+                # (with this boot's ID: a kept line's dead letter is held, so it did reach the disk)
                 store.replace_entries(self.path, store.encode_entries(
-                    [(msg_id, crc, doc) for msg_id, (crc, doc) in kept.items()]))
+                    [(msg_id, crc, doc) for msg_id, (crc, doc) in kept.items()], self._boot))
             except OSError:
                 self._min_lines = 2 * self._lines
                 raise
@@ -152,6 +189,7 @@ class TopicProvenance:
     def delete(self):
         with self._lock:
             self._entries = {}
+            self._moved = {}
             self._loaded = True
             self._deleted = True
             if self.path is not None:
@@ -170,6 +208,7 @@ class DeadLetterProvenance:
     def __init__(self, data_path, durable, log):
         self._data_path = data_path
         self._durable = durable
+        self._boot = store.current_boot() if durable else None  # (see TopicProvenance)
         self._log = log
         self._lock = threading.Lock()
         self._topics = {}
@@ -180,19 +219,45 @@ class DeadLetterProvenance:
             book = self._topics.get(topic_name)
             if book is None:
                 path = None if topic_name.endswith("#ephemeral") else store.file_path(self._data_path, topic_name)
-                book = self._topics[topic_name] = TopicProvenance(path, self._durable)
+                book = self._topics[topic_name] = TopicProvenance(path, self._durable, self._boot)
             return book
 
-    def record(self, topic_name, ids, msgs, docs):
+    def record(self, topic_name, ids, msgs, docs, sync=True):
         """The dead letters ``ids`` of ``topic_name`` are the Messages ``msgs`` (same order) with these
         dead_letter dicts.  A failed write is logged, not raised: the moves go on, their messages
-        without provenance after a restart (never with a wrong one)."""
+        without provenance after a restart (never with a wrong one; such a move may be repeated
+        after a kill).  ``sync`` False: :meth:`sync` follows (see :meth:`TopicProvenance.add`)."""
+        self.prepare(topic_name, ids, msgs, docs, sync)()
+
+    def prepare(self, topic_name, ids, msgs, docs, sync=False):
+        """:meth:`record`, its lines encoded now, as a callable that appends them (taking only the
+        topic provenance's lock, a leaf: for the dead-letter topic's lock held, right after the
+        write of the dead letters)."""
         entries = [(bytes(i).decode("ascii", "replace"), store.body_crc(m.body), d) for i, m, d in zip(ids, msgs, docs)]
+        book = self._of(topic_name)
+        data = book.encode(entries)
+
+        def append():
+            try:
+                book.add(entries, sync, data)
+            except OSError as e:
+                self._log.error("TOPIC(%s): failed to keep the provenance of %d dead letters - %s",
+                                topic_name, len(entries), e)
+        return append
+
+    def sync(self, topic_name):
+        """fsync what :meth:`record` appended with ``sync`` False (a failure is logged)."""
         try:
-            self._of(topic_name).add(entries)
+            self._of(topic_name).sync()
         except OSError as e:
-            self._log.error("TOPIC(%s): failed to keep the provenance of %d dead letters - %s",
-                            topic_name, len(entries), e)
+            self._log.error("TOPIC(%s): failed to sync the provenance of its dead letters - %s", topic_name, e)
+
+    def moved_before(self, topic_name, source_topic, source_channel, msgs):
+        """The IDs (bytes) of those Messages of ``source_topic:source_channel`` that a broker killed in
+        this boot (``--durable``) had already written to the dead-letter topic ``topic_name``."""
+        if self._boot is None:
+            return set()
+        return self._of(topic_name).moved_before(source_topic, source_channel, msgs)
 
     def lookup(self, topic_name, msg_id, body):
         """The dead_letter dict of a message of ``topic_name`` (ID text, body bytes), or None."""

@@ -157,11 +157,17 @@ class Topic(BackedQueue):
         else:
             self._put(new_records(now, self._guid.new_id_blocks(len(bodies)), bodies), size, RECORDS)
 
-    def publish_dead_letters(self, timestamps, bodies):
+    def publish_dead_letters(self, timestamps, bodies, written=None):
         """Dead letters (:mod:`.provenance`): new messages for these bodies in this order, each with its own
-        original timestamp (attempts 0); returns their IDs; raises TopicError."""
+        original timestamp (attempts 0); returns their IDs; raises TopicError.
+
+        ``written(ids)`` is called before they are written and returns what is called with the
+        topic's lock held, once they are written and before any consumer can have them: what it writes (their provenance) is in the data directory whenever
+        they are, at a kill of the process, but one falling between the two (a move repeated after a
+        restart is told by it)."""
         ids = self._guid.new_ids(len(bodies))
-        self._put(dead_letter_records(ids, timestamps, bodies), sum(map(len, bodies)), RECORDS)
+        self._put(dead_letter_records(ids, timestamps, bodies), sum(map(len, bodies)), RECORDS,
+                  None if written is None else written(ids))
         return ids
 
     def _consumed(self):
@@ -173,10 +179,11 @@ class Topic(BackedQueue):
                 return True
         return False
 
-    def _put(self, entries, size, form):
+    def _put(self, entries, size, form, written=None):
         """Fan out the entries, or queue them in the backlog (see the module's docstring);
         counted once accepted.  ``form``: what they are (``wire.message``'s RECORDS,
-        MESSAGES or DEFERRED).
+        MESSAGES or DEFERRED).  ``written()``: called once they are accepted, the lock
+        still held (it may take only a leaf lock).
 
         The fan-out may deliver some directly to waiting consumers: their
         outputs, reserved under the locks, are written and released in the
@@ -214,6 +221,8 @@ class Topic(BackedQueue):
                     raise TopicError(str(e)) from None
                 self.message_count += len(entries)
                 self.message_bytes += size
+                if written is not None:
+                    written()
         finally:
             if deliveries:
                 deliveries.release()

@@ -6,11 +6,15 @@ their bodies and their records exactly as Go writes them, and Go nsqd, which
 opens only nsqd.dat and the ``*.diskqueue.*`` files its metadata names,
 never reads it.  Each line is one compact JSON object::
 
-    {"id": "<the dead letter's ID>", "crc": <CRC-32 of its body>, "dead_letter": {...}}
+    {"id": "<the dead letter's ID>", "crc": <CRC-32 of its body>, "dead_letter": {...}, "boot": "..."}
 
-An entry is appended once the dead letter is published to the topic, and
-before the message leaves its source channel (see docs/storage.md for the
-crash rule).  A reader trusts an entry only for a message with that ID *and*
+An entry is appended once the dead letter is written to the topic (with the
+topic's lock still held, before a consumer can have it), and before the
+message leaves its source channel (see docs/storage.md for the crash rule).
+``boot`` (``--durable`` only) is the running kernel's boot ID
+(:func:`current_boot`): after a kill of the broker (not of the machine) a
+line with the same boot ID proves its dead letter was written, because the
+kernel keeps what a killed process wrote; the move is then not repeated.  A reader trusts an entry only for a message with that ID *and*
 a body with that CRC-32; an ID is never made twice by a broker (its GUIDs
 grow with its clock), so a line a crash left behind, for a message that was
 never stored, never attaches to another one.  A line a crash tore (the
@@ -36,21 +40,37 @@ def body_crc(body):
     return zlib.crc32(body)
 
 
-def encode_entries(entries):
-    """``[(id text, crc, dead_letter dict)]`` as the lines appended for them."""
-    return b"".join(json.dumps({"id": msg_id, "crc": crc, "dead_letter": doc}, separators=(",", ":")).encode()
-                    + b"\n" for msg_id, crc, doc in entries)
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
-def read_entries(path):
-    """``({id text: (crc, dead_letter dict)}, ends_with_newline)`` of a provenance file ({} and True
-    when there is none); a line that is not a whole entry (torn by a crash) is skipped."""
+def current_boot(path=BOOT_ID_PATH):
+    """The running kernel's boot ID (Linux; changes at every boot), or None where there is none."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().strip().decode("ascii", "replace") or None
+    except OSError:
+        return None
+
+
+def encode_entries(entries, boot=None):
+    """``[(id text, crc, dead_letter dict)]`` as the lines appended for them (``boot``: the boot ID
+    they are written in, kept in each line)."""
+    extra = {} if boot is None else {"boot": boot}
+    return b"".join(json.dumps(dict({"id": msg_id, "crc": crc, "dead_letter": doc}, **extra),
+                               separators=(",", ":")).encode() + b"\n" for msg_id, crc, doc in entries)
+
+
+def read_entries(path, boot=None):
+    """``({id text: (crc, dead_letter dict)}, ends_with_newline, same_boot)`` of a provenance file ({},
+    True and [] when there is none): ``same_boot``, the IDs of the lines written in boot ``boot`` (none
+    if None); a line that is not a whole entry (torn by a crash) is skipped."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        return {}, True
+        return {}, True, []
     entries = {}
+    same_boot = []
     for line in data.split(b"\n"):
         if not line:
             continue
@@ -61,7 +81,9 @@ def read_entries(path):
             continue
         if isinstance(msg_id, str) and isinstance(crc, int) and isinstance(dead_letter, dict):
             entries[msg_id] = (crc, dead_letter)
-    return entries, not data or data.endswith(b"\n")
+            if boot is not None and doc.get("boot") == boot:
+                same_boot.append(msg_id)
+    return entries, not data or data.endswith(b"\n"), same_boot
 
 
 def append_entries(path, data, start_line=False, sync=False):
@@ -88,6 +110,15 @@ def replace_entries(path, data):
         except FileNotFoundError:
             return
         fsync_dir(os.path.dirname(path))
+
+
+def sync_file(path):
+    """fsync the file (appended to without ``sync``); OSError if it fails."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def delete_file(path):

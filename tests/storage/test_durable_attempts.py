@@ -1,7 +1,9 @@
 """Durable mode across a SIGKILL: a REQ'd, timed-out or deferred message comes back with the attempts it
 had (the next delivery is one more), from our broker and from Go nsqd started on the same directory (the
 record header's attempts field is go-diskqueue's own); a message moved to a dead-letter topic is moved
-once, even when an older message was still in flight (the channel's done log)."""
+once, even when an older message was still in flight (the channel's done log), and even when the broker
+dies inside the move (the dead-letter topic has it, the channel has not let it go: the provenance line
+written with it tells the repeated move); after a power loss (another boot) it is moved again, never lost."""
 
 import json
 import os
@@ -10,6 +12,8 @@ import time
 
 import pytest
 
+from nsqd_threaded.broker.policy import EXIT_IN_MOVE_ENV
+from nsqd_threaded.storage import provenance as provenance_file
 from nsqd_threaded.testing import BrokerProcess
 
 from support.wire import Conn, wait_for
@@ -105,6 +109,61 @@ def test_a_dead_letter_move_behind_a_message_in_flight_is_not_repeated_after_a_k
     # a again (in flight at the kill: its delivery's attempt is not written, only a REQ's or a timeout's),
     # b moved once
     assert (work, dead) == ([(b"a", 1)], [b"b"])
+
+
+def _die_inside_a_move(tmp_path):
+    """A broker that exits (as at a SIGKILL) after jobs-dead accepted b's move and before work let b go."""
+    ours = BrokerProcess("--durable", data_path=str(tmp_path), env=dict(os.environ, **{EXIT_IN_MOVE_ENV: "1"})).start()
+    try:
+        for path in ("/topic/create?topic=jobs", "/channel/create?topic=jobs&channel=work",
+                     "/topic/create?topic=jobs-dead", "/channel/create?topic=jobs-dead&channel=dead",
+                     "/channel/policy?topic=jobs&channel=work&max_attempts=1&dead_letter_topic=jobs-dead"):
+            assert ours.http("POST", path)[0] == 200, path
+        with Conn(ours.tcp_address) as publisher, Conn(ours.tcp_address) as consumer:
+            assert publisher.pub("jobs", b"b") == b"OK"
+            consumer.sub("jobs", "work", rdy=1)
+            _, _, msg_id, _ = consumer.read_message()
+            consumer.cmd(b"REQ %s 0" % msg_id)  # its next delivery would be its 2nd: moved instead
+            wait_for(lambda: not ours.running, timeout=10, what="the exit inside the move")
+        assert ours.returncode == 137
+    finally:
+        ours.stop()
+    done_log = tmp_path / "jobs:work.diskqueue.done.dat"
+    assert not done_log.exists() or done_log.stat().st_size == 0  # (inside the window: work still has b)
+    path = str(tmp_path / ("jobs-dead" + provenance_file.FILE_SUFFIX))
+    entries, _, _ = provenance_file.read_entries(path)
+    assert [doc["id"] for _, doc in entries.values()] == [bytes(msg_id).decode()]
+    return path
+
+
+def test_a_kill_inside_a_dead_letter_move_does_not_repeat_it(tmp_path):
+    _die_inside_a_move(tmp_path)
+    after = BrokerProcess("--durable", data_path=str(tmp_path)).start()
+    try:
+        work = crashloop_drain(after, "jobs", "work")
+        dead = crashloop_drain(after, "jobs-dead", "dead")
+        assert _channel_stats(after, "jobs", "work")["depth"] == 0
+    finally:
+        after.stop()
+    assert (work, dead) == ([], [b"b"])
+
+
+def test_after_a_power_loss_inside_a_dead_letter_move_it_is_moved_again(tmp_path):
+    """Another boot: what the killed broker wrote may not have reached the disk, so its provenance line
+    proves nothing and the move is repeated (twice, never lost)."""
+    path = _die_inside_a_move(tmp_path)
+    with open(path, "rb") as f:
+        lines = [json.loads(line) for line in f.read().splitlines()]
+    assert lines[0]["boot"] == provenance_file.current_boot()
+    with open(path, "wb") as f:
+        f.write(b"".join(json.dumps(dict(line, boot="another-boot")).encode() + b"\n" for line in lines))
+    after = BrokerProcess("--durable", data_path=str(tmp_path)).start()
+    try:
+        work = crashloop_drain(after, "jobs", "work")
+        dead = crashloop_drain(after, "jobs-dead", "dead")
+    finally:
+        after.stop()
+    assert (work, dead) == ([], [b"b", b"b"])
 
 
 def crashloop_drain(broker, topic, channel):
