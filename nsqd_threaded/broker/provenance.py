@@ -314,7 +314,7 @@ class DeadLetterProvenance:
                         topic_name = name[:-len(store.FILE_SUFFIX)]
                         if topic_name not in self._topics:
                             self._topics[topic_name] = TopicProvenance(
-                                store.file_path(self._data_path, topic_name), self._durable)
+                                store.file_path(self._data_path, topic_name), self._durable, self._boot)
             return list(self._topics.items())
 
     def forget(self, topic_name):
