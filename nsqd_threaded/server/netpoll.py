@@ -12,8 +12,10 @@ without an OS thread.  This module is that poller, mapped onto threads:
   ready connection run right there, one connection after the other, with no
   hand-off between threads.  A FIN's refill is written by the same thread
   (the channel's direct delivery).  The poller never waits: a command that
-  may (IDENTIFY's TLS handshake, AUTH and SUB's auth server, a publish under
-  auth or ``--durable``), or whose body has not all arrived, is given back
+  may (:attr:`ProtocolV2.waits <nsqd_threaded.server.protocol_v2.ProtocolV2.waits>`:
+  AUTH's auth server, IDENTIFY's TLS handshake, SUB's auth server, durable
+  queue or nsqlookupd query, a publish under auth or ``--durable``), or
+  whose body has not all arrived, is given back
   whole (:meth:`Reader.rewind_command <nsqd_threaded.server.reader.Reader.rewind_command>`)
   and its connection handed to a worker.
 * **Workers** (``nsqd-worker-N``) run the protocol's synchronous code for a
@@ -37,12 +39,13 @@ Who runs what::
     accept thread ──add──▶ epoll ◀──────────── re-arm (ONESHOT) ─────────┐
                              │ ready                                     │
                              ▼                                           │
-                     nsqd-netpoll: magic, FIN RDY REQ TOUCH NOP CLS,     │
-                     PUB/DPUB with their bodies buffered, heartbeats,   ─┤
-                     deadlines, EPOLLOUT flushes                         │
+                     nsqd-netpoll-N: magic, FIN RDY REQ TOUCH NOP CLS,   │
+                     IDENTIFY SUB and publishes that cannot wait, with  ─┤
+                     their bodies buffered; heartbeats, deadlines,       │
+                     EPOLLOUT flushes                                    │
                              │ may wait / pump due                       │
                              ▼                                           │
-                     nsqd-worker-N: IDENTIFY SUB AUTH, bodies to come,  ─┘
+                     nsqd-worker-N: what may wait, bodies to come,      ─┘
                      durable publishes, message pumps
 
 Linux only (epoll); elsewhere :func:`new_net_poller` returns None and each
@@ -69,7 +72,10 @@ WORKER_LINGER = 5.0  # seconds an idle worker waits for a task before it ends (o
 MIN_WORKERS = 1  # workers kept however idle: a task never waits for a thread to start
 POOL_SIZE = 4  # workers started as tasks come; more only for a queue that stalls
 STALL_AFTER = 0.01  # seconds the oldest queued task may wait before the poller adds a worker
-POLLERS = 2  # poller threads (each with its epoll); the connections are dealt out among them
+# Poller threads (each with its epoll; the connections dealt out among them).  One: two were measured
+# to hand the interpreter lock back and forth on every wake-up (a single PUB round trip took twice the
+# CPU, and 1,000 consumers at RDY 1 got 20,000 msg/s instead of 35,000: docs/performance.md).
+POLLERS = 1
 INLINE_LIMIT = 64  # commands of one connection the poller runs per wake-up before the next connection's
 WORKER_LIMIT = 256  # commands a worker runs for one connection before the tasks queued behind it
 MAX_EVENTS = 1024  # the most events taken from one epoll_wait
@@ -330,8 +336,8 @@ class NetPoller:
     ``_timers`` (a heap of (when, seq, a connection's ``timer_slot``)), ``_tasks`` (queued when
     no worker is idle), ``_idle`` (idle workers, the last to idle first),
     ``_workers``, ``_ended`` (workers that left, to join), ``_busy`` (workers
-    not idle), ``_queued_since``, ``_closed_since_trim``, ``_last_close`` and
-    ``_stopping``.
+    not idle), ``_queued_since``, ``_closed_since_trim``, ``_last_close``,
+    ``_polls_started`` and ``_stopping``.
 
     After a mass close (:data:`TRIM_AFTER_CLOSED` connections, then
     :data:`TRIM_QUIET` seconds without one) the timer poller calls glibc's
@@ -344,10 +350,8 @@ class NetPoller:
         self._log = nsqd.log
         self._limits = limits
         self._server = None
-        # Several pollers, each its own epoll and thread, the connections dealt out in turn: a
-        # poller spends much of its time in send() and recv(), outside the interpreter lock,
-        # while another runs Python (Go's one epoll is polled by whichever processor is idle,
-        # and its goroutines then run on every processor).
+        # POLLERS pollers, each its own epoll and thread, the connections dealt out in turn (one by
+        # default: see POLLERS.  Go's one epoll is polled by whichever processor is idle).
         self._polls = [_Poll(i) for i in range(POLLERS)]
         self._timer_poll = self._polls[0]  # the one that fires the timers and watches the queue
         self._next_poll = itertools.count()
@@ -367,18 +371,22 @@ class NetPoller:
         self._closed_since_trim = 0
         self._last_close = 0.0
         self._stopping = False
+        self._polls_started = False
 
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self, server):
-        """Serve ``server``'s connections (it calls :meth:`add` for each accepted one)."""
+        """Serve ``server``'s connections (it calls :meth:`add` for each accepted one).  The poller
+        threads start with the first connection, the workers with the first task: a broker that
+        never has a TCP client (a test's, driven over HTTP) never pays for them."""
         self._server = server
+
+    def _start_polls_locked(self):
+        self._polls_started = True
         for poll in self._polls:
             poll.thread = threading.Thread(target=self._run, args=(poll,), name="nsqd-netpoll-%d" % poll.index,
                                            daemon=True)
             poll.thread.start()
-        with self._lock:
-            self._start_worker_locked()
 
     def stop(self):
         """After the listener shut its connections down: tear down what is left, join every thread."""
@@ -410,6 +418,8 @@ class NetPoller:
         fd = sock.fileno()
         poll = self._polls[next(self._next_poll) % len(self._polls)]
         with self._lock:
+            if not self._polls_started:
+                self._start_polls_locked()
             self._conns[fd] = _Newcomer(sock, address, poll)
         poll.epoll.register(fd, _WANT_INPUT | _ONESHOT)
 
@@ -620,6 +630,9 @@ class NetPoller:
     def _schedule(self, conn, now):
         """Put ``conn``'s next timer in the heap unless an entry as early is there."""
         hb = conn.heartbeat_interval
+        queued = conn._timer_at
+        if queued is not None and hb == conn._hb_every and hb > 0 and queued <= conn._hb_at:
+            return  # (the usual case: the entry for its next heartbeat is there, and comes first)
         if hb != conn._hb_every:  # the first time, or IDENTIFY changed it: the ticker restarts
             conn._hb_every = hb
             conn._hb_at = now + hb if hb > 0 else None
@@ -630,7 +643,6 @@ class NetPoller:
                 when = deadline
         if when is None:
             return
-        queued = conn._timer_at
         if queued is not None and queued <= when:
             return
         conn._timer_at = when
@@ -646,7 +658,7 @@ class NetPoller:
         if not timers:
             return 0.05 if self._stopping else -1
         now = time.monotonic()
-        stall = self._check_stall(now)
+        stall = self._check_stall(now) if self._queued_since is not None else None  # (a hint: set under _lock)
         with self._lock:
             timeout = self._timers[0][0] - now if self._timers else -1
             if self._closed_since_trim >= TRIM_AFTER_CLOSED and self._trim is not None:
@@ -660,6 +672,10 @@ class NetPoller:
 
     def _fire_timers(self):
         now = time.monotonic()
+        timers = self._timers
+        # (a hint without the lock: a timer pushed meanwhile wakes this poller if it is the earliest)
+        if (not timers or timers[0][0] > now) and self._closed_since_trim < TRIM_AFTER_CLOSED:
+            return
         due = []
         with self._lock:
             trim = (self._trim is not None and self._closed_since_trim >= TRIM_AFTER_CLOSED

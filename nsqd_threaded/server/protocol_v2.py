@@ -49,8 +49,17 @@ class ProtocolV2:
         self._tls_gate = bool(self.options.tls_required)
         self._hb = None  # the heartbeat interval the command timeout was last set for
         # The commands the poller never runs itself (see serve_ready): those that may wait on
-        # something other than the client's bytes (a TLS handshake, an auth server, a durable sync).
-        self.waits = _ALWAYS_WAIT | (_PUBLISH if self._auth_enabled or nsqd.options.durable else frozenset())
+        # something other than the client's bytes: AUTH's auth server; IDENTIFY's TLS handshake
+        # (with a TLS context); SUB's auth server, a durable queue's creation, or nsqlookupd's
+        # channel query for a new topic (with lookupds, which /config may add: see _waiting_commands);
+        # a publish's auth server or durable sync.
+        waits = {b"AUTH"}
+        if nsqd.tls_context is not None:
+            waits.add(b"IDENTIFY")
+        if self._auth_enabled or nsqd.options.durable:
+            waits.update((b"SUB",) + _PUBLISH)
+        self.waits = frozenset(waits)
+        self._waits_with_lookupds = self.waits | {b"SUB"}
         # (a partial over the limits, not a closure over self or client: no reference cycle)
         client.pump_refused = functools.partial(refuse_pump, limits)
 
@@ -80,7 +89,7 @@ class ProtocolV2:
         reader = self.reader
         client = self.client
         execute = self.execute
-        waits = self.waits
+        waits = self._waits_with_lookupds if self.options.nsqlookupd_tcp_addresses else self.waits
         reader.drained = False  # (woken for input: ask the socket)
         try:
             for _ in range(limit):
@@ -524,8 +533,7 @@ _COMMANDS = {
     b"AUTH": ProtocolV2.AUTH,
     b"IDENTIFY": ProtocolV2.IDENTIFY,
 }
-_ALWAYS_WAIT = frozenset({b"IDENTIFY", b"AUTH", b"SUB"})  # a TLS handshake, an auth server, a lookupd query
-_PUBLISH = frozenset({b"PUB", b"MPUB", b"DPUB"})  # with auth (its answer may have expired) or a durable sync
+_PUBLISH = (b"PUB", b"MPUB", b"DPUB")  # with auth (its answer may have expired) or a durable sync
 
 # ProtocolV2.serve_ready's answers: what the connection waits for next.
 WAIT_INPUT = "input"
