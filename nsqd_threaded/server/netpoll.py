@@ -66,7 +66,7 @@ from ..broker.client import STATE_SUBSCRIBED
 from ..internal.process import malloc_trim
 from ..wire import protocol_v2
 from .connection import DELIVERY_BATCH, ClientConnection
-from .protocol_v2 import ENDED, MORE, NEEDS_THREAD, WAIT_INPUT, WAIT_OUTPUT, ProtocolV2, tear_down
+from .protocol_v2 import ENDED, MORE, NEEDS_THREAD, WAIT_OUTPUT, ProtocolV2, tear_down
 
 WORKER_LINGER = 5.0  # seconds an idle worker waits for a task before it ends (one always stays)
 MIN_WORKERS = 1  # workers kept however idle: a task never waits for a thread to start
