@@ -654,21 +654,21 @@ class NetPoller:
             self._wake()  # (the poller sleeps until the earliest it knew of)
 
     def _next_timeout(self, timers):
-        """Seconds until the next timer or stall check (-1: none); ``timers``: the timer poller's."""
+        """Seconds until the next timer or stall check (0 when one is overdue), -1 when there is none;
+        ``timers``: the timer poller's."""
         if not timers:
             return 0.05 if self._stopping else -1
         now = time.monotonic()
         stall = self._check_stall(now) if self._queued_since is not None else None  # (a hint: set under _lock)
+        waits = [] if stall is None else [stall]
         with self._lock:
-            timeout = self._timers[0][0] - now if self._timers else -1
+            if self._timers:
+                waits.append(self._timers[0][0] - now)
             if self._closed_since_trim >= TRIM_AFTER_CLOSED and self._trim is not None:
-                wait = self._last_close + TRIM_QUIET - now
-                timeout = wait if timeout < 0 else min(timeout, wait)
+                waits.append(self._last_close + TRIM_QUIET - now)
             if self._stopping:
-                timeout = 0.05 if timeout < 0 else min(timeout, 0.05)
-        if stall is not None:
-            timeout = stall if timeout < 0 else min(timeout, stall)
-        return max(0.0, timeout) if timeout >= 0 else -1
+                waits.append(0.05)
+        return max(0.0, min(waits)) if waits else -1
 
     def _fire_timers(self):
         now = time.monotonic()
