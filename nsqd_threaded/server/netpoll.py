@@ -162,18 +162,25 @@ class PolledConnection(ClientConnection):
         if pending is not None:
             pending += data
             return True
-        try:
-            sent = self._sock.send(data, _DONTWAIT)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self._pending = None  # (nothing more can be written: no backlog to wait for)
-            self.close_connection()
+        sent = self._send_nowait_locked(data)
+        if sent is None:
             return False
         if sent < len(data):
             self._pending = bytearray(memoryview(data)[sent:])
             self._poller.want_output(self)
         return True
+
+    def _send_nowait_locked(self, data):
+        """One send that never blocks: the bytes taken (0 when the socket is full); None when the
+        connection failed (it is closing: the backlog is dropped, nothing more can be written)."""
+        try:
+            return self._sock.send(data, _DONTWAIT)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            self._pending = None
+            self.close_connection()
+            return None
 
     def deliver_held(self, msgs):
         """Write a batch taken while the output was held (a direct delivery), release the output."""
@@ -195,13 +202,8 @@ class PolledConnection(ClientConnection):
             pending = self._pending
             if pending is None or self._sock_closed:
                 return pending is None
-            try:
-                sent = self._sock.send(pending, _DONTWAIT)
-            except BlockingIOError:
-                sent = 0
-            except OSError:
-                self._pending = None  # (nothing more can be written: no backlog to wait for)
-                self.close_connection()
+            sent = self._send_nowait_locked(pending)
+            if sent is None:
                 return True
             del pending[:sent]
             if pending:
