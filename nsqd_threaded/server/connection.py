@@ -35,6 +35,9 @@ from ..broker.client import STATE_SUBSCRIBED, Client
 from ..wire import protocol_v2
 
 DELIVERY_BATCH = 512  # messages a pump takes from its channel per lock acquisition
+# A heartbeat written more than this fraction of its interval after its tick went out late (the
+# broker was busy): the client gets a whole interval from then to answer (see late_heartbeat_at).
+HEARTBEAT_LATE = 0.1
 _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)  # (without it, no direct delivery: every write may block)
 
 
@@ -61,10 +64,16 @@ class ClientConnection(Client):
         self._connection_thread = threading.get_ident()  # (created by the connection thread)
         self._pump = None  # the pump thread, once a wake-up with something to pump has started it (under _lock)
         # The heartbeat ticker: when the next is due, and the interval it was
-        # computed with.  The connection thread's until the pump starts, then the pump's.
+        # computed with.  The connection thread's until the pump starts, then the pump's
+        # (the reading thread reads _heartbeat_at without a lock: heartbeat_overdue).
         self._heartbeat_at = None
         self._heartbeat_every = None
         self.disconnected = False  # close_connection was called: the reader stops at its next fill
+        # When a heartbeat last went out late (HEARTBEAT_LATE), or None: the read deadline is then
+        # no earlier than one interval after it, so that a broker which kept its clients waiting
+        # (a stalled process, a starved host) does not drop those that answer as soon as they can.
+        # Written by whichever thread sends the heartbeats, read by the reading one (a float: no lock).
+        self.late_heartbeat_at = None
         # Told (client, error) of a pump the host had no thread for, on any thread: it reports and
         # answers the refusal; the connection is then closed.  Set by the protocol.
         self.pump_refused = None
@@ -269,7 +278,7 @@ class ClientConnection(Client):
         hb_interval = self.heartbeat_interval
         next_heartbeat = self._heartbeat_at  # the connection thread's ticker goes on here
         if hb_interval != self._heartbeat_every or next_heartbeat is None:
-            next_heartbeat = time.monotonic() + hb_interval
+            next_heartbeat = self._heartbeat_at = time.monotonic() + hb_interval
         while True:
             with self._lock:
                 if not self._woken and not self._closing:
@@ -284,7 +293,7 @@ class ClientConnection(Client):
             if self.heartbeat_interval != hb_interval:
                 # IDENTIFY changed the interval: restart the ticker.
                 hb_interval = self.heartbeat_interval
-                next_heartbeat = time.monotonic() + hb_interval
+                next_heartbeat = self._heartbeat_at = time.monotonic() + hb_interval
             # A direct delivery's rest (read without the write lock: a hint; send() re-reads it under the lock).
             if self._pending is not None and not self.send(b""):
                 return
@@ -313,8 +322,18 @@ class ClientConnection(Client):
             return next_heartbeat
         if not self.send(protocol_v2.HEARTBEAT_FRAME):
             return None
+        if now - next_heartbeat > interval * HEARTBEAT_LATE:
+            self.late_heartbeat_at = now
         # A fixed ticker: missed ticks are skipped, not sent in a burst.
-        return next_heartbeat + interval * (1 + int((now - next_heartbeat) // interval))
+        self._heartbeat_at = next_heartbeat + interval * (1 + int((now - next_heartbeat) // interval))
+        return self._heartbeat_at
+
+    def heartbeat_overdue(self, now):
+        """Whether the next heartbeat is late at ``now`` and not sent yet (its thread is behind):
+        the reading thread, which may get to a deadline first, then counts it as sent late now."""
+        due = self._heartbeat_at
+        interval = self.heartbeat_interval
+        return due is not None and interval > 0 and now - due > interval * HEARTBEAT_LATE
 
     # -- shutdown ----------------------------------------------------------
 

@@ -65,7 +65,7 @@ import traceback
 from ..broker.client import STATE_SUBSCRIBED
 from ..internal.process import malloc_trim
 from ..wire import protocol_v2
-from .connection import DELIVERY_BATCH, ClientConnection
+from .connection import DELIVERY_BATCH, HEARTBEAT_LATE, ClientConnection
 from .protocol_v2 import ENDED, MORE, NEEDS_THREAD, WAIT_OUTPUT, ProtocolV2, tear_down
 
 WORKER_LINGER = 5.0  # seconds an idle worker waits for a task before it ends (one always stays)
@@ -84,6 +84,7 @@ TRIM_AFTER_CLOSED = 256  # connections closed since the last trim that make one 
 TRIM_QUIET = 1.0  # seconds without a close before the timer poller trims
 HEARTBEAT_RETRY = 0.005  # seconds before a heartbeat whose write was busy is tried again
 _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+_PEEK = socket.MSG_PEEK | _DONTWAIT
 if hasattr(select, "epoll"):
     _EPOLLRDHUP = getattr(select, "EPOLLRDHUP", 0x2000)  # (PyPy 3.9 lacks the name; Linux's value)
     _WANT_INPUT = select.EPOLLIN | _EPOLLRDHUP
@@ -211,6 +212,17 @@ class PolledConnection(ClientConnection):
             self._pending = None
             return True
 
+    def input_waiting(self):
+        """Whether the socket holds unread bytes (or its end): a parked connection's readiness
+        event is then pending."""
+        try:
+            self._sock.recv(1, _PEEK)  # (b"": its end)
+        except (BlockingIOError, ValueError):
+            return False
+        except OSError:
+            pass  # (its error ends it when served)
+        return True
+
     def try_heartbeat(self):
         """Send a heartbeat unless the output is busy this instant (False: try again soon)."""
         if not self._write_lock.acquire(False):
@@ -278,6 +290,16 @@ class PolledConnection(ClientConnection):
         with self._lock:
             self._closing = True
 
+
+
+def _read_deadline(conn, hb):
+    """When ``conn`` must have sent its next command: nsqd's two heartbeat intervals after it went
+    idle, or one after a heartbeat that went out late (see ``late_heartbeat_at``), whichever is later."""
+    deadline = conn._idle_since + 2 * hb
+    late = conn.late_heartbeat_at
+    if late is not None and late + hb > deadline:
+        return late + hb
+    return deadline
 
 
 class _Newcomer:
@@ -640,7 +662,7 @@ class NetPoller:
             conn._hb_at = now + hb if hb > 0 else None
         when = conn._hb_at
         if hb > 0:
-            deadline = conn._idle_since + 2 * hb
+            deadline = _read_deadline(conn, hb)
             if when is None or deadline < when:
                 when = deadline
         if when is None:
@@ -700,11 +722,15 @@ class NetPoller:
             hb = conn._hb_every
             if conn._hb_at is not None and now >= conn._hb_at:
                 if conn.try_heartbeat():
+                    if now - conn._hb_at > hb * HEARTBEAT_LATE:
+                        conn.late_heartbeat_at = now
                     # A fixed ticker: missed ticks are skipped, not sent in a burst.
                     conn._hb_at += hb * (1 + int((now - conn._hb_at) // hb))
                 else:
                     conn._hb_at = now + HEARTBEAT_RETRY
-            if hb and hb > 0 and reading in (PARKED, BLOCKED) and now >= conn._idle_since + 2 * hb:
+            if hb and hb > 0 and reading in (PARKED, BLOCKED) and now >= _read_deadline(conn, hb):
+                if reading == PARKED and conn.input_waiting():
+                    continue  # sent in time, and this poller was late to read it: its event serves it
                 self._log.debug("%r: connection closed - i/o timeout", conn)
                 conn.close_connection()
                 if reading == BLOCKED:

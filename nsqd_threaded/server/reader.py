@@ -200,6 +200,7 @@ class Reader:
         if connection is not None and connection.disconnected:
             raise ConnectionEnded("closed by the broker")
         timeout = self._command_timeout
+        late = False  # the deadline passed: only what the kernel already holds may still be read
         if timeout is not None and not nowait:
             now = _monotonic()
             deadline = self._deadline
@@ -210,8 +211,9 @@ class Reader:
             else:
                 remaining = deadline - now
                 if remaining <= 0:
-                    raise ConnectionEnded("i/o timeout")
-                if remaining < self._timeout * 0.5:
+                    late = self._deadline_passed(now)
+                    remaining = self._deadline - now
+                if not late and remaining < self._timeout * 0.5:
                     self._set_timeout(remaining)
             tick_at = self._tick_at
             if tick_at is not None and now >= tick_at:
@@ -231,13 +233,15 @@ class Reader:
             chunk = self._chunk = bytearray(MIN_CHUNK)  # quiet again: give the memory back
         holding = self._holding
         try:
-            if nowait or holding:
+            if nowait or holding or late:
                 n = self._sock.recv_into(chunk, 0, _MSG_DONTWAIT)
             else:
                 n = self._recv_into(chunk)
         except BlockingIOError:  # SO_RCVTIMEO: idle, or the deadline passed (or _recv_or_park found nothing)
             if nowait:
                 return False
+            if late:
+                raise ConnectionEnded("i/o timeout") from None
             if holding:
                 raise WouldWait() from None
             n = self._recv_after_idle(chunk)
@@ -301,6 +305,35 @@ class Reader:
         self._pos = 0
         return rest
 
+    def _deadline_passed(self, now):
+        """Whether the command's deadline has passed at ``now`` (it has come: called then).
+
+        Not while a heartbeat that went out late (the connection's
+        ``late_heartbeat_at``) has had less than its interval to be answered:
+        the deadline moves to then.  On time, a heartbeat never moves it (the
+        deadline is nsqd's: twice the interval after the command's start).
+        """
+        connection = self._connection
+        interval = self._command_timeout / 2  # (the command timeout is two heartbeat intervals)
+        late = getattr(connection, "late_heartbeat_at", None)
+        if (late is None or late + interval <= self._deadline) and connection is not None:
+            overdue = getattr(connection, "heartbeat_overdue", None)
+            if overdue is not None and overdue(now):
+                late = now  # (another thread is about to send it: count it from now)
+        if late is not None and late + interval > self._deadline:
+            self._deadline = late + interval
+        return now >= self._deadline
+
+    def _recv_late(self, chunk):
+        """The deadline passed: what the kernel already holds arrived while this thread was late to
+        read it, and is read; nothing there is the timeout (ConnectionEnded)."""
+        try:
+            return self._sock.recv_into(chunk, 0, _MSG_DONTWAIT)
+        except BlockingIOError:
+            raise ConnectionEnded("i/o timeout") from None
+        except (OSError, ValueError) as e:
+            raise ConnectionEnded(str(e)) from None
+
     def _recv_after_idle(self, chunk):
         """The recv timed out: park with the idle watcher (without one: recv
         again) until readable, sending heartbeats as they fall due; then recv
@@ -322,7 +355,9 @@ class Reader:
                 now = _monotonic()
                 wait = self._deadline - now
                 if wait <= 0:
-                    raise ConnectionEnded("i/o timeout")
+                    if self._deadline_passed(now):
+                        return self._recv_late(chunk)
+                    wait = self._deadline - now
                 tick_at = self._tick_at
                 if tick_at is not None and now >= tick_at:
                     tick_at = self._tick_at = self._ticker(now)
@@ -337,9 +372,12 @@ class Reader:
             else:
                 woken = idle.park(self._sock.fileno(), wait, self._hangup)
                 if woken == TIMED_OUT:
-                    if tick_at is not None and _monotonic() >= tick_at:
+                    now = _monotonic()
+                    if tick_at is not None and now >= tick_at:
                         continue  # a heartbeat is due, not the deadline
-                    raise ConnectionEnded("i/o timeout")  # (or the watcher is stopping)
+                    if self._deadline is not None and now >= self._deadline:
+                        continue  # the deadline: checked above (a late heartbeat moves it; bytes here are read)
+                    raise ConnectionEnded("i/o timeout")  # (the watcher is stopping)
             counted = woken == WOKEN
             try:
                 n = self._sock.recv_into(chunk)

@@ -41,6 +41,9 @@ MSG_TIMEOUT_MS = 1000  # the smallest IDENTIFY accepts: timeouts fit in a short 
 WINDOW = 1.5  # seconds a step may take to settle (nsqd needs at most its 250 ms output buffer timeout)
 QUIET = 0.15  # then this long with nothing more arriving (an over-RDY delivery would)
 RDY_GRACE = 0.2  # messages already sent when a lower RDY arrives are not over RDY
+# A held message's timeout starts when the broker sends it, this client's clock when its reader gets
+# to it (later, on a loaded machine): in its last TIMEOUT_SLACK seconds here, it may be gone there.
+TIMEOUT_SLACK = 0.3
 
 
 def free_port():
@@ -184,7 +187,7 @@ class Consumer:
                         self.errors.append(data.split(b" ", 1)[0].decode())
                         continue
                     _, attempts, msg_id, body = protocol_v2.decode_message(data)
-                    if self._live_count(now) >= self.rdy and now - self.rdy_lowered_at > RDY_GRACE:
+                    if self._live_count(now, msg_id) >= self.rdy and now - self.rdy_lowered_at > RDY_GRACE:
                         self.over_rdy += 1
                     self.held[msg_id] = [body, attempts, now]
                     self.received += 1
@@ -193,10 +196,11 @@ class Consumer:
         except (OSError, EOFError, ValueError):
             pass
 
-    def _live_count(self, now):
-        """Held messages whose timeout has not passed at the broker (it TOUCHed them no earlier than we)."""
-        limit = now - MSG_TIMEOUT_MS / 1000.0
-        return sum(1 for entry in self.held.values() if entry[2] > limit)
+    def _live_count(self, now, arriving):
+        """Held messages whose timeout has surely not passed at the broker (it TOUCHed them no earlier
+        than we), but for ``arriving``: the broker redelivers a message only once its timeout passed."""
+        limit = now - MSG_TIMEOUT_MS / 1000.0 + TIMEOUT_SLACK
+        return sum(1 for msg_id, entry in self.held.items() if entry[2] > limit and msg_id != arriving)
 
     def send(self, data):
         with self._send_lock:
