@@ -521,8 +521,9 @@ class BrokerCore:
         """Let a new topic deliver; the daemon first creates the channels the cluster has for it."""
         topic.start()
 
-    def _clock_skipped(self):
-        """After a skip of the clock (:meth:`advance`): the daemon pings its lookupds."""
+    def _clock_skipped(self, seconds):
+        """After a skip of the clock by ``seconds`` (:meth:`advance`): the daemon pings its lookupds
+        and heartbeats its clients."""
 
     def _release_held_topics(self, now):
         """Each queue scan: the daemon lets topics whose wait for the cluster's channels ended deliver."""
@@ -653,7 +654,7 @@ class BrokerCore:
         else:
             skip_ns = int(round(seconds * 1e9))
         mine = clock.skip_ns(skip_ns)
-        self._clock_skipped()
+        self._clock_skipped(skip_ns / 1e9)
         self._wait_scan_pass(mine)
         self._wait_deliveries()
         return skip_ns / 1e9

@@ -38,6 +38,7 @@ DELIVERY_BATCH = 512  # messages a pump takes from its channel per lock acquisit
 # A heartbeat written more than this fraction of its interval after its tick went out late (the
 # broker was busy): the client gets a whole interval from then to answer (see late_heartbeat_at).
 HEARTBEAT_LATE = 0.1
+HEARTBEAT_NOW_WAIT = 0.05  # seconds heartbeat_now waits for another writer to finish
 _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)  # (without it, no direct delivery: every write may block)
 
 
@@ -74,6 +75,9 @@ class ClientConnection(Client):
         # (a stalled process, a starved host) does not drop those that answer as soon as they can.
         # Written by whichever thread sends the heartbeats, read by the reading one (a float: no lock).
         self.late_heartbeat_at = None
+        # Time skipping: seconds the broker's clock skipped since this client's last heartbeat
+        # (see clock_skipped; a float written by the skipping thread and the ticker's, no lock).
+        self.skipped_since_heartbeat = 0.0
         # Told (client, error) of a pump the host had no thread for, on any thread: it reports and
         # answers the refusal; the connection is then closed.  Set by the protocol.
         self.pump_refused = None
@@ -152,10 +156,48 @@ class ClientConnection(Client):
         The rest, if the socket buffer is full, is kept for the pump
         (woken here), whose writes block as usual.
         """
+        # (one chunk: the put's bytes are bounded)
+        self._write_held(protocol_v2.joined_message_frames(msgs) if msgs else None)
+
+    def clock_skipped(self, seconds):
+        """Time skipping: the broker's clock jumped ``seconds`` (its ``_clock_skipped``; any thread).
+
+        Heartbeats run on real time, so a client whose own timers run on the
+        skipped clock (a test's pynsq closes a connection it has heard nothing
+        from for two intervals of that clock) would hear nothing through a
+        skipped hour.  Once the skips since its last heartbeat carry the clock
+        past its next one, it gets it at once, as the skipped time would have
+        brought it, before ``advance`` returns (:meth:`heartbeat_now`).
+        """
+        interval = self.heartbeat_interval
+        if interval <= 0 or self.disconnected:
+            return
+        skipped = self.skipped_since_heartbeat = self.skipped_since_heartbeat + seconds
+        due = self._next_heartbeat_at()
+        if skipped >= (due - time.monotonic() if due is not None else interval):
+            self.skipped_since_heartbeat = 0.0
+            self.heartbeat_now()
+
+    def _next_heartbeat_at(self):
+        """When the ticker sends the next heartbeat (``time.monotonic()``), None before it starts."""
+        return self._heartbeat_at
+
+    def heartbeat_now(self):
+        """A heartbeat at once (:meth:`clock_skipped`).  Waits for the output at most
+        :data:`HEARTBEAT_NOW_WAIT` (a pump blocked on a client that reads nothing: it gets no
+        heartbeat), and never for the socket: what it does not take goes to the pump."""
+        if self.heartbeat_interval <= 0 or self.disconnected or not _DONTWAIT:
+            return
+        if not self._write_lock.acquire(timeout=HEARTBEAT_NOW_WAIT):
+            return
+        encode = self._encode
+        self._write_held(encode(protocol_v2.HEARTBEAT_FRAME) if encode is not None else protocol_v2.HEARTBEAT_FRAME)
+
+    def _write_held(self, data):
+        """Write ``data`` (None: nothing) on the held output without blocking, and release it."""
         rest = failed = False
         try:
-            if msgs:
-                data = protocol_v2.joined_message_frames(msgs)  # (one chunk: the put's bytes are bounded)
+            if data:
                 if self._pending is not None:
                     self._pending = bytes(self._pending) + data  # the pump has not written the last rest yet
                     rest = True
@@ -324,6 +366,7 @@ class ClientConnection(Client):
             return None
         if now - next_heartbeat > interval * HEARTBEAT_LATE:
             self.late_heartbeat_at = now
+        self.skipped_since_heartbeat = 0.0
         # A fixed ticker: missed ticks are skipped, not sent in a burst.
         self._heartbeat_at = next_heartbeat + interval * (1 + int((now - next_heartbeat) // interval))
         return self._heartbeat_at

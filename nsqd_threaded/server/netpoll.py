@@ -223,6 +223,18 @@ class PolledConnection(ClientConnection):
             pass  # (its error ends it when served)
         return True
 
+    def _next_heartbeat_at(self):
+        return self._hb_at  # (the poller's timer)
+
+    def heartbeat_now(self):
+        """A heartbeat at once (see :meth:`ClientConnection.clock_skipped`)."""
+        if self.heartbeat_interval > 0 and not self.disconnected:
+            with self._write_lock:  # (held only for a write that never blocks)
+                if not self._sock_closed:
+                    encode = self._encode
+                    self._write_locked(encode(protocol_v2.HEARTBEAT_FRAME) if encode is not None
+                                       else protocol_v2.HEARTBEAT_FRAME)
+
     def try_heartbeat(self):
         """Send a heartbeat unless the output is busy this instant (False: try again soon)."""
         if not self._write_lock.acquire(False):
@@ -724,6 +736,7 @@ class NetPoller:
                 if conn.try_heartbeat():
                     if now - conn._hb_at > hb * HEARTBEAT_LATE:
                         conn.late_heartbeat_at = now
+                    conn.skipped_since_heartbeat = 0.0
                     # A fixed ticker: missed ticks are skipped, not sent in a burst.
                     conn._hb_at += hb * (1 + int((now - conn._hb_at) // hb))
                 else:

@@ -34,10 +34,9 @@ class Orders:
         self.given_up = []
         self._answer = answer
         self.held = []
-        # Heartbeats every 60 s (pynsq's default is 30): pynsq closes a connection it has heard nothing
-        # on for two intervals, by the clock, and the broker's heartbeats are real time, so a skip of a
-        # whole minute with no message (the 60 s timeout) would find it stale.  A known gap of skipping.
-        args = dict(topic="orders", channel="billing", max_in_flight=1, heartbeat_interval=60)
+        # pynsq's defaults (a heartbeat every 30 s): pynsq closes a connection it has heard nothing on
+        # for two intervals of the clock, and each skip past a heartbeat brings it (see test_a_1h_dpub).
+        args = dict(topic="orders", channel="billing", max_in_flight=1)
         args.update(reader_args)
         self.reader = nsq.Reader(message_handler=self.handle, **args)
         self.reader.giving_up = lambda m: self.given_up.append(m.body)
@@ -115,12 +114,16 @@ def test_a_1h_dpub_and_run_for_stops_at_its_end(tmp_path):
     with Broker(tmp_dir=str(tmp_path)) as nsqd, TornadoLoop(clock=nsqd, auto_skip=True) as loop:
         app = Orders(nsqd_tcp_addresses=[nsqd.tcp_addr])
         loop.run_until(lambda: app.reader.conns)
+        conns = list(app.reader.conns.values())
         before = loop.time()
         pub(nsqd, "orders", b"order 5", defer_ms=3600 * 1000)
         assert 1799 <= loop.run_for(1800) < 1801  # nothing yet after half an hour
         assert app.seen == []
         loop.run_until(lambda: app.seen, timeout=3600)
         assert 3600 <= app.at[0] - before < 3601
+        # An hour with nothing to deliver, and pynsq never found its connection silent for a minute:
+        # each skip past a heartbeat brought it, read before pynsq's own timers ran
+        assert list(app.reader.conns.values()) == conns
         app.close(loop)
 
 

@@ -86,6 +86,9 @@ def test_a_daemon_with_time_skipping_auto_over_plain_tcp(tmp_path):
             assert _frame(sock) == (0, b"OK")  # the SUB's
             started = time.monotonic()
             kind, data = _frame(sock)
+            while (kind, data) == (0, b"_heartbeat_"):  # what the skipped hour brought: answered, as clients do
+                sock.sendall(b"NOP\n")
+                kind, data = _frame(sock)
             assert kind == 2 and data.endswith(body)
             assert time.monotonic() - started < 10
         finally:

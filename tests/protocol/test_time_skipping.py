@@ -10,6 +10,7 @@ import pytest
 
 from nsqd_threaded.internal.clock import Clock, TimeSkippingDisabled, parse_skip_ns
 from nsqd_threaded.testing import Broker, BrokerProcess
+from nsqd_threaded.wire import protocol_v2
 
 from support.wire import Conn, wait_for
 
@@ -153,7 +154,9 @@ def test_a_short_advance_leaves_a_later_deadline_pending():
             assert dpub(pub, "t", 3600000, b"later") == b"OK"
             assert nsqd.advance(1800) == 1800
             assert 1799.0 < nsqd.next_deadline_in() <= 1800.0
-            sub.assert_silent(0.2)
+            assert sub.read_raw_frame() == protocol_v2.HEARTBEAT_FRAME  # what the skipped half hour brought
+            sub.cmd(b"NOP")
+            sub.assert_silent(0.2)  # and no message
             assert 1799.0 < nsqd.advance() <= 1800.0
             assert sub.read_message()[3] == b"later"
 
@@ -167,6 +170,29 @@ def test_a_skip_does_not_disconnect_a_client_with_heartbeats():
             assert pub.pub("t", b"still here") == b"OK"
             assert sub.read_message()[3] == b"still here"
             assert len(nsqd.nsqd.clients()) == 2
+
+
+@pytest.mark.parametrize("args", [(), ("--connection-threads",)], ids=["poller", "threads"])
+def test_a_skip_brings_each_client_a_heartbeat_at_once(args):
+    """A client whose own timers run on the skipped clock (pynsq closes a connection silent for two of
+    its intervals) hears from the broker right after each skip, as the skipped time would have brought:
+    a heartbeat, before advance() returns (the intervals are a minute: none comes on its own)."""
+    with Broker(*args) as nsqd:
+        with consumer(nsqd, "t", heartbeat_interval=60 * 1000) as sub, Conn(nsqd.tcp_address) as pub:
+            pub.identify(heartbeat_interval=60 * 1000)
+            for conn in (sub, pub):
+                conn.sock.settimeout(0.5)
+                with pytest.raises(OSError):  # (socket.timeout): nothing before the skip
+                    conn.read_raw_frame()
+            for _ in range(2):
+                nsqd.advance(60)
+                for conn in (sub, pub):
+                    conn.sock.setblocking(False)  # already there: written before advance() returned
+                    assert conn.read_raw_frame() == protocol_v2.HEARTBEAT_FRAME
+                    conn.sock.settimeout(READ_TIMEOUT)
+                    conn.cmd(b"NOP")
+            assert pub.pub("t", b"still here") == b"OK"
+            assert sub.read_message()[3] == b"still here"
 
 
 def test_timestamps_and_e2e_latency_follow_the_skipped_clock():
