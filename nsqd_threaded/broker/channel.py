@@ -516,8 +516,9 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
             client.requeue_count += 1
             wake = self._release_locked(client)
             if delay_ns > 0:
-                self._backend.keep_attempts([msg])
-                self._deferred.add(msg, self._now_ns() + delay_ns)
+                due = self._now_ns() + delay_ns
+                self._backend.keep_attempts([msg], due)  # (durable: a crash keeps the delay too)
+                self._deferred.add(msg, due)
                 self.mark_scan_locked()
             else:
                 waiters = self._requeue_locked([msg])

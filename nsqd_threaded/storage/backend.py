@@ -65,9 +65,10 @@ class Backend:
         ``persist``: make the new read position reach the metadata file now (not fsynced)."""
         return 0
 
-    def keep_attempts(self, msgs):
+    def keep_attempts(self, msgs, due_ns=None):
         """These messages taken by get() go back to the owner's queue: keep their attempts where a
-        restart reads them (durable mode; elsewhere they are written again with them, or lost)."""
+        restart reads them (durable mode; elsewhere they are written again with them, or lost), and
+        with ``due_ns`` (Unix ns: a REQ's delay) when they are due, so a restart defers them until then."""
 
     def sync_point(self):
         """A token for everything put so far, for :meth:`wait_synced` (None: nothing to wait for)."""

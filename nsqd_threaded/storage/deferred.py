@@ -70,11 +70,15 @@ class DeferredSidecar:
     def add(self, records):
         """Record ``(file num, pos, msg)`` of deferred records just written; appends their lines."""
         now = self._now_ns()
+        self.add_due([(fnum, pos, msg.id, now + msg.deferred_ns) for fnum, pos, msg in records])
+
+    def add_due(self, records):
+        """Record ``(file num, pos, msg id, due unix ns)``: records written earlier or just now (a
+        later line for the same record replaces an earlier one); appends their lines."""
         lines = []
-        for fnum, pos, msg in records:
-            due = now + msg.deferred_ns
-            self.entries[(fnum, pos)] = (msg.id, due)
-            lines.append(b"%d %d %s %d\n" % (fnum, pos, msg.id.hex().encode(), due))
+        for fnum, pos, msg_id, due in records:
+            self.entries[(fnum, pos)] = (msg_id, due)
+            lines.append(b"%d %d %s %d\n" % (fnum, pos, msg_id.hex().encode(), due))
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

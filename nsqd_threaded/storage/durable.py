@@ -555,17 +555,25 @@ class DurableDiskQueue(DiskQueue):
                         self.log.error("DISKQUEUE(%s) failed to write metadata - %s", self.name, e)
         return n
 
-    def keep_attempts(self, msgs):
+    def keep_attempts(self, msgs, due_ns=None):
         """Write these handed-out messages' attempts into their records' headers, in place: a crash
         gives them back with them (a REQ, a timeout).  It is the header's own attempts field, which
         Go nsqd reads too.  Written, not fsynced (a later fsync of the file takes it along): a
         SIGKILL keeps it, a power loss may not.  A failure is logged (the attempts are then lost at
-        a crash, nothing else)."""
+        a crash, nothing else).  ``due_ns`` (a REQ with a delay): a line in the deferred sidecar
+        for each record, as a DPUB's, so a crash defers it until then rather than giving it at once."""
         writes = {}  # file num -> [(offset, attempts)]
+        deferrals = []
         for msg in msgs:
             rec = self._unacked.find(msg.id)
-            if rec is not None and msg.attempts:  # (0: as the record was written)
+            if rec is None:
+                continue
+            if msg.attempts:  # (0: as the record was written)
                 writes.setdefault(rec.file_num, []).append((rec.start + _ATTEMPTS_OFFSET, msg.attempts))
+            if due_ns is not None:
+                deferrals.append((rec.file_num, rec.start, msg.id, due_ns))
+        if deferrals:
+            self._sidecar.add_due(deferrals)
         for num, offsets in writes.items():
             try:
                 fd = os.open(self.file_name(num), os.O_WRONLY)

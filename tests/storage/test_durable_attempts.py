@@ -113,6 +113,32 @@ def test_a_dead_letter_move_behind_a_message_in_flight_is_not_repeated_after_a_k
     assert (work, dead) == ([(b"a", 1)], [b"b"])
 
 
+def test_a_delayed_req_keeps_its_delay_through_a_kill(tmp_path):
+    ours = BrokerProcess("--durable", data_path=str(tmp_path)).start()
+    try:
+        with Conn(ours.tcp_address) as publisher, Conn(ours.tcp_address) as consumer:
+            assert publisher.pub("jobs", b"later") == b"OK"
+            consumer.sub("jobs", "work", rdy=1)
+            _, attempts, msg_id, _ = consumer.read_message()
+            assert attempts == 1
+            consumer.cmd(b"REQ %s 60000" % msg_id)  # a minute: its dependency is down
+            wait_for(lambda: _channel_stats(ours)["deferred_count"] == 1, timeout=10, what="the REQ")
+            ours.kill()
+    finally:
+        ours.stop()
+    after = BrokerProcess("--durable", data_path=str(tmp_path)).start()
+    try:
+        with Conn(after.tcp_address) as consumer:
+            consumer.sub("jobs", "work", rdy=1)
+            consumer.assert_silent(0.3)  # not before its minute: read back from disk, and deferred
+            wait_for(lambda: _channel_stats(after)["deferred_count"] == 1, timeout=10, what="deferred again")
+            after.advance(61)
+            _, attempts, _, body = consumer.read_message()
+            assert (body, attempts) == (b"later", 2)
+    finally:
+        after.stop()
+
+
 def _die_inside_a_move(tmp_path):
     """A broker that exits (as at a SIGKILL) after jobs-dead accepted b's move and before work let b go."""
     ours = BrokerProcess("--durable", data_path=str(tmp_path), env=dict(os.environ, **{EXIT_IN_MOVE_ENV: "1"})).start()
