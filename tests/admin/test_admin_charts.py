@@ -168,7 +168,9 @@ def test_the_pages_draw_the_charts_themselves():
             section = page[page.index('<div class="charts" id="charts">'):page.index('<div id="tables">')]
             for key in ("message_rate", "depth", "in_flight"):
                 assert '<div class="chart" data-series="%s"' % key in section
-            assert section.count("<svg ") == 3 and section.count("<polyline ") == 3
+            # (a sample missed on a loaded machine is a gap: that chart's line is drawn in pieces)
+            assert section.count("<svg ") == 3
+            assert all("<polyline " in svg for svg in section.split("<svg ")[1:])
             assert '<span class="value">4</span>' in section  # the depth now
             assert '<text class="x-label"' in section and ">now</text>" in section and ">-5m</text>" in section
             assert '<text class="y-label"' in section and ">0</text>" in section and "/s</text>" in section
