@@ -66,7 +66,7 @@ from ..broker.client import STATE_SUBSCRIBED
 from ..internal.process import malloc_trim
 from ..wire import protocol_v2
 from .connection import DELIVERY_BATCH, HEARTBEAT_LATE, ClientConnection
-from .protocol_v2 import ENDED, MORE, NEEDS_THREAD, WAIT_OUTPUT, ProtocolV2, tear_down
+from .protocol_v2 import ENDED, MORE, NEEDS_THREAD, WAIT_INPUT, WAIT_OUTPUT, ProtocolV2, tear_down
 
 WORKER_LINGER = 5.0  # seconds an idle worker waits for a task before it ends (one always stays)
 MIN_WORKERS = 1  # workers kept however idle: a task never waits for a thread to start
@@ -78,6 +78,7 @@ STALL_AFTER = 0.01  # seconds the oldest queued task may wait before the poller 
 POLLERS = 1
 INLINE_LIMIT = 64  # commands of one connection the poller runs per wake-up before the next connection's
 WORKER_LIMIT = 256  # commands a worker runs for one connection before the tasks queued behind it
+NEXT_COMMAND_WAIT = 0.002  # seconds a worker waits for a connection's next command before parking it
 MAX_EVENTS = 1024  # the most events taken from one epoll_wait
 BACKLOG_LIMIT = 1 << 20  # output bytes waiting for EPOLLOUT over which a connection's commands are not read
 TRIM_AFTER_CLOSED = 256  # connections closed since the last trim that make one worth it
@@ -598,16 +599,19 @@ class NetPoller:
     def _serve(self, conn, inline, again):
         """Run ``conn``'s commands (``inline``: on the poller, which must not wait), then park it,
         hand it on, or tear it down, as its protocol answers."""
-        conn._connection_thread = threading.get_ident()
-        try:
-            result = conn.proto.serve_ready(inline, INLINE_LIMIT if inline else WORKER_LIMIT)
-        except Exception:  # noqa: BLE001 - our bug: logged, and the connection ends
-            self._log.error("%r: unhandled error\n%s", conn, traceback.format_exc())
-            result = ENDED
-        finally:
-            conn._connection_thread = 0
-        if conn.pump_deferred:
-            conn.start_deferred_pump()
+        while True:
+            conn._connection_thread = threading.get_ident()
+            try:
+                result = conn.proto.serve_ready(inline, INLINE_LIMIT if inline else WORKER_LIMIT)
+            except Exception:  # noqa: BLE001 - our bug: logged, and the connection ends
+                self._log.error("%r: unhandled error\n%s", conn, traceback.format_exc())
+                result = ENDED
+            finally:
+                conn._connection_thread = 0
+            if conn.pump_deferred:
+                conn.start_deferred_pump()
+            if inline or result != WAIT_INPUT or not self._next_command_soon(conn):
+                break
         if result == ENDED:
             self._end(conn)
             return
@@ -634,6 +638,17 @@ class NetPoller:
                 conn._reading = PARKED
             self._arm_locked(conn)
         self._schedule(conn, now)
+
+    def _next_command_soon(self, conn):
+        """A worker has served what arrived: whether the next command comes within
+        :data:`NEXT_COMMAND_WAIT` (served here then).  A client that waits on each answer (a
+        durable PUB waits for its fsync) sends the next one a round trip later: caught here, it
+        skips the way back through the poller and the hand-off to a worker again."""
+        if conn.disconnected or self._stopping:
+            return False
+        poll = select.poll()
+        poll.register(conn._fd, select.POLLIN)
+        return bool(poll.poll(NEXT_COMMAND_WAIT * 1000))
 
     def _end(self, conn):
         """Tear ``conn`` down once: leave its channel, forget its socket, close it."""
