@@ -289,6 +289,10 @@ def _published_without_a_pump(nsqd, channel):
         sub.cmd(b"FIN 0123456789abcdef")  # answered after the RDY: it has been taken when the answer comes
         assert sub.read_frame()[1].startswith(b"E_FIN_FAILED")
         assert not _pump_threads(nsqd, address)  # ready on an empty channel: waiting, no thread
+        # Its connection thread releases the output once that answer is written; on a loaded host it
+        # may wait for the interpreter lock to, and a PUB meanwhile would find the output busy.
+        client = next(c for c in nsqd.clients() if "%s:%d" % sub.sock.getsockname()[:2] in repr(c))
+        wait_for(lambda: not client._write_lock.locked(), what="the consumer's output free")
         pub.pub("lazy", b"x")
         assert sub.read_message()[3] == b"x"
         return not _pump_threads(nsqd, address)
