@@ -60,7 +60,7 @@ GRACE = 0.02  # seconds of real time with no event before an auto-skip jumps
 SLICE = 0.05  # the longest real wait in one select under a clock: a clock moved elsewhere is seen
 REAL_TIMEOUT = 60.0  # real seconds any one wait may take under a clock
 POLL_INTERVAL = 0.005  # seconds between two looks at the predicate of a loop without a clock
-LAND_SHORT = 0.01  # seconds of the clock a jump to a loop's timer stops before it (see ClockedLoop._select)
+LAND_SHORT = 0.5  # seconds of the clock a jump to a loop's timer stops before it (see ClockedLoop._select)
 CLIENT_MODULES = ("nsq.reader", "nsq.client", "nsq.conn")  # pynsq's modules that read time.time()
 
 
@@ -230,6 +230,7 @@ class ClockedLoop:
         self.skips = 0  # jumps made by auto-skip
         self._offset = 0.0
         self.in_executor = 0  # calls the loop runs in an executor thread, not done yet: real work, no jump
+        self._landing = False  # a jump stopped LAND_SHORT before a loop timer: the rest follows once read
         self._wait = None
         self._active_at = time.monotonic()
         self._patched = []
@@ -289,6 +290,19 @@ class ClockedLoop:
         if busy:
             self._active_at = time.monotonic()
             return real.select(0)
+        if self._landing and wait is not None and wait.skip:
+            # Landed short of a timer: once what the jump brought is read (no callback ready, no
+            # event), the rest of the way, without the grace (nothing has happened but reading).
+            events = real.select(0)
+            if events:
+                self._active_at = time.monotonic()
+                return events
+            self._landing = False
+            daemon_due = self.source.next_deadline_in()
+            if timeout is not None and timeout > 0 and (daemon_due is None or daemon_due > timeout):
+                self.source.advance(timeout)
+                self._active_at = time.monotonic()
+                return events
         if self.source is None:  # no clock: the predicate is looked at every POLL_INTERVAL
             if wait is not None:
                 timeout = POLL_INTERVAL if timeout is None else min(timeout, POLL_INTERVAL)
@@ -327,8 +341,9 @@ class ClockedLoop:
         if jump == loop_due and jump > LAND_SHORT and (daemon_due is None or daemon_due > jump):
             # A timer of the loop's is what falls due: land LAND_SHORT before it, so that what the
             # skip brings (the broker's heartbeats, sent before advance() returns) is read before the
-            # timer runs (pynsq's check for a silent connection reads it); real time covers the rest.
+            # timer runs (pynsq's check for a silent connection reads it); then the rest of the way.
             jump -= LAND_SHORT
+            self._landing = True
         if jump > 0:
             self.source.advance(jump)
             self.skips += 1
@@ -346,6 +361,7 @@ class ClockedLoop:
         else:
             real = time.monotonic() + (timeout if timeout is not None else self.real_timeout)
         wait = _Wait(predicate, real, skip)
+        self._landing = False
         if wait.check():
             return wait
         self._wait = wait

@@ -88,8 +88,10 @@ def test_pytest_fixtures(pytester):
             with Producer(nsq_cluster.tcp_addrs) as p:
                 p.pub("t", b"one")
                 p.pub("t", b"two")
+            # (each broker registers t with lookupd on its own thread: a first query may find one, so
+            # the consumer asks again soon rather than after its default minute)
             with Consumer(None, "t", "c", lookupd_http_addresses=nsq_cluster.lookupd_http_addrs,
-                          max_in_flight=1000) as c:
+                          max_in_flight=1000, lookupd_poll_interval=0.2) as c:
                 assert c.wait_subscribed(2)
                 assert sorted(c.rdy.values()) == [42, 42]  # capped at nsqd's max_rdy_count
 
