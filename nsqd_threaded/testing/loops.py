@@ -297,6 +297,10 @@ class ClockedLoop:
             if events:
                 self._active_at = time.monotonic()
                 return events
+            # (as careful as any jump but for the grace: no call in an executor, no proxy holding
+            # bytes, the daemon at rest; else wait on, a slice at a time)
+            if self.in_executor or any(p.holding() for p in self.proxies) or self.source.busy(self.grace):
+                return real.select(min(SLICE, self.grace) if timeout is None else min(timeout, SLICE, self.grace))
             self._landing = False
             daemon_due = self.source.next_deadline_in()
             if timeout is not None and timeout > 0 and (daemon_due is None or daemon_due > timeout):
