@@ -231,20 +231,21 @@ class PolledConnection(ClientConnection):
         """A heartbeat at once (see :meth:`ClientConnection.clock_skipped`)."""
         if self.heartbeat_interval > 0 and not self.disconnected:
             with self._write_lock:  # (held only for a write that never blocks)
-                if not self._sock_closed:
-                    encode = self._encode
-                    self._write_locked(encode(protocol_v2.HEARTBEAT_FRAME) if encode is not None
-                                       else protocol_v2.HEARTBEAT_FRAME)
+                self._heartbeat_locked()
+
+    def _heartbeat_locked(self):
+        """Write a heartbeat (``_write_lock`` held; never blocks: what waits joins the backlog)."""
+        if not self._sock_closed:
+            encode = self._encode
+            self._write_locked(encode(protocol_v2.HEARTBEAT_FRAME) if encode is not None
+                               else protocol_v2.HEARTBEAT_FRAME)
 
     def try_heartbeat(self):
         """Send a heartbeat unless the output is busy this instant (False: try again soon)."""
         if not self._write_lock.acquire(False):
             return False
         try:
-            if not self._sock_closed:
-                encode = self._encode
-                self._write_locked(encode(protocol_v2.HEARTBEAT_FRAME) if encode is not None
-                                   else protocol_v2.HEARTBEAT_FRAME)
+            self._heartbeat_locked()
         finally:
             self._write_lock.release()
         return True
