@@ -123,6 +123,53 @@ def connections_busy(nsqd, grace):
     return any(t.owes_fan_out() for t in topics) or any(c.owes_delivery() for t in topics for c in t.channels())
 
 
+def settled(nsqd, asker=None):
+    """The precise look, where the broker can vouch for it: True when no command, delivery or timer
+    is under way and no message is with a client (none in flight: no consumer's handler can be at
+    work on one), so nothing can happen here until time passes or a client sends something; False
+    when something is under way; None when it cannot tell without waiting a grace (a message in
+    flight: its handler may be waiting on something real; a thread per connection: a thread that
+    read a command shows nothing while it waits for the interpreter lock; lookupd peers).
+
+    Why each look is enough with the poller (see :meth:`NetPoller.settled`): a command's bytes are
+    unread (``FIONREAD``) until a poller reads them, and it reads them while ``serving``; what a
+    command sets off is a worker's task, a topic's fan-out or a channel's delivery, each visible here
+    until done; an HTTP request holds its connection open while it is handled.  ``asker``: the peer
+    address of the HTTP connection asking (``GET /debug/time``), left out of that look."""
+    poller = nsqd.net_poller()
+    if poller is None or nsqd.options.nsqlookupd_tcp_addresses:
+        return None
+    tcp = nsqd.tcp_listener()
+    for listener in nsqd.listeners():
+        if listener.accepting or listen_backlog(listener.socket):
+            return False
+        connections = listener.open_connections()
+        if listener is not tcp:
+            for sock in connections:  # an HTTP request being handled (or a keep-alive connection)
+                try:
+                    if asker is None or sock.getpeername() != asker:
+                        return False
+                except OSError:
+                    return False
+            continue
+        if any(_unread(sock) for sock in connections):
+            return False
+    if not poller.settled():
+        return False
+    due = nsqd.next_deadline_in()
+    if due is not None and due <= 0:  # due and not yet taken by the queue scanner
+        return False
+    in_flight = False
+    for topic in nsqd.topics():
+        if topic.owes_fan_out():
+            return False
+        for channel in topic.channels():
+            if channel.owes_delivery():
+                return False
+            in_flight = in_flight or channel.in_flight_count() > 0
+    return None if in_flight else True  # (a handler may be at work on something real: the grace decides)
+
+
 def broker_figures(nsqd):
     """What /stats counts of the broker now, less what changes by itself: equal twice, nothing moved."""
     return len(nsqd.clients()), _figures(stats.collect(nsqd, include_mem=False))

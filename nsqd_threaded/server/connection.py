@@ -169,14 +169,19 @@ class ClientConnection(Client):
         past its next one, it gets it at once, as the skipped time would have
         brought it, before ``advance`` returns (:meth:`heartbeat_now`).
         """
-        interval = self.heartbeat_interval
-        if interval <= 0 or self.disconnected:
-            return
-        skipped = self.skipped_since_heartbeat = self.skipped_since_heartbeat + seconds
-        due = self._next_heartbeat_at()
-        if skipped >= (due - time.monotonic() if due is not None else interval):
+        if self.skip_brings_heartbeat(seconds):
             self.skipped_since_heartbeat = 0.0
             self.heartbeat_now()
+        elif self.heartbeat_interval > 0 and not self.disconnected:
+            self.skipped_since_heartbeat += seconds
+
+    def skip_brings_heartbeat(self, seconds):
+        """Whether a skip of ``seconds`` now would bring this client a heartbeat (:meth:`clock_skipped`)."""
+        interval = self.heartbeat_interval
+        if interval <= 0 or self.disconnected:
+            return False
+        due = self._next_heartbeat_at()
+        return self.skipped_since_heartbeat + seconds >= (due - time.monotonic() if due is not None else interval)
 
     def _next_heartbeat_at(self):
         """When the ticker sends the next heartbeat (``time.monotonic()``), None before it starts."""

@@ -156,6 +156,9 @@ class PromptShutdownMixIn:
         self._serving = threading.Event()
         self._served = threading.Event()
         self._stop_event = threading.Event()  # set by shutdown: ends an accept backoff early
+        # True from accept() until the connection is registered (written by the accept thread, read by
+        # time skipping's precise look: before it, the connection still shows in the listen queue).
+        self.accepting = False
         self.limits = LimitReporter(getattr(self, "log", None), getattr(self, "log_name", "SERVER"))
 
     def serve_forever(self, poll_interval=None):
@@ -171,7 +174,12 @@ class PromptShutdownMixIn:
                 while not self._stopping:
                     for key, _ in selector.select():
                         if key.fileobj is self and not self._stopping:
-                            if self._accept_one():
+                            self.accepting = True
+                            try:
+                                accepted = self._accept_one()
+                            finally:
+                                self.accepting = False
+                            if accepted:
                                 if backoff:
                                     backoff = 0.0
                                     self.limits.cleared("accept", "accepting connections")

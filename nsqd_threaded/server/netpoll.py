@@ -339,6 +339,10 @@ class _Poll:
         os.set_blocking(self.wake_w, False)
         self.epoll.register(self.wake_r, select.EPOLLIN)
         self.thread = None
+        # True from the moment epoll_wait returns until what it returned is served (written by the
+        # poller thread only, read by time skipping: see NetPoller.settled).  Before it is set, what
+        # woke the poller is still visible from outside: unread bytes, an output backlog, a due timer.
+        self.serving = False
 
     def wake(self):
         try:
@@ -467,6 +471,20 @@ class NetPoller:
         with self._lock:
             return self._busy > 0 or bool(self._tasks)
 
+    def settled(self):
+        """True when nothing is under way here that no socket shows: no poller serving what its epoll
+        returned, no worker task running or queued, no connection with an output backlog, no timer
+        due and not fired.  With no unread byte on any connection besides (the caller looks), a
+        command cannot be in progress: time skipping's precise look (auto_skip.settled)."""
+        if any(poll.serving for poll in self._polls):
+            return False
+        now = time.monotonic()
+        with self._lock:
+            if self._busy > 0 or self._tasks or (self._timers and self._timers[0][0] <= now):
+                return False
+            conns = list(self._conns.values())
+        return not any(getattr(conn, "_pending", None) is not None for conn in conns)
+
     def connection_count(self):
         with self._lock:
             return len(self._conns)
@@ -499,10 +517,12 @@ class NetPoller:
         again = []  # connections whose commands outran INLINE_LIMIT: served again after the batch
         while True:
             timeout = 0 if again else self._next_timeout(timers)
+            poll.serving = False
             try:
                 events = epoll.poll(timeout, MAX_EVENTS)
             except InterruptedError:
                 continue
+            poll.serving = True
             self._dispatch(poll, events, again)
             if again:
                 batch, again = again, []

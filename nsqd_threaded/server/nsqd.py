@@ -45,7 +45,7 @@ from ..settings.options import TIME_SKIPPING_AUTO
 from ..wire.protocol_v1 import PING
 from ..wire.protocol_v2 import is_valid_name
 from ..wire.transport import server_context
-from .auto_skip import AutoSkipper
+from .auto_skip import AutoSkipper, settled
 from .connection import ClientConnection
 from .http_api import NSQDHTTPServer
 from .idle import new_idle_watcher
@@ -317,6 +317,10 @@ class NSQD(BrokerCore):
         """The listeners serving now (TCP, HTTP, HTTPS): what time skipping looks at for work under way."""
         return [s for s in (self._tcp_server, self._http_server, self._https_server) if s is not None]
 
+    def tcp_listener(self):
+        """The TCP listener (None before start and after exit)."""
+        return self._tcp_server
+
     def net_poller(self):
         """The TCP listener's :class:`~nsqd_threaded.server.netpoll.NetPoller`, or None (a thread per connection)."""
         return self._tcp_server.poller if self._tcp_server is not None else None
@@ -356,6 +360,18 @@ class NSQD(BrokerCore):
             clock_skipped = getattr(client, "clock_skipped", None)  # (a TCP connection's)
             if clock_skipped is not None:
                 clock_skipped(seconds)
+
+    def settled(self, asker=None):
+        """Time skipping's precise look (:func:`~nsqd_threaded.server.auto_skip.settled`)."""
+        return settled(self, asker)
+
+    def skip_brings_heartbeats(self, seconds):
+        """Whether a skip of ``seconds`` now would bring a TCP client a heartbeat (:meth:`_clock_skipped`)."""
+        for client in self.clients():
+            brings = getattr(client, "skip_brings_heartbeat", None)  # (a TCP connection's)
+            if brings is not None and brings(seconds):
+                return True
+        return False
 
     def lookupd_identity(self):
         """The IDENTIFY body sent to each lookupd."""

@@ -3,8 +3,10 @@
 * ``POST /debug/time/skip?by=61s`` moves the daemon's clock forward by a Go
   duration (no ``by``: to its next deadline) and answers once what fell due
   is done: ``{"now_ns": ..., "skipped": 61.0, "total_skipped": ...}``.
-* ``GET /debug/time``: ``{"now_ns": ..., "total_skipped": ..., "next_deadline_in": 59.9}``
-  (seconds of the daemon's clock to its next deadline, null when none is pending).
+* ``GET /debug/time``: ``{"now_ns": ..., "total_skipped": ..., "next_deadline_in": 59.9, "settled": true}``
+  (seconds of the daemon's clock to its next deadline, null when none is pending; ``settled``:
+  nothing under way and no message in flight, as nsqd can vouch: true, false, or null when it
+  cannot tell, see ``auto_skip.settled``).
 
 Without the flag the routes do not exist: 404, as on Go's daemons.  A test
 suite in any language moves time with them (docs/testing.md).
@@ -35,6 +37,8 @@ class TimeSkipRoutes:
             "now_ns": clock.time_ns(),
             "total_skipped": clock.skipped,
             "next_deadline_in": daemon.next_deadline_in(),
+            # at rest, as the daemon can vouch (true / false: under way / null: it cannot tell)
+            "settled": daemon.settled(request.client_address) if hasattr(daemon, "settled") else None,
         })
 
     def skip(self, request):

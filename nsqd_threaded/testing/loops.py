@@ -60,6 +60,7 @@ GRACE = 0.02  # seconds of real time with no event before an auto-skip jumps
 SLICE = 0.05  # the longest real wait in one select under a clock: a clock moved elsewhere is seen
 REAL_TIMEOUT = 60.0  # real seconds any one wait may take under a clock
 POLL_INTERVAL = 0.005  # seconds between two looks at the predicate of a loop without a clock
+SETTLE_SLICE = 0.001  # real seconds between two looks at a daemon settling (see ClockSource.settled)
 LAND_SHORT = 0.5  # seconds of the clock a jump to a loop's timer stops before it (see ClockedLoop._select)
 CLIENT_MODULES = ("nsq.reader", "nsq.client", "nsq.conn")  # pynsq's modules that read time.time()
 
@@ -102,6 +103,27 @@ class ClockSource:
 
     def next_deadline_in(self):
         return self.target.next_deadline_in()
+
+    def settled(self):
+        """The daemon's precise look (:func:`~nsqd_threaded.server.auto_skip.settled`): True when it
+        is at rest with no message at a client's handler, False while something is under way, None
+        when it cannot vouch (then the grace decides: :meth:`busy`).  Only a broker on the poller
+        can vouch: an in-process :class:`Broker`, or a :class:`BrokerProcess` over HTTP."""
+        target = self.target
+        if isinstance(target, BrokerProcess):  # asked over HTTP (GET /debug/time)
+            if not target.running:
+                return None
+            from .skipping import http_time
+
+            return http_time(target._http_address, repr(target)).get("settled")
+        nsqd = target.nsqd if isinstance(target, Broker) and target.running else None
+        return nsqd.settled() if nsqd is not None else None
+
+    def skip_brings_heartbeats(self, seconds):
+        """Whether a skip of ``seconds`` now would bring a client of the daemon a heartbeat (True
+        when it cannot tell)."""
+        nsqd = self.target.nsqd if isinstance(self.target, Broker) and self.target.running else None
+        return nsqd.skip_brings_heartbeats(seconds) if nsqd is not None else True
 
     def advance(self, seconds):
         skipped = self.target.advance(seconds)
@@ -290,42 +312,54 @@ class ClockedLoop:
         if busy:
             self._active_at = time.monotonic()
             return real.select(0)
-        if self._landing and wait is not None and wait.skip:
-            # Landed short of a timer: once what the jump brought is read (no callback ready, no
-            # event), the rest of the way, without the grace (nothing has happened but reading).
-            events = real.select(0)
-            if events:
-                self._active_at = time.monotonic()
-                return events
-            # (as careful as any jump but for the grace: no call in an executor, no proxy holding
-            # bytes, the daemon at rest; else wait on, a slice at a time)
-            if self.in_executor or any(p.holding() for p in self.proxies) or self.source.busy(self.grace):
-                return real.select(min(SLICE, self.grace) if timeout is None else min(timeout, SLICE, self.grace))
-            self._landing = False
-            daemon_due = self.source.next_deadline_in()
-            if timeout is not None and timeout > 0 and (daemon_due is None or daemon_due > timeout):
-                self.source.advance(timeout)
-                self._active_at = time.monotonic()
-                return events
         if self.source is None:  # no clock: the predicate is looked at every POLL_INTERVAL
             if wait is not None:
                 timeout = POLL_INTERVAL if timeout is None else min(timeout, POLL_INTERVAL)
             return real.select(timeout)
-        started = time.monotonic()
         step = SLICE if timeout is None else min(timeout, SLICE)
         if not (self.auto_skip and wait is not None):
             events = real.select(step)
             if events:
                 self._active_at = time.monotonic()
             return events
-        events = real.select(min(step, self.grace))
-        now = time.monotonic()
+        started = time.monotonic()
+        events = real.select(0)
         if events:
-            self._active_at = now
+            self._active_at = started
             return events
-        if (now - self._active_at < self.grace or self.in_executor or self.source.busy(self.grace)
-                or any(p.holding() for p in self.proxies)):
+        # Can the daemon vouch that it is at rest, with no message at a handler (settled)?  Then no
+        # grace: what the loop sees is all there is.  Else the grace decides (the daemon's busy()).
+        outside = self.in_executor or any(p.holding() for p in self.proxies)
+        # (a FaultProxy's thread relays out of both sides' sight: with one watched, the grace decides)
+        look = None if outside or self.proxies else self.source.settled()
+        if look is False:  # under way: look again in a moment
+            events = real.select(min(step, SETTLE_SLICE))
+            if events:
+                self._active_at = time.monotonic()
             return events
+        if look is None:
+            if self._landing and wait.skip:
+                # Landed short of a timer: once what the jump brought is read (no callback ready,
+                # no event), the rest of the way, without the grace (nothing has happened but
+                # reading), as careful as any jump otherwise: nothing in an executor or a proxy,
+                # the daemon at rest.
+                if outside or self.source.busy(self.grace):
+                    return real.select(min(step, self.grace))
+            else:
+                events = real.select(min(step, self.grace))
+                now = time.monotonic()
+                if events:
+                    self._active_at = now
+                    return events
+                if now - self._active_at < self.grace or outside or self.source.busy(self.grace):
+                    return events
+        if self._landing and wait.skip:
+            self._landing = False
+            daemon_due = self.source.next_deadline_in()
+            if timeout is not None and timeout > 0 and (daemon_due is None or daemon_due > timeout):
+                self.source.advance(timeout)
+                self._active_at = time.monotonic()
+                return events
         if wait.check():  # what the broker did meanwhile (a FIN has no answer) may be what was awaited
             wait.done = True
             self.asyncio_loop.stop()
@@ -337,15 +371,16 @@ class ClockedLoop:
             self.asyncio_loop.stop()
             return events
         daemon_due = self.source.next_deadline_in()
-        loop_due = None if timeout is None else max(0.0, timeout - (now - started))
+        loop_due = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
         dues = [d for d in (daemon_due, loop_due) if d is not None]
         if not dues:
-            return events  # nothing is scheduled anywhere: only something real can happen
+            return real.select(step)  # nothing is scheduled anywhere: only something real can happen
         jump = min(dues)
-        if jump == loop_due and jump > LAND_SHORT and (daemon_due is None or daemon_due > jump):
-            # A timer of the loop's is what falls due: land LAND_SHORT before it, so that what the
-            # skip brings (the broker's heartbeats, sent before advance() returns) is read before the
-            # timer runs (pynsq's check for a silent connection reads it); then the rest of the way.
+        if (jump == loop_due and jump > LAND_SHORT and (daemon_due is None or daemon_due > jump)
+                and self.source.skip_brings_heartbeats(jump)):
+            # A timer of the loop's is what falls due, and the skip brings the broker's heartbeats
+            # (sent before advance() returns): land LAND_SHORT before the timer, so that they are
+            # read before it runs (pynsq's check for a silent connection reads them); then the rest.
             jump -= LAND_SHORT
             self._landing = True
         if jump > 0:
@@ -556,6 +591,14 @@ class TornadoLoop(ClockedLoop):
 
         super().__init__(clock, auto_skip, grace, real_timeout, proxies, clients)
         self.io_loop = tornado.ioloop.IOLoop.current()
+        if self.source is not None:
+            # tornado's IOLoop.time() is the wall clock's time.time(), which a skip does not move; a
+            # PeriodicCallback computes its next run from it (its call_at converts to a delay on the
+            # asyncio loop, which is on the clock).  On the clock's wall time, it runs once a period.
+            self.io_loop.time = self._wall_time
+
+    def _wall_time(self):
+        return time.time() + self.offset()
 
     def close(self):
         """Close the loop and every file descriptor registered with it; no loop is current afterwards."""
