@@ -353,6 +353,12 @@ class ClockedLoop:
                     return events
                 if now - self._active_at < self.grace or outside or self.source.busy(self.grace):
                     return events
+        # The daemon is at rest now: what it sent before is in the loop's sockets by now (loopback),
+        # so a last look at them, after the daemon's, decides.
+        events = real.select(0)
+        if events:
+            self._active_at = time.monotonic()
+            return events
         if self._landing and wait.skip:
             self._landing = False
             daemon_due = self.source.next_deadline_in()
