@@ -405,6 +405,10 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
             msg.attempts = (msg.attempts + 1) & 0xFFFF
             msg.client_id = cid
             msg.delivery_ns = now
+        if self._backend.acks_deliveries:
+            # (durable: this delivery's attempt is in the record, so a message in flight at a crash
+            # comes back with it: one pwrite per message, into a file kept open)
+            self._backend.keep_attempts(msgs)
         # A duplicate ID already in flight is still sent (as nsqd does) but
         # counted once.
         added = self._in_flight.add_many(msgs, now + client.msg_timeout_ns)

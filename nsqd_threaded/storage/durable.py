@@ -32,7 +32,7 @@ made of these pieces:
 * **Done log** (:class:`DoneLog`): an acknowledgement the committed position
   cannot pass yet (an older record is still in flight) would be lost at a
   crash; its entry is appended to ``<name>.diskqueue.done.dat`` and the
-  reader skips the record after a restart.  Attempts: a requeued message's
+  reader skips the record after a restart.  Attempts: a delivered or requeued message's
   attempts are written into its record's header in place
   (:meth:`DurableDiskQueue.keep_attempts`).
 
@@ -488,6 +488,9 @@ class DurableDiskQueue(DiskQueue):
         self._bad_files = set()  # read errors: renamed to .bad once committed past
         self._dir_synced_num = None  # write file whose directory entry was fsynced
         self._gsync = None  # GroupSync, once the positions are known (_recovered)
+        # (file num, fd) a data file opened for writing attempts into its headers (keep_attempts):
+        # deliveries come from one file at a time, so one is kept open.  Under the owner's lock.
+        self._attempts_file = None
         super().__init__(*args, **kwargs)
 
     def memory_capacity(self, mem_queue_size):
@@ -576,14 +579,32 @@ class DurableDiskQueue(DiskQueue):
             self._sidecar.add_due(deferrals)
         for num, offsets in writes.items():
             try:
-                fd = os.open(self.file_name(num), os.O_WRONLY)
-                try:
-                    for offset, attempts in offsets:
-                        os.pwrite(fd, _ATTEMPTS.pack(attempts), offset)
-                finally:
-                    os.close(fd)
+                fd = self._attempts_fd(num)
+                for offset, attempts in offsets:
+                    os.pwrite(fd, _ATTEMPTS.pack(attempts), offset)
             except OSError as e:
+                self._close_attempts_file()
                 self.log.error("DISKQUEUE(%s) failed to keep attempts in %s - %s", self.name, self.file_name(num), e)
+
+    def _attempts_fd(self, num):
+        """The descriptor of data file ``num`` opened for writing (kept until another file's turn).
+        A file deleted meanwhile was committed past: a write to it is harmless and is not read."""
+        kept = self._attempts_file
+        if kept is not None:
+            if kept[0] == num:
+                return kept[1]
+            self._close_attempts_file()
+        fd = os.open(self.file_name(num), os.O_WRONLY)
+        self._attempts_file = (num, fd)
+        return fd
+
+    def _close_attempts_file(self):
+        kept, self._attempts_file = self._attempts_file, None
+        if kept is not None:
+            try:
+                os.close(kept[1])
+            except OSError:
+                pass
 
     @property
     def unacked_count(self):
@@ -645,6 +666,7 @@ class DurableDiskQueue(DiskQueue):
         self._done.rewrite(self._unacked.done_records())
 
     def empty(self):
+        self._close_attempts_file()
         if not self._exiting:
             self._gsync.forget_meta()
             self._done.drop()
@@ -652,6 +674,7 @@ class DurableDiskQueue(DiskQueue):
         super().empty()
 
     def close(self):
+        self._close_attempts_file()
         super().close()
         self._done.close()
 
@@ -696,6 +719,7 @@ class DurableDiskQueue(DiskQueue):
         self._gsync.close(self, flush=True)  # fsyncs what waiters may wait for (failure logged)
 
     def _deleted(self):
+        self._close_attempts_file()
         self._gsync.close(self, flush=False)
         self._done.close()
 

@@ -16,7 +16,8 @@ end of ``with``).  Made after it, a client runs on it.
 :class:`~nsqd_threaded.testing.BrokerProcess`, :class:`~nsqd_threaded.testing.Lookupd` or
 :class:`~nsqd_threaded.testing.Cluster`, the loop's time *is* that daemon's clock (real time plus what
 was skipped): ``loop.time()``, every ``call_later``/``call_at``/``PeriodicCallback`` of the client and
-``asyncio.sleep`` run on it.  ``nsqd.advance(s)`` and ``loop.advance(s)`` move both; the client's
+``asyncio.sleep`` run on it (a tornado ``IOLoop``'s ``time()``, which a ``PeriodicCallback`` reads, is
+the clock's wall time).  ``nsqd.advance(s)`` and ``loop.advance(s)`` move both; the client's
 timers that fall due fire on the loop's next run.  pynsq also reads ``time.time()`` (its per-address
 connect throttle, its stale-connection check): in ``nsq.reader``, ``nsq.client`` and ``nsq.conn`` that
 name reads the clock's wall time while the loop is open (:data:`CLIENT_MODULES`; ``clients=`` names
@@ -28,16 +29,18 @@ starts and after each skip.
 :meth:`~ClockedLoop.run_for` or :meth:`~ClockedLoop.wait_until` waits and nothing can happen until time
 passes, the clock jumps to the earliest deadline of the loop (a client's reconnect, backoff or
 periodic timer, the waiting method's own end) and of the daemon (a msg-timeout, a REQ or DPUB
-coming due).  "Nothing can happen" means: no callback ready, no event on any of the loop's sockets
-for ``grace`` seconds of real time (default :data:`GRACE`), no call of the loop's running in an
-executor thread (``getaddrinfo``, ``run_in_executor``), the daemon at rest (:meth:`ClockSource.busy`:
-its connections quiet, its threads off the run queue, its figures unchanged), and no
+coming due).  "Nothing can happen" means: no callback ready, no event on any of the loop's sockets,
+no call of the loop's running in an executor thread (``getaddrinfo``, ``run_in_executor``), no
 :class:`~nsqd_threaded.testing.FaultProxy` given in ``proxies=`` (or :meth:`~ClockedLoop.watch`)
-holding delayed bytes.  The grace is the rule for everything outside the loop: a handler that waits
-on something real (a database, a thread, another process) makes no event the loop can see, so the
-clock never jumps until that has been quiet for ``grace``; raise it for slow collaborators.  A jump
-never passes the waiting method's end, and the same test gives the same result every run: what runs
-is decided by the order of deadlines, not by how long real work took.
+holding delayed bytes, and the daemon at rest, looked at before the loop's sockets are (what it sent
+is in them by then).  A broker on the poller with no message in flight vouches for that itself
+(:meth:`ClockSource.settled`): the clock jumps at once.  Otherwise (a message in flight: its handler
+may wait on something real, a database, a thread, another process, which makes no event the loop can
+see; a proxy watched; a daemon that cannot vouch) the grace decides: no event on the loop's sockets
+for ``grace`` seconds of real time (default :data:`GRACE`) and the daemon at rest as seen from
+outside (:meth:`ClockSource.busy`); raise it for slow collaborators.  A jump never passes the
+waiting method's end, and the same test gives the same result every run: what runs is decided by
+the order of deadlines, not by how long real work took.
 
 Timeouts under a clock are in the clock's seconds; ``real_timeout`` (default :data:`REAL_TIMEOUT`)
 bounds each wait in real seconds as well, so a test that hangs fails.
