@@ -29,11 +29,12 @@ visit publishes it to the dead-letter topic and only then lets it leave the
 channel (``Channel.move_dead_letters``): a crash in between finds it still
 in the channel (at least once; it may appear twice, never zero times).
 Under ``--durable`` it appears once: the provenance line of a dead letter is
-written with the dead-letter topic's lock held, right after the dead letter
-(``Topic.publish_dead_letters``' ``written``), and a move the channel
+written with the dead-letter topic's lock held, right before the dead letter
+(``Topic.publish_dead_letters``' ``announce``), and a move the channel
 repeats after a kill of the broker finds it there and only lets the message
-go (:meth:`DeadLetterProvenance.moved_before`).  Left: a kill between those
-two writes (the dead letter without its line) is moved again, twice.
+go (:meth:`DeadLetterProvenance.moved_before`).  The line goes first, with
+where the dead letter is written: a kill between the two leaves a line whose
+dead letter is not at its position, and the move is made again, once.
 """
 
 import collections
@@ -354,7 +355,7 @@ class ChannelPolicyMethods:
             failing = policy.failing
         # (No lock held: the publish takes the dead-letter topic's, and may wait for its fsync.)
         moved = not topic_name or publish_dead_letters(self._nsqd, self, topic_name, msgs, reasons, failing)
-        if moved and topic_name and os.environ.get(EXIT_IN_MOVE_ENV):
+        if moved and topic_name and os.environ.get(EXIT_IN_MOVE_ENV) == "1":
             os._exit(137)  # (the test hook: inside the window a repeated move must be told by)
         with self._lock:
             policy.failing = not moved
@@ -376,11 +377,20 @@ def publish_dead_letters(nsqd, channel, topic_name, msgs, reasons, failing):
     out; :mod:`.provenance`); False if the topic refused (logged unless ``failing``: it refused last
     time too).
 
-    The provenance lines are appended as soon as the dead letters are written (the topic's lock
-    held, fsynced after the publish); under ``--durable`` the messages a killed broker had already
-    written there (their lines say so) are not published again, only let go."""
+    The provenance lines are appended right before the dead letters are written (the topic's lock
+    held, fsynced after the publish), each with where its dead letter goes under ``--durable``; then
+    the messages an earlier run of the broker had already written there (a line for each, and the
+    dead letter at its position) are not published again, only let go."""
     provenance = nsqd.dead_letter_provenance
-    before = provenance.moved_before(topic_name, channel.topic_name, channel.name, msgs)
+    try:
+        dead_letters = nsqd.get_topic(topic_name)
+    except Exception as e:  # (as a refused publish below: retried at the scanner's next visit)
+        if not failing:
+            nsqd.log.error("%r: failed to move %d messages to dead-letter topic %s (retrying) - %s",
+                           channel, len(msgs), topic_name, e)
+        return False
+    before = provenance.moved_before(topic_name, channel.topic_name, channel.name, msgs,
+                                     dead_letters.holds_dead_letter)
     if before:
         nsqd.log.info("%r: %d dead letters were in %s before the restart: not moved again",
                       channel, len(before), topic_name)
@@ -391,12 +401,17 @@ def publish_dead_letters(nsqd, channel, topic_name, msgs, reasons, failing):
     at_ns = nsqd.clock.time_ns()
     docs = [dead_letter_doc(channel.topic_name, channel.name, reason, msg, at_ns) for msg, reason in zip(msgs, reasons)]
 
-    def written(ids):  # (the lines encoded now; appended with the dead-letter topic's lock held)
-        return provenance.prepare(topic_name, ids, msgs, docs)
+    def announce(ids):  # (appended with the dead-letter topic's lock held, right before the records)
+        append = provenance.prepare(topic_name, ids, msgs, docs)
+        if os.environ.get(EXIT_IN_MOVE_ENV) == "line":
+            def append_and_exit(positions):
+                append(positions)
+                os._exit(137)  # (the test hook: a kill between the line and the dead letter)
+            return append_and_exit
+        return append
 
     try:
-        nsqd.get_topic(topic_name).publish_dead_letters([msg.timestamp for msg in msgs],
-                                                        [msg.body for msg in msgs], written)
+        dead_letters.publish_dead_letters([msg.timestamp for msg in msgs], [msg.body for msg in msgs], announce)
     except Exception as e:  # (TopicError, a backend's: the scanner thread retries, it must not die)
         if not failing:
             nsqd.log.error("%r: failed to move %d messages to dead-letter topic %s (retrying) - %s",

@@ -72,20 +72,20 @@ class TopicProvenance:
 
     def _load_locked(self):
         if not self._loaded:
-            entries, whole, same_boot = store.read_entries(self.path, self._boot)
+            entries, whole, moved = store.read_entries(self.path, self._boot)
             self._lines = len(entries) + len(self._entries)
-            # (read before this broker appends its first line: every line of this boot is an earlier run's)
-            for msg_id in same_boot:
+            # (read before this broker appends its first line: every line is an earlier run's)
+            for msg_id, position in moved.items():
                 doc = entries[msg_id][1]
-                self._moved[(doc.get("topic"), doc.get("channel"), doc.get("id"))] = msg_id
+                self._moved[(doc.get("topic"), doc.get("channel"), doc.get("id"))] = (msg_id, position)
             entries.update(self._entries)
             self._entries = entries
             self._torn = not whole
             self._loaded = True
 
-    def encode(self, entries):
-        """The lines :meth:`add` appends for these entries (made beforehand, outside any lock)."""
-        return store.encode_entries(entries, self._boot)
+    def encode(self, entries, positions=None):
+        """The lines :meth:`add` appends for these entries (``positions``: their dead letters')."""
+        return store.encode_entries(entries, self._boot, positions)
 
     def add(self, entries, sync=True, data=None):
         """Keep ``[(ID text, body CRC-32, dead_letter dict)]``; OSError if the file refused them (the
@@ -111,19 +111,28 @@ class TopicProvenance:
         if self.path is not None and self._sync:
             store.sync_file(self.path)  # (without the lock: an add under a topic's lock never waits for it)
 
-    def moved_before(self, source_topic, source_channel, msgs):
-        """Of these Messages of ``source_topic:source_channel``, the IDs (bytes) of those a broker killed
-        in this boot had written to this topic (their lines say so, with their bodies' CRC-32)."""
+    def moved_before(self, source_topic, source_channel, msgs, holds):
+        """Of these Messages of ``source_topic:source_channel``, the IDs (bytes) of those an earlier run
+        of the broker had written to this topic: a line for it (with its body's CRC-32), and its dead
+        letter found at the line's position (``holds(dead letter ID bytes, position)``), or, for a
+        line without one, written in this boot."""
         with self._lock:
             self._load_locked()
             if not self._moved:
                 return set()
-            out = set()
+            found = []
             for msg in msgs:
-                dead_id = self._moved.get((source_topic, source_channel, bytes(msg.id).decode("ascii", "replace")))
-                if dead_id is not None and self._entries[dead_id][0] == store.body_crc(msg.body):
-                    out.add(bytes(msg.id))
-            return out
+                moved = self._moved.get((source_topic, source_channel, bytes(msg.id).decode("ascii", "replace")))
+                if moved is not None and self._entries[moved[0]][0] == store.body_crc(msg.body):
+                    found.append((msg, moved))
+        # (the records are read without this lock: it is a leaf, and a read may wait for the disk)
+        out = {bytes(msg.id) for msg, (dead_id, position) in found
+               if position is None or holds(dead_id.encode("ascii", "replace"), position)}
+        if found:
+            with self._lock:  # (told once: the move made again now, or let go, is this run's)
+                for msg, _ in found:
+                    self._moved.pop((source_topic, source_channel, bytes(msg.id).decode("ascii", "replace")), None)
+        return out
 
     def get(self, msg_id, body):
         """The dead_letter dict of the message with this ID text and body, or None."""
@@ -230,16 +239,15 @@ class DeadLetterProvenance:
         self.prepare(topic_name, ids, msgs, docs, sync)()
 
     def prepare(self, topic_name, ids, msgs, docs, sync=False):
-        """:meth:`record`, its lines encoded now, as a callable that appends them (taking only the
-        topic provenance's lock, a leaf: for the dead-letter topic's lock held, right after the
-        write of the dead letters)."""
+        """:meth:`record` as a callable ``append(positions)`` that appends the lines, with where the
+        dead letters are written (None: not said), taking only the topic provenance's lock, a leaf:
+        for the dead-letter topic's lock held, right before the write of the dead letters."""
         entries = [(bytes(i).decode("ascii", "replace"), store.body_crc(m.body), d) for i, m, d in zip(ids, msgs, docs)]
         book = self._of(topic_name)
-        data = book.encode(entries)
 
-        def append():
+        def append(positions=None):
             try:
-                book.add(entries, sync, data)
+                book.add(entries, sync, book.encode(entries, positions))
             except OSError as e:
                 self._log.error("TOPIC(%s): failed to keep the provenance of %d dead letters - %s",
                                 topic_name, len(entries), e)
@@ -252,12 +260,13 @@ class DeadLetterProvenance:
         except OSError as e:
             self._log.error("TOPIC(%s): failed to sync the provenance of its dead letters - %s", topic_name, e)
 
-    def moved_before(self, topic_name, source_topic, source_channel, msgs):
-        """The IDs (bytes) of those Messages of ``source_topic:source_channel`` that a broker killed in
-        this boot (``--durable``) had already written to the dead-letter topic ``topic_name``."""
-        if self._boot is None:
+    def moved_before(self, topic_name, source_topic, source_channel, msgs, holds):
+        """The IDs (bytes) of those Messages of ``source_topic:source_channel`` that an earlier run of
+        the broker (``--durable``) had already written to the dead-letter topic ``topic_name``
+        (``holds``: see :meth:`TopicProvenance.moved_before`)."""
+        if not self._durable:
             return set()
-        return self._of(topic_name).moved_before(source_topic, source_channel, msgs)
+        return self._of(topic_name).moved_before(source_topic, source_channel, msgs, holds)
 
     def lookup(self, topic_name, msg_id, body):
         """The dead_letter dict of a message of ``topic_name`` (ID text, body bytes), or None."""

@@ -157,18 +157,26 @@ class Topic(BackedQueue):
         else:
             self._put(new_records(now, self._guid.new_id_blocks(len(bodies)), bodies), size, RECORDS)
 
-    def publish_dead_letters(self, timestamps, bodies, written=None):
+    def publish_dead_letters(self, timestamps, bodies, announce=None):
         """Dead letters (:mod:`.provenance`): new messages for these bodies in this order, each with its own
         original timestamp (attempts 0); returns their IDs; raises TopicError.
 
-        ``written(ids)`` is called before they are written and returns what is called with the
-        topic's lock held, once they are written and before any consumer can have them: what it writes (their provenance) is in the data directory whenever
-        they are, at a kill of the process, but one falling between the two (a move repeated after a
-        restart is told by it)."""
+        ``announce(ids)`` is called before they are written and returns what is called with the
+        topic's lock held, right before they are written: ``(positions)``, where the backend will
+        write each (``[(file num, pos)]``; None when it cannot say, outside durable mode).  What it
+        writes (their provenance, with those positions) is in the data directory whenever they are,
+        at a kill of the process; a move repeated after a restart finds each dead letter at its
+        position, or not (a kill between the two: it was never written, and is moved again)."""
         ids = self._guid.new_ids(len(bodies))
         self._put(dead_letter_records(ids, timestamps, bodies), sum(map(len, bodies)), RECORDS,
-                  None if written is None else written(ids))
+                  before=None if announce is None else announce(ids))
         return ids
+
+    def holds_dead_letter(self, msg_id, position):
+        """Whether the dead letter ``msg_id`` (bytes) that :meth:`publish_dead_letters` announced at
+        ``position`` was written (is stored, or was consumed); False outside durable mode."""
+        holds = getattr(self._backend, "holds_record", None)
+        return holds is not None and holds(position[0], position[1], msg_id)
 
     def _consumed(self):
         """A hint, read without the lock: does a channel have a consumer?"""
@@ -179,11 +187,12 @@ class Topic(BackedQueue):
                 return True
         return False
 
-    def _put(self, entries, size, form, written=None):
+    def _put(self, entries, size, form, before=None):
         """Fan out the entries, or queue them in the backlog (see the module's docstring);
         counted once accepted.  ``form``: what they are (``wire.message``'s RECORDS,
-        MESSAGES or DEFERRED).  ``written()``: called once they are accepted, the lock
-        still held (it may take only a leaf lock).
+        MESSAGES or DEFERRED).  ``before(positions)`` (RECORDS): called with the lock held
+        (it may take only a leaf lock) before they are stored, with where a durable backend
+        will write them (:meth:`DiskQueue.positions_of`; None elsewhere).
 
         The fan-out may deliver some directly to waiting consumers: their
         outputs, reserved under the locks, are written and released in the
@@ -199,6 +208,8 @@ class Topic(BackedQueue):
             with self._lock:
                 if self.exiting:
                     raise TopicError("exiting")
+                if before is not None:  # (durable: every entry goes to the disk queue, in this order)
+                    before(self._backend.positions_of(entries) if self._backend.acks_deliveries else None)
                 try:
                     if (
                         self._inline_fan_out
@@ -221,8 +232,6 @@ class Topic(BackedQueue):
                     raise TopicError(str(e)) from None
                 self.message_count += len(entries)
                 self.message_bytes += size
-                if written is not None:
-                    written()
         finally:
             if deliveries:
                 deliveries.release()

@@ -191,6 +191,22 @@ class DiskQueue(DiskQueueFiles, Backend):
             return 1
         return d
 
+    def positions_of(self, records):
+        """Where :meth:`put` would write these records (bytes) now: ``[(file num, pos)]`` of each
+        record's start (its length field), rolling to a new file as put does.  Call under the owner's
+        lock, right before the put."""
+        max_bytes = self.max_bytes_per_file
+        fnum, pos = self.write_file_num, self.write_pos
+        out = []
+        for record in records:
+            n = len(record)
+            if pos > 0 and pos + 4 + n > max_bytes:
+                fnum += 1
+                pos = 0
+            out.append((fnum, pos))
+            pos += 4 + n
+        return out
+
     def put(self, msgs):
         if self._exiting:
             raise BackendError("exiting")

@@ -85,6 +85,7 @@ from .records import RECORD_LENGTH
 
 _ATTEMPTS = struct.Struct(">H")  # a record header's attempts field
 _ATTEMPTS_OFFSET = RECORD_LENGTH.size + 8  # from a record's start: its length, the timestamp
+_ID_OFFSET = _ATTEMPTS_OFFSET + _ATTEMPTS.size  # then the attempts, then the 16-byte ID
 
 
 class _Rec:
@@ -605,6 +606,22 @@ class DurableDiskQueue(DiskQueue):
                 os.close(kept[1])
             except OSError:
                 pass
+
+    def holds_record(self, file_num, pos, msg_id):
+        """Whether the record with ID ``msg_id`` (16 bytes) was written at ``(file_num, pos)`` (a
+        position :meth:`positions_of` gave before its put) and is still stored or was consumed: its
+        file is gone and older than the write file (deleted only once read and acknowledged), or the
+        record there has that ID.  False when it was never written (a kill before the put; a write a
+        crash tore, which the restart cut off and may have written over)."""
+        try:
+            fd = os.open(self.file_name(file_num), os.O_RDONLY)
+        except FileNotFoundError:
+            return file_num < self.write_file_num
+        try:
+            header = os.pread(fd, _ID_OFFSET + 16, pos)
+        finally:
+            os.close(fd)
+        return len(header) == _ID_OFFSET + 16 and header[_ID_OFFSET:] == bytes(msg_id)
 
     @property
     def unacked_count(self):

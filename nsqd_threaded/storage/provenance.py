@@ -6,15 +6,20 @@ their bodies and their records exactly as Go writes them, and Go nsqd, which
 opens only nsqd.dat and the ``*.diskqueue.*`` files its metadata names,
 never reads it.  Each line is one compact JSON object::
 
-    {"id": "<the dead letter's ID>", "crc": <CRC-32 of its body>, "dead_letter": {...}, "boot": "..."}
+    {"id": "<the dead letter's ID>", "crc": <CRC-32 of its body>, "dead_letter": {...}, "boot": "...", "at": [0, 1024]}
 
-An entry is appended once the dead letter is written to the topic (with the
-topic's lock still held, before a consumer can have it), and before the
+An entry is appended with the topic's lock held, right before the dead letter
+is written to the topic (before a consumer can have it), and before the
 message leaves its source channel (see docs/storage.md for the crash rule).
-``boot`` (``--durable`` only) is the running kernel's boot ID
-(:func:`current_boot`): after a kill of the broker (not of the machine) a
-line with the same boot ID proves its dead letter was written, because the
-kernel keeps what a killed process wrote; the move is then not repeated.  A reader trusts an entry only for a message with that ID *and*
+Under ``--durable`` it has ``"at": [file num, pos]``, where the topic's disk
+queue writes the dead letter: after a crash, the record there with the dead
+letter's ID proves it was written (or a deleted file, consumed), and its
+absence that it was not (a kill between the line and the record, a power
+loss, an fsync that failed); the move is repeated only then.  ``boot``
+(``--durable`` only) is the running kernel's boot ID (:func:`current_boot`):
+for a line without ``at`` (a compaction keeps lines of held messages without
+it), the same boot ID proves its dead letter was written, because the kernel
+keeps what a killed process wrote.  A reader trusts an entry only for a message with that ID *and*
 a body with that CRC-32; an ID is never made twice by a broker (its GUIDs
 grow with its clock), so a line a crash left behind, for a message that was
 never stored, never attaches to another one.  A line a crash tore (the
@@ -52,25 +57,33 @@ def current_boot(path=BOOT_ID_PATH):
         return None
 
 
-def encode_entries(entries, boot=None):
+def encode_entries(entries, boot=None, positions=None):
     """``[(id text, crc, dead_letter dict)]`` as the lines appended for them (``boot``: the boot ID
-    they are written in, kept in each line)."""
+    they are written in, kept in each line; ``positions``: where the topic's disk queue writes each
+    dead letter, ``[(file num, pos)]``, kept as ``"at"``)."""
     extra = {} if boot is None else {"boot": boot}
-    return b"".join(json.dumps(dict({"id": msg_id, "crc": crc, "dead_letter": doc}, **extra),
-                               separators=(",", ":")).encode() + b"\n" for msg_id, crc, doc in entries)
+    lines = []
+    for i, (msg_id, crc, doc) in enumerate(entries):
+        line = dict({"id": msg_id, "crc": crc, "dead_letter": doc}, **extra)
+        if positions is not None:
+            line["at"] = list(positions[i])
+        lines.append(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+    return b"".join(lines)
 
 
 def read_entries(path, boot=None):
-    """``({id text: (crc, dead_letter dict)}, ends_with_newline, same_boot)`` of a provenance file ({},
-    True and [] when there is none): ``same_boot``, the IDs of the lines written in boot ``boot`` (none
-    if None); a line that is not a whole entry (torn by a crash) is skipped."""
+    """``({id text: (crc, dead_letter dict)}, ends_with_newline, moved)`` of a provenance file ({},
+    True and {} when there is none): ``moved``, ``{id text: position or None}`` of the lines that
+    tell whether their dead letter was written: those with a position (``"at"``, any boot: the
+    record there tells), and those without one written in boot ``boot`` (none if None); a line that
+    is not a whole entry (torn by a crash) is skipped."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        return {}, True, []
+        return {}, True, {}
     entries = {}
-    same_boot = []
+    moved = {}
     for line in data.split(b"\n"):
         if not line:
             continue
@@ -81,9 +94,12 @@ def read_entries(path, boot=None):
             continue
         if isinstance(msg_id, str) and isinstance(crc, int) and isinstance(dead_letter, dict):
             entries[msg_id] = (crc, dead_letter)
-            if boot is not None and doc.get("boot") == boot:
-                same_boot.append(msg_id)
-    return entries, not data or data.endswith(b"\n"), same_boot
+            at = doc.get("at")
+            if (isinstance(at, list) and len(at) == 2 and all(isinstance(n, int) and n >= 0 for n in at)):
+                moved[msg_id] = (at[0], at[1])
+            elif boot is not None and doc.get("boot") == boot:
+                moved[msg_id] = None
+    return entries, not data or data.endswith(b"\n"), moved
 
 
 def append_entries(path, data, start_line=False, sync=False):
