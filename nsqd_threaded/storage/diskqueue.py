@@ -120,6 +120,7 @@ class DiskQueue(DiskQueueFiles, Backend):
         self.name = name
         self._now_ns = clock  # the owner's clock (Unix ns): deferred records' due times
         self.data_path = data_path
+        self._meta_file_name = None
         self._file_prefix = os.path.join(data_path, "%s.diskqueue." % name)  # file_name() is on the hot path
         self.max_bytes_per_file = max_bytes_per_file
         self.min_msg_size = min_msg_size
@@ -168,7 +169,10 @@ class DiskQueue(DiskQueueFiles, Backend):
 
     @property
     def meta_file_name(self):
-        return os.path.join(self.data_path, "%s.diskqueue.meta.dat" % self.name)
+        path = self._meta_file_name
+        if path is None:  # (made once: a durable queue writes it with every group commit)
+            path = self._meta_file_name = os.path.join(self.data_path, "%s.diskqueue.meta.dat" % self.name)
+        return path
 
     @property
     def deferred_file_name(self):
