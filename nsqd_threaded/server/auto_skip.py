@@ -20,6 +20,7 @@ not answered yet holds no byte in flight; give a larger grace when handlers take
 
 import fcntl
 import os
+import select
 import socket
 import struct
 import termios
@@ -56,6 +57,23 @@ def _unread(sock):
         return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
     except (OSError, ValueError):
         return 0
+
+
+_READABLE = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
+
+
+def _any_readable(socks):
+    """Whether one of ``socks`` has something the broker has not read: bytes, or an end (a closed
+    connection has no bytes for ``FIONREAD`` to count, yet its poller has the close to handle)."""
+    if not socks:
+        return False
+    poll = select.poll()
+    for sock in socks:
+        try:
+            poll.register(sock, _READABLE)
+        except (OSError, ValueError):
+            continue  # (closed meanwhile: its poller has dropped it)
+    return bool(poll.poll(0))
 
 
 def listen_backlog(sock):
@@ -131,8 +149,8 @@ def settled(nsqd, asker=None):
     flight: its handler may be waiting on something real; a thread per connection: a thread that
     read a command shows nothing while it waits for the interpreter lock; lookupd peers).
 
-    Why each look is enough with the poller (see :meth:`NetPoller.settled`): a command's bytes are
-    unread (``FIONREAD``) until a poller reads them, and it reads them while ``serving``; what a
+    Why each look is enough with the poller (see :meth:`NetPoller.settled`): a command's bytes (or
+    a connection's end) are readable until a poller reads them, and it reads them while ``serving``; what a
     command sets off is a worker's task, a topic's fan-out or a channel's delivery, each visible here
     until done; an HTTP request holds its connection open while it is handled.  ``asker``: the peer
     address of the HTTP connection asking (``GET /debug/time``), left out of that look."""
@@ -152,7 +170,7 @@ def settled(nsqd, asker=None):
                 except OSError:
                     return False
             continue
-        if any(_unread(sock) for sock in connections):
+        if _any_readable(connections):
             return False
     if not poller.settled():
         return False
