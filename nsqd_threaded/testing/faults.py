@@ -21,16 +21,19 @@ cannot lose bytes without breaking the protocol), a bandwidth limit.
 """
 
 import random
+import select
 import socket
 import struct
 import threading
 import time
 
+from ..server.auto_skip import listen_backlog
 from .served import LOCALHOST, address_text
 
 __all__ = ["FaultProxy"]
 
 _CHUNK = 65536
+ACCEPT_POLL_MS = 100  # the accept thread looks at its listener at least this often (closed: it ends)
 _PACE_CHUNK = 4096
 
 
@@ -70,6 +73,7 @@ class FaultProxy:
         self._conns = []
         self._finished = []  # connections whose threads are done: joined on the next accept or close
         self._listener = None
+        self._accepting = False  # the accept thread took a connection and is setting it up (see busy)
         self._accepter = None
         self._address = None
 
@@ -122,6 +126,21 @@ class FaultProxy:
                 return False
             conns = list(self._conns)
         return any(conn.holding() for conn in conns)
+
+    def busy(self):
+        """True while the proxy has work under way that no socket of the application or the broker
+        shows yet: a connection waiting to be accepted or being set up (its upstream dialled), bytes
+        read from one side and not yet written to the other, or bytes (or an end) on a proxied socket
+        it has not read.  What a loop skipping time waits out (see :meth:`holding`; a stall's bytes
+        do not count)."""
+        with self._cond:
+            if self._stalled:
+                return False
+            conns = list(self._conns)
+            listener = self._listener
+        if self._accepting or (listener is not None and listen_backlog(listener)):
+            return True
+        return any(conn.busy() for conn in conns)
 
     @property
     def connections(self):
@@ -211,29 +230,48 @@ class FaultProxy:
         return accepter
 
     def _accept_loop(self, listener):
+        ready = select.poll()
+        ready.register(listener, select.POLLIN)
         while True:
+            # Waits for a connection before accepting it: until _accepting is set, a caller of
+            # busy() sees it in the listen queue.  (A closed listener answers the poll at once.)
+            ready.poll(ACCEPT_POLL_MS)
+            self._accepting = True
             try:
-                client, peer = listener.accept()
+                client, peer = listener.accept() if _readable(listener) else (None, None)
             except OSError:
+                self._accepting = False
                 return  # closed: cut() or close()
-            try:
-                upstream = socket.create_connection(self.target, timeout=5.0)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
+            if client is None:
+                self._accepting = False
+                if listener.fileno() < 0:
+                    return
                 continue
-            client.settimeout(None)
-            for sock in (client, upstream):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._join_finished()
-            conn = _Connection(self, client, upstream)
-            with self._cond:
-                if self._closed or self._cut:
-                    conn.close(reset=True)
-                    continue
-                self._conns.append(conn)
-            self._event("accept", peer="%s:%d" % peer[:2])
-            conn.start()
+            try:
+                self._set_up(client, peer)
+            finally:
+                self._accepting = False
+
+    def _set_up(self, client, peer):
+        """A connection accepted: dial the target, start relaying (the accept thread)."""
+        try:
+            upstream = socket.create_connection(self.target, timeout=5.0)
+            upstream.settimeout(None)
+        except OSError:
+            client.close()
+            return
+        client.settimeout(None)
+        for sock in (client, upstream):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._join_finished()
+        conn = _Connection(self, client, upstream)
+        with self._cond:
+            if self._closed or self._cut:
+                conn.close(reset=True)
+                return
+            self._conns.append(conn)
+        self._event("accept", peer="%s:%d" % peer[:2])
+        conn.start()
 
     def _ended(self, conn):
         """Both directions of ``conn`` ended by themselves: its threads are joined later."""
@@ -280,6 +318,8 @@ class _Connection:
         self._cond = threading.Condition()
         self._chunks = ([], [])  # client->upstream, upstream->client: (release at, bytes or None)
         self._in_hand = [False, False]  # a writer took a chunk and has not sent it yet (per direction)
+        self._reading = [False, False]  # a reader saw bytes (or the end) and has not queued them yet
+        self._read_ended = [False, False]  # a reader queued the end and returned
         self._threads = []
         self._writers = 2  # writers still running; the last one closes the sockets
         port = proxy.address[1]
@@ -324,7 +364,16 @@ class _Connection:
     def _read(self, src, index):
         chunks = self._chunks[index]
         last = 0.0
+        ready = select.poll()
+        ready.register(src, select.POLLIN)
         while True:
+            # Waits for bytes before reading them: until _reading is set, busy() sees them in the
+            # socket.  (close() shuts the socket down, which answers the poll.)
+            try:
+                ready.poll()
+            except OSError:
+                pass
+            self._reading[index] = True
             try:
                 data = src.recv(_CHUNK)
             except OSError:
@@ -332,6 +381,9 @@ class _Connection:
             last = max(last, time.monotonic() + self.proxy._hold())
             with self._cond:
                 chunks.append((last, data or None))
+                self._reading[index] = False
+                if not data:
+                    self._read_ended[index] = True
                 self._cond.notify_all()
             if not data:
                 return
@@ -385,6 +437,16 @@ class _Connection:
         with self._cond:
             return not self.closed and (any(self._chunks) or any(self._in_hand))
 
+    def busy(self):
+        """:meth:`holding`, or a reader has bytes (or the end) to read or is reading them."""
+        with self._cond:
+            if self.closed:
+                return False
+            if any(self._chunks) or any(self._in_hand) or any(self._reading):
+                return True
+            open_socks = [sock for sock, ended in zip(self.socks, self._read_ended) if not ended]
+        return any(_readable(sock) for sock in open_socks)
+
     def _writer_ended(self):
         with self._cond:
             self._writers -= 1
@@ -410,3 +472,13 @@ def _address(address):
         return host.strip("[]") or LOCALHOST, int(port)
     host, port = address
     return host, int(port)
+
+
+def _readable(sock):
+    """Whether ``sock`` has bytes, an end or an error to read now (never waits)."""
+    ready = select.poll()
+    try:
+        ready.register(sock, select.POLLIN)
+    except (OSError, ValueError):
+        return False
+    return bool(ready.poll(0))

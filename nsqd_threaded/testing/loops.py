@@ -32,7 +32,8 @@ periodic timer, the waiting method's own end) and of the daemon (a msg-timeout, 
 coming due).  "Nothing can happen" means: no callback ready, no event on any of the loop's sockets,
 no call of the loop's running in an executor thread (``getaddrinfo``, ``run_in_executor``), no
 :class:`~nsqd_threaded.testing.FaultProxy` given in ``proxies=`` (or :meth:`~ClockedLoop.watch`)
-holding delayed bytes, and the daemon at rest, looked at before the loop's sockets are (what it sent
+holding delayed bytes or relaying (``FaultProxy.busy``: a connection being set up, bytes it has not
+read or not yet passed on), and the daemon at rest, looked at before the loop's sockets are (what it sent
 is in them by then).  A broker on the poller with no message in flight vouches for that itself
 (:meth:`ClockSource.settled`): the clock jumps at once.  Otherwise (a message in flight: its handler
 may wait on something real, a database, a thread, another process, which makes no event the loop can
@@ -332,7 +333,7 @@ class ClockedLoop:
             return events
         # Can the daemon vouch that it is at rest, with no message at a handler (settled)?  Then no
         # grace: what the loop sees is all there is.  Else the grace decides (the daemon's busy()).
-        outside = self.in_executor or any(p.holding() for p in self.proxies)
+        outside = self.in_executor or any(p.holding() or p.busy() for p in self.proxies)
         # (a FaultProxy's thread relays out of both sides' sight: with one watched, the grace decides)
         look = None if outside or self.proxies else self.source.settled()
         if look is False:  # under way: look again in a moment

@@ -97,7 +97,9 @@ def test_buttons_pause_empty_delete(browser, setup, tmp_path):
     browser.click(browser.find("button.delete"))
     browser.wait(browser.alert_open, "the confirmation")
     browser.accept_alert()
-    browser.wait(lambda: all(not b.stats()["topics"] for b in cluster), "the topic deleted on every broker")
+    browser.wait(lambda: all(not b.stats()["topics"] for b in cluster), lambda: "the topic deleted on every "
+                 "broker: %r; lookupd: %r" % ([[t["topic_name"] for t in b.stats()["topics"]] for b in cluster],
+                                               cluster.lookupd.lookup("orders")))
     browser.wait(lambda: browser.url.endswith("/topics"), "the topics page")
     log = browser.browser_log()
     assert not severe(log), log

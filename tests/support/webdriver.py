@@ -172,7 +172,7 @@ class Chrome:
                 return None
 
         return wait_for(answered, timeout or self.timeout, interval=0.05,
-                        what=lambda: "%s (%s)" % (what, last[0] if last else None))
+                        what=lambda: "%s (%s)" % (what() if callable(what) else what, last[0] if last else None))
 
     def quit(self):
         if self.session is not None:
