@@ -31,6 +31,15 @@ class NSQError(Exception):
         self.address = address
 
 
+def os_error_words(exc):
+    """An OSError as Go says one: the OS's words, lower case (``connection reset by peer``), with no
+    ``[Errno 104]``; anything else as its text."""
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is None:
+        text = str(exc.strerror)
+        return text[:1].lower() + text[1:] if text[:1].isupper() and text[1:2].islower() else text
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 class ConnectionClosed(ConnectionError):
     """The connection is closed or ended before the answer came."""
 
@@ -202,10 +211,9 @@ class Connection:
         except OSError as e:
             if isinstance(e, ConnectionClosed):
                 raise
-            if isinstance(e, BlockingIOError):  # SO_SNDTIMEO ran out (kernel_timeouts)
-                e = "timed out"
+            words = "timed out" if isinstance(e, BlockingIOError) else os_error_words(e)  # (SO_SNDTIMEO ran out)
             self.shutdown()
-            raise ConnectionClosed("connection to %s failed: %s" % (format_address(self.address), e)) from None
+            raise ConnectionClosed("connection to %s failed: %s" % (format_address(self.address), words)) from None
 
     def read_frame(self):
         """The next ``(frame_type, data)``; raises ConnectionClosed at EOF, OSError on errors."""

@@ -13,7 +13,7 @@ import http.client
 import logging
 
 from ..internal.gocompat import go_quote
-from .connection import EndOfStream, format_address
+from .connection import EndOfStream, format_address, os_error_words
 
 _LOGGING = logging.getLogger("nsqd_threaded.client")
 
@@ -83,10 +83,7 @@ def error_words(exc):
     """An exception in go-nsq's words: ``EOF`` when nsqd closed the connection, else the OS's (lower case)."""
     if isinstance(exc, EndOfStream):
         return "EOF"
-    if isinstance(exc, OSError) and exc.strerror and exc.filename is None:
-        text = str(exc.strerror)
-        return text[:1].lower() + text[1:] if text[:1].isupper() and text[1:2].islower() else text
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return os_error_words(exc)
 
 
 def dial_words(exc, address):
