@@ -175,8 +175,7 @@ class Topic(BackedQueue):
     def holds_dead_letter(self, msg_id, position):
         """Whether the dead letter ``msg_id`` (bytes) that :meth:`publish_dead_letters` announced at
         ``position`` was written (is stored, or was consumed); False outside durable mode."""
-        holds = getattr(self._backend, "holds_record", None)
-        return holds is not None and holds(position[0], position[1], msg_id)
+        return self._backend.holds_record(position[0], position[1], msg_id)
 
     def _consumed(self):
         """A hint, read without the lock: does a channel have a consumer?"""

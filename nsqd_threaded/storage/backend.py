@@ -38,6 +38,11 @@ class Backend:
         """Append messages (a list of Messages and records); raise BackendError if they cannot be stored."""
         raise NotImplementedError
 
+    def holds_record(self, file_num, pos, msg_id):
+        """Whether the record ``msg_id`` written at ``(file_num, pos)`` is stored or was consumed
+        (durable mode's dead-letter check after a crash); a backend that cannot tell: False."""
+        return False
+
     def get(self, n, records=False):
         """Remove and return up to ``n`` messages, oldest first, as Messages.
 

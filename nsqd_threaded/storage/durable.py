@@ -605,10 +605,7 @@ class DurableDiskQueue(DiskQueue):
     def _close_attempts_file(self):
         kept, self._attempts_file = self._attempts_file, None
         if kept is not None:
-            try:
-                os.close(kept[1])
-            except OSError:
-                pass
+            _close_quietly(kept[1])
 
     def holds_record(self, file_num, pos, msg_id):
         """Whether the record with ID ``msg_id`` (16 bytes) was written at ``(file_num, pos)`` (a
@@ -694,10 +691,7 @@ class DurableDiskQueue(DiskQueue):
         """Close the metadata file kept open for the commits' writes (GroupSync's ``meta_lock`` held)."""
         kept, self._meta_file = self._meta_file, None
         if kept is not None:
-            try:
-                os.close(kept[0])
-            except OSError:
-                pass
+            _close_quietly(kept[0])
 
     def _close_meta_file(self):
         """:meth:`_close_meta_file_locked`, taking the lock (the file is about to go, or the queue to close)."""
@@ -884,3 +878,11 @@ class DurableDiskQueue(DiskQueue):
             self.read_file_num = nxt[0] if nxt else self.write_file_num
             self.read_pos = 0
             self._need_sync = True
+
+
+def _close_quietly(fd):
+    """Close a descriptor kept open for in-place writes (its last write, if any, was reported)."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass

@@ -318,8 +318,11 @@ class _Connection:
         self._cond = threading.Condition()
         self._chunks = ([], [])  # client->upstream, upstream->client: (release at, bytes or None)
         self._in_hand = [False, False]  # a writer took a chunk and has not sent it yet (per direction)
-        self._reading = [False, False]  # a reader saw bytes (or the end) and has not queued them yet
-        self._read_ended = [False, False]  # a reader queued the end and returned
+        # Per direction, each written by that direction's reader only (set True without _cond, as a
+        # flag read by busy(); cleared under _cond with the chunk it queued, so busy() never sees
+        # neither): a reader saw bytes (or the end) and has not queued them yet; it queued the end.
+        self._reading = [False, False]
+        self._read_ended = [False, False]
         self._threads = []
         self._writers = 2  # writers still running; the last one closes the sockets
         port = proxy.address[1]

@@ -177,23 +177,26 @@ def test_a_delayed_req_keeps_its_delay_through_a_kill(tmp_path):
         after.stop()
 
 
-def _die_inside_a_move(tmp_path):
-    """A broker that exits (as at a SIGKILL) after jobs-dead accepted b's move and before work let b go."""
-    ours = BrokerProcess("--durable", data_path=str(tmp_path), env=dict(os.environ, **{EXIT_IN_MOVE_ENV: "1"})).start()
+def _move_b_and_exit(tmp_path, exit_in_move, what):
+    """A broker with work's dead-letter policy that exits (as at a SIGKILL) at the test hook
+    ``exit_in_move`` while it moves b to jobs-dead; returns b's ID."""
+    ours = _start_with_a_dead_letter_policy(tmp_path, exit_in_move)
     try:
-        for path in ("/topic/create?topic=jobs", "/channel/create?topic=jobs&channel=work",
-                     "/topic/create?topic=jobs-dead", "/channel/create?topic=jobs-dead&channel=dead",
-                     "/channel/policy?topic=jobs&channel=work&max_attempts=1&dead_letter_topic=jobs-dead"):
-            assert ours.http("POST", path)[0] == 200, path
         with Conn(ours.tcp_address) as publisher, Conn(ours.tcp_address) as consumer:
             assert publisher.pub("jobs", b"b") == b"OK"
             consumer.sub("jobs", "work", rdy=1)
             _, _, msg_id, _ = consumer.read_message()
             consumer.cmd(b"REQ %s 0" % msg_id)  # its next delivery would be its 2nd: moved instead
-            wait_for(lambda: not ours.running, timeout=10, what="the exit inside the move")
+            wait_for(lambda: not ours.running, timeout=10, what=what)
         assert ours.returncode == 137
     finally:
         ours.stop()
+    return msg_id
+
+
+def _die_inside_a_move(tmp_path):
+    """A broker that exits (as at a SIGKILL) after jobs-dead accepted b's move and before work let b go."""
+    msg_id = _move_b_and_exit(tmp_path, "1", "the exit inside the move")
     done_log = tmp_path / "jobs:work.diskqueue.done.dat"
     assert not done_log.exists() or done_log.stat().st_size == 0  # (inside the window: work still has b)
     path = str(tmp_path / ("jobs-dead" + provenance_file.FILE_SUFFIX))
@@ -240,17 +243,7 @@ def test_after_a_power_loss_that_lost_the_dead_letter_it_is_moved_again(tmp_path
 def test_a_kill_between_the_provenance_line_and_the_dead_letter_moves_it_once(tmp_path):
     """The line goes first, with the dead letter's position: a kill right after it leaves a line whose
     dead letter was never written, and the restarted broker moves the message again, once."""
-    ours = _start_with_a_dead_letter_policy(tmp_path, "line")
-    try:
-        with Conn(ours.tcp_address) as publisher, Conn(ours.tcp_address) as consumer:
-            assert publisher.pub("jobs", b"b") == b"OK"
-            consumer.sub("jobs", "work", rdy=1)
-            _, _, msg_id, _ = consumer.read_message()
-            consumer.cmd(b"REQ %s 0" % msg_id)  # its next delivery would be its 2nd: moved instead
-            wait_for(lambda: not ours.running, timeout=10, what="the exit between the line and the dead letter")
-        assert ours.returncode == 137
-    finally:
-        ours.stop()
+    msg_id = _move_b_and_exit(tmp_path, "line", "the exit between the line and the dead letter")
     entries, _, moved = provenance_file.read_entries(str(tmp_path / ("jobs-dead" + provenance_file.FILE_SUFFIX)))
     assert [doc["id"] for _, doc in entries.values()] == [bytes(msg_id).decode()] and list(moved.values()) == [(0, 0)]
     assert _drain_after(tmp_path) == ([], [b"b"])
