@@ -667,9 +667,7 @@ class NetPoller:
         skips the way back through the poller and the hand-off to a worker again."""
         if conn.disconnected or self._stopping:
             return False
-        poll = select.poll()
-        poll.register(conn._fd, select.POLLIN)
-        return bool(poll.poll(NEXT_COMMAND_WAIT * 1000))
+        return conn.proto.reader.wait_for_command(NEXT_COMMAND_WAIT)
 
     def _end(self, conn):
         """Tear ``conn`` down once: leave its channel, forget its socket, close it."""

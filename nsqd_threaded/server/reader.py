@@ -190,18 +190,41 @@ class Reader:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)  # the pump's writes too
         self._timeout = seconds
 
-    def _fill(self, missing=0, nowait=False):
+    def wait_for_command(self, seconds):
+        """The polled model's short wait for a connection's next command, in one recv: True when
+        bytes (or the connection's end) came within ``seconds``, False when nothing did.
+
+        A worker that has served what arrived calls it before it parks the
+        connection: a client that waits for each answer (a durable PUB waits for
+        its fsync) sends the next command a round trip later.  The wait is the
+        kernel's (SO_RCVTIMEO, set to ``seconds`` and left so: the next command
+        that needs a waiting recv sets its own deadline again, and a polled
+        connection's sends never wait), so no poll() precedes the recv.
+        """
+        if self._layers is not None and self._layers.pending():
+            return True
+        if self._timeout != seconds:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(seconds))
+            self._timeout = seconds
+        try:
+            return self._fill(within=True)
+        except ConnectionEnded:
+            return True  # (the serve that follows finds the end again, and ends the connection)
+
+    def _fill(self, missing=0, nowait=False, within=False):
         """One recv; ``missing`` is how many more bytes the caller is known to need.
 
         ``nowait``: a recv that does not wait (the polled model between
         commands): answers False when nothing was there, True otherwise.
+        ``within``: a recv that waits only as long as SO_RCVTIMEO says (see
+        :meth:`wait_for_command`), answering the same way.
         """
         connection = self._connection
         if connection is not None and connection.disconnected:
             raise ConnectionEnded("closed by the broker")
         timeout = self._command_timeout
         late = False  # the deadline passed: only what the kernel already holds may still be read
-        if timeout is not None and not nowait:
+        if timeout is not None and not nowait and not within:
             now = _monotonic()
             deadline = self._deadline
             if deadline is None:  # the command's first recv: its deadline starts now, all of it left
@@ -235,10 +258,12 @@ class Reader:
         try:
             if nowait or holding or late:
                 n = self._sock.recv_into(chunk, 0, _MSG_DONTWAIT)
+            elif within:
+                n = self._sock.recv_into(chunk)
             else:
                 n = self._recv_into(chunk)
         except BlockingIOError:  # SO_RCVTIMEO: idle, or the deadline passed (or _recv_or_park found nothing)
-            if nowait:
+            if nowait or within:
                 return False
             if late:
                 raise ConnectionEnded("i/o timeout") from None

@@ -22,8 +22,8 @@ made of these pieces:
   held, right after ``put``) returns a token; :meth:`wait_synced` (owner's
   lock *not* held) returns once everything up to the token is fsynced.  One
   waiter at a time fsyncs -- a ``dup()`` of the write fd, outside any lock --
-  everything written so far; the others wait for it and return if it covered
-  them.  A write-file roll fsyncs the finished file, which covers every token
+  everything written so far; the others sleep, and it wakes those it covered
+  and one of the rest to lead the next commit.  A write-file roll fsyncs the finished file, which covers every token
   in it.  Directory entries of new data files and of the metadata file are
   fsynced too.  An fsync failure is sticky: every later wait for a token not
   synced before it raises BackendError (the kernel may have dropped the
@@ -36,17 +36,21 @@ made of these pieces:
   attempts are written into its record's header in place
   (:meth:`DurableDiskQueue.keep_attempts`).
 
-* **Metadata with each commit**: a sync point also takes a snapshot of the
-  metadata (:meth:`DurableDiskQueue.sync_point`), and the group commit's
-  leader writes it (in place, without an fsync) after its fsync
-  and before it releases the waiters, so every acknowledged record is within
-  the metadata file's write position.  The topic's acknowledgement of a
-  fanned-out batch (``ack(..., persist=True)``) writes it too.  So Go nsqd,
-  which reads nothing of a queue whose metadata file is missing and only the
-  current write file past a stale one, finds everything acknowledged after
-  a SIGKILL of this broker; a fresh queue writes its metadata when it opens
-  for the same reason.  A FIN moves the committed read position in memory;
-  it reaches the file with the channel's next commit or sync.
+* **Metadata with the commits that need it**: a sync point in a write file
+  the metadata file does not hold yet (a roll since, or no metadata file)
+  also takes a snapshot of the metadata (:meth:`DurableDiskQueue.sync_point`,
+  :meth:`GroupSync.wrote`), and the group commit's leader writes it (in
+  place, without an fsync) after its fsync and before it releases the
+  waiters.  The topic's acknowledgement of a fanned-out batch
+  (``ack(..., persist=True)``) writes it too.  So Go nsqd, which reads
+  nothing of a queue whose metadata file is missing, and past a stale write
+  position reads the metadata's write file to its end but writes over any
+  later one, finds everything acknowledged after a SIGKILL of this broker; a
+  fresh queue writes its metadata when it opens for the same reason.  Within
+  one write file a commit writes nothing more: the metadata's write position
+  may be stale, which both readers handle.  A FIN moves the committed read
+  position in memory (the done log keeps it); it reaches the file with the
+  next sync or persisted acknowledgement.
 
 * **Startup**: data files past the metadata's write position (the metadata
   was lost or is older than them, e.g. a crash right after ``empty()``) are
@@ -57,14 +61,14 @@ Locking: everything here runs with the owner's (topic's or channel's) lock
 held, which serializes it with the rest of DiskQueue -- except
 :meth:`wait_synced`, which must be called *without* it.  What waiters share
 with the owner lives in :class:`GroupSync` and is guarded by its own lock
-(``GroupSync._cond``): the written and synced positions, the owner's write
+(``GroupSync._lock``): the written and synced positions, the owner's write
 fd and its file number, the leader flag, the sticky error, the closed flag
 and ``fsync_count``.  That lock is never held across an fsync; the owner
 takes it only briefly, in GroupSync's owner-side methods, always while
 holding its own lock (a waiter holding it never takes the owner's).
 ``GroupSync.meta_lock`` serializes the writes of the metadata file (the
-owner's and the leaders'); it is taken before ``_cond`` when both are, and a
-leader holds neither the owner's lock nor ``_cond`` while holding it.
+owner's and the leaders'); it is taken before ``_lock`` when both are, and a
+leader holds neither the owner's lock nor ``_lock`` while holding it.
 :class:`Unacked` and the other durable state have no lock: the owner's
 lock covers them.
 """
@@ -269,18 +273,33 @@ class GroupSync:
     """
 
     def __init__(self, file_name, position, write_meta):
-        """``write_meta(data, fsync)`` replaces the metadata file (raises OSError)."""
+        """``write_meta(data, fsync)`` replaces the metadata file (raises OSError).  Metadata is handed
+        in as the five fields of :func:`~.meta_file.format_meta`."""
         self._file_name = file_name
         self._write_meta = write_meta
         self.meta_lock = threading.Lock()  # serializes metadata file writes; guards _meta_written (and the owner's kept file)
         self._meta_written = 0  # the number of the snapshot the metadata file holds
-        self._cond = threading.Condition(threading.Lock())  # guards all the state below; waiters sleep on it
-        self._meta = None  # the owner's metadata at its latest sync point: (number, bytes)
+        # Guards all the state below.  Waiters do not sleep on a Condition: each sleeps on a lock of its
+        # own, listed with its token in _waiters, so that a commit wakes only the waiters it covered
+        # (they return without taking this lock again) and one more to lead the next commit, not
+        # every waiter to find out (see _wake_locked).
+        self._lock = threading.Lock()
+        self._waiters = []  # _Waiter entries, in the order they came
+        self._meta = None  # the owner's metadata at its latest sync point: (number, fields)
+        # The write file number the metadata file holds (None: not known, or no file).  A commit
+        # writes the metadata only when the write file has changed since (see wrote()).
+        self._meta_file_num = None
         self._meta_number = 0  # numbers the owner's snapshots (and direct writes) in the order taken
         self.written = position
         self.synced = position
-        self._fd = None  # the owner's current write fd (dup'ed before use outside the lock)
+        # The leaders' own descriptor of the owner's current write file (a dup, made as the owner
+        # opens the file, so that an fsync outside the lock never finds its fd closed under it or
+        # reused) and that file's number.  The one a leader is fsyncing is _leader_fd; if the owner
+        # moves on meanwhile, that leader closes it (_leader_fd_retired).
+        self._fd = None
         self._fd_num = None
+        self._leader_fd = None
+        self._leader_fd_retired = False
         self._syncing = False  # a waiter is fsyncing outside the lock
         self._error = None  # sticky fsync failure text
         self._error_floor = None  # synced at the time of the failure
@@ -290,67 +309,109 @@ class GroupSync:
     # -- owner side (owner's lock held) ------------------------------------------
 
     def attach(self, fd, file_num):
-        with self._cond:
-            self._fd, self._fd_num = fd, file_num
+        """The owner writes to ``fd``, file ``file_num``, now."""
+        try:
+            own = os.dup(fd)
+        except OSError:
+            own = None  # (out of descriptors: a leader opens the file by name)
+        with self._lock:
+            retired = self._retire_fd_locked()
+            self._fd, self._fd_num = own, file_num
+        _close_quietly(retired)
 
     def detach(self):
         """Before the owner closes its write fd."""
-        with self._cond:
-            self._fd = self._fd_num = None
+        with self._lock:
+            retired = self._retire_fd_locked()
+        _close_quietly(retired)
 
-    def wrote(self, position, meta=None):
-        """Written up to ``position``; ``meta``: the metadata as of now, for the next leader to write."""
-        with self._cond:
+    def _retire_fd_locked(self):
+        """Forget the leaders' descriptor; returns it for the caller to close, or None (none, or a
+        leader is fsyncing it and closes it when done)."""
+        fd = self._fd
+        self._fd = self._fd_num = None
+        if fd is not None and fd == self._leader_fd:
+            self._leader_fd_retired = True
+            return None
+        return fd
+
+    def wrote(self, position, meta_fields=None):
+        """Written up to ``position`` (file num, pos).  ``meta_fields``: the owner's ``_meta_fields``,
+        called (under this lock) for a snapshot for the next leader to write, when the metadata file
+        does not hold ``position``'s write file yet.
+
+        Within one write file a commit need not write the metadata: a process reading the directory
+        after a kill finds the records past a stale write position (go-diskqueue: a write file larger
+        than the metadata says is read to its end, and writes go on in a new file).  Only a roll to a
+        new file (go-diskqueue would write into it from 0) or a missing file needs the write."""
+        with self._lock:
             if position > self.written:
                 self.written = position
-            if meta is not None:
+            if meta_fields is not None and self._meta_file_num != position[0]:
                 self._meta_number += 1
-                self._meta = (self._meta_number, meta)
+                self._meta = (self._meta_number, meta_fields())
 
-    def write_meta(self, meta, fsync):
+    def write_meta(self, fields, fsync):
         """The owner writes its metadata now (newer than any snapshot: a leader holding one skips it)."""
-        with self._cond:
+        with self._lock:
             self._meta_number += 1
             number = self._meta_number
             self._meta = None
         with self.meta_lock:
-            self._write_meta(meta, fsync)
+            self._write_fields(fields, fsync)
             self._meta_written = number
+
+    def _write_fields(self, fields, fsync):
+        """Write the metadata (``meta_lock`` held) and note its write file number."""
+        try:
+            self._write_meta(format_meta(*fields), fsync)
+        except OSError:
+            with self._lock:
+                self._meta_file_num = None  # (the next commit writes it again)
+            raise
+        with self._lock:
+            self._meta_file_num = fields[3]
 
     def forget_meta(self):
         """empty(): the metadata file is about to be removed; no snapshot taken before may recreate it."""
-        with self._cond:
+        with self._lock:
             self._meta_number += 1
             number = self._meta_number
             self._meta = None
         with self.meta_lock:
             self._meta_written = number
+            with self._lock:
+                self._meta_file_num = None
 
     def mark_synced(self, position):
-        with self._cond:
+        woken = ()
+        with self._lock:
             if position > self.synced:
                 self.synced = position
-                self._cond.notify_all()
+                woken = self._wake_locked()
+        _wake(woken)
 
     def failed(self, text):
-        with self._cond:
+        with self._lock:
             if self._error is None:
                 self._error = text
                 self._error_floor = self.synced
-            self._cond.notify_all()
+            woken = self._wake_locked()
+        _wake(woken)
 
     def rollback(self, position):
         """A failed put truncated the stream back to ``position``."""
-        with self._cond:
+        with self._lock:
             if self.synced > position:
                 self.synced = position
 
     def reset(self, position):
         """empty(): everything before ``position`` is gone, so nothing to wait for."""
-        with self._cond:
+        with self._lock:
             self.written = max(self.written, position)
             self.synced = max(self.synced, position)
-            self._cond.notify_all()
+            woken = self._wake_locked()
+        _wake(woken)
 
     def roll(self, fd, new_num):
         """The writer moves on to file ``new_num``: fsync the finished file.
@@ -359,7 +420,7 @@ class GroupSync:
         (then the file holding unsynced writes, if any, is fsynced by name).
         Raises OSError (and the failure is sticky) if the fsync fails.
         """
-        with self._cond:
+        with self._lock:
             need = self.synced < self.written
             num = self.written[0] if fd is None else self._fd_num
         try:
@@ -379,16 +440,19 @@ class GroupSync:
                 self.wait(self.written)
             except BackendError as e:
                 queue.log.error("DISKQUEUE(%s) failed to sync - %s", queue.name, e)
-        with self._cond:
+        with self._lock:
             self._closed = True
-            self._fd = self._fd_num = None
-            self._cond.notify_all()
+            retired = self._retire_fd_locked()
+            woken = self._wake_locked()
+        _wake(woken)
+        _close_quietly(retired)
 
     # -- waiters (any thread, owner's lock not held) --------------------------------
 
     def wait(self, token):
-        cond = self._cond
-        with cond:
+        lock = self._lock
+        lock.acquire()
+        try:
             while True:
                 if self._error is not None and token > self._error_floor:
                     raise BackendError(self._error)
@@ -398,17 +462,29 @@ class GroupSync:
                     if self._closed:
                         raise BackendError("exiting")
                     break
-                cond.wait()
+                waiter = _Waiter(token)
+                self._waiters.append(waiter)
+                lock.release()
+                try:
+                    waiter.sleep()  # until a commit covers the token, fails, or ends (_wake_locked)
+                finally:
+                    if waiter.covered:  # (the commit that woke it covered its token: nothing to look at)
+                        lock = None
+                    else:
+                        lock = self._lock
+                        lock.acquire()
+                if lock is None:
+                    return
             # Leader: fsync everything written so far, then write the metadata of the latest sync point.
             self._syncing = True
             target = self.written
             meta = self._meta
             fd = None
-            try:
-                if self._fd is not None and self._fd_num == target[0]:
-                    fd = os.dup(self._fd)
-            except OSError:
-                fd = None  # fall back to opening the file
+            if self._fd is not None and self._fd_num == target[0]:
+                fd = self._leader_fd = self._fd  # (else: opened by name)
+        finally:
+            if lock is not None:
+                lock.release()
         synced = False
         error = None
         sticky = False
@@ -428,11 +504,11 @@ class GroupSync:
                     error = "fsync %s: %s" % (self._file_name(target[0]), strerror(e))
                     sticky = True
                 finally:
-                    os.close(fd)
+                    self._done_with_fd(fd)
             if synced and meta is not None:
                 self._leader_writes_meta(meta)
         finally:
-            with cond:
+            with self._lock:
                 self._syncing = False
                 if synced:
                     if fd is not None:
@@ -442,26 +518,68 @@ class GroupSync:
                 elif sticky and self._error is None:
                     self._error = error
                     self._error_floor = self.synced
-                cond.notify_all()
-                if synced and self._error is not None and token > self._error_floor:
-                    # Another fsync of this data failed meanwhile; this one may only
-                    # have succeeded because that one consumed the error report.
-                    raise BackendError(self._error)
+                woken = self._wake_locked()
+                late_error = synced and self._error is not None and token > self._error_floor
+            _wake(woken)
+            if late_error:
+                # Another fsync of this data failed meanwhile; this one may only
+                # have succeeded because that one consumed the error report.
+                raise BackendError(self._error)
         if not synced:
             raise BackendError(error or "exiting")
+
+    def _done_with_fd(self, fd):
+        """The leader has fsynced ``fd``: close it if it opened it or the owner retired it meanwhile."""
+        with self._lock:
+            borrowed = fd == self._leader_fd
+            if borrowed:
+                self._leader_fd = None
+                if self._leader_fd_retired:
+                    self._leader_fd_retired = False
+                    borrowed = False
+        if not borrowed:
+            os.close(fd)
+
+    def _wake_locked(self):
+        """Take off the list the waiters a change concerns, for :func:`_wake` once the lock is
+        released (a waiter woken under it would only wait for it again): those whose tokens are
+        synced now (marked covered: they return at once), after a sticky failure or the close all of
+        them, and, when nobody is fsyncing, the first of the rest, to lead the next commit (it covers
+        everything written, so the others need not look)."""
+        waiters = self._waiters
+        if not waiters:
+            return ()
+        if self._error is not None or self._closed:
+            self._waiters = []
+            return waiters
+        synced = self.synced
+        leading = self._syncing
+        woken = []
+        sleeping = []
+        for waiter in waiters:
+            if waiter.token <= synced:
+                waiter.covered = True
+                woken.append(waiter)
+            elif not leading:
+                woken.append(waiter)
+                leading = True
+            else:
+                sleeping.append(waiter)
+        self._waiters = sleeping
+        return woken
 
     def _leader_writes_meta(self, meta):
         """After the leader's fsync, before it releases the waiters: the snapshot goes to the file
         unless something newer is there already or the queue has closed.  No fsync: the write is for
         a process that reads the directory after a kill (Go nsqd: see the module's docstring); a
         failure is left to the next sync, which writes the metadata again (and reports it)."""
-        number, data = meta
+        number, fields = meta
         with self.meta_lock:
-            with self._cond:
+            with self._lock:
                 if self._closed or number <= self._meta_written:
                     return
             try:
-                self._write_meta(data, False)
+                self._write_fields(fields, False)
             except OSError:
                 return
             self._meta_written = number
@@ -508,11 +626,18 @@ class DurableDiskQueue(DiskQueue):
         """fsyncs issued by :meth:`wait_synced` callers (one per group commit)."""
         return self._gsync.fsync_count
 
+    def describe(self):
+        """DiskQueue.describe, and the group commits: how many fsyncs the waiters shared."""
+        doc = super().describe()
+        doc["unacked"] = len(self._unacked)
+        doc["group_commits"] = self._gsync.fsync_count
+        return doc
+
     def sync_point(self):
         """A token for everything written so far (call with the owner's lock held); the metadata as
         of now goes to the file with the commit that covers the token."""
         position = (self.write_file_num, self.write_pos)
-        self._gsync.wrote(position, format_meta(*self._meta_fields()))
+        self._gsync.wrote(position, self._meta_fields)
         return position
 
     def wait_synced(self, token):
@@ -557,7 +682,7 @@ class DurableDiskQueue(DiskQueue):
                     self._sync_logged()
                 elif persist:
                     try:
-                        self._gsync.write_meta(format_meta(*self._meta_fields()), False)
+                        self._gsync.write_meta(self._meta_fields(), False)
                     except OSError as e:
                         self.log.error("DISKQUEUE(%s) failed to write metadata - %s", self.name, e)
         return n
@@ -650,7 +775,7 @@ class DurableDiskQueue(DiskQueue):
             # Go nsqd reads nothing of a queue without a metadata file, even data files found
             # after a kill: there is one from the start.
             try:
-                self._gsync.write_meta(format_meta(*self._meta_fields()), False)
+                self._gsync.write_meta(self._meta_fields(), False)
             except OSError as e:
                 self.log.error("DISKQUEUE(%s) failed to write metadata - %s", self.name, e)
 
@@ -701,7 +826,7 @@ class DurableDiskQueue(DiskQueue):
             self._close_meta_file_locked()
 
     def _persist_meta_data(self):
-        self._gsync.write_meta(format_meta(*self._meta_fields()), True)
+        self._gsync.write_meta(self._meta_fields(), True)
         self._done.rewrite(self._unacked.done_records())
 
     def empty(self):
@@ -880,8 +1005,30 @@ class DurableDiskQueue(DiskQueue):
             self._need_sync = True
 
 
+class _Waiter:
+    """A thread in :meth:`GroupSync.wait`, asleep on a lock of its own until :func:`_wake`."""
+
+    __slots__ = ("token", "covered", "_lock")
+
+    def __init__(self, token):
+        self.token = token
+        self.covered = False  # set (under GroupSync's lock) by the waker: a commit covered the token
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def sleep(self):
+        self._lock.acquire()
+
+
+def _wake(waiters):
+    for waiter in waiters:
+        waiter._lock.release()
+
+
 def _close_quietly(fd):
-    """Close a descriptor kept open for in-place writes (its last write, if any, was reported)."""
+    """Close a descriptor kept open (its last write, if any, was reported); None: nothing to close."""
+    if fd is None:
+        return
     try:
         os.close(fd)
     except OSError:

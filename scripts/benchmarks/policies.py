@@ -4,10 +4,13 @@ Each policy gets a fresh broker (started here) and the bench_writer load: MPUB b
 single PUBs, over N connections (group commit needs concurrent publishers to share fsyncs).
 ``--baseline TREE`` runs this project from another tree too, alternately with this one, for
 ``--rounds`` rounds (medians), so that a change is measured before and after in one run; the broker's
-CPU time per message is printed beside each rate.
+CPU time per message is printed beside each rate.  For ``--durable``, "PUBs/fsync" is how many
+single PUBs shared a group commit's fsync (from ``/debug/state``; a tree that does not report it
+shows "-").
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -22,16 +25,32 @@ POLICIES = [
 ]
 
 
+def group_commits(b, topic):
+    """The fsyncs a durable topic's publishers shared so far (/debug/state's ``group_commits``;
+    None for a tree or a mode that does not report it)."""
+    try:
+        state = json.loads(b.http("GET", "/debug/state"))
+    except (OSError, ValueError, RuntimeError):
+        return None
+    for t in state.get("topics", []):
+        if t.get("name") == topic:
+            return t.get("backend", {}).get("group_commits")
+    return None
+
+
 def measure(root, python, flags, runfor, connections):
-    """(MPUB msg/s, its CPU us/msg, PUB msg/s, its CPU us/msg) of one fresh broker."""
-    with BrokerProc("ours", python, flags, root=root) as b:
+    """(MPUB msg/s, its CPU us/msg, PUB msg/s, its CPU us/msg, single PUBs per fsync or None) of
+    one fresh broker."""
+    with BrokerProc("ours", python, flags, root=root, http=True) as b:
         cpu = b.cpu_seconds()
         mpub = writer.run(b.address, "p_mpub", 200, 200, runfor, connections)[0]
         mpub_cpu = (b.cpu_seconds() - cpu) / max(1.0, mpub * runfor) * 1e6
         cpu = b.cpu_seconds()
         pub = writer.run(b.address, "p_pub", 200, 1, runfor, connections)[0]
         pub_cpu = (b.cpu_seconds() - cpu) / max(1.0, pub * runfor) * 1e6
-    return mpub, mpub_cpu, pub, pub_cpu
+        commits = group_commits(b, "p_pub")
+    per_fsync = pub * runfor / commits if commits else None
+    return mpub, mpub_cpu, pub, pub_cpu, per_fsync
 
 
 def main():
@@ -45,7 +64,8 @@ def main():
     trees = [("this tree", ROOT)]
     if a.baseline:
         trees.append(("baseline", os.path.abspath(a.baseline)))
-    print("%-26s %-10s %14s %8s %14s %8s" % ("policy", "tree", "MPUB 200 msg/s", "us/msg", "PUB msg/s", "us/msg"))
+    print("%-26s %-10s %14s %8s %14s %8s %10s" % ("policy", "tree", "MPUB 200 msg/s", "us/msg", "PUB msg/s", "us/msg",
+                                                  "PUBs/fsync"))
     for name, flags in POLICIES:
         runs = {tree: [] for tree, _ in trees}
         for _ in range(a.rounds):
@@ -53,7 +73,10 @@ def main():
                 runs[tree].append(measure(root, a.python, flags, a.runfor, a.connections))
         for tree, _ in trees:
             mpub, mpub_cpu, pub, pub_cpu = (statistics.median(r[i] for r in runs[tree]) for i in range(4))
-            print("%-26s %-10s %14.0f %8.1f %14.0f %8.1f" % (name, tree, mpub, mpub_cpu, pub, pub_cpu), flush=True)
+            shared = [r[4] for r in runs[tree] if r[4] is not None]
+            per_fsync = "%10.2f" % statistics.median(shared) if shared else "%10s" % "-"
+            print("%-26s %-10s %14.0f %8.1f %14.0f %8.1f %s" % (name, tree, mpub, mpub_cpu, pub, pub_cpu, per_fsync),
+                  flush=True)
 
 
 if __name__ == "__main__":

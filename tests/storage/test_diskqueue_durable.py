@@ -57,6 +57,28 @@ def test_close_without_ack_redelivers_unacked(env):
     q.close()
 
 
+def test_a_commit_writes_the_metadata_when_its_write_file_is_new_and_go_finds_every_record(env):
+    """A commit writes the metadata only in a write file the metadata file does not hold yet: within
+    one, a reader after a kill reads past the stale write position (go-diskqueue does), while past a
+    roll go-diskqueue would write over the newer file from its start."""
+    q = env.open()  # two records per file
+    assert env.read_meta() == b"0\n0,0\n0,0\n"  # written at the open
+    q.put([msg(0)])
+    q.wait_synced(q.sync_point())
+    assert env.read_meta() == b"0\n0,0\n0,0\n"  # the same write file: nothing written
+    q.put([msg(1), msg(2)])  # msg 2 rolls to file 1
+    q.wait_synced(q.sync_point())
+    assert env.read_meta() == b"3\n0,0\n1,%d\n" % REC  # a new write file: the commit wrote it
+    q.put([msg(3)])
+    q.wait_synced(q.sync_point())
+    assert env.read_meta() == b"3\n0,0\n1,%d\n" % REC
+    # "Crash": q is never closed.  The queue Go's diskqueue is (non-durable) finds all four.
+    go = env.open(durable=False)
+    assert ids(drain(go)) == [mid(i) for i in range(4)]
+    go.close()
+    q.delete()
+
+
 def test_crash_after_sync_redelivers_unacked_and_unread(env):
     q1 = env.open()
     q1.put([msg(i) for i in range(10)])  # files 0..4, two records each
@@ -77,11 +99,10 @@ def test_crash_without_any_sync_skips_what_was_acked(env):
     assert env.read_meta() == b"0\n0,0\n0,0\n"  # written at the start: Go reads nothing without one
     q1.put([msg(i) for i in range(4)])
     q1.wait_synced(q1.sync_point())
-    end = q1.write_pos
-    assert env.read_meta() == b"4\n0,0\n0,%d\n" % end  # the group commit wrote it with the records
+    assert env.read_meta() == b"0\n0,0\n0,0\n"  # (the commit in the same write file writes nothing)
     assert ids(q1.get(4)) == [mid(i) for i in range(4)]
     q1.ack([mid(0), mid(1), mid(2), mid(3)])
-    assert env.read_meta() == b"4\n0,0\n0,%d\n" % end  # the acks (FINs) wait for the next commit or sync
+    assert env.read_meta() == b"0\n0,0\n0,0\n"  # the acks (FINs) wait for the next sync
     q2 = env.open(max_bytes_per_file=10000)
     assert ids(drain(q2)) == []  # the done log has them (appended by the acks, no sync needed)
     assert q2.depth() == 0
@@ -382,14 +403,15 @@ def test_done_log_keeps_only_what_the_metadata_has_not_passed(env):
 def test_commit_writes_the_metadata_in_place_and_bytes_left_after_it_are_ignored(env):
     q1 = env.open(max_bytes_per_file=10000)
     inode = os.stat(env.meta()).st_ino
-    for i in range(12):  # depth 1..12: the text grows by a digit
-        q1.put([msg(i)])
-        q1.wait_synced(q1.sync_point())
-    assert env.read_meta() == b"12\n0,0\n0,%d\n" % (12 * REC)
-    assert os.stat(env.meta()).st_ino == inode  # written in place: no rename per commit
+    q1.put([msg(i) for i in range(12)])
+    q1.wait_synced(q1.sync_point())
     q1.get(12)
-    q1.ack([mid(i) for i in range(12)], persist=True)  # depth 0: shorter, truncated
+    q1.ack([mid(0)], persist=True)  # the text grows
+    assert env.read_meta() == b"11\n0,%d\n0,%d\n" % (REC, 12 * REC)
+    for i in range(1, 12):  # depth 10..0: the text shrinks by a digit, truncated
+        q1.ack([mid(i)], persist=True)
     assert env.read_meta() == b"0\n0,%d\n0,%d\n" % (12 * REC, 12 * REC)
+    assert os.stat(env.meta()).st_ino == inode  # written in place: no rename per write
     # A kill between the pwrite and the truncate leaves the old text's tail: ignored (as by Go's Fscanf).
     with open(env.meta(), "ab") as f:
         f.write(b"2\n0,0\n0,")
