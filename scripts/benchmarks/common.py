@@ -26,14 +26,17 @@ import time
 from . import ROOT
 
 FLOOR_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor.py")
+# The floor probe's servers: floor.py's mode for each BrokerProc kind.
+FLOOR_MODES = {"floor": "serve", "floor-consumers": "serve-consumers"}
 
 
 class BrokerProc:
     """One broker child process on an ephemeral port, in a fresh data dir.
 
-    ``kind`` is ``go`` (``argv0`` is the nsqd binary), ``floor`` (``argv0`` is a Python
-    interpreter running floor.py) or anything else: this project's broker under the
-    interpreter ``argv0``, imported from the tree ``root``.
+    ``kind`` is ``go`` (``argv0`` is the nsqd binary), ``floor`` or ``floor-consumers``
+    (``argv0`` is a Python interpreter running floor.py ``serve`` or ``serve-consumers``)
+    or anything else: this project's broker under the interpreter ``argv0``, imported
+    from the tree ``root``.
 
     ``http``: the broker also listens for HTTP on 127.0.0.1 (``http_address``;
     not the floor), for the phases that create, inspect or empty channels.
@@ -47,8 +50,8 @@ class BrokerProc:
         cwd = None
         if kind == "go":
             cmd = [argv0]
-        elif kind == "floor":
-            cmd = [argv0, FLOOR_SCRIPT, "serve"]
+        elif kind in FLOOR_MODES:
+            cmd = [argv0, FLOOR_SCRIPT, FLOOR_MODES[kind]]
             flags = ()  # the floor has no options: it keeps everything in memory
         else:
             cmd = [argv0, "-m", "nsqd_threaded"]
@@ -56,7 +59,7 @@ class BrokerProc:
             # ``-m`` puts the working directory first on sys.path, ahead of PYTHONPATH,
             # so a baseline tree's broker must start there to import that tree's package.
             cwd = root
-        if kind != "floor":
+        if kind not in FLOOR_MODES:
             if http:  # a port chosen here: /proc cannot tell which of two listeners is HTTP
                 self.http_address = "127.0.0.1:%d" % free_port()
             cmd += ["--tcp-address=127.0.0.1:0", "--http-address=" + (self.http_address or ""),

@@ -1,21 +1,30 @@
 """Many consumers on one channel, as NSQ is deployed: each at a small RDY, FIN on receipt.
 
 For each ``--consumers`` count, each broker in turn (ours; ``--go`` Go's nsqd; ``--baseline`` ours
-from another tree; ``--threads`` ours with ``--connection-threads``), alternately for ``--rounds``:
+from another tree; ``--threads`` ours with ``--connection-threads``; ``--floor`` the floor probe),
+alternately for ``--rounds``:
 
 1. client processes (``--clients``) open the consumers: magic, IDENTIFY, SUB, RDY; the time until
-   the broker's /stats shows them all (*subscribe all*), then the broker's threads, RSS and CPU
-   over three idle seconds;
+   the broker's /stats (the floor's COUNT) shows them all (*subscribe all*), then the broker's
+   threads, RSS and CPU over three idle seconds;
 2. ``--messages`` messages are MPUBed (200 a command) from one more connection, and every consumer
    FINs each message as it arrives: the time from the first MPUB until the clients have every
    message is the *rate*, and the broker's CPU time over that span per message its cost;
-3. the consumers close together: the time until /stats shows none (*gone after close*).
+3. the consumers close together: the time until /stats (COUNT) shows none (*gone after close*).
 
 The load clients answer heartbeats and FIN from non-blocking sockets; ``--clients`` more processes
 show whether they are the limit (Go's rate rises with them until the broker is).
 
+``--floor`` adds the column ``floor``: ``floor.py serve-consumers`` under ``--python``, one thread
+with epoll that only parses, deals messages in turn to the consumers with credit and sends (no
+in-flight index, timeouts or stats), the least any single-process Python broker could cost per
+message in this shape.  It has no HTTP /stats: the same TCP port answers ``COUNT`` (not NSQ's)
+with the subscribed connections it holds, polled where /stats is for the others and meaning the
+same (see ``client_count``).  Its threads, RSS and CPU come from /proc, as the others'.
+
     scripts/bench consumers --consumers 100,1000,5000 --go ../shared/reference/go-nsq-1.3.0/nsqd
     scripts/bench consumers --consumers 1000 --rdy 10 --threads --rounds 3
+    scripts/bench consumers --consumers 1000 --floor --rounds 3
 """
 
 import argparse
@@ -110,8 +119,32 @@ def _serve(sock, buffers, oks, received, subscribed):
 
 
 def client_count(broker):
+    """The consumers the broker holds on the channel, from /stats.
+
+    The floor (no HTTP) counts them itself: a connection counts from when it handled its SUB,
+    before it answers the OK, until it saw the connection close, as /stats counts for the others.
+    So *subscribe all* is, for every broker, until every load client has both OKs (IDENTIFY's
+    and SUB's) and the broker counts every consumer; *gone after close* until it counts none.
+    """
+    if broker.http_address is None:
+        return floor_count(broker.address)
     t = broker.stats(TOPIC)
     return sum(c["client_count"] for c in (t or {}).get("channels") or [])
+
+
+def floor_count(address):
+    """The floor's ``COUNT`` (benchmarks/floor.py ``serve-consumers``), on a connection of its own,
+    as each /stats poll is an HTTP request of its own."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(b"  V2COUNT\n")
+        data = b""
+        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+            chunk = sock.recv(4096)
+            if not chunk:
+                raise RuntimeError("the floor closed the COUNT connection")
+            data += chunk
+    return int(data[8:])  # after the size and the frame type (0, a response)
 
 
 def wait(predicate, timeout, poll=0.01):
@@ -125,8 +158,9 @@ def wait(predicate, timeout, poll=0.01):
 
 def run_once(broker, consumers, clients, rdy, messages):
     """One broker, one consumer count: the figures (a dict)."""
-    broker.http("POST", "/topic/create?topic=" + TOPIC)
-    broker.http("POST", "/channel/create?topic=%s&channel=%s" % (TOPIC, CHANNEL))
+    if broker.http_address is not None:  # (the floor has one channel, made by the first SUB)
+        broker.http("POST", "/topic/create?topic=" + TOPIC)
+        broker.http("POST", "/channel/create?topic=%s&channel=%s" % (TOPIC, CHANNEL))
     host, port = broker.address.rsplit(":", 1)
     address = (host, int(port))
     received = multiprocessing.Value("q", 0)
@@ -222,7 +256,10 @@ def main():
     ap.add_argument("--go", metavar="GO_NSQD", help="Go's nsqd binary, measured alternately with ours")
     ap.add_argument("--baseline", metavar="TREE", help="ours from another tree too (before/after a change)")
     ap.add_argument("--threads", action="store_true", help="ours with --connection-threads too")
-    ap.add_argument("--python", default=sys.executable, help="interpreter that runs our broker")
+    ap.add_argument("--floor", action="store_true",
+                    help="the floor probe too (floor.py serve-consumers, under --python): one thread, epoll, "
+                         "parsing and sending only: the least a Python broker costs per message here")
+    ap.add_argument("--python", default=sys.executable, help="interpreter that runs our broker and the floor")
     ap.add_argument("--max-load", type=float, default=1.0, help="refuse to start above this load average")
     ap.add_argument("--allow-load", action="store_true", help="run on a busy machine anyway")
     a = ap.parse_args()
@@ -237,6 +274,8 @@ def main():
         brokers.append(("baseline", lambda: BrokerProc("ours", a.python, root=os.path.abspath(a.baseline), http=True)))
     if a.go:
         brokers.append(("go", lambda: BrokerProc("go", a.go, ["--max-rdy-count=2500"], http=True)))
+    if a.floor:
+        brokers.append(("floor", lambda: BrokerProc("floor-consumers", a.python)))
     clients_list = [int(c) for c in a.clients.split(",")]
     print("load average %.2f, %d CPUs, RDY %d, %d messages, client processes %s" % (
         os.getloadavg()[0], os.cpu_count(), a.rdy, a.messages, a.clients), flush=True)

@@ -2,7 +2,9 @@
 """The floor probe: the least a threaded Python broker must do per message.
 
     python scripts/benchmarks/floor.py serve      # a floor server on 127.0.0.1:<ephemeral>
+    python scripts/benchmarks/floor.py serve-consumers   # the many-consumers floor (below)
     scripts/bench floor [--go-tools DIR] [--python pypy3]   # measure it alone
+    scripts/bench consumers --floor                      # the many-consumers floor as a column
 
 The server speaks just enough of the TCP protocol for the single-PUB and round-trip
 loads (Go's ``pub_probe``/``rtt_probe`` or this project's ``writer``/``roundtrip``):
@@ -15,12 +17,27 @@ nothing else (no topics, channels, in-flight bookkeeping, timeouts or IDs worth 
 name).  Reading a broker's CPU per message against this one's tells how much of it
 is the broker's own work rather than the interpreter's socket and thread floor.
 
-``serve`` needs nothing but the standard library (it runs under any interpreter
-without the project on the path); ``scripts/bench --compare GO_NSQD --floor`` adds
-it as a column for the phases it can serve (``pub-mem``, ``rtt``).
+``serve-consumers`` is the floor of another deployment shape, many consumers on one
+channel, each at a small RDY, FIN on receipt (``scripts/bench consumers``): one thread,
+``select.epoll`` (level-triggered), non-blocking sockets (:class:`ConsumersFloor`).  It
+speaks the magic, ``IDENTIFY`` (``OK``: the load sends no feature negotiation), ``SUB``
+(``OK``; the connection joins the one channel), ``RDY``, ``FIN`` (one fewer in flight),
+``NOP``, ``PUB``/``MPUB`` (``OK``; each message a ``MESSAGE`` frame on one deque) and
+``CLS``; and ``COUNT``, not NSQ's, answered with the number of subscribed connections
+still open (it has no HTTP /stats).  Messages are dealt one at a time in turn to the
+subscribers with credit; whatever each connection is due after one epoll batch goes in
+one ``send``.  No in-flight index, timeouts, heartbeats, requeues or stats: only the
+socket and interpreter work any single-process Python broker does in that shape.
+
+``serve`` and ``serve-consumers`` need nothing but the standard library (they run under
+any interpreter without the project on the path); ``scripts/bench --compare GO_NSQD
+--floor`` adds ``serve`` as a column for the phases it can serve (``pub-mem``, ``rtt``).
 """
 
 import argparse
+import collections
+import resource
+import select
 import signal
 import socket
 import struct
@@ -159,6 +176,269 @@ class FloorServer:
             pass  # the subscriber went away: its own thread cleans up
 
 
+# -- serve-consumers: many consumers on one channel, one thread, epoll ----------------------------
+
+_RECV_SIZE = 65536  # a consumer sends a FIN at a time; the publisher an MPUB of ~21 kB
+
+
+def _response(text):
+    """A response frame (type 0) holding ``text``."""
+    return struct.pack(">ii", 4 + len(text), 0) + text
+
+
+def _body_end(data, nl):
+    """Where the size-prefixed body that follows a command line ending at ``nl`` ends;
+    -1 while it has not all come."""
+    if len(data) < nl + 5:
+        return -1
+    end = nl + 5 + int.from_bytes(data[nl + 1:nl + 5], "big")
+    return end if end <= len(data) else -1
+
+
+class _Connection:
+    """One connection of :class:`ConsumersFloor`.
+
+    ``pending``: the bytes received after the last whole command; ``out``: the frames it is
+    due in this epoll batch (sent together at its end); ``backlog``: what the socket did not
+    take, sent on EPOLLOUT.  Once it SUBscribed: ``rdy``, ``in_flight`` (a count, not an
+    index), ``queued`` (in the ready deque).
+    """
+
+    __slots__ = ("sock", "fd", "pending", "out", "backlog", "greeted", "subscribed", "rdy", "in_flight",
+                 "queued", "closed")
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.pending = b""
+        self.out = []
+        self.backlog = b""
+        self.greeted = False
+        self.subscribed = False
+        self.rdy = 0
+        self.in_flight = 0
+        self.queued = False
+        self.closed = False
+
+
+class ConsumersFloor:
+    """The many-consumers floor: one thread, level-triggered epoll, non-blocking sockets.
+
+    Each loop handles every event one ``epoll.poll`` returned (reading one ``recv`` per
+    readable connection and acting on its whole commands), then deals the queued messages to
+    the subscribers with credit, then sends each connection what it is due, in one ``send``.
+    """
+
+    def __init__(self, host="127.0.0.1", port=0):
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((host, port))
+        self.listener.listen(socket.SOMAXCONN)
+        self.listener.setblocking(False)
+        self.epoll = select.epoll()
+        self.epoll.register(self.listener.fileno(), select.EPOLLIN)
+        self.connections = {}  # fd -> _Connection
+        self.messages = collections.deque()  # MESSAGE frames not yet delivered
+        self.ready = collections.deque()  # subscribers with credit, each once (a closed one skipped)
+        self.due = []  # the connections whose ``out`` is not empty
+        self.subscribers = 0  # open connections that SUBscribed (what COUNT answers)
+        self._next_id = 0
+
+    def serve_forever(self):
+        listener = self.listener.fileno()
+        connections = self.connections
+        readable = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR
+        while True:
+            for fd, events in self.epoll.poll():
+                if fd == listener:
+                    self._accept()
+                    continue
+                conn = connections.get(fd)
+                if conn is None:
+                    continue  # closed earlier in this batch
+                if events & select.EPOLLOUT:
+                    self._send_backlog(conn)
+                if events & readable and not conn.closed:
+                    self._read(conn)
+            self._deal()
+            self._send_due()
+
+    def _accept(self):
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except BlockingIOError:
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Connection(sock)
+            self.connections[conn.fd] = conn
+            self.epoll.register(conn.fd, select.EPOLLIN)
+
+    def _read(self, conn):
+        """One ``recv`` (level-triggered: epoll reports the rest), then its whole commands."""
+        try:
+            data = conn.sock.recv(_RECV_SIZE)
+        except BlockingIOError:
+            return  # (a descriptor closed and reused within one batch)
+        except OSError:
+            data = b""
+        if not data:
+            self._close(conn)
+            return
+        if conn.pending:
+            data = conn.pending + data
+        used = self._commands(conn, data)
+        conn.pending = data[used:] if used < len(data) else b""
+
+    def _commands(self, conn, data):
+        """Act on the whole commands in ``data``; returns where the first partial one starts."""
+        pos = 0
+        if not conn.greeted:
+            if len(data) < 4:
+                return 0
+            if data[:4] != b"  V2":
+                self._close(conn)
+                return len(data)
+            conn.greeted = True
+            pos = 4
+        while True:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                return pos
+            if data.startswith(b"FIN ", pos):  # first: nearly every command is one
+                conn.in_flight -= 1
+                self._offer(conn)
+                pos = nl + 1
+            elif data.startswith(b"MPUB ", pos) or data.startswith(b"PUB ", pos):
+                end = _body_end(data, nl)
+                if end < 0:
+                    return pos
+                self._publish(data, nl + 5, end, data[pos] == 77)  # 77: "M"
+                self._answer(conn, _OK)
+                pos = end
+            elif data.startswith(b"RDY ", pos):
+                conn.rdy = int(data[pos + 4:nl])
+                self._offer(conn)
+                pos = nl + 1
+            elif data.startswith(b"SUB ", pos):
+                if not conn.subscribed:
+                    conn.subscribed = True
+                    self.subscribers += 1
+                self._answer(conn, _OK)
+                self._offer(conn)
+                pos = nl + 1
+            elif data.startswith(b"IDENTIFY", pos):
+                end = _body_end(data, nl)
+                if end < 0:
+                    return pos
+                self._answer(conn, _OK)  # the load asks no feature negotiation: nothing to read in it
+                pos = end
+            elif data.startswith(b"NOP", pos):
+                pos = nl + 1
+            elif data.startswith(b"COUNT", pos):
+                self._answer(conn, _response(b"%d" % self.subscribers))
+                pos = nl + 1
+            elif data.startswith(b"CLS", pos):
+                self._answer(conn, _response(b"CLOSE_WAIT"))
+                pos = nl + 1
+            else:
+                try:
+                    conn.sock.send(struct.pack(">ii", 4 + len(_INVALID), 1) + _INVALID)
+                except OSError:
+                    pass
+                self._close(conn)
+                return len(data)
+
+    def _publish(self, data, start, end, multiple):
+        """The body ``data[start:end]`` of a PUB or (``multiple``) MPUB: a MESSAGE frame per
+        message on the deque, with one timestamp per command."""
+        now = time.time_ns()
+        next_id = self._next_id
+        append = self.messages.append
+        if multiple:
+            pos = start + 4  # after the message count: the sizes say where each ends
+            while pos < end:
+                size = int.from_bytes(data[pos:pos + 4], "big")
+                pos += 4
+                next_id += 1
+                append(_MESSAGE_HEADER.pack(30 + size, 2, now, 1, b"%016x" % next_id) + data[pos:pos + size])
+                pos += size
+        else:
+            next_id += 1
+            append(_MESSAGE_HEADER.pack(30 + end - start, 2, now, 1, b"%016x" % next_id) + data[start:end])
+        self._next_id = next_id
+
+    def _offer(self, conn):
+        """Put a subscriber with credit in the ready deque, unless it is there already."""
+        if conn.subscribed and not conn.queued and conn.in_flight < conn.rdy:
+            conn.queued = True
+            self.ready.append(conn)
+
+    def _answer(self, conn, frame):
+        if not conn.out:
+            self.due.append(conn)
+        conn.out.append(frame)
+
+    def _deal(self):
+        """Queued messages to the ready subscribers, one at a time in turn."""
+        messages, ready, due = self.messages, self.ready, self.due
+        while messages and ready:
+            conn = ready.popleft()
+            if conn.closed:
+                continue
+            if not conn.out:
+                due.append(conn)
+            conn.out.append(messages.popleft())
+            conn.in_flight += 1
+            if conn.in_flight < conn.rdy:
+                ready.append(conn)
+            else:
+                conn.queued = False
+
+    def _send_due(self):
+        """Each connection's frames of this batch in one send (after any backlog: in order)."""
+        due, self.due = self.due, []
+        for conn in due:
+            data = conn.out[0] if len(conn.out) == 1 else b"".join(conn.out)
+            conn.out.clear()
+            if conn.closed:
+                continue
+            if conn.backlog:
+                conn.backlog += data  # EPOLLOUT is awaited already
+            elif self._send(conn, data):
+                self.epoll.modify(conn.fd, select.EPOLLIN | select.EPOLLOUT)
+
+    def _send_backlog(self, conn):
+        data, conn.backlog = conn.backlog, b""
+        if data and not self._send(conn, data) and not conn.closed:
+            self.epoll.modify(conn.fd, select.EPOLLIN)
+
+    def _send(self, conn, data):
+        """Send without blocking; what the socket does not take goes to the backlog.
+        Returns True if some went there."""
+        try:
+            sent = conn.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._close(conn)
+            return False
+        if sent < len(data):
+            conn.backlog = data[sent:]
+            return True
+        return False
+
+    def _close(self, conn):
+        """Forget a connection; its messages in flight are lost (the floor keeps no index of them)."""
+        conn.closed = True
+        del self.connections[conn.fd]
+        self.epoll.unregister(conn.fd)
+        conn.sock.close()
+        if conn.subscribed:
+            self.subscribers -= 1
+
+
 def measure(argv):
     """``scripts/bench floor``: the floor alone, under the single-PUB and round-trip loads."""
     from . import tools as load_tools
@@ -186,11 +466,18 @@ def measure(argv):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"]:
+    if argv[:1] in (["serve"], ["serve-consumers"]):
         # SIGTERM ends the process through SystemExit, as a broker's clean stop (and a profiler
         # watching it, such as callgrind, writes its counts at exit).
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
-        FloorServer().serve_forever()
+        if argv[0] == "serve":
+            FloorServer().serve_forever()
+        else:
+            # A descriptor per consumer: thousands of them (BrokerProc's parent raised its own limit
+            # already; run alone, the floor raises its soft limit to the hard one itself).
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            ConsumersFloor().serve_forever()
     else:
         measure(argv)
 

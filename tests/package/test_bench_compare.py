@@ -1,5 +1,5 @@
 """scripts/benchmarks (``scripts/bench --compare``): its parsing, /proc readings, the floor probe, and phases
-against our broker.
+against our broker; ``scripts/bench consumers`` against the many-consumers floor.
 
 Go's binaries are not needed: the phases run with this project's load scripts.
 """
@@ -7,6 +7,8 @@ Go's binaries are not needed: the phases run with this project's load scripts.
 import argparse
 import importlib
 import os
+import socket
+import struct
 import subprocess
 import sys
 
@@ -39,6 +41,11 @@ def common(benchmarks):
 @pytest.fixture(scope="module")
 def tools(benchmarks):
     return importlib.import_module("benchmarks.tools")
+
+
+@pytest.fixture(scope="module")
+def consumers(benchmarks):
+    return importlib.import_module("benchmarks.consumers")
 
 
 @pytest.mark.parametrize(
@@ -152,3 +159,49 @@ def test_the_table_has_a_row_for_each_phase(bench_compare, capsys):
     assert "| 0.80 |" in row
     assert "spilled to disk" in out
     assert "mpub-chan" in bench_compare.PHASES
+
+
+def _frame(sock):
+    """One frame from a blocking socket: (frame type, data)."""
+    data = b""
+    while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+        chunk = sock.recv(4 if len(data) < 4 else 4 + int.from_bytes(data[:4], "big") - len(data))
+        assert chunk, "the floor closed the connection"
+        data += chunk
+    return struct.unpack(">i", data[4:8])[0], data[8:]
+
+
+def test_the_consumers_floor_deals_in_turn_to_the_subscribers_with_credit(common, consumers):
+    with common.BrokerProc("floor-consumers", sys.executable) as floor:
+        host, port = floor.address.rsplit(":", 1)
+        subscribers = []
+        for _ in range(2):
+            sock = socket.create_connection((host, int(port)), timeout=10)
+            sock.sendall(b"  V2IDENTIFY\n" + struct.pack(">i", 2) + b"{}" + b"SUB t ch\nRDY 1\n")
+            assert _frame(sock) == (0, b"OK") and _frame(sock) == (0, b"OK")
+            subscribers.append(sock)
+        assert consumers.client_count(floor) == 2
+        pub = socket.create_connection((host, int(port)), timeout=10)
+        batch = struct.pack(">i", 3) + b"".join(struct.pack(">i", len(body)) + body for body in (b"a", b"bb", b"ccc"))
+        pub.sendall(b"  V2MPUB t\n" + struct.pack(">i", len(batch)) + batch)
+        assert _frame(pub) == (0, b"OK")
+        (ta, a), (tb, b) = _frame(subscribers[0]), _frame(subscribers[1])
+        assert ta == tb == 2 and {a[26:], b[26:]} == {b"a", b"bb"}  # one each, RDY 1
+        subscribers[1].sendall(b"FIN " + b[10:26] + b"\n")
+        assert _frame(subscribers[1])[1][26:] == b"ccc"  # to the one with credit again
+        pub.sendall(b"PUB t\n" + struct.pack(">i", 4) + b"dddd")
+        assert _frame(pub) == (0, b"OK")
+        subscribers[0].sendall(b"NOP\nFIN " + a[10:26] + b"\n")
+        assert _frame(subscribers[0])[1][26:] == b"dddd"
+        for sock in subscribers + [pub]:
+            sock.close()
+        assert consumers.wait(lambda: consumers.client_count(floor) == 0, 10)
+
+
+def test_scripts_bench_consumers_measures_the_floor(common, consumers, monkeypatch):
+    monkeypatch.setattr(consumers, "IDLE_SECONDS", 0.1)
+    with common.BrokerProc("floor-consumers", sys.executable) as floor:
+        figures = consumers.run_once(floor, 20, 1, 1, 1000)  # (raises unless every message arrives)
+        assert consumers.client_count(floor) == 0
+    assert figures["rate"] > 0 and figures["cpu_us"] >= 0 and figures["threads"] == 1
+    assert {key for _, key, _ in consumers.FIGURES} <= set(figures)
