@@ -114,7 +114,10 @@ class Reader:
             self._tick_at = 0.0  # the heartbeat interval may have changed: ask the ticker again
         self._command_timeout = seconds
         self._deadline = None
-        if self._timeout != seconds:
+        # The polled model (no ticker) sets the socket's timeout only as a recv that waits starts
+        # (_fill): its sends never wait, and most connections never read anything but without
+        # waiting, so a new connection's first command costs no setsockopt.
+        if self._timeout != seconds and self._ticker is not None:
             self._set_timeout(seconds)
 
     def read_command(self):
@@ -224,7 +227,10 @@ class Reader:
             raise ConnectionEnded("closed by the broker")
         timeout = self._command_timeout
         late = False  # the deadline passed: only what the kernel already holds may still be read
-        if timeout is not None and not nowait and not within:
+        if timeout is None:
+            if self._timeout is not None and not nowait and not within:
+                self._set_timeout(None)  # (no limit: not wait_for_command's short one)
+        elif not nowait and not within:
             now = _monotonic()
             deadline = self._deadline
             if deadline is None:  # the command's first recv: its deadline starts now, all of it left
