@@ -136,9 +136,6 @@ class PolledConnection(ClientConnection):
         self._fd = sock.fileno()
         self._poll_lock = threading.Lock()  # guards _reading and the epoll registration
         self._reading = SERVING  # (the poller holds it as it is made)
-        # Registered with epoll for input level-triggered (parked, nothing to write): see
-        # NetPoller._arm_locked.  Under _poll_lock.
-        self._armed_level = False
         self._pump_queued = False
         self._sock_closed = False  # (under _write_lock: torn down, nothing more is written)
         self.proto = None  # its ProtocolV2 (set by the poller once made)
@@ -498,41 +495,18 @@ class NetPoller:
             self._arm_locked(conn)
 
     def _arm_locked(self, conn):
-        """Register what ``conn`` waits for now (its ``_poll_lock`` held).
-
-        A parked connection with nothing to write is registered for input level-triggered, not
-        one-shot: the poller that serves its commands and parks it again (a consumer's FIN, the
-        common case) leaves the registration as it is, with no ``epoll_ctl``.  Everything else is
-        one-shot, as before, and a connection that leaves the poller's hands (to a worker, or to
-        wait for output) is disarmed first (see :meth:`_disarm`): no event while a worker serves it.
-        """
+        """Register what ``conn`` waits for now (its ``_poll_lock`` held)."""
         reading = conn._reading
         if reading == GONE:
             return
-        if reading == PARKED and conn._pending is None:
-            if conn._armed_level:
-                return  # (still registered so since it was last parked)
-            mask = _WANT_INPUT
-            conn._armed_level = True
-        else:
-            mask = _WANT_INPUT if reading == PARKED else 0
-            if conn._pending is not None:
-                mask |= _WANT_OUTPUT
-            if not mask and not conn._armed_level:
-                return  # (a one-shot registration that fired is disarmed already)
-            mask |= _ONESHOT  # (with no event asked for: disarmed, its hang-up reported once at most)
-            conn._armed_level = False
-        try:
-            conn._poll.epoll.modify(conn._fd, mask)
-        except (OSError, ValueError):
-            pass  # (the socket is being torn down)
-
-    def _disarm(self, conn):
-        """``conn`` leaves the poller's hands while registered level-triggered: no event for it
-        until it is armed again."""
-        with conn._poll_lock:
-            if conn._armed_level:
-                self._arm_locked(conn)
+        mask = _WANT_INPUT if reading == PARKED else 0
+        if conn._pending is not None:
+            mask |= _WANT_OUTPUT
+        if mask:
+            try:
+                conn._poll.epoll.modify(conn._fd, mask | _ONESHOT)
+            except (OSError, ValueError):
+                pass  # (the socket is being torn down)
 
     # -- the poller thread ---------------------------------------------------------------
 
@@ -663,11 +637,9 @@ class NetPoller:
             self._end(conn)
             return
         if result == NEEDS_THREAD or (result == MORE and not inline):
-            self._disarm(conn)
             self.submit(lambda: self._serve(conn, False, None))
             return
         if result == MORE:
-            self._disarm(conn)
             if again is None:
                 self.submit(lambda: self._serve(conn, False, None))
             else:
@@ -681,8 +653,6 @@ class NetPoller:
                 if conn.output_backlogged():
                     conn._reading = BLOCKED
                 else:  # (written meanwhile: read on)
-                    if conn._armed_level:
-                        self._arm_locked(conn)  # (disarmed: a worker serves it)
                     self.submit(lambda: self._serve(conn, False, None))
                     return
             else:
