@@ -114,10 +114,7 @@ class Reader:
             self._tick_at = 0.0  # the heartbeat interval may have changed: ask the ticker again
         self._command_timeout = seconds
         self._deadline = None
-        # The polled model (no ticker) sets the socket's timeout only as a recv that waits starts
-        # (_fill): its sends never wait, and most connections never read anything but without
-        # waiting, so a new connection's first command costs no setsockopt.
-        if self._timeout != seconds and self._ticker is not None:
+        if self._timeout != seconds:
             self._set_timeout(seconds)
 
     def read_command(self):

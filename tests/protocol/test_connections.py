@@ -168,6 +168,34 @@ def test_reader_grows_for_a_large_body_and_shrinks_back():
         feeder.close()
 
 
+def test_wait_for_command_reads_what_comes_in_time_and_leaves_no_short_timeout_behind():
+    """The polled model's wait for a connection's next command (a worker, between a client's round
+    trips) is one recv bounded by SO_RCVTIMEO: False when nothing comes, True and the bytes read when
+    they do.  Its short timeout is not left for a body read that may wait: with no command deadline
+    (heartbeats off) the waiting recv has no limit again."""
+    feeder = _Feeder()
+    try:
+        reader = Reader(feeder.ours)
+        reader.set_command_timeout(None)
+        assert reader.wait_for_command(0.01) is False
+        feeder.send(b"PUB t\n").join()
+        assert reader.wait_for_command(5) is True
+        assert reader.poll_command() == [b"PUB", b"t"]
+        short = feeder.ours.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)
+        assert short != bytes(16)  # (the wait's bound is on the socket now)
+        body = b"late body"
+        t = threading.Timer(0.05, feeder.theirs.sendall, args=(struct.pack(">i", len(body)) + body,))
+        t.start()
+        assert protocol_v2.decode_size(reader.read(4)) == len(body)  # waits past the wait's 10 ms
+        assert reader.read(len(body)) == body
+        t.join()
+        assert feeder.ours.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16) == bytes(16)  # no limit
+        feeder.theirs.shutdown(socket.SHUT_WR)
+        assert reader.wait_for_command(5) is True  # (the end: the serve that follows finds it)
+    finally:
+        feeder.close()
+
+
 def test_reader_reports_eof():
     feeder = _Feeder()
     try:
