@@ -7,6 +7,7 @@ parking with the :class:`~nsqd_threaded.server.idle.IdleWatcher` after
 through TLS or compression once negotiated.
 """
 
+import select
 import socket
 import sys
 import time
@@ -92,6 +93,7 @@ class Reader:
         # bytes are held (no recv may wait, nothing before that start is dropped: see hold_command).
         self._command_start = 0
         self._holding = False
+        self._readable = None  # a poll object for the socket, once wait_for_command needs one
         # The last recv of this serve took less than it could: the socket is drained, so the
         # next poll_command need not ask again (the caller clears it as a serve begins).
         self.drained = False
@@ -199,10 +201,19 @@ class Reader:
         its fsync) sends the next command a round trip later.  The wait is the
         kernel's (SO_RCVTIMEO, set to ``seconds`` and left so: the next command
         that needs a waiting recv sets its own deadline again, and a polled
-        connection's sends never wait), so no poll() precedes the recv.
+        connection's sends never wait), so no poll() precedes the recv.  After a
+        command that waited for its body (an MPUB's), the next one likely will
+        too, with the command's timeout: a poll() then, not two setsockopt calls
+        per command to move the timeout back and forth.
         """
         if self._layers is not None and self._layers.pending():
             return True
+        if self._deadline is not None and self._timeout != seconds:
+            readable = self._readable
+            if readable is None:
+                readable = self._readable = select.poll()
+                readable.register(self._sock.fileno(), select.POLLIN)
+            return bool(readable.poll(seconds * 1000))
         if self._timeout != seconds:
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(seconds))
             self._timeout = seconds
