@@ -6,9 +6,9 @@ instant loses nothing acknowledged (messages in flight at the crash are
 delivered again: duplicates, never loss), and a record acknowledged before the
 crash is not delivered again.  :class:`DurableDiskQueue`, a
 :class:`~nsqd_threaded.storage.diskqueue.DiskQueue` that overrides its hooks, is
-made of these pieces:
+made of these pieces, each in a module of its own where it is a class:
 
-* **Unacked records** (:class:`Unacked`): every record :meth:`get` hands out
+* **Unacked records** (:class:`~.unacked.Unacked`, ``unacked.py``): every record :meth:`get` hands out
   is remembered (message ID, file, start, end) until :meth:`ack`.  The
   *committed read position* is the start of the oldest record not yet acked
   (or the read position when there is none); the metadata file stores it as
@@ -18,18 +18,19 @@ made of these pieces:
   aside as ``.bad`` after a read error) only once the committed position has
   passed them, and only after the metadata saying so is on disk.
 
-* **Group commit** (:class:`GroupSync`): :meth:`sync_point` (owner's lock
-  held, right after ``put``) returns a token; :meth:`wait_synced` (owner's
-  lock *not* held) returns once everything up to the token is fsynced.  One
-  waiter at a time fsyncs -- a ``dup()`` of the write fd, outside any lock --
-  everything written so far; the others sleep, and it wakes those it covered
-  and one of the rest to lead the next commit.  A write-file roll fsyncs the finished file, which covers every token
-  in it.  Directory entries of new data files and of the metadata file are
+* **Group commit** (:class:`~.group_sync.GroupSync`, ``group_sync.py``):
+  :meth:`sync_point` (owner's lock held, right after ``put``) returns a
+  token; :meth:`wait_synced` (owner's lock *not* held) returns once
+  everything up to the token is fsynced.  One waiter at a time fsyncs -- a
+  ``dup()`` of the write fd, outside any lock -- everything written so far;
+  the others sleep, and it wakes those it covered and one of the rest to
+  lead the next commit.  A write-file roll fsyncs the finished file, which
+  covers every token in it.  Directory entries of new data files and of the metadata file are
   fsynced too.  An fsync failure is sticky: every later wait for a token not
   synced before it raises BackendError (the kernel may have dropped the
   pages, so nothing written since can be trusted until a restart).
 
-* **Done log** (:class:`DoneLog`): an acknowledgement the committed position
+* **Done log** (:class:`~.unacked.DoneLog`, ``unacked.py``): an acknowledgement the committed position
   cannot pass yet (an older record is still in flight) would be lost at a
   crash; its entry is appended to ``<name>.diskqueue.done.dat`` and the
   reader skips the record after a restart.  Attempts: a delivered or requeued message's
@@ -39,7 +40,7 @@ made of these pieces:
 * **Metadata with the commits that need it**: a sync point in a write file
   the metadata file does not hold yet (a roll since, or no metadata file)
   also takes a snapshot of the metadata (:meth:`DurableDiskQueue.sync_point`,
-  :meth:`GroupSync.wrote`), and the group commit's leader writes it (in
+  :meth:`~.group_sync.GroupSync.wrote`), and the group commit's leader writes it (in
   place, without an fsync) after its fsync and before it releases the
   waiters.  The topic's acknowledgement of a fanned-out batch
   (``ack(..., persist=True)``) writes it too.  So Go nsqd, which reads
@@ -60,7 +61,7 @@ made of these pieces:
 Locking: everything here runs with the owner's (topic's or channel's) lock
 held, which serializes it with the rest of DiskQueue -- except
 :meth:`wait_synced`, which must be called *without* it.  What waiters share
-with the owner lives in :class:`GroupSync` and is guarded by its own lock
+with the owner lives in :class:`~.group_sync.GroupSync` and is guarded by its own lock
 (``GroupSync._lock``): the written and synced positions, the owner's write
 fd and its file number, the leader flag, the sticky error, the closed flag
 and ``fsync_count``.  That lock is never held across an fsync; the owner
@@ -73,526 +74,21 @@ leader holds neither the owner's lock nor ``_lock`` while holding it.
 lock covers them.
 """
 
-import collections
 import errno
 import os
 import re
 import struct
-import threading
 
-from .backend import BackendError
 from .diskqueue import DiskQueue
-from .files import fsync_dir, replace_atomically, strerror, write_all
-from .meta_file import format_meta
+from .files import close_quietly, fsync_dir, replace_atomically
+from .group_sync import GroupSync
 from .records import RECORD_LENGTH
+from .unacked import DoneLog, Unacked
 
 
 _ATTEMPTS = struct.Struct(">H")  # a record header's attempts field
 _ATTEMPTS_OFFSET = RECORD_LENGTH.size + 8  # from a record's start: its length, the timestamp
 _ID_OFFSET = _ATTEMPTS_OFFSET + _ATTEMPTS.size  # then the attempts, then the 16-byte ID
-
-
-class _Rec:
-    __slots__ = ("msg_id", "file_num", "start", "end", "done")
-
-    def __init__(self, msg_id, file_num, start, end):
-        self.msg_id = msg_id
-        self.file_num = file_num
-        self.start = start
-        self.end = end
-        self.done = False
-
-
-class Unacked:
-    """Records handed out by ``get()`` and not yet acknowledged, oldest first.
-
-    Acked records after the oldest unacked one stay in the log (they are read
-    again after a crash) until everything before them is acked too.
-    """
-
-    __slots__ = ("_log", "_by_id")
-
-    def __init__(self):
-        self._log = collections.deque()
-        self._by_id = {}  # msg id -> _Rec, or a deque of _Rec (oldest first) for a duplicated ID
-
-    def __len__(self):
-        return len(self._log)
-
-    def add(self, msg_id, file_num, start, end):
-        rec = _Rec(msg_id, file_num, start, end)
-        self._log.append(rec)
-        prev = self._by_id.get(msg_id)
-        if prev is None:
-            self._by_id[msg_id] = rec
-        elif type(prev) is _Rec:
-            self._by_id[msg_id] = collections.deque((prev, rec))
-        else:
-            prev.append(rec)
-
-    def ack(self, msg_id):
-        """Mark the oldest unacked record of ``msg_id`` done and return it; None if there is none."""
-        entry = self._by_id.get(msg_id)
-        if entry is None:
-            return None
-        if type(entry) is _Rec:
-            del self._by_id[msg_id]
-        else:
-            rec = entry.popleft()
-            if not entry:
-                del self._by_id[msg_id]
-            entry = rec
-        entry.done = True
-        return entry
-
-    def done_records(self):
-        """The done records still in the log (behind an unacked one), oldest first."""
-        return [rec for rec in self._log if rec.done]
-
-    def find(self, msg_id):
-        """The oldest record of ``msg_id`` not yet acknowledged (None: none)."""
-        entry = self._by_id.get(msg_id)
-        if entry is None or type(entry) is _Rec:
-            return entry
-        return entry[0]
-
-    def advance(self):
-        """Drop the leading done records; returns how many."""
-        log = self._log
-        n = 0
-        while log and log[0].done:
-            log.popleft()
-            n += 1
-        return n
-
-    def head(self):
-        return self._log[0] if self._log else None
-
-    def last_file(self):
-        return self._log[-1].file_num if self._log else None
-
-    def clear(self):
-        self._log.clear()
-        self._by_id.clear()
-
-
-_DONE_ENTRY = struct.Struct(">QQ16s")  # a done log entry: file num, record start, message ID
-
-
-class DoneLog:
-    """The records acknowledged (FINed, moved to a dead-letter topic, dropped) while the committed read
-    position had not passed them yet, in ``<name>.diskqueue.done.dat`` (Go nsqd never opens it): after a
-    crash the reader skips them instead of delivering them again.
-
-    The ack appends their entries (one ``write()``, no fsync: a SIGKILL keeps them, a power loss may
-    not, and then they are delivered again).  Whenever a sync persists the metadata the file is
-    rewritten with only the entries the committed position has not passed.  ``replay``: the entries
-    loaded at startup that the reader has not reached yet.  No lock: the owner's lock covers it.
-    """
-
-    def __init__(self, path, name, log):
-        self.path = path
-        self.name = name
-        self.log = log
-        self.replay = {}  # (file num, start) -> message ID: done before the crash, not read yet
-        self._fd = None  # append fd
-        self._entries = 0  # entries the file holds (0: no file)
-
-    def load(self, start, end):
-        """Startup: keep the entries of records from position ``start`` up to ``end``."""
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            self.log.error("DISKQUEUE(%s) failed to read %s - %s", self.name, self.path, e)
-            return
-        size = _DONE_ENTRY.size
-        for offset in range(0, len(data) - size + 1, size):
-            num, pos, msg_id = _DONE_ENTRY.unpack_from(data, offset)
-            if start <= (num, pos) < end:
-                self.replay[(num, pos)] = msg_id
-        self._entries = max(1, len(data) // size)
-
-    def append(self, recs):
-        pack = _DONE_ENTRY.pack
-        try:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            write_all(self._fd, b"".join([pack(r.file_num, r.start, r.msg_id) for r in recs]))
-        except OSError as e:
-            self.log.error("DISKQUEUE(%s) failed to write %s - %s", self.name, self.path, e)
-            return
-        self._entries += len(recs)
-
-    def rewrite(self, recs):
-        """Keep only ``recs``' entries and the replay's (the metadata now passes every other one)."""
-        if not self._entries:
-            return
-        pack = _DONE_ENTRY.pack
-        entries = [pack(r.file_num, r.start, r.msg_id) for r in recs]
-        entries.extend(pack(num, pos, msg_id) for (num, pos), msg_id in self.replay.items())
-        self.close()
-        try:
-            if entries:
-                replace_atomically(self.path, b"".join(entries), fsync=False)
-            else:
-                os.remove(self.path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            self.log.error("DISKQUEUE(%s) failed to rewrite %s - %s", self.name, self.path, e)
-            return
-        self._entries = len(entries)
-
-    def drop(self):
-        """empty(): every entry goes."""
-        self.close()
-        self.replay.clear()
-        self._entries = 0
-        try:
-            os.remove(self.path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            self.log.error("DISKQUEUE(%s) failed to remove %s - %s", self.name, self.path, e)
-
-    def close(self):
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-class GroupSync:
-    """What is written and what is fsynced, shared with threads in ``wait()``.
-
-    Positions are ``(file num, pos)`` tuples, which order like the stream
-    (file numbers only grow).  ``synced``: every record ending at or before
-    it is on disk.
-    """
-
-    def __init__(self, file_name, position, write_meta):
-        """``write_meta(data, fsync)`` replaces the metadata file (raises OSError).  Metadata is handed
-        in as the five fields of :func:`~.meta_file.format_meta`."""
-        self._file_name = file_name
-        self._write_meta = write_meta
-        self.meta_lock = threading.Lock()  # serializes metadata file writes; guards _meta_written (and the owner's kept file)
-        self._meta_written = 0  # the number of the snapshot the metadata file holds
-        # Guards all the state below.  Waiters do not sleep on a Condition: each sleeps on a lock of its
-        # own, listed with its token in _waiters, so that a commit wakes only the waiters it covered
-        # (they return without taking this lock again) and one more to lead the next commit, not
-        # every waiter to find out (see _wake_locked).
-        self._lock = threading.Lock()
-        self._waiters = []  # _Waiter entries, in the order they came
-        self._meta = None  # the owner's metadata at its latest sync point: (number, fields)
-        # The write file number the metadata file holds (None: not known, or no file).  A commit
-        # writes the metadata only when the write file has changed since (see wrote()).
-        self._meta_file_num = None
-        self._meta_number = 0  # numbers the owner's snapshots (and direct writes) in the order taken
-        self.written = position
-        self.synced = position
-        # The leaders' own descriptor of the owner's current write file (a dup, made as the owner
-        # opens the file, so that an fsync outside the lock never finds its fd closed under it or
-        # reused) and that file's number.  The one a leader is fsyncing is _leader_fd; if the owner
-        # moves on meanwhile, that leader closes it (_leader_fd_retired).
-        self._fd = None
-        self._fd_num = None
-        self._leader_fd = None
-        self._leader_fd_retired = False
-        self._syncing = False  # a waiter is fsyncing outside the lock
-        self._error = None  # sticky fsync failure text
-        self._error_floor = None  # synced at the time of the failure
-        self._closed = False
-        self.fsync_count = 0  # fsyncs issued by waiters (group commits)
-
-    # -- owner side (owner's lock held) ------------------------------------------
-
-    def attach(self, fd, file_num):
-        """The owner writes to ``fd``, file ``file_num``, now."""
-        try:
-            own = os.dup(fd)
-        except OSError:
-            own = None  # (out of descriptors: a leader opens the file by name)
-        with self._lock:
-            retired = self._retire_fd_locked()
-            self._fd, self._fd_num = own, file_num
-        _close_quietly(retired)
-
-    def detach(self):
-        """Before the owner closes its write fd."""
-        with self._lock:
-            retired = self._retire_fd_locked()
-        _close_quietly(retired)
-
-    def _retire_fd_locked(self):
-        """Forget the leaders' descriptor; returns it for the caller to close, or None (none, or a
-        leader is fsyncing it and closes it when done)."""
-        fd = self._fd
-        self._fd = self._fd_num = None
-        if fd is not None and fd == self._leader_fd:
-            self._leader_fd_retired = True
-            return None
-        return fd
-
-    def wrote(self, position, meta_fields=None):
-        """Written up to ``position`` (file num, pos).  ``meta_fields``: the owner's ``_meta_fields``,
-        called (under this lock) for a snapshot for the next leader to write, when the metadata file
-        does not hold ``position``'s write file yet.
-
-        Within one write file a commit need not write the metadata: a process reading the directory
-        after a kill finds the records past a stale write position (go-diskqueue: a write file larger
-        than the metadata says is read to its end, and writes go on in a new file).  Only a roll to a
-        new file (go-diskqueue would write into it from 0) or a missing file needs the write."""
-        with self._lock:
-            if position > self.written:
-                self.written = position
-            if meta_fields is not None and self._meta_file_num != position[0]:
-                self._meta_number += 1
-                self._meta = (self._meta_number, meta_fields())
-
-    def write_meta(self, fields, fsync):
-        """The owner writes its metadata now (newer than any snapshot: a leader holding one skips it)."""
-        with self._lock:
-            self._meta_number += 1
-            number = self._meta_number
-            self._meta = None
-        with self.meta_lock:
-            self._write_fields(fields, fsync)
-            self._meta_written = number
-
-    def _write_fields(self, fields, fsync):
-        """Write the metadata (``meta_lock`` held) and note its write file number."""
-        try:
-            self._write_meta(format_meta(*fields), fsync)
-        except OSError:
-            with self._lock:
-                self._meta_file_num = None  # (the next commit writes it again)
-            raise
-        with self._lock:
-            self._meta_file_num = fields[3]
-
-    def forget_meta(self):
-        """empty(): the metadata file is about to be removed; no snapshot taken before may recreate it."""
-        with self._lock:
-            self._meta_number += 1
-            number = self._meta_number
-            self._meta = None
-        with self.meta_lock:
-            self._meta_written = number
-            with self._lock:
-                self._meta_file_num = None
-
-    def mark_synced(self, position):
-        woken = ()
-        with self._lock:
-            if position > self.synced:
-                self.synced = position
-                woken = self._wake_locked()
-        _wake(woken)
-
-    def failed(self, text):
-        with self._lock:
-            if self._error is None:
-                self._error = text
-                self._error_floor = self.synced
-            woken = self._wake_locked()
-        _wake(woken)
-
-    def rollback(self, position):
-        """A failed put truncated the stream back to ``position``."""
-        with self._lock:
-            if self.synced > position:
-                self.synced = position
-
-    def reset(self, position):
-        """empty(): everything before ``position`` is gone, so nothing to wait for."""
-        with self._lock:
-            self.written = max(self.written, position)
-            self.synced = max(self.synced, position)
-            woken = self._wake_locked()
-        _wake(woken)
-
-    def roll(self, fd, new_num):
-        """The writer moves on to file ``new_num``: fsync the finished file.
-
-        ``fd`` is the finished file's write fd, or None if it is not open
-        (then the file holding unsynced writes, if any, is fsynced by name).
-        Raises OSError (and the failure is sticky) if the fsync fails.
-        """
-        with self._lock:
-            need = self.synced < self.written
-            num = self.written[0] if fd is None else self._fd_num
-        try:
-            if fd is not None:
-                os.fsync(fd)
-            elif need and num < new_num:
-                self._fsync_path(num)
-        except OSError as e:
-            self.failed("fsync %s: %s" % (self._file_name(num), strerror(e)))
-            raise
-        self.mark_synced((new_num, 0))
-
-    def close(self, queue, flush):
-        """close() (``flush``: fsync what is still unsynced first) or delete()."""
-        if flush:
-            try:
-                self.wait(self.written)
-            except BackendError as e:
-                queue.log.error("DISKQUEUE(%s) failed to sync - %s", queue.name, e)
-        with self._lock:
-            self._closed = True
-            retired = self._retire_fd_locked()
-            woken = self._wake_locked()
-        _wake(woken)
-        _close_quietly(retired)
-
-    # -- waiters (any thread, owner's lock not held) --------------------------------
-
-    def wait(self, token):
-        lock = self._lock
-        lock.acquire()
-        try:
-            while True:
-                if self._error is not None and token > self._error_floor:
-                    raise BackendError(self._error)
-                if token <= self.synced:
-                    return
-                if not self._syncing:
-                    if self._closed:
-                        raise BackendError("exiting")
-                    break
-                waiter = _Waiter(token)
-                self._waiters.append(waiter)
-                lock.release()
-                try:
-                    waiter.sleep()  # until a commit covers the token, fails, or ends (_wake_locked)
-                finally:
-                    if waiter.covered:  # (the commit that woke it covered its token: nothing to look at)
-                        lock = None
-                    else:
-                        lock = self._lock
-                        lock.acquire()
-                if lock is None:
-                    return
-            # Leader: fsync everything written so far, then write the metadata of the latest sync point.
-            self._syncing = True
-            target = self.written
-            meta = self._meta
-            fd = None
-            if self._fd is not None and self._fd_num == target[0]:
-                fd = self._leader_fd = self._fd  # (else: opened by name)
-        finally:
-            if lock is not None:
-                lock.release()
-        synced = False
-        error = None
-        sticky = False
-        try:
-            if fd is None:
-                try:
-                    fd = os.open(self._file_name(target[0]), os.O_RDONLY)
-                except FileNotFoundError:
-                    synced = True  # emptied, or consumed and acked: nothing left to sync
-                except OSError as e:
-                    error = "open %s: %s" % (self._file_name(target[0]), strerror(e))
-            if fd is not None:
-                try:
-                    os.fsync(fd)
-                    synced = True
-                except OSError as e:
-                    error = "fsync %s: %s" % (self._file_name(target[0]), strerror(e))
-                    sticky = True
-                finally:
-                    self._done_with_fd(fd)
-            if synced and meta is not None:
-                self._leader_writes_meta(meta)
-        finally:
-            with self._lock:
-                self._syncing = False
-                if synced:
-                    if fd is not None:
-                        self.fsync_count += 1
-                    if target > self.synced:
-                        self.synced = target
-                elif sticky and self._error is None:
-                    self._error = error
-                    self._error_floor = self.synced
-                woken = self._wake_locked()
-                late_error = synced and self._error is not None and token > self._error_floor
-            _wake(woken)
-            if late_error:
-                # Another fsync of this data failed meanwhile; this one may only
-                # have succeeded because that one consumed the error report.
-                raise BackendError(self._error)
-        if not synced:
-            raise BackendError(error or "exiting")
-
-    def _done_with_fd(self, fd):
-        """The leader has fsynced ``fd``: close it if it opened it or the owner retired it meanwhile."""
-        with self._lock:
-            borrowed = fd == self._leader_fd
-            if borrowed:
-                self._leader_fd = None
-                if self._leader_fd_retired:
-                    self._leader_fd_retired = False
-                    borrowed = False
-        if not borrowed:
-            os.close(fd)
-
-    def _wake_locked(self):
-        """Take off the list the waiters a change concerns, for :func:`_wake` once the lock is
-        released (a waiter woken under it would only wait for it again): those whose tokens are
-        synced now (marked covered: they return at once), after a sticky failure or the close all of
-        them, and, when nobody is fsyncing, the first of the rest, to lead the next commit (it covers
-        everything written, so the others need not look)."""
-        waiters = self._waiters
-        if not waiters:
-            return ()
-        if self._error is not None or self._closed:
-            self._waiters = []
-            return waiters
-        synced = self.synced
-        leading = self._syncing
-        woken = []
-        sleeping = []
-        for waiter in waiters:
-            if waiter.token <= synced:
-                waiter.covered = True
-                woken.append(waiter)
-            elif not leading:
-                woken.append(waiter)
-                leading = True
-            else:
-                sleeping.append(waiter)
-        self._waiters = sleeping
-        return woken
-
-    def _leader_writes_meta(self, meta):
-        """After the leader's fsync, before it releases the waiters: the snapshot goes to the file
-        unless something newer is there already or the queue has closed.  No fsync: the write is for
-        a process that reads the directory after a kill (Go nsqd: see the module's docstring); a
-        failure is left to the next sync, which writes the metadata again (and reports it)."""
-        number, fields = meta
-        with self.meta_lock:
-            with self._lock:
-                if self._closed or number <= self._meta_written:
-                    return
-            try:
-                self._write_fields(fields, False)
-            except OSError:
-                return
-            self._meta_written = number
-
-    def _fsync_path(self, file_num):
-        try:
-            fd = os.open(self._file_name(file_num), os.O_RDONLY)
-        except FileNotFoundError:
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class DurableDiskQueue(DiskQueue):
@@ -730,7 +226,7 @@ class DurableDiskQueue(DiskQueue):
     def _close_attempts_file(self):
         kept, self._attempts_file = self._attempts_file, None
         if kept is not None:
-            _close_quietly(kept[1])
+            close_quietly(kept[1])
 
     def holds_record(self, file_num, pos, msg_id):
         """Whether the record with ID ``msg_id`` (16 bytes) was written at ``(file_num, pos)`` (a
@@ -816,7 +312,7 @@ class DurableDiskQueue(DiskQueue):
         """Close the metadata file kept open for the commits' writes (GroupSync's ``meta_lock`` held)."""
         kept, self._meta_file = self._meta_file, None
         if kept is not None:
-            _close_quietly(kept[0])
+            close_quietly(kept[0])
 
     def _close_meta_file(self):
         """:meth:`_close_meta_file_locked`, taking the lock (the file is about to go, or the queue to close)."""
@@ -1003,33 +499,3 @@ class DurableDiskQueue(DiskQueue):
             self.read_file_num = nxt[0] if nxt else self.write_file_num
             self.read_pos = 0
             self._need_sync = True
-
-
-class _Waiter:
-    """A thread in :meth:`GroupSync.wait`, asleep on a lock of its own until :func:`_wake`."""
-
-    __slots__ = ("token", "covered", "_lock")
-
-    def __init__(self, token):
-        self.token = token
-        self.covered = False  # set (under GroupSync's lock) by the waker: a commit covered the token
-        self._lock = threading.Lock()
-        self._lock.acquire()
-
-    def sleep(self):
-        self._lock.acquire()
-
-
-def _wake(waiters):
-    for waiter in waiters:
-        waiter._lock.release()
-
-
-def _close_quietly(fd):
-    """Close a descriptor kept open (its last write, if any, was reported); None: nothing to close."""
-    if fd is None:
-        return
-    try:
-        os.close(fd)
-    except OSError:
-        pass

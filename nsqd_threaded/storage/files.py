@@ -21,6 +21,16 @@ def strerror(e):
     return text[:1].lower() + text[1:]
 
 
+def close_quietly(fd):
+    """Close a descriptor kept open (its last write, if any, was reported); None: nothing to close."""
+    if fd is None:
+        return
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
 def remove_quietly(path):
     try:
         os.remove(path)
