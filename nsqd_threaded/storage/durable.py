@@ -120,13 +120,13 @@ class DurableDiskQueue(DiskQueue):
     @property
     def fsync_count(self):
         """fsyncs issued by :meth:`wait_synced` callers (one per group commit)."""
-        return self._gsync.fsync_count
+        return self._gsync.fsync_count()
 
     def describe(self):
         """DiskQueue.describe, and the group commits: how many fsyncs the waiters shared."""
         doc = super().describe()
         doc["unacked"] = len(self._unacked)
-        doc["group_commits"] = self._gsync.fsync_count
+        doc["group_commits"] = self.fsync_count
         return doc
 
     def sync_point(self):

@@ -58,7 +58,12 @@ class GroupSync:
         self._error = None  # sticky fsync failure text
         self._error_floor = None  # synced at the time of the failure
         self._closed = False
-        self.fsync_count = 0  # fsyncs issued by waiters (group commits)
+        self._fsync_count = 0  # fsyncs issued by waiters (group commits): fsync_count()
+
+    def fsync_count(self):
+        """The fsyncs the waiters' leaders have issued so far (one per group commit)."""
+        with self._lock:
+            return self._fsync_count
 
     # -- owner side (owner's lock held) ------------------------------------------
 
@@ -266,7 +271,7 @@ class GroupSync:
                 self._syncing = False
                 if synced:
                     if fd is not None:
-                        self.fsync_count += 1
+                        self._fsync_count += 1
                     if target > self.synced:
                         self.synced = target
                 elif sticky and self._error is None:
