@@ -401,7 +401,8 @@ def test_the_form_sets_the_policy(browser, setup, tmp_path):
     cluster, admin = setup
     broker_policy(cluster[0])
     browser.get(admin.http_url + "/topics/orders/billing")
-    assert browser.find_all("#tables p.policy.none")
+    # (the page draws the tables after its first fetch: under load that comes after get() returns)
+    browser.wait(lambda: browser.find_all("#tables p.policy.none"), "the page to show no policy")
     browser.run("var f = document.getElementById('policy-form');"
                 "f.querySelector('[name=max_attempts]').value = '3';"
                 "f.querySelector('[name=dead_letter_topic]').value = 'orders.dead';")

@@ -346,7 +346,7 @@ def test_a_channels_own_unlimited_and_no_ttl_win_over_the_defaults(make_nsqd):
         with Conn(nsqd.tcp_address) as sibling:  # the same message, older than 1ms by now: never delivered
             sibling.sub("t", "inherits", rdy=1)
             wait_for(lambda: channel_doc(h, channel="inherits")["expired_count"] == 1, timeout=20,
-                     what="the inheriting sibling giving up")
+                     what=lambda: "the inheriting sibling giving up (its /stats: %r)" % channel_doc(h, channel="inherits"))
             sibling.assert_silent(0.2)
         doc = channel_doc(h, channel="own")
         assert (doc["dead_letter_count"], doc["expired_count"]) == (0, 0)
