@@ -72,7 +72,8 @@ class Client:
         self.auth_state = None
 
         self._lock = threading.Lock()  # guards _woken, _closing and _pump_asleep
-        self._wakeup = threading.Condition(self._lock)  # signals: the pump should look again
+        if self.pump_thread:  # (a pump that is a task, not a thread, never waits on it)
+            self._wakeup = threading.Condition(self._lock)  # signals: the pump should look again
         self._woken = False
         self._closing = False
         self._pump_asleep = False  # the pump waits on _wakeup (set by the server's pump, around its wait)
@@ -83,6 +84,9 @@ class Client:
         self.tls_common_name = ""  # the client certificate's CN, for the auth server
         self.deflate = False
         self.snappy = False
+
+    #: Whether the pump is a thread that sleeps on ``_wakeup`` (a subclass whose pump is a task says not).
+    pump_thread = True
 
     def __repr__(self):
         return "Client(%d, %s)" % (self.id, self.remote_address)

@@ -90,6 +90,7 @@ def client_left(exc):
 # not that one client misbehaved: the listen queue stays readable, so
 # retrying at once would spin.
 RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+ACCEPT_BURST = 64  # connections one readiness wake-up of the listener accepts at most
 ACCEPT_BACKOFF_MIN = 0.005  # seconds before the first retry of a failed accept
 ACCEPT_BACKOFF_MAX = 0.1  # the backoff doubles up to this (a file freed is used within it)
 LIMIT_REPORT_INTERVAL = 1.0  # seconds between two log lines about the same host limit
@@ -150,6 +151,9 @@ class PromptShutdownMixIn:
 
     def server_activate(self):
         super().server_activate()
+        # accept() never waits (serve_forever's select says when to call it: see _accept_burst).  An
+        # accepted socket does not inherit this: it is blocking, as socket.accept leaves it here.
+        self.socket.setblocking(False)
         self._wake_r, self._wake_w = os.pipe()
         self._run_lock = threading.Lock()  # guards _stopping against _serving being set: one of them wins
         self._stopping = False
@@ -176,7 +180,7 @@ class PromptShutdownMixIn:
                         if key.fileobj is self and not self._stopping:
                             self.accepting = True
                             try:
-                                accepted = self._accept_one()
+                                accepted = self._accept_burst()
                             finally:
                                 self.accepting = False
                             if accepted:
@@ -192,17 +196,25 @@ class PromptShutdownMixIn:
         finally:
             self._served.set()
 
-    def _accept_one(self):
-        """Accept and dispatch one connection; False when accept failed for lack of a resource."""
-        try:
-            request, client_address = self.get_request()
-        except OSError as e:
-            if e.errno in RESOURCE_ERRORS:
-                self.limits.hit("accept", "accept failed - %s" % e,
-                                "raise the open files limit (ulimit -n, systemd LimitNOFILE)")
-                return False
-            return True  # the client left before we took it (ECONNABORTED...)
-        self.dispatch_request(request, client_address)
+    def _accept_burst(self):
+        """Accept and dispatch the connections waiting, up to :data:`ACCEPT_BURST` (the listening
+        socket does not block: one readiness wake-up serves a burst of clients connecting at once,
+        where one each cost a select and a hand-off of the interpreter lock); False when accept
+        failed for lack of a resource."""
+        for _ in range(ACCEPT_BURST):
+            try:
+                request, client_address = self.get_request()
+            except BlockingIOError:
+                return True  # none left (or the one selected left before we took it)
+            except OSError as e:
+                if e.errno in RESOURCE_ERRORS:
+                    self.limits.hit("accept", "accept failed - %s" % e,
+                                    "raise the open files limit (ulimit -n, systemd LimitNOFILE)")
+                    return False
+                continue  # the client left before we took it (ECONNABORTED...)
+            self.dispatch_request(request, client_address)
+            if self._stopping:
+                break
         return True
 
     def dispatch_request(self, request, client_address):

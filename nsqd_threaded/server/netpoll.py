@@ -127,6 +127,7 @@ class PolledConnection(ClientConnection):
     """
 
     polled = True
+    pump_thread = False  # (run_pump is a task: no Condition to sleep on)
 
     def __init__(self, id, sock, address, nsqd, poller, poll):
         super().__init__(id, sock, address, nsqd)

@@ -259,6 +259,7 @@ class ProtocolV2:
                 install(layers)
                 send(protocol_v2.OK_FRAME)
 
+        self.reader.arm_timeout()  # (the upgrade's writes block: bounded as the command is)
         try:
             client.upgrade(negotiate)
         except (ssl.SSLError, TimeoutError) as e:

@@ -73,8 +73,14 @@ class Reader:
         # one being read must be in (None until its first recv: read_command clears it).
         self._command_timeout = None
         self._deadline = None
-        sock.settimeout(None)  # blocking: deadlines are the kernel's (see set_command_timeout)
+        if sock.gettimeout() is not None:  # (an accepted socket is blocking already: no syscall then)
+            sock.settimeout(None)  # blocking: deadlines are the kernel's (see set_command_timeout)
         self._timeout = None  # the socket's (SO_RCVTIMEO/SO_SNDTIMEO) now: the command's, or what is left of it
+        # The polled model (no watcher, no ticker) reads between commands without waiting: the
+        # socket gets the command timeout only when a recv may wait (_fill) or an upgrade writes
+        # (arm_timeout), not with each change of the heartbeat interval: two setsockopt calls
+        # fewer per change, twice per connection (its first command and its IDENTIFY).
+        self._lazy_timeout = idle_watcher is None and ticker is None
         # With a watcher, a recv also times out after IDLE_AFTER seconds and
         # the thread parks there (see nsqd_threaded.server.idle).
         self._idle = idle_watcher
@@ -116,8 +122,14 @@ class Reader:
             self._tick_at = 0.0  # the heartbeat interval may have changed: ask the ticker again
         self._command_timeout = seconds
         self._deadline = None
-        if self._timeout != seconds:
+        if self._timeout != seconds and not self._lazy_timeout:
             self._set_timeout(seconds)
+
+    def arm_timeout(self):
+        """Give the socket the command timeout now, for blocking I/O that is not this reader's
+        recv (an IDENTIFY upgrade's writes and TLS handshake): the polled model sets it lazily."""
+        if self._timeout != self._command_timeout:
+            self._set_timeout(self._command_timeout)
 
     def read_command(self):
         """Start a command (its deadline) and return its line's params, split as nsqd splits them
