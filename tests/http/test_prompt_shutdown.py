@@ -1,9 +1,13 @@
-"""PromptShutdownMixIn: a shutdown that comes before the accept thread has started its loop."""
+"""PromptShutdownMixIn: a shutdown that comes before the accept thread has started its loop, and the
+accept loop's bursts."""
 
+import socket
 import socketserver
 import threading
 
-from nsqd_threaded.server.listener import PromptShutdownMixIn
+import pytest
+
+from nsqd_threaded.server.listener import ACCEPT_BURST, PromptShutdownMixIn
 
 
 class Server(PromptShutdownMixIn, socketserver.TCPServer):
@@ -40,3 +44,38 @@ def test_shutdown_waits_for_a_running_loop():
     assert server._served.is_set()  # shutdown returned only once the loop had ended
     t.join(timeout=10)
     server.server_close()
+
+
+class EchoLine(socketserver.StreamRequestHandler):
+    def handle(self):
+        self.wfile.write(self.rfile.readline())
+
+
+class ThreadingServer(PromptShutdownMixIn, socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    request_queue_size = 4 * ACCEPT_BURST
+
+
+@pytest.mark.timeout(60)
+def test_a_burst_longer_than_one_wake_up_is_all_accepted_and_each_socket_blocks():
+    # The listening socket does not block (one wake-up accepts up to ACCEPT_BURST connections); what
+    # it accepts must: each handler here waits in a blocking readline for a line its client sends
+    # only once every client has connected.
+    server = ThreadingServer(("127.0.0.1", 0), EchoLine)
+    t = threading.Thread(target=server.serve_forever, name="accept", daemon=True)
+    t.start()
+    clients = []
+    try:
+        for _ in range(3 * ACCEPT_BURST):
+            clients.append(socket.create_connection(server.server_address[:2], timeout=30))
+        for i, c in enumerate(clients):
+            c.sendall(b"%d\n" % i)
+        for i, c in enumerate(clients):
+            with c.makefile("rb") as f:
+                assert f.readline() == b"%d\n" % i
+    finally:
+        for c in clients:
+            c.close()
+        server.shutdown()
+        server.server_close()
+        t.join(timeout=10)
