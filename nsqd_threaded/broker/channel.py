@@ -379,6 +379,10 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
             self.global_msg_count += queued - len(memory)  # deliveries from the memory queue
             if not msgs:
                 return msgs
+            if self._redriven:  # (after a kill inside a redrive: see _let_go_redriven_locked)
+                msgs = self._let_go_redriven_locked(msgs)
+                if not msgs:
+                    continue
             if client.sample_rate:
                 # nsqd drops a message for this channel when rand[0,100) > rate.
                 rate = client.sample_rate
@@ -795,6 +799,7 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
                 client.blocked = False
             self._memory.clear()
             self._backend.empty()
+            self._forget_redrive_journal_locked()
             self.mark_scan_locked()
         self._wake_all()
 
@@ -823,6 +828,7 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
                 self._in_flight.drain()
                 self._deferred.drain()
                 self._drop_locked()
+                self._forget_redrive_journal_locked()
                 return
             flush = self._in_flight.drain()
             deferred = self._deferred.drain()

@@ -19,7 +19,7 @@ import time
 from ..internal.clock import Clock, TimeSkippingDisabled, parse_skip_ns
 from ..internal.logger import Logger
 from ..settings.options import Options
-from ..storage import metadata
+from ..storage import metadata, redrive_journal
 from ..storage.backend import DiscardBackend
 from ..storage.diskqueue import DiskQueue
 from ..storage.durable import DurableDiskQueue
@@ -28,7 +28,7 @@ from ..wire.protocol_v1 import encode_register, encode_unregister
 from .channel import ChannelError
 from .policy import NO_POLICY, DeadLetterNames, Policy, is_dead_letter_topic
 from .provenance import DeadLetterProvenance
-from .redrive import REDRIVE_BATCH, RedriveError, redrive_destinations
+from .redrive import EXIT_IN_REDRIVE_ENV, REDRIVE_BATCH, RedriveError, redrive_destinations
 from .scan import ScanSet
 from .watch import StateWatch
 from .topic import Topic, TopicError
@@ -56,6 +56,9 @@ class BrokerCore:
         # the GUID factories and the queue scanner read it; nothing reads time.time_ns() for them.
         self.clock = Clock(self.options.time_skipping)
         self._lock = threading.Lock()  # guards topics, clients, client IDs, _exiting
+        # Held through a whole redrive: one at a time, so that a channel's redrive journal is removed
+        # only when no redrive writes to it (redrives are an operator's, and rare).
+        self._redrive_lock = threading.Lock()
         self.dead_letter_names = DeadLetterNames()  # the topics channels' own policies name as dead-letter topics
         # Where each dead letter came from, beside the dead-letter topics' queues (broker.provenance).
         self.dead_letter_provenance = DeadLetterProvenance(self.data_path, self.options.durable, self.log)
@@ -205,8 +208,21 @@ class BrokerCore:
                         channel.pause()
                     if cpolicy is not None:
                         channel.set_policy(self._stored_policy(path, name, cname, cpolicy))
+            if self.options.durable:
+                self._recover_redrives()
         finally:
             self._loading = False
+
+    def _recover_redrives(self):
+        """Startup (``--durable``), every topic and channel made: the redrives a kill cut short (see
+        :meth:`~nsqd_threaded.broker.redrive.ChannelRedriveMethods.recover_redrive`)."""
+        with self._lock:
+            topics = list(self._topics.values())
+        for topic in topics:
+            for channel in topic.channels():
+                found = channel.recover_redrive(self.get_existing_topic)
+                if found:
+                    self.log.info("%r: %d messages a redrive had moved before the restart: they leave unread", channel, found)
 
     def _stored_policy(self, path, topic_name, channel_name, doc):
         """A channel's policy as nsqd.dat keeps it (see :mod:`.policy`)."""
@@ -461,6 +477,18 @@ class BrokerCore:
         one without provenance when no ``to`` was given, ``UNAUTHORIZED`` when ``allowed`` refuses its
         destination, ``EXITING`` when the channel or a destination is closing.
         """
+        with self._redrive_lock:
+            return self._redrive_locked(channel, n, to, allowed)
+
+    def _redrive_locked(self, channel, n, to, allowed):
+        journal = channel.redrive_journal_path()  # (--durable: a kill inside the redrive moves each message once)
+        try:
+            return self._redrive_batches(channel, n, to, allowed, journal)
+        finally:
+            if journal is not None:
+                channel.redrive_ended()
+
+    def _redrive_batches(self, channel, n, to, allowed, journal):
         moved = 0
         while n is None or moved < n:
             msgs = channel.take_for_redrive(REDRIVE_BATCH if n is None else min(REDRIVE_BATCH, n - moved))
@@ -492,7 +520,7 @@ class BrokerCore:
                     end += 1
                 run = msgs[start:end]
                 try:
-                    self.get_topic(topics[start]).publish([m.body for m in run])
+                    self._publish_redriven(self.get_topic(topics[start]), run, journal)
                 except TopicError as e:
                     channel.return_redrive(msgs[start:])
                     raise RedriveError("EXITING", moved, str(e)) from None
@@ -505,6 +533,32 @@ class BrokerCore:
             self.log.info("CHANNEL(%s:%s): redrove %d messages%s", channel.topic_name, channel.name, moved,
                           " to " + to if to else "")
         return moved
+
+    def _publish_redriven(self, topic, msgs, journal):
+        """Publish ``msgs`` (a redrive's) to ``topic`` as new messages; with a ``journal`` (its path:
+        ``--durable``), its lines are appended right before the records are written, the topic's lock
+        held (see :mod:`~nsqd_threaded.storage.redrive_journal`).  Raises TopicError."""
+        bodies = [m.body for m in msgs]
+        if journal is None:
+            topic.publish(bodies)
+            return
+        ids = [bytes(m.id) for m in msgs]
+
+        def announce(new_ids):
+            def before(positions):
+                if positions is None:  # (a destination without a disk queue: a kill loses it there anyway)
+                    return
+                try:
+                    redrive_journal.append(journal, redrive_journal.encode_lines(ids, topic.name, new_ids, positions))
+                except OSError as e:
+                    raise TopicError("failed to write the redrive journal - %s" % e) from None
+                if os.environ.get(EXIT_IN_REDRIVE_ENV) == "line":
+                    os._exit(137)  # (the test hook: a kill between the journal and the records)
+            return before
+
+        topic.publish_announced([self.clock.time_ns()] * len(bodies), bodies, announce)
+        if os.environ.get(EXIT_IN_REDRIVE_ENV) == "published":
+            os._exit(137)  # (the test hook: a kill between the records and the channel's done log)
 
     # -- runtime configuration (/config) ---------------------------------------
 

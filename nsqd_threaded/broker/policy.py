@@ -30,7 +30,7 @@ channel (``Channel.move_dead_letters``): a crash in between finds it still
 in the channel (at least once; it may appear twice, never zero times).
 Under ``--durable`` it appears once: the provenance line of a dead letter is
 written with the dead-letter topic's lock held, right before the dead letter
-(``Topic.publish_dead_letters``' ``announce``), and a move the channel
+(``Topic.publish_announced``' ``announce``), and a move the channel
 repeats after a kill of the broker finds it there and only lets the message
 go (:meth:`DeadLetterProvenance.moved_before`).  The line goes first, with
 where the dead letter is written: a kill between the two leaves a line whose
@@ -390,7 +390,7 @@ def publish_dead_letters(nsqd, channel, topic_name, msgs, reasons, failing):
                            channel, len(msgs), topic_name, e)
         return False
     before = provenance.moved_before(topic_name, channel.topic_name, channel.name, msgs,
-                                     dead_letters.holds_dead_letter)
+                                     dead_letters.holds_announced)
     if before:
         nsqd.log.info("%r: %d dead letters were in %s before the restart: not moved again",
                       channel, len(before), topic_name)
@@ -411,7 +411,7 @@ def publish_dead_letters(nsqd, channel, topic_name, msgs, reasons, failing):
         return append
 
     try:
-        dead_letters.publish_dead_letters([msg.timestamp for msg in msgs], [msg.body for msg in msgs], announce)
+        dead_letters.publish_announced([msg.timestamp for msg in msgs], [msg.body for msg in msgs], announce)
     except Exception as e:  # (TopicError, a backend's: the scanner thread retries, it must not die)
         if not failing:
             nsqd.log.error("%r: failed to move %d messages to dead-letter topic %s (retrying) - %s",

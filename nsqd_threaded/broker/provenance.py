@@ -2,7 +2,7 @@
 
 A channel's policy moves a message to its dead-letter topic as a new message
 there (a new ID, its body unchanged, its own original timestamp kept:
-``Topic.publish_dead_letters``).  What the body cannot say without changing
+``Topic.publish_announced``).  What the body cannot say without changing
 is kept beside it, keyed by the new ID: ``{"topic", "channel", "reason"
 ("max_attempts" or "msg_ttl"), "attempts", "id" (the original 16
 characters), "timestamp" (the original, Unix ns), "at" (when it was moved,

@@ -4,15 +4,24 @@
 the head of a channel (of a dead-letter topic, usually), publishes each to
 its source topic (its provenance's ``topic``, :mod:`.provenance`) or to the
 one the operator names, as a new message there (attempts start anew), and
-only then lets them leave the channel.  It is at least once, as a delivery
-to a consumer is: while the publishes run, the messages are in flight to the
-redrive (:data:`REDRIVE_OWNER`); a crash before they leave finds them still
-in the channel (under ``--durable``, and what its disk queue had synced
-otherwise), so a message may reach its destination twice, never zero times.
-A publish that fails, and a message with nowhere to go, puts the messages
-not yet published back at the head of the channel, in their order.
+only then lets them leave the channel.  While the publishes run, the messages
+are in flight to the redrive (:data:`REDRIVE_OWNER`).  A publish that fails,
+and a message with nowhere to go, puts the messages not yet published back at
+the head of the channel, in their order.
+
+A crash: under ``--durable`` a kill at any instant moves each message once.
+Right before a destination's records are written, the channel's redrive
+journal (:mod:`nsqd_threaded.storage.redrive_journal`) says where each goes;
+a restarted broker reads it before any delivery (:meth:`ChannelRedriveMethods.recover_redrive`)
+and lets go unread the messages found written in their destination
+(:meth:`ChannelRedriveMethods._let_go_redriven_locked`); one never written there
+stays in the channel.  Otherwise it is at least once, as a delivery to a
+consumer is: a crash before the messages leave finds them still in the
+channel (what its disk queue had synced), and may find them in their
+destination too.
 """
 
+from ..storage import redrive_journal
 from ..wire.message import from_records, held_fields
 
 REDRIVE_OWNER = -1  # the in-flight owner of messages a redrive holds (no client has a negative ID)
@@ -36,6 +45,67 @@ class ChannelRedriveMethods:
     """
 
     redrive_count = 0
+    # IDs (bytes) of messages a redrive cut short by a kill had written to their destination: let go
+    # unread when next taken (recover_redrive; guarded by the channel's lock).  Empty nearly always.
+    _redriven = frozenset()
+
+    def redrive_journal_path(self):
+        """This channel's redrive journal (``--durable``, a channel with a disk queue), else None."""
+        if self.ephemeral or not self._nsqd.options.durable:
+            return None
+        return redrive_journal.file_path(self._nsqd.data_path, "%s:%s" % (self.topic_name, self.name))
+
+    def recover_redrive(self, get_existing_topic):
+        """Startup (``--durable``), before any delivery: read the journal a killed redrive left; the
+        messages it names whose new record is in their destination (``get_existing_topic(name)``)
+        leave the channel unread the next time it takes them.  Returns how many."""
+        path = self.redrive_journal_path()
+        if path is None:
+            return 0
+        try:
+            lines = redrive_journal.read(path)
+        except OSError as e:
+            self._nsqd.log.error("%r: failed to read the redrive journal %s - %s", self, path, e)
+            return 0
+        held = set()
+        for msg_id, topic_name, new_id, at in lines:
+            topic = get_existing_topic(topic_name)
+            if topic is not None and topic.holds_announced(new_id, at):
+                held.add(msg_id)
+        with self._lock:
+            self._redriven = held
+            if not held:
+                redrive_journal.remove(path)
+        return len(held)
+
+    def _let_go_redriven_locked(self, msgs):
+        """Of ``msgs`` (just taken from the queue), those a killed redrive had already written to their
+        destination leave the channel unread (acknowledged); returns the others."""
+        redriven = self._redriven
+        kept = [m for m in msgs if bytes(m.id) not in redriven]
+        if len(kept) < len(msgs):
+            gone = [bytes(m.id) for m in msgs if bytes(m.id) in redriven]
+            self._backend.ack(gone)
+            redriven.difference_update(gone)
+            if not redriven:  # (their done-log entries are written: the journal has said all it had to)
+                redrive_journal.remove(self.redrive_journal_path())
+        return kept
+
+    def _forget_redrive_journal_locked(self):
+        """The channel is emptied or deleted: what its journal names is gone, and so is the journal."""
+        path = self.redrive_journal_path()
+        if path is not None:
+            self._redriven = frozenset()
+            redrive_journal.remove(path)
+
+    def redrive_ended(self):
+        """A redrive of this channel ended, its done-log entries written: its journal goes, unless it
+        still names messages a killed redrive moved and this run has not let go yet."""
+        path = self.redrive_journal_path()
+        if path is not None:
+            with self._lock:
+                if not self._redriven:
+                    redrive_journal.remove(path)
 
     def take_for_redrive(self, n):
         """Up to ``n`` Messages from the head of the queue, now in flight to the redrive (attempts
@@ -43,9 +113,15 @@ class ChannelRedriveMethods:
         with self._lock:
             if self.exiting:
                 return None
-            msgs = from_records(self._take_locked(n))
-            if not msgs:
-                return []
+            while True:
+                msgs = from_records(self._take_locked(n))
+                if not msgs:
+                    return []
+                if self._redriven:
+                    msgs = self._let_go_redriven_locked(msgs)
+                    if not msgs:
+                        continue
+                break
             now = self._now_ns()
             for msg in msgs:
                 msg.client_id = REDRIVE_OWNER
@@ -101,3 +177,10 @@ def redrive_destinations(channel, msgs, to):
 
 
 REDRIVE_BATCH = 1024  # messages a redrive takes out of the channel at a time
+
+
+# The test hook: a broker that exits inside a redrive, to show what a kill there does.  "line": right after
+# the journal's lines, before the destination's records; "published": once they are written and synced,
+# before the messages leave the channel.
+EXIT_IN_REDRIVE_ENV = "NSQD_THREADED_TEST_EXIT_IN_REDRIVE"
+

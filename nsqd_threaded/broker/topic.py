@@ -27,7 +27,7 @@ import time
 
 from ..storage.backend import BackendError
 from ..wire.message import (DEFERRED, MESSAGES, RECORD_HEADER, RECORDS, Message, as_records, batch_form, copy_batches,
-                            dead_letter_records, held_fields, new_records)
+                            timestamped_records, held_fields, new_records)
 from ..wire.protocol_v1 import encode_register, encode_unregister
 from .backed_queue import BackedQueue
 from .channel import Channel, ChannelError
@@ -157,23 +157,25 @@ class Topic(BackedQueue):
         else:
             self._put(new_records(now, self._guid.new_id_blocks(len(bodies)), bodies), size, RECORDS)
 
-    def publish_dead_letters(self, timestamps, bodies, announce=None):
-        """Dead letters (:mod:`.provenance`): new messages for these bodies in this order, each with its own
-        original timestamp (attempts 0); returns their IDs; raises TopicError.
+    def publish_announced(self, timestamps, bodies, announce=None):
+        """New messages for these bodies in this order, each with its own timestamp (attempts 0),
+        written to the disk queue with where they go told first; returns their IDs; raises TopicError.
+        A dead-letter move (:mod:`.provenance`) and, under ``--durable``, a redrive (:mod:`.redrive`)
+        publish this way.
 
         ``announce(ids)`` is called before they are written and returns what is called with the
         topic's lock held, right before they are written: ``(positions)``, where the backend will
         write each (``[(file num, pos)]``; None when it cannot say, outside durable mode).  What it
-        writes (their provenance, with those positions) is in the data directory whenever they are,
-        at a kill of the process; a move repeated after a restart finds each dead letter at its
-        position, or not (a kill between the two: it was never written, and is moved again)."""
+        writes (their provenance, or a redrive's journal lines, with those positions) is in the data
+        directory whenever they are, at a kill of the process; a move repeated after a restart finds
+        each message at its position, or not (a kill between the two: it was never written)."""
         ids = self._guid.new_ids(len(bodies))
-        self._put(dead_letter_records(ids, timestamps, bodies), sum(map(len, bodies)), RECORDS,
+        self._put(timestamped_records(ids, timestamps, bodies), sum(map(len, bodies)), RECORDS,
                   before=None if announce is None else announce(ids))
         return ids
 
-    def holds_dead_letter(self, msg_id, position):
-        """Whether the dead letter ``msg_id`` (bytes) that :meth:`publish_dead_letters` announced at
+    def holds_announced(self, msg_id, position):
+        """Whether the message ``msg_id`` (bytes) that :meth:`publish_announced` announced at
         ``position`` was written (is stored, or was consumed); False outside durable mode."""
         return self._backend.holds_record(position[0], position[1], msg_id)
 

@@ -18,7 +18,7 @@
 
 This module is the one place that tells the forms apart (a record is an
 object of type ``bytes``; anything else is a Message) and converts between
-them: :func:`new_records`, :func:`dead_letter_records`, :func:`from_records`,
+them: :func:`new_records`, :func:`timestamped_records`, :func:`from_records`,
 :func:`as_records`, :func:`copy_batches`, :func:`batch_form`.  Whoever only
 reads a held message, whatever its form (a channel's inspection, dead-letter
 provenance, redrive), reads it with :func:`held_fields`.  A batch of queue
@@ -88,8 +88,8 @@ def held_fields(entry):
     return entry.id, entry.body, entry.timestamp, entry.attempts
 
 
-def dead_letter_records(ids, timestamps, bodies):
-    """Records of dead letters: new ``ids``, each message's own original ``timestamps`` kept, attempts 0."""
+def timestamped_records(ids, timestamps, bodies):
+    """Records of new messages: ``ids``, each with its own ``timestamps`` (a dead letter keeps its original), attempts 0."""
     pack = RECORD_HEADER.pack
     return [pack(timestamp, 0, msg_id) + body for msg_id, timestamp, body in zip(ids, timestamps, bodies)]
 

@@ -3,11 +3,16 @@ dead-letter move under --durable that a kill -9 never loses, and Go nsqd 1.3 on 
 that carries policies (it keeps every topic and channel; the policies are gone once it rewrote the file)."""
 
 import json
+import os
+import socket
 import subprocess
+import urllib.error
 import urllib.request
 
 import pytest
 
+from nsqd_threaded.broker.redrive import EXIT_IN_REDRIVE_ENV
+from nsqd_threaded.storage import redrive_journal
 from nsqd_threaded.testing import Broker, BrokerProcess
 from nsqd_threaded.wire import protocol_v2
 
@@ -320,30 +325,90 @@ def test_go_nsqd_delivers_dead_letters_kept_with_their_provenance(tmp_path):
 
 
 def test_a_kill_during_a_redrive_loses_nothing(tmp_path):
-    """kill -9 right after a redrive answered, or while it runs: under --durable every dead letter is then
-    in its source channel or still in the dead-letter channel (some may be in both), none is lost."""
+    """kill -9 right after a redrive answered: under --durable every dead letter is then in its source
+    channel or still in the dead-letter channel, never in both, none lost, and the redrive left no
+    journal (a kill inside it: below); a later redrive moves what stayed."""
     n = 300
     broker = BrokerProcess("--durable", "--channel-peek", data_path=str(tmp_path), start_timeout=30,
                            stop_timeout=30).start()
     try:
         http = broker.http_address
-        post(http, "/topic/create?topic=src")
-        post(http, "/channel/create?topic=src&channel=c")
-        post(http, "/topic/create?topic=src.dead")
-        post(http, "/channel/create?topic=src.dead&channel=d")
-        post(http, "/channel/policy?topic=src&channel=c&msg_ttl=1ms&dead_letter_topic=src.dead")
         bodies = [b"m%03d" % i for i in range(n)]
-        with Conn(broker.tcp_address) as pub, Conn(broker.tcp_address) as sub:
-            assert pub.mpub("src", bodies) == b"OK"
-            sub.sub("src", "c", rdy=1)  # every one has expired: all moved, none delivered
-            wait_for(lambda: len(broker.messages("src.dead", "d")) == n, timeout=30, what="every one moved")
-        post(http, "/channel/policy?topic=src&channel=c&msg_ttl=0")  # (what comes back stays)
+        _dead_letters_in(broker, bodies)
         assert json.loads(post(http, "/channel/redrive?topic=src.dead&channel=d&n=%d" % (n // 2))) == {"moved": n // 2}
+        assert not (tmp_path / ("src.dead:d" + redrive_journal.FILE_SUFFIX)).exists()
         broker.kill()
         broker.restart()
         back = {m.body for m in broker.messages("src", "c")}
         still = {m.body for m in broker.messages("src.dead", "d")}
-        assert back | still == set(bodies)
-        assert len(back) >= n // 2  # what the answer said moved is there
+        assert back | still == set(bodies) and not back & still
+        assert len(back) == n // 2  # what the answer said moved is there
+        assert json.loads(post(broker.http_address, "/channel/redrive?topic=src.dead&channel=d")) == {"moved": n // 2}
+        assert sorted(_consume_all(broker, "src", "c")) == bodies
+        assert _consume_all(broker, "src.dead", "d") == []
     finally:
         broker.stop()
+
+def _dead_letters_in(broker, bodies):
+    """src:c's messages all moved to src.dead (its channel d holds them, never consumed), src:c's policy off."""
+    http = broker.http_address
+    post(http, "/topic/create?topic=src")
+    post(http, "/channel/create?topic=src&channel=c")
+    post(http, "/topic/create?topic=src.dead")
+    post(http, "/channel/create?topic=src.dead&channel=d")
+    post(http, "/channel/policy?topic=src&channel=c&msg_ttl=1ms&dead_letter_topic=src.dead")
+    with Conn(broker.tcp_address) as pub, Conn(broker.tcp_address) as sub:
+        assert pub.mpub("src", bodies) == b"OK"
+        sub.sub("src", "c", rdy=1)  # every one has expired: all moved, none delivered
+        wait_for(lambda: len(broker.messages("src.dead", "d")) == len(bodies), timeout=30, what="every one moved")
+    post(http, "/channel/policy?topic=src&channel=c&msg_ttl=0")  # (what comes back stays)
+
+
+def _consume_all(broker, topic, channel):
+    """The bodies a consumer of ``topic/channel`` gets (each FINed), until none comes for a second."""
+    out = []
+    with Conn(broker.tcp_address) as consumer:
+        consumer.sub(topic, channel, rdy=100)
+        while True:
+            consumer.sock.settimeout(1.0)  # (the end: a second with nothing more)
+            try:
+                _, _, msg_id, body = consumer.read_message()
+            except (socket.timeout, TimeoutError):
+                return out
+            out.append(body)
+            consumer.cmd(b"FIN %s" % msg_id)
+
+
+@pytest.mark.parametrize("exit_at", ["published", "line"])
+def test_a_kill_inside_a_durable_redrive_moves_each_message_once(tmp_path, exit_at):
+    """--durable: the broker exits (as at a kill) inside a redrive: "published" once the source topic
+    has the new messages and before the dead-letter channel let them go, "line" once the redrive
+    journal has its lines and before the source's records.  After the restart each message is in one
+    place only, and a consumer of each channel gets it once: in the source for "published" (the
+    dead-letter channel lets them go unread), still a dead letter for "line" (never written there)."""
+    n = 50
+    bodies = [b"m%03d" % i for i in range(n)]
+    broker = BrokerProcess("--durable", "--channel-peek", data_path=str(tmp_path), start_timeout=30,
+                           stop_timeout=30, env=dict(os.environ, **{EXIT_IN_REDRIVE_ENV: exit_at})).start()
+    try:
+        _dead_letters_in(broker, bodies)
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            post(broker.http_address, "/channel/redrive?topic=src.dead&channel=d")
+        wait_for(lambda: not broker.running, timeout=20, what="the exit inside the redrive")
+        assert broker.returncode == 137
+    finally:
+        broker.stop()
+    journal = tmp_path / ("src.dead:d" + redrive_journal.FILE_SUFFIX)
+    assert len(redrive_journal.read(str(journal))) == n  # (the window: every line written)
+    after = BrokerProcess("--durable", "--channel-peek", data_path=str(tmp_path), start_timeout=30,
+                          stop_timeout=30).start()
+    try:
+        still = _consume_all(after, "src.dead", "d")
+        back = _consume_all(after, "src", "c")
+        assert sorted(back + still) == bodies  # each once: none lost, none twice
+        assert (len(back), len(still)) == ((n, 0) if exit_at == "published" else (0, n))
+        assert json.loads(post(after.http_address, "/channel/redrive?topic=src.dead&channel=d")) == {"moved": 0}
+        assert not journal.exists()  # (said all it had to: gone)
+    finally:
+        after.stop()
+
