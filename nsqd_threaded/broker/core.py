@@ -480,12 +480,23 @@ class BrokerCore:
         with self._redrive_lock:
             return self._redrive_locked(channel, n, to, allowed)
 
+    def remove_redrive_journal(self, path):
+        """A channel let go every message its redrive journal named: remove it, unless a redrive runs
+        (it may be writing there; its end removes the file)."""
+        if self._redrive_lock.acquire(False):
+            try:
+                redrive_journal.remove(path)
+            finally:
+                self._redrive_lock.release()
+
     def _redrive_locked(self, channel, n, to, allowed):
         journal = channel.redrive_journal_path()  # (--durable: a kill inside the redrive moves each message once)
         try:
             return self._redrive_batches(channel, n, to, allowed, journal)
         finally:
             if journal is not None:
+                if os.environ.get(EXIT_IN_REDRIVE_ENV) == "left":
+                    os._exit(137)  # (the test hook: a kill once the messages left, before the journal went)
                 channel.redrive_ended()
 
     def _redrive_batches(self, channel, n, to, allowed, journal):
@@ -520,7 +531,7 @@ class BrokerCore:
                     end += 1
                 run = msgs[start:end]
                 try:
-                    self._publish_redriven(self.get_topic(topics[start]), run, journal)
+                    self._publish_redriven(channel, self.get_topic(topics[start]), run, journal)
                 except TopicError as e:
                     channel.return_redrive(msgs[start:])
                     raise RedriveError("EXITING", moved, str(e)) from None
@@ -534,8 +545,8 @@ class BrokerCore:
                           " to " + to if to else "")
         return moved
 
-    def _publish_redriven(self, topic, msgs, journal):
-        """Publish ``msgs`` (a redrive's) to ``topic`` as new messages; with a ``journal`` (its path:
+    def _publish_redriven(self, channel, topic, msgs, journal):
+        """Publish ``msgs`` (a redrive's, of ``channel``) to ``topic`` as new messages; with a ``journal`` (its path:
         ``--durable``), its lines are appended right before the records are written, the topic's lock
         held (see :mod:`~nsqd_threaded.storage.redrive_journal`).  Raises TopicError."""
         bodies = [m.body for m in msgs]
@@ -543,13 +554,15 @@ class BrokerCore:
             topic.publish(bodies)
             return
         ids = [bytes(m.id) for m in msgs]
+        sources = channel.queue_positions(msgs)
 
         def announce(new_ids):
             def before(positions):
                 if positions is None:  # (a destination without a disk queue: a kill loses it there anyway)
                     return
                 try:
-                    redrive_journal.append(journal, redrive_journal.encode_lines(ids, topic.name, new_ids, positions))
+                    redrive_journal.append(journal, redrive_journal.encode_lines(ids, sources, topic.name, new_ids,
+                                                                                 positions))
                 except OSError as e:
                     raise TopicError("failed to write the redrive journal - %s" % e) from None
                 if os.environ.get(EXIT_IN_REDRIVE_ENV) == "line":

@@ -68,15 +68,23 @@ class ChannelRedriveMethods:
             self._nsqd.log.error("%r: failed to read the redrive journal %s - %s", self, path, e)
             return 0
         held = set()
-        for msg_id, topic_name, new_id, at in lines:
-            topic = get_existing_topic(topic_name)
-            if topic is not None and topic.holds_announced(new_id, at):
-                held.add(msg_id)
-        with self._lock:
+        with self._lock:  # (startup: nothing else reads the queue yet)
+            for msg_id, source, topic_name, new_id, at in lines:
+                topic = get_existing_topic(topic_name)
+                if topic is None or not topic.holds_announced(new_id, at):
+                    continue  # never written there: it stays, as any other message
+                if source is None or self._backend.holds_undone(source[0], source[1], msg_id):
+                    held.add(msg_id)  # (not: it had left the channel before the kill)
             self._redriven = held
             if not held:
                 redrive_journal.remove(path)
         return len(held)
+
+    def queue_positions(self, msgs):
+        """Where the records of these Messages (in flight here) are in the channel's disk queue (each a
+        ``(file num, pos)``, or None when the backend cannot tell)."""
+        with self._lock:
+            return [self._backend.position_of(m.id) for m in msgs]
 
     def _let_go_redriven_locked(self, msgs):
         """Of ``msgs`` (just taken from the queue), those a killed redrive had already written to their
@@ -88,7 +96,7 @@ class ChannelRedriveMethods:
             self._backend.ack(gone)
             redriven.difference_update(gone)
             if not redriven:  # (their done-log entries are written: the journal has said all it had to)
-                redrive_journal.remove(self.redrive_journal_path())
+                self._nsqd.remove_redrive_journal(self.redrive_journal_path())
         return kept
 
     def _forget_redrive_journal_locked(self):
@@ -181,6 +189,6 @@ REDRIVE_BATCH = 1024  # messages a redrive takes out of the channel at a time
 
 # The test hook: a broker that exits inside a redrive, to show what a kill there does.  "line": right after
 # the journal's lines, before the destination's records; "published": once they are written and synced,
-# before the messages leave the channel.
+# before the messages leave the channel; "left": once they left it, before the journal is removed.
 EXIT_IN_REDRIVE_ENV = "NSQD_THREADED_TEST_EXIT_IN_REDRIVE"
 

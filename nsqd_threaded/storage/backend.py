@@ -43,6 +43,16 @@ class Backend:
         (durable mode's dead-letter check after a crash); a backend that cannot tell: False."""
         return False
 
+    def position_of(self, msg_id):
+        """``(file num, pos)`` of the record ``msg_id`` handed out by get() and not acknowledged yet
+        (durable mode: where a redrive's message was); a backend that cannot tell: None."""
+        return None
+
+    def holds_undone(self, file_num, pos, msg_id):
+        """Whether the record ``msg_id`` at ``(file_num, pos)`` is still stored and not acknowledged, so
+        that get() hands it out again (durable mode, after a crash); a backend that cannot tell: False."""
+        return False
+
     def get(self, n, records=False):
         """Remove and return up to ``n`` messages, oldest first, as Messages.
 

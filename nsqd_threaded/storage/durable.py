@@ -234,15 +234,32 @@ class DurableDiskQueue(DiskQueue):
         file is gone and older than the write file (deleted only once read and acknowledged), or the
         record there has that ID.  False when it was never written (a kill before the put; a write a
         crash tore, which the restart cut off and may have written over)."""
+        found = self._id_at(file_num, pos)
+        if found is None:
+            return file_num < self.write_file_num
+        return found == bytes(msg_id)
+
+    def _id_at(self, file_num, pos):
+        """The ID of the record at ``(file_num, pos)``: None when the file is gone, b"" when no whole
+        record header is there."""
         try:
             fd = os.open(self.file_name(file_num), os.O_RDONLY)
         except FileNotFoundError:
-            return file_num < self.write_file_num
+            return None
         try:
             header = os.pread(fd, _ID_OFFSET + 16, pos)
         finally:
             os.close(fd)
-        return len(header) == _ID_OFFSET + 16 and header[_ID_OFFSET:] == bytes(msg_id)
+        return header[_ID_OFFSET:] if len(header) == _ID_OFFSET + 16 else b""
+
+    def position_of(self, msg_id):
+        rec = self._unacked.find(msg_id)
+        return None if rec is None else (rec.file_num, rec.start)
+
+    def holds_undone(self, file_num, pos, msg_id):
+        if (file_num, pos) < self.committed_position() or self._done.replay.get((file_num, pos)) == bytes(msg_id):
+            return False  # (passed by the committed read position, or done before the crash)
+        return self._id_at(file_num, pos) == bytes(msg_id)
 
     @property
     def unacked_count(self):

@@ -8,14 +8,16 @@ records are written (that topic's lock held), one line per message is appended t
 ``<topic>:<channel>.redrive.jsonl`` in the data directory, beside (never inside) the channel's disk
 queue; Go nsqd, which opens only nsqd.dat and the ``*.diskqueue.*`` files, never reads it::
 
-    {"id": "<its ID in the channel>", "to": "<the destination topic>", "new": "<its ID there>", "at": [0, 1024]}
+    {"id": "<its ID in the channel>", "from": [0, 512], "to": "<the destination topic>", "new": "<its ID there>", "at": [0, 1024]}
 
-``at`` is where the destination's disk queue writes the new record.  The file is removed when the
+``from`` is where the message's record is in the channel's disk queue (null when it cannot be
+told), ``at`` where the destination's disk queue writes the new record.  The file is removed when the
 redrive ends (the done-log entries written before: the kernel keeps what a killed process wrote, in
 order).  A restarted broker that finds it reads it before any delivery: a message whose new record
-is at its position in the destination (``DurableDiskQueue.holds_record``) was moved, and the channel
-lets it go the next time it takes it, unread; the others were never written there and stay, as any
-other message.  A line a kill tore (the last, without its newline) is skipped.
+is at its position in the destination (``DurableDiskQueue.holds_record``) and whose own record the
+channel will still hand out (``DurableDiskQueue.holds_undone``) was moved, and the channel lets it
+go the next time it takes it, unread; the others were never written there (they stay, as any other
+message), or had left the channel before the kill.  A line a kill tore (the last, without its newline) is skipped.
 """
 
 import json
@@ -31,13 +33,14 @@ def file_path(data_path, queue_name):
     return os.path.join(data_path, queue_name + FILE_SUFFIX)
 
 
-def encode_lines(ids, topic_name, new_ids, positions):
-    """The lines of messages ``ids`` (bytes) published to ``topic_name`` as ``new_ids`` at ``positions``."""
+def encode_lines(ids, sources, topic_name, new_ids, positions):
+    """The lines of messages ``ids`` (bytes; their records at ``sources``, each a position or None)
+    published to ``topic_name`` as ``new_ids`` at ``positions``."""
     return b"".join(
-        json.dumps({"id": msg_id.decode("ascii", "replace"), "to": topic_name,
-                    "new": new_id.decode("ascii", "replace"), "at": list(at)},
+        json.dumps({"id": msg_id.decode("ascii", "replace"), "from": None if source is None else list(source),
+                    "to": topic_name, "new": new_id.decode("ascii", "replace"), "at": list(at)},
                    separators=(",", ":")).encode() + b"\n"
-        for msg_id, new_id, at in zip(ids, new_ids, positions))
+        for msg_id, source, new_id, at in zip(ids, sources, new_ids, positions))
 
 
 def append(path, data):
@@ -50,7 +53,8 @@ def append(path, data):
 
 
 def read(path):
-    """The whole lines of the journal as dicts (``[]`` when there is none); OSError if unreadable."""
+    """The whole lines of the journal, ``(id, from, to, new, at)`` each (``[]`` when there is none);
+    OSError if unreadable."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -62,7 +66,9 @@ def read(path):
             continue
         try:
             doc = json.loads(line)
-            out.append((doc["id"].encode("ascii"), doc["to"], doc["new"].encode("ascii"), tuple(doc["at"])))
+            source = doc["from"]
+            out.append((doc["id"].encode("ascii"), None if source is None else tuple(source), doc["to"],
+                        doc["new"].encode("ascii"), tuple(doc["at"])))
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeError):
             continue  # (not a line this broker wrote whole)
     return out
