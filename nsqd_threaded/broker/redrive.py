@@ -67,14 +67,14 @@ class ChannelRedriveMethods:
         except OSError as e:
             self._nsqd.log.error("%r: failed to read the redrive journal %s - %s", self, path, e)
             return 0
-        held = set()
-        with self._lock:  # (startup: nothing else reads the queue yet)
-            for msg_id, source, topic_name, new_id, at in lines:
-                topic = get_existing_topic(topic_name)
-                if topic is None or not topic.holds_announced(new_id, at):
-                    continue  # never written there: it stays, as any other message
-                if source is None or self._backend.holds_undone(source[0], source[1], msg_id):
-                    held.add(msg_id)  # (not: it had left the channel before the kill)
+        moved = []  # (written in their destination: taken without this channel's lock, as the topics are)
+        for msg_id, source, topic_name, new_id, at in lines:
+            topic = get_existing_topic(topic_name)
+            if topic is not None and topic.holds_announced(new_id, at):
+                moved.append((msg_id, source))  # (the others were never written there: they stay)
+        with self._lock:
+            held = {msg_id for msg_id, source in moved  # (not: it had left the channel before the kill)
+                    if source is None or self._backend.holds_undone(source[0], source[1], msg_id)}
             self._redriven = held
             if not held:
                 redrive_journal.remove(path)
