@@ -101,6 +101,8 @@ class BackedQueue:
         """Up to ``n`` messages, oldest first: the memory queue, then the backend."""
         memory = self._memory
         if len(memory) > n:
+            if n == 1:  # (a consumer at RDY 1: once per FIN)
+                return [memory.popleft()]
             return [memory.popleft() for _ in range(n)]
         msgs = list(memory)
         memory.clear()

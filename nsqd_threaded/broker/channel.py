@@ -67,7 +67,7 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
     Lock order: Topic._lock -> Channel._lock -> Client._lock (``_pump_asleep``,
     read by :meth:`Subscriber.pump_idle`).  A consumer's output (the server's
     ``ClientConnection._write_lock``, which guards ``_encode`` and
-    ``_pending``) is taken after them only by a try (:class:`DirectDeliveries`)
+    ``output_backlog``) is taken after them only by a try (:class:`DirectDeliveries`)
     and is held past their release; whoever waits for it holds none of them.
 
     A backend that acknowledges deliveries (``--durable``) gets every message

@@ -92,8 +92,15 @@ class TimedIndex:
             msg.expiry_ns = deadline_ns
             by_id[msg.id] = msg
             added.append(msg)
-        if added:
-            self._push(deadline_ns, added)
+        if added:  # (_push, inline: once per delivery)
+            tail = self._tail
+            if not tail or deadline_ns >= tail[-1][0]:
+                tail.append((deadline_ns, next(self._seq), added))
+            else:
+                self._entries.add((deadline_ns, next(self._seq), added))
+            self._referenced += len(added)
+            if self._referenced > 2 * len(by_id) + 1024:
+                self._rebuild()
         return added
 
     def remove(self, msg_id):

@@ -22,9 +22,9 @@ A publisher's thread may write messages to a consumer too (direct delivery,
 see :class:`~nsqd_threaded.broker.delivery.DirectDeliveries`):
 :meth:`ClientConnection.hold_output` acquires ``_write_lock`` without
 waiting, and :meth:`ClientConnection.deliver_held` sends without blocking
-and releases it.  What the socket did not take is kept as ``_pending`` and written by
+and releases it.  What the socket did not take is kept as ``output_backlog`` and written by
 the pump, which the delivery wakes: a slow consumer never holds up a
-publisher.  Every write sends ``_pending`` first, so the order holds.
+publisher.  Every write sends ``output_backlog`` first, so the order holds.
 """
 
 import socket
@@ -51,7 +51,7 @@ class ClientConnection(Client):
       and never after ``_closing``; the connection thread reads it without
       the lock once ``stop_pump`` has returned.
     * ``_write_lock`` serializes writes to the socket, and guards ``_encode``
-      and ``_pending``.
+      and ``output_backlog``.
     """
 
     polled = False  # served by a NetPoller (see nsqd_threaded.server.netpoll), not a thread of its own
@@ -59,9 +59,9 @@ class ClientConnection(Client):
     def __init__(self, id, sock, address, nsqd):
         super().__init__(id, address, nsqd.options)
         self._sock = sock
-        self._write_lock = threading.Lock()  # serializes writes to the socket, and guards _encode and _pending
+        self._write_lock = threading.Lock()  # serializes writes to the socket, and guards _encode and output_backlog
         self._encode = None  # output bytes -> socket bytes, None on a plain connection
-        self._pending = None  # bytes a direct delivery could not write without blocking: the next write's first
+        self.output_backlog = None  # bytes a direct delivery could not write without blocking: the next write's first
         self._connection_thread = threading.get_ident()  # (created by the connection thread)
         self._pump = None  # the pump thread, once a wake-up with something to pump has started it (under _lock)
         # The heartbeat ticker: when the next is due, and the interval it was
@@ -118,7 +118,7 @@ class ClientConnection(Client):
         """
         try:
             with self._write_lock:
-                if self._pending is not None:
+                if self.output_backlog is not None:
                     self._send_pending_locked()
                 encode = self._encode
                 if encode is not None:
@@ -130,8 +130,8 @@ class ClientConnection(Client):
             return False
 
     def _send_pending_locked(self):
-        pending = self._pending
-        self._pending = None
+        pending = self.output_backlog
+        self.output_backlog = None
         self._sock.sendall(pending)
 
     # -- direct delivery: a publisher's thread writes --------------------------
@@ -203,8 +203,8 @@ class ClientConnection(Client):
         rest = failed = False
         try:
             if data:
-                if self._pending is not None:
-                    self._pending = bytes(self._pending) + data  # the pump has not written the last rest yet
+                if self.output_backlog is not None:
+                    self.output_backlog = bytes(self.output_backlog) + data  # the pump has not written the last rest yet
                     rest = True
                 else:
                     try:
@@ -215,7 +215,7 @@ class ClientConnection(Client):
                         sent = 0
                         failed = True
                     if not failed and sent < len(data):
-                        self._pending = memoryview(data)[sent:]
+                        self.output_backlog = memoryview(data)[sent:]
                         rest = True
         finally:
             self._write_lock.release()
@@ -297,7 +297,7 @@ class ClientConnection(Client):
                 self.pump_deferred = True
                 return
             self.pump_deferred = False
-            if self._closing or not (self._pending is not None or (
+            if self._closing or not (self.output_backlog is not None or (
                     self.ready_count > 0 and self.state == STATE_SUBSCRIBED)):
                 return
             self._woken = True
@@ -342,7 +342,7 @@ class ClientConnection(Client):
                 hb_interval = self.heartbeat_interval
                 next_heartbeat = self._heartbeat_at = time.monotonic() + hb_interval
             # A direct delivery's rest (read without the write lock: a hint; send() re-reads it under the lock).
-            if self._pending is not None and not self.send(b""):
+            if self.output_backlog is not None and not self.send(b""):
                 return
             next_heartbeat = self._heartbeat_if_due(hb_interval, next_heartbeat)
             if next_heartbeat is None:

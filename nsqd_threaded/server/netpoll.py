@@ -91,6 +91,7 @@ if hasattr(select, "epoll"):
     _WANT_INPUT = select.EPOLLIN | _EPOLLRDHUP
     _WANT_OUTPUT = select.EPOLLOUT
     _ONESHOT = select.EPOLLONESHOT
+    _PARKED_MASK = _WANT_INPUT | _ONESHOT
     _INPUT_EVENTS = select.EPOLLIN | _EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
     _OUTPUT_EVENTS = select.EPOLLOUT | select.EPOLLHUP | select.EPOLLERR
 
@@ -112,7 +113,7 @@ class PolledConnection(ClientConnection):
     """A :class:`ClientConnection` served by a :class:`NetPoller`: no thread of its own.
 
     Writes never block: what the socket does not take joins the output
-    backlog (``_pending``, a bytearray here), written on ``EPOLLOUT``.  The
+    backlog (``output_backlog``, a bytearray here), written on ``EPOLLOUT``.  The
     pump is a task (:meth:`run_pump`) a wake-up queues for a worker.
 
     Locks (beside the Client's ``_lock`` and the ``_write_lock``):
@@ -161,7 +162,7 @@ class PolledConnection(ClientConnection):
             return self._write_locked(data)
 
     def _write_locked(self, data):
-        pending = self._pending
+        pending = self.output_backlog
         if pending is not None:
             pending += data
             return True
@@ -169,7 +170,7 @@ class PolledConnection(ClientConnection):
         if sent is None:
             return False
         if sent < len(data):
-            self._pending = bytearray(memoryview(data)[sent:])
+            self.output_backlog = bytearray(memoryview(data)[sent:])
             self._poller.want_output(self)
         return True
 
@@ -181,28 +182,47 @@ class PolledConnection(ClientConnection):
         except BlockingIOError:
             return 0
         except OSError:
-            self._pending = None
+            self.output_backlog = None
             self.close_connection()
             return None
 
     def deliver_held(self, msgs):
-        """Write a batch taken while the output was held (a direct delivery), release the output."""
+        """Write a batch taken while the output was held (a direct delivery), release the output.
+
+        (:meth:`_write_locked` and :meth:`_send_nowait_locked` inline: a consumer at RDY 1 gets
+        each message this way, one per FIN.)
+        """
         try:
             if msgs and not self._sock_closed:
-                self._write_locked(protocol_v2.joined_message_frames(msgs))
+                data = protocol_v2.joined_message_frames(msgs)
+                backlog = self.output_backlog
+                if backlog is not None:
+                    backlog += data
+                    return
+                try:
+                    sent = self._sock.send(data, _DONTWAIT)
+                except BlockingIOError:
+                    sent = 0
+                except OSError:
+                    self.output_backlog = None
+                    self.close_connection()
+                    return
+                if sent < len(data):
+                    self.output_backlog = bytearray(memoryview(data)[sent:])
+                    self._poller.want_output(self)
         finally:
             self._write_lock.release()
 
     def output_backlogged(self):
         """True while more than :data:`BACKLOG_LIMIT` bytes wait for the socket (a hint, no lock)."""
-        pending = self._pending
+        pending = self.output_backlog
         return pending is not None and len(pending) > BACKLOG_LIMIT
 
     def flush(self):
         """``EPOLLOUT``: write the backlog; True once it is all written or never can be (the
         connection failed: it is closing), False while it waits on."""
         with self._write_lock:
-            pending = self._pending
+            pending = self.output_backlog
             if pending is None or self._sock_closed:
                 return pending is None
             sent = self._send_nowait_locked(pending)
@@ -211,7 +231,7 @@ class PolledConnection(ClientConnection):
             del pending[:sent]
             if pending:
                 return False
-            self._pending = None
+            self.output_backlog = None
             return True
 
     def input_waiting(self):
@@ -255,7 +275,7 @@ class PolledConnection(ClientConnection):
         """The teardown's last step: ``server`` (the listener) closes the socket; no write follows."""
         with self._write_lock:
             self._sock_closed = True
-            self._pending = None
+            self.output_backlog = None
             server.shutdown_request(self._sock)
 
     # -- the pump as a task ----------------------------------------------------
@@ -284,7 +304,7 @@ class PolledConnection(ClientConnection):
         while True:
             channel = self.channel
             if channel is not None and self.state == STATE_SUBSCRIBED:
-                while self._pending is None:
+                while self.output_backlog is None:
                     msgs = channel.take(self, DELIVERY_BATCH)
                     if not msgs:
                         break
@@ -484,7 +504,7 @@ class NetPoller:
             if self._busy > 0 or self._tasks or (self._timers and self._timers[0][0] <= now):
                 return False
             conns = list(self._conns.values())
-        return not any(getattr(conn, "_pending", None) is not None for conn in conns)
+        return not any(getattr(conn, "output_backlog", None) is not None for conn in conns)
 
     def connection_count(self):
         with self._lock:
@@ -501,7 +521,7 @@ class NetPoller:
         if reading == GONE:
             return
         mask = _WANT_INPUT if reading == PARKED else 0
-        if conn._pending is not None:
+        if conn.output_backlog is not None:
             mask |= _WANT_OUTPUT
         if mask:
             try:
@@ -597,7 +617,7 @@ class NetPoller:
         self._serve(conn, True, None)
 
     def _on_event(self, conn, event, again):
-        if event & _OUTPUT_EVENTS and conn._pending is not None:
+        if event & _OUTPUT_EVENTS and conn.output_backlog is not None:
             if conn.flush() or event & (select.EPOLLHUP | select.EPOLLERR):
                 with conn._poll_lock:
                     resume = conn._reading == BLOCKED
@@ -656,10 +676,20 @@ class NetPoller:
                 else:  # (written meanwhile: read on)
                     self.submit(lambda: self._serve(conn, False, None))
                     return
+                self._arm_locked(conn)
             else:
                 conn._reading = PARKED
-            self._arm_locked(conn)
-        self._schedule(conn, now)
+                # (_arm_locked for a parked connection, inline: once per command served)
+                try:
+                    conn._poll.epoll.modify(conn._fd, _PARKED_MASK if conn.output_backlog is None
+                                            else _PARKED_MASK | _WANT_OUTPUT)
+                except (OSError, ValueError):
+                    pass  # (the socket is being torn down)
+        # (_schedule's usual answer, inline: the entry for its next heartbeat is there, and comes first)
+        hb = conn.heartbeat_interval
+        queued = conn._timer_at
+        if queued is None or hb != conn._hb_every or hb <= 0 or queued > conn._hb_at:
+            self._schedule(conn, now)
 
     def _next_command_soon(self, conn):
         """A worker has served what arrived: whether the next command comes within

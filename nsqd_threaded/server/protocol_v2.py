@@ -90,13 +90,16 @@ class ProtocolV2:
         client = self.client
         execute = self.execute
         waits = self._waits_with_lookupds if self.options.nsqlookupd_tcp_addresses else self.waits
+        poll_command = reader.poll_command
         reader.drained = False  # (woken for input: ask the socket)
+        # (between_commands and the backlog's test inline, each a test of its own: once per command)
         try:
             for _ in range(limit):
-                self.between_commands()
-                if client.output_backlogged() and not client.disconnected:
+                if client.pump_deferred or client.heartbeat_interval != self._hb:
+                    self.between_commands()
+                if client.output_backlog is not None and client.output_backlogged() and not client.disconnected:
                     return WAIT_OUTPUT
-                params = reader.poll_command()
+                params = poll_command()
                 if params is None:
                     return WAIT_INPUT
                 if not inline:
@@ -106,7 +109,7 @@ class ProtocolV2:
                 if params[0] in waits:
                     reader.rewind_command()
                     return NEEDS_THREAD
-                reader.hold_command(True)
+                reader.holding = True  # (see Reader.holding)
                 try:
                     if not execute(params):
                         return ENDED
@@ -114,7 +117,7 @@ class ProtocolV2:
                     reader.rewind_command()
                     return NEEDS_THREAD
                 finally:
-                    reader.hold_command(False)
+                    reader.holding = False
             return MORE
         except ConnectionEnded as e:
             self.nsqd.log.debug("%r: connection closed - %s", client, e)

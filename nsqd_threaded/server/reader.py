@@ -23,7 +23,7 @@ class ConnectionEnded(Exception):
 
 
 class WouldWait(Exception):
-    """A command run without waiting (:meth:`Reader.hold_command`) needs bytes that have not
+    """A command run without waiting (:attr:`Reader.holding`) needs bytes that have not
     arrived: the caller rewinds it (:meth:`Reader.rewind_command`) and runs it where it may wait."""
 
 
@@ -95,10 +95,13 @@ class Reader:
         # (see nsqd_threaded.wire.transport); None on a plain connection.
         self._decode = None
         self._layers = None  # the Transport behind _decode
-        # The polled model: where the last polled command's line starts, and whether its
-        # bytes are held (no recv may wait, nothing before that start is dropped: see hold_command).
+        # The polled model: where the last polled command's line starts.
         self._command_start = 0
-        self._holding = False
+        # While True (set by the polled model's caller, around one command: an attribute, not a
+        # method, as it is set twice per command), the command just polled runs without waiting: a
+        # read that needs bytes not yet arrived raises WouldWait, and every byte from the command's
+        # line on stays buffered, so that rewind_command can give it back whole.
+        self.holding = False
         self._readable = None  # a poll object for the socket, once wait_for_command needs one
         # The last recv of this serve took less than it could: the socket is drained, so the
         # next poll_command need not ask again (the caller clears it as a serve begins).
@@ -182,12 +185,6 @@ class Reader:
         if i > pos and buf[i - 1] == 13:  # one trailing \r is dropped
             i -= 1
         return bytes(buf[pos:i]).split(b" ")
-
-    def hold_command(self, holding):
-        """While ``holding``, the command just polled runs without waiting: a read that needs
-        bytes not yet arrived raises :class:`WouldWait`, and every byte from the command's
-        line on stays buffered, so that :meth:`rewind_command` can give it back whole."""
-        self._holding = holding
 
     def rewind_command(self):
         """Unread the command last polled (its line and whatever of its body was read)."""
@@ -280,7 +277,7 @@ class Reader:
                 chunk = self._chunk = bytearray(min(MAX_CHUNK, 2 * size if last == size else missing))
         elif size > MIN_CHUNK and missing <= MIN_CHUNK and last < size // 8:
             chunk = self._chunk = bytearray(MIN_CHUNK)  # quiet again: give the memory back
-        holding = self._holding
+        holding = self.holding
         try:
             if nowait or holding or late:
                 n = self._sock.recv_into(chunk, 0, _MSG_DONTWAIT)
@@ -328,7 +325,7 @@ class Reader:
             raise ConnectionEnded(str(e)) from None
         if not data:
             return
-        if not self._holding and (self._pos > 65536 or self._pos == len(self._buf)):
+        if not self.holding and (self._pos > 65536 or self._pos == len(self._buf)):
             del self._buf[: self._pos]
             self._pos = 0
         self._buf += data

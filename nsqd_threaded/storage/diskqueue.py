@@ -287,6 +287,9 @@ class DiskQueue(DiskQueueFiles, Backend):
         out = []
         if self._exiting or n <= 0:
             return out
+        if self._handed_out is None and self._replayed_done is None and not self._sidecar.entries:
+            if self._get_buffered(n, records, out) == n:
+                return out
         took = 0  # records consumed (handed out or skipped), not yet counted
         records = records and self._handed_out is None
         while len(out) < n:
@@ -322,6 +325,56 @@ class DiskQueue(DiskQueueFiles, Backend):
         if self._need_sync or (took and self._count >= self.sync_every):
             self._sync_logged()
         return out
+
+    def _get_buffered(self, n, records, out):
+        """get()'s common case, alone: the next records are whole in the read buffer, none of
+        them deferred, and nothing hooked (not durable, no replay).  Appends up to ``n`` to
+        ``out`` and answers how many; 0 (nothing consumed) sends get() the general way.
+
+        (A consumer at RDY 1 takes one message per FIN: this is its cost per message.)
+        """
+        rf = self.read_file_num
+        read_pos = self.read_pos
+        if rf == self.write_file_num:
+            limit = self.write_pos
+        else:
+            limit = self._complete_sizes.get(rf)
+            if limit is None or self._rfd is None:
+                return 0
+        buf = self._rbuf
+        p = read_pos - self._rbuf_start
+        if p < 0:
+            return 0
+        avail = min(len(buf), limit - self._rbuf_start)
+        lo = max(self.min_msg_size, MSG_HEADERRECORD_LENGTHGTH)
+        hi = self.max_msg_size
+        unpack_len = RECORD_LENGTH.unpack_from
+        unpack_header = RECORD_HEADER.unpack_from
+        got = 0
+        while got < n and p + 4 <= avail:
+            size = unpack_len(buf, p)[0]
+            end = p + 4 + size
+            if size < lo or size > hi or end > avail:
+                break  # (a bad record, or one not yet read: the general way reports or reads it)
+            if records:
+                out.append(buf[p + 4 : end])
+            else:
+                ts, attempts, msg_id = unpack_header(buf, p + 4)
+                out.append(Message(msg_id, buf[p + 4 + MSG_HEADERRECORD_LENGTHGTH : end], ts, attempts))
+            p = end
+            got += 1
+        if not got:
+            return 0
+        self.read_pos = read_pos = self._rbuf_start + p
+        self._count_taken(got)
+        if read_pos == limit:
+            if rf < self.write_file_num:
+                self._finish_read_file()
+            else:
+                self._check_tail_corruption()
+        if self._need_sync or self._count >= self.sync_every:
+            self._sync_logged()
+        return got
 
     def _read_limit(self):
         """The position the read file may be read up to; None when nothing is left to read.

@@ -101,9 +101,13 @@ def message_frames(msgs, limit):
 def joined_message_frames(msgs):
     """The message frames of ``msgs`` as one bytes object: :func:`message_frames` with no
     limit, without its per-message count of the chunk's size."""
-    parts = []
     header = _MSG_FRAME_HEADER.pack
     overhead = MSG_HEADER_LENGTH + 4
+    if len(msgs) == 1:  # (a consumer at RDY 1: one per FIN)
+        msg = msgs[0]
+        body = msg.body
+        return b"".join((header(overhead + len(body), FRAME_TYPE_MESSAGE, msg.timestamp, msg.attempts), msg.id, body))
+    parts = []
     for msg in msgs:
         body = msg.body
         parts += (header(overhead + len(body), FRAME_TYPE_MESSAGE, msg.timestamp, msg.attempts), msg.id, body)
