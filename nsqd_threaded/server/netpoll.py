@@ -644,7 +644,9 @@ class NetPoller:
         while True:
             conn._connection_thread = threading.get_ident()
             try:
-                result = conn.proto.serve_ready(inline, INLINE_LIMIT if inline else WORKER_LIMIT)
+                result = conn.proto.serve_fins() if inline else None
+                if result is None:
+                    result = conn.proto.serve_ready(inline, INLINE_LIMIT if inline else WORKER_LIMIT)
             except Exception:  # noqa: BLE001 - our bug: logged, and the connection ends
                 self._log.error("%r: unhandled error\n%s", conn, traceback.format_exc())
                 result = ENDED

@@ -123,6 +123,35 @@ class ProtocolV2:
             self.nsqd.log.debug("%r: connection closed - %s", client, e)
             return ENDED
 
+    def serve_fins(self):
+        """:meth:`serve_ready`'s common case for a consumer, alone (the poller, inline): what
+        arrives is a run of plain FINs and nothing more, as from a consumer at RDY 1, which
+        sends one per message.  Answers :data:`WAIT_INPUT` once they are finished and nothing
+        else is there; None otherwise (:meth:`serve_ready` then serves what is buffered: the rest
+        of the line, or whatever follows the FINs finished here).
+        """
+        client = self.client
+        if (client.state != STATE_SUBSCRIBED or client.pump_deferred or client.heartbeat_interval != self._hb
+                or client.output_backlog is not None or (self._tls_gate and not client.tls)):
+            return None
+        reader = self.reader
+        try:
+            if not reader.fill_nowait():
+                return None
+        except ConnectionEnded:
+            return None  # (serve_ready meets the end again, and ends the connection)
+        buf, pos, end = reader.buffered()
+        ids, stop = protocol_v2.fin_run(buf, pos)
+        if not ids:
+            return None
+        reader.advance(stop)
+        try:
+            client.channel.finish_many(client, ids)
+        except FinishError as e:
+            if not client.send(self._fin_failures(e)):
+                return ENDED
+        return WAIT_INPUT if stop == end and reader.drained else None
+
     def between_commands(self):
         """Before each command: start a pump the last one made due, and follow the heartbeat interval."""
         client = self.client
@@ -379,13 +408,16 @@ class ProtocolV2:
         try:
             self.client.channel.finish_many(self.client, ids)
         except FinishError as e:
-            # Each failure is answered (non-fatal), as nsqd answers each FIN.
-            frames = [
-                protocol_v2.error_frame(ProtocolError("E_FIN_FAILED", "FIN %s failed %s" % (text(i), why)))
-                for i, why in e.failures
-            ]
-            return b"".join(frames)
+            return self._fin_failures(e)
         return None
+
+    @staticmethod
+    def _fin_failures(e):
+        """The answer to FINs that failed: each is answered (non-fatal), as nsqd answers each FIN."""
+        return b"".join(
+            protocol_v2.error_frame(ProtocolError("E_FIN_FAILED", "FIN %s failed %s" % (text(i), why)))
+            for i, why in e.failures
+        )
 
     def REQ(self, params):
         self._subscribed_or_closing("REQ")

@@ -186,6 +186,10 @@ class Reader:
             i -= 1
         return bytes(buf[pos:i]).split(b" ")
 
+    def fill_nowait(self):
+        """One recv that does not wait (see :meth:`poll_command`): False when nothing was there."""
+        return self._fill(nowait=True)
+
     def rewind_command(self):
         """Unread the command last polled (its line and whatever of its body was read)."""
         self._pos = self._command_start
