@@ -187,8 +187,35 @@ class Reader:
         return bytes(buf[pos:i]).split(b" ")
 
     def fill_nowait(self):
-        """One recv that does not wait (see :meth:`poll_command`): False when nothing was there."""
-        return self._fill(nowait=True)
+        """One recv that does not wait (see :meth:`poll_command`): False when nothing was there.
+
+        (:meth:`_fill`'s case of a plain connection with nothing buffered, whose last recv did
+        not fill the chunk, alone: a consumer's FIN arrives so.)
+        """
+        chunk = self._chunk
+        if (self._decode is not None or self.holding or self._pos != len(self._buf)
+                or self._last_recv == len(chunk) or len(chunk) > MIN_CHUNK):
+            return self._fill(nowait=True)
+        connection = self._connection
+        if connection is not None and connection.disconnected:
+            raise ConnectionEnded("closed by the broker")
+        try:
+            n = self._sock.recv_into(chunk, 0, _MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except (OSError, ValueError) as e:  # reset, closed
+            raise ConnectionEnded(str(e)) from None
+        if not n:
+            raise ConnectionEnded("EOF")
+        self._last_recv = n
+        if n < len(chunk):
+            self.drained = True
+            self._buf = chunk[:n]
+        else:
+            self.drained = False
+            self._buf = bytearray(chunk)
+        self._pos = 0
+        return True
 
     def rewind_command(self):
         """Unread the command last polled (its line and whatever of its body was read)."""

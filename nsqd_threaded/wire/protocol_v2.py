@@ -452,7 +452,7 @@ def identify_response(settings, opts, tls_v1=False, deflate=False, snappy=False,
 # not ending in "\r" (those would parse differently through parse_line).
 _FIN_RUN = re.compile(rb"(?:FIN [^ \n]{15}[^ \n\r]\n)+")
 _FIN_LINE = 21
-_FIN_ONE = re.compile(rb"FIN [^ \n]{15}[^ \n\r]\n")
+_FIN_ONE = re.compile(rb"FIN ([^ \n]{15}[^ \n\r])\n")  # (the group: the ID as bytes, one copy)
 
 
 def fin_run(buf, pos):
@@ -466,9 +466,10 @@ def fin_run(buf, pos):
     # regex (a Python-visible cost per byte) only finds where a mixed run ends.
     count = (len(buf) - pos) // _FIN_LINE
     if count == 1:  # (one line, as from a consumer at RDY 1: the regex alone, no column tests)
-        if _FIN_ONE.match(buf, pos) is None:
+        m = _FIN_ONE.match(buf, pos)
+        if m is None:
             return [], pos
-        return [bytes(buf[pos + 4 : pos + 20])], pos + _FIN_LINE
+        return [m.group(1)], pos + _FIN_LINE
     if count:
         run = bytes(buf[pos : pos + count * _FIN_LINE])
         if (
