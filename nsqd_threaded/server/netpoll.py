@@ -81,9 +81,15 @@ if hasattr(select, "epoll"):
     _WANT_INPUT = select.EPOLLIN | _EPOLLRDHUP
     _WANT_OUTPUT = select.EPOLLOUT
     _ONESHOT = select.EPOLLONESHOT
-    _PARKED_MASK = _WANT_INPUT | _ONESHOT
+    _EDGE = getattr(select, "EPOLLET", 1 << 31)
+    # A greeted connection's registration, made once: edge-triggered, so that parking it after a
+    # command costs no epoll_ctl (see NetPoller._park_locked); EPOLLOUT only while it has an output
+    # backlog (a unix socket reports every read of its peer's as one).
+    _SERVED_MASK = _WANT_INPUT | _EDGE
+    _BACKLOG_MASK = _WANT_INPUT | _WANT_OUTPUT | _EDGE
     _INPUT_EVENTS = select.EPOLLIN | _EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
     _OUTPUT_EVENTS = select.EPOLLOUT | select.EPOLLHUP | select.EPOLLERR
+    _END_EVENTS = _EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
 
 
 
@@ -261,18 +267,17 @@ class NetPoller:
             self._arm_locked(conn)
 
     def _arm_locked(self, conn):
-        """Register what ``conn`` waits for now (its ``_poll_lock`` held)."""
-        reading = conn._reading
-        if reading == GONE:
+        """Register ``conn`` again (its ``_poll_lock`` held): for input, and for output while it
+        has a backlog.  The kernel looks at the socket as it is registered, and reports what it
+        holds already: an edge that came before (one the poller saw while a thread served the
+        connection, or while its backlog was not yet set) is not lost."""
+        if conn._reading == GONE:
             return
-        mask = _WANT_INPUT if reading == PARKED else 0
-        if conn.output_backlog is not None:
-            mask |= _WANT_OUTPUT
-        if mask:
-            try:
-                conn._poll.epoll.modify(conn._fd, mask | _ONESHOT)
-            except (OSError, ValueError):
-                pass  # (the socket is being torn down)
+        conn.input_seen = False
+        try:
+            conn._poll.epoll.modify(conn._fd, _SERVED_MASK if conn.output_backlog is None else _BACKLOG_MASK)
+        except (OSError, ValueError):
+            pass  # (the socket is being torn down)
 
     # -- the poller thread ---------------------------------------------------------------
 
@@ -358,16 +363,23 @@ class NetPoller:
         conn.proto = ProtocolV2(nsqd, conn, sock, self._limits)
         with self._lock:
             self._conns[fd] = conn
+        with conn._poll_lock:
+            self._arm_locked(conn)  # (from now on edge-triggered: see _serve's parking)
         self._schedule(conn, time.monotonic())  # (its heartbeats go on while a worker serves it)
         self._serve(conn, True, None)
 
     def _on_event(self, conn, event, again):
+        """An edge on ``conn``'s socket: write its backlog, serve a parked connection's commands.
+        An edge on a connection a thread serves is that thread's to read: it is noted
+        (``input_seen``), and the thread registers the connection again as it parks it."""
         if event & _OUTPUT_EVENTS and conn.output_backlog is not None:
             if conn.flush() or event & (select.EPOLLHUP | select.EPOLLERR):
                 with conn._poll_lock:
                     resume = conn._reading == BLOCKED
                     if resume:
                         conn._reading = SERVING
+                    else:
+                        self._arm_locked(conn)  # (no backlog now: EPOLLOUT off)
                 if resume:
                     self._serve(conn, True, again)
                     return
@@ -377,11 +389,12 @@ class NetPoller:
                 serve = conn._reading == PARKED
                 if serve:
                     conn._reading = SERVING
+                # (the peer's end, or an error, came with this edge: a recv that drains the bytes
+                # before it does not see it, and no edge comes for it again)
+                if not serve or event & _END_EVENTS:
+                    conn.input_seen = True
             if serve:
                 self._serve(conn, True, again)
-                return
-        with conn._poll_lock:
-            self._arm_locked(conn)
 
     def _serve(self, conn, inline, again):
         """Run ``conn``'s commands (``inline``: on the poller, which must not wait), then park it,
@@ -426,12 +439,12 @@ class NetPoller:
                 self._arm_locked(conn)
             else:
                 conn._reading = PARKED
-                # (_arm_locked for a parked connection, inline: once per command served)
-                try:
-                    conn._poll.epoll.modify(conn._fd, _PARKED_MASK if conn.output_backlog is None
-                                            else _PARKED_MASK | _WANT_OUTPUT)
-                except (OSError, ValueError):
-                    pass  # (the socket is being torn down)
+                # Edge-triggered: the registration stands, and a byte that arrives after the last
+                # recv is an edge the poller sees next.  It is made again only if that recv took
+                # all it could (more may be there, with no edge to come), or if an edge came while
+                # this thread served (a worker: the poller saw it and left it).
+                if conn.input_seen or not conn.proto.reader.drained:
+                    self._arm_locked(conn)
         # (_schedule's usual answer, inline: the entry for its next heartbeat is there, and comes first)
         hb = conn.heartbeat_interval
         queued = conn._timer_at

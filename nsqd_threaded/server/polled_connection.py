@@ -35,8 +35,8 @@ class PolledConnection(ClientConnection):
     pump is a task (:meth:`run_pump`) a wake-up queues for a worker.
 
     Locks (beside the Client's ``_lock`` and the ``_write_lock``):
-    * ``_poll_lock`` guards ``_reading`` and the socket's epoll registration
-      (every re-arm is computed and made under it).  Order: ``_write_lock``
+    * ``_poll_lock`` guards ``_reading``, ``input_seen`` and the socket's
+      epoll registration (every change is computed and made under it).  Order: ``_write_lock``
       -> ``_poll_lock`` (a write that leaves a backlog arms ``EPOLLOUT``).
     * the Client's ``_lock`` also guards ``_pump_queued`` (the pump task is
       queued or running; ``_woken`` asks it to look again).
@@ -56,6 +56,9 @@ class PolledConnection(ClientConnection):
         self._fd = sock.fileno()
         self._poll_lock = threading.Lock()  # guards _reading and the epoll registration
         self._reading = SERVING  # (the poller holds it as it is made)
+        # An input edge the poller saw while a thread served the connection (under _poll_lock): the
+        # thread registers it again as it parks it, so that the bytes behind the edge are read.
+        self.input_seen = False
         self._pump_queued = False
         self._sock_closed = False  # (under _write_lock: torn down, nothing more is written)
         self.proto = None  # its ProtocolV2 (set by the poller once made)

@@ -103,8 +103,9 @@ class Reader:
         # line on stays buffered, so that rewind_command can give it back whole.
         self.holding = False
         self._readable = None  # a poll object for the socket, once wait_for_command needs one
-        # The last recv of this serve took less than it could: the socket is drained, so the
-        # next poll_command need not ask again (the caller clears it as a serve begins).
+        # The last recv of this serve took less than it could, or nothing: the socket is drained,
+        # so the next poll_command need not ask again (the caller clears it as a serve begins),
+        # and a poller that parks the connection knows that what comes next is an edge of its own.
         self.drained = False
 
     def set_command_timeout(self, seconds):
@@ -202,6 +203,7 @@ class Reader:
         try:
             n = self._sock.recv_into(chunk, 0, _MSG_DONTWAIT)
         except BlockingIOError:
+            self.drained = True
             return False
         except (OSError, ValueError) as e:  # reset, closed
             raise ConnectionEnded(str(e)) from None
@@ -318,6 +320,7 @@ class Reader:
                 n = self._recv_into(chunk)
         except BlockingIOError:  # SO_RCVTIMEO: idle, or the deadline passed (or _recv_or_park found nothing)
             if nowait or within:
+                self.drained = True  # (nothing there: as drained as a short recv leaves it)
                 return False
             if late:
                 raise ConnectionEnded("i/o timeout") from None
