@@ -430,6 +430,15 @@ class ConnectionRegistryMixIn(PromptShutdownMixIn):
             self._conns.discard(request)
         super().shutdown_request(request)
 
+    def close_request_alone(self, request):
+        """:meth:`shutdown_request` without the ``shutdown()``: the close alone, as Go closes a
+        connection.  For a socket no other thread reads or writes (the poller's, at its teardown):
+        the shutdown is there to wake such a thread, and costs a syscall per connection at a mass
+        close."""
+        with self._conns_lock:
+            self._conns.discard(request)
+        self.close_request(request)
+
     def close_connections(self):
         """Shut down every open connection (after :meth:`shutdown`); their threads then end."""
         with self._conns_lock:

@@ -6,7 +6,10 @@ runtime parks a goroutine that waits on a socket in the network poller,
 without an OS thread.  This module is that poller, mapped onto threads:
 
 * **epoll is the network poller.**  A connection between two commands is
-  registered with it (``EPOLLONESHOT``) and owns no thread.
+  registered with it and owns no thread.  The registration is made once
+  as the connection is greeted, edge-triggered (``EPOLLET``), as Go's
+  netpoller makes it: a connection parked after a recv that drained its
+  socket costs no ``epoll_ctl``, as the next byte to arrive is an edge.
 * **The poller thread** (``nsqd-netpoll``) waits in ``epoll_wait`` and serves
   what it returns, in one batch: the commands that have arrived on each
   ready connection run right there, one connection after the other, with no
@@ -34,7 +37,7 @@ without an OS thread.  This module is that poller, mapped onto threads:
 
 Who runs what::
 
-    accept thread ──add──▶ epoll ◀──────────── re-arm (ONESHOT) ─────────┐
+    accept thread ──add──▶ epoll ◀─────── park (an edge: no syscall) ─────┐
                              │ ready                                     │
                              ▼                                           │
                      nsqd-netpoll-N: magic, FIN RDY REQ TOUCH NOP CLS,   │
@@ -83,7 +86,7 @@ if hasattr(select, "epoll"):
     _ONESHOT = select.EPOLLONESHOT
     _EDGE = getattr(select, "EPOLLET", 1 << 31)
     # A greeted connection's registration, made once: edge-triggered, so that parking it after a
-    # command costs no epoll_ctl (see NetPoller._park_locked); EPOLLOUT only while it has an output
+    # command costs no epoll_ctl (see NetPoller._serve); EPOLLOUT only while it has an output
     # backlog (a unix socket reports every read of its peer's as one).
     _SERVED_MASK = _WANT_INPUT | _EDGE
     _BACKLOG_MASK = _WANT_INPUT | _WANT_OUTPUT | _EDGE

@@ -197,7 +197,7 @@ class PolledConnection(ClientConnection):
         with self._write_lock:
             self._sock_closed = True
             self.output_backlog = None
-            server.shutdown_request(self._sock)
+            server.close_request_alone(self._sock)
 
     # -- the pump as a task ----------------------------------------------------
 

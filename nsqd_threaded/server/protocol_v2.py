@@ -138,8 +138,12 @@ class ProtocolV2:
         try:
             if not reader.fill_nowait():
                 return None
-        except ConnectionEnded:
-            return None  # (serve_ready meets the end again, and ends the connection)
+        except ConnectionEnded as e:
+            _, pos, end = reader.buffered()
+            if pos != end:
+                return None  # (serve_ready serves what came before the end, meets it again and ends)
+            self.nsqd.log.debug("%r: connection closed - %s", client, e)  # (a hang-up: no second recv)
+            return ENDED
         buf, pos, end = reader.buffered()
         ids, stop = protocol_v2.fin_run(buf, pos)
         if not ids:
