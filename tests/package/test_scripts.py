@@ -132,6 +132,9 @@ def _copy_checkout(dest):
                 shutil.copy2(src, os.path.join(dest, rel))
 
 
+# (marked spark: it installs the spark extra, and scripts/setup runs under python3 whichever runtime runs
+# pytest, so the other runtimes, run with -m "not spark", would only repeat it)
+@pytest.mark.spark
 @pytest.mark.timeout(900)
 def test_one_venv_serves_scripts_run_and_scripts_test(tmp_path):
     """scripts/run's set-up makes .venv once (and says how to activate it); the test set-up then adds
