@@ -247,5 +247,8 @@ def test_a_periodic_callback_runs_once_a_period_of_the_clock(tmp_path):
         ticker.stop()
         assert len(runs) == 720  # once every 5 s of the clock through a skipped hour (not at 5, 15, 30... s)
         gaps = [b - a for a, b in zip([start] + runs, runs)]
-        assert all(4.9 < gap < 5.1 for gap in gaps), gaps[:10]
+        # (real time passes on the clock too: a run that a loaded machine delays makes its gap longer
+        # and the next one shorter, by that delay; a run twice or none in a period is a gap near 0 or 10)
+        assert all(4.0 < gap < 6.0 for gap in gaps), [g for g in gaps if not 4.9 < g < 5.1][:10]
+        assert 4.99 < sorted(gaps)[len(gaps) // 2] < 5.01, gaps[:10]
 
