@@ -426,8 +426,7 @@ class ConnectionRegistryMixIn(PromptShutdownMixIn):
         return not closing
 
     def shutdown_request(self, request):
-        with self._conns_lock:
-            self._conns.discard(request)
+        self._unregister(request)
         super().shutdown_request(request)
 
     def close_request_alone(self, request):
@@ -435,9 +434,12 @@ class ConnectionRegistryMixIn(PromptShutdownMixIn):
         connection.  For a socket no other thread reads or writes (the poller's, at its teardown):
         the shutdown is there to wake such a thread, and costs a syscall per connection at a mass
         close."""
+        self._unregister(request)
+        self.close_request(request)
+
+    def _unregister(self, request):
         with self._conns_lock:
             self._conns.discard(request)
-        self.close_request(request)
 
     def close_connections(self):
         """Shut down every open connection (after :meth:`shutdown`); their threads then end."""
