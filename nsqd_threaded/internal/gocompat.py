@@ -290,8 +290,17 @@ def _fast_encode(doc):
     return _STRING_FIX_RE.sub(_string_fix, text) if _needs_string_fix(text) else text
 
 
+class RawMessage(str):
+    """JSON text that :func:`go_json` writes as it is, as Go's ``json.RawMessage``: a part of a
+    document written ahead by code that knows its shape (a /stats channel object)."""
+
+    __slots__ = ()
+
+
 def _encode(obj, out):
-    if isinstance(obj, str):
+    if type(obj) is RawMessage:
+        out.append(obj)
+    elif isinstance(obj, str):
         out.append(go_json_string(obj))
     elif obj is None:
         out.append("null")
@@ -331,7 +340,11 @@ def go_json_slow(doc):
 
 
 def go_json(doc):
-    """``json.Marshal`` of ``doc``: compact, keys in the dict's order, Go's strings and floats."""
+    """``json.Marshal`` of ``doc``: compact, keys in the dict's order, Go's strings and floats.
+
+    A :class:`RawMessage` in it is written as it is (the stdlib encoder would quote it: a
+    document that holds one takes the slow path).
+    """
     if type(doc) is not float:
         text = _fast_encode(doc)
         if text is not None:

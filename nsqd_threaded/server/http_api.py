@@ -241,14 +241,16 @@ class HTTPAPI(Router):
 
     def stats(self, request):
         q = self._query(request)
+        as_json = q.get("format") == "json"
         doc = stats.collect(
             self.nsqd,
             topic_name=q.get("topic"),
             channel_name=q.get("channel"),
             include_clients=parse_bool(q.get("include_clients"), True),
             include_mem=parse_bool(q.get("include_mem"), True),
+            as_json=as_json,
         )
-        if q.get("format") == "json":
+        if as_json:
             return ok_json(doc)
         return ok_text(stats.render_text(doc, self.nsqd))
 

@@ -1,5 +1,6 @@
 """GET /stats as JSON: golden documents written from http-api.md §8.1, and e2e processing latency."""
 
+import json
 import re
 import time
 
@@ -266,3 +267,38 @@ def test_e2e_after_fins(make_nsqd):
         # The document with its e2e floats takes go_json's fast path, and it writes what the slow one does.
         snapshot = stats.collect(nsqd, include_mem=False)
         assert gocompat._fast_encode(snapshot) == gocompat.go_json_slow(snapshot)
+
+
+def test_channel_objects_written_ahead_are_the_encoders_bytes(make_nsqd):
+    # /stats?format=json writes each channel object through a template (stats.channel_json); every
+    # kind of channel comes out as the general encoder writes the dict of stats.collect.
+    nsqd = make_nsqd(e2e_processing_latency_percentiles=[0.99, 0.5])
+    h = HTTP(nsqd)
+    with Conn(nsqd.tcp_address) as sub, Conn(nsqd.tcp_address) as pub:
+        sub.identify(client_id="c", hostname='h"<&>\u2028', user_agent="ua/1")
+        sub.sub("t", "busy", rdy=5)
+        for i in range(3):
+            pub.pub("t", b"m%d" % i)
+        first = sub.read_message()
+        sub.cmd(b"FIN " + first[2])
+        sub.cmd(b"REQ %s 60000" % sub.read_message()[2].decode().encode())
+        sub.read_message()  # left in flight
+        for path in ("/channel/create?topic=t&channel=idle", "/channel/create?topic=t&channel=held",
+                     "/channel/pause?topic=t&channel=held", "/channel/create?topic=t&channel=tmp%23ephemeral",
+                     "/channel/create?topic=t&channel=policed",
+                     "/channel/policy?topic=t&channel=policed&max_attempts=3"):
+            assert h.post(path).status == 200, path
+        wait_for(lambda: h.stats(topic="t")["topics"][0]["channels"][0]["deferred_count"] == 1, what="a deferral")
+        for params in ({}, {"include_clients": "false"}, {"topic": "t", "channel": "busy"}):
+            r = h.get("/stats?format=json&include_mem=false&" + "&".join("%s=%s" % kv for kv in params.items()))
+            assert r.status == 200
+            raw = r.body  # (not get_json: its schema is Go's, without the policy's keys)
+            doc = stats.collect(nsqd, topic_name=params.get("topic"), channel_name=params.get("channel"),
+                                include_clients=params.get("include_clients") != "false", include_mem=False)
+            assert raw.decode() == gocompat.go_json(doc)
+            written = stats.collect(nsqd, topic_name=params.get("topic"), channel_name=params.get("channel"),
+                                    include_clients=params.get("include_clients") != "false", include_mem=False,
+                                    as_json=True)
+            assert gocompat.go_json(written) == gocompat.go_json(doc)
+        channels = {c["channel_name"]: c for c in json.loads(raw)["topics"][0]["channels"]}
+        assert channels["busy"]["clients"][0]["hostname"] == 'h"<&>\u2028'

@@ -343,3 +343,10 @@ def test_go_json_of_a_cycle_raises_recursion_error_and_a_deep_document_fares_as_
             go_json(deep)
     else:
         assert go_json(deep) == expected
+
+
+def test_go_json_writes_a_raw_message_as_it_is():
+    # As Go's json.RawMessage: text written ahead goes in unquoted, the rest is encoded as ever.
+    doc = {"a": [gocompat.RawMessage('{"x":1.5,"s":"<"}'), 2.0], "b": "<", "c": gocompat.RawMessage("null")}
+    assert gocompat.go_json(doc) == '{"a":[{"x":1.5,"s":"<"},2],"b":"\\u003c","c":null}'
+    assert gocompat.go_json(gocompat.RawMessage("[1]")) == "[1]"
