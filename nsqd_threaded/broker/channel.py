@@ -55,6 +55,7 @@ class FinishError(ChannelError):
 ChannelFigures = collections.namedtuple("ChannelFigures", (
     "memory_depth", "backend_depth", "in_flight_count", "deferred_count", "message_count", "global_msg_count",
     "requeue_count", "timeout_count", "clients", "paused", "policy", "redrive_count"))
+_new_tuple = tuple.__new__
 
 
 class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
@@ -689,10 +690,13 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
         """Figures for /stats, taken together under the lock (a :class:`ChannelFigures`)."""
         with self._lock:
             policy = self.policy
-            return ChannelFigures(len(self._memory), self._backend.depth(), len(self._in_flight), len(self._deferred),
-                                  self.message_count, self.global_msg_count, self.requeue_count, self.timeout_count,
-                                  list(self._clients.values()), self.paused,
-                                  None if policy is None else policy.stats_locked(), self.redrive_count)
+            # (tuple.__new__: the namedtuple's own constructor is a Python call, and /stats makes
+            # one of these per channel)
+            return _new_tuple(ChannelFigures, (
+                len(self._memory), self._backend.depth(), len(self._in_flight), len(self._deferred),
+                self.message_count, self.global_msg_count, self.requeue_count, self.timeout_count,
+                list(self._clients.values()), self.paused,
+                None if policy is None else policy.stats_locked(), self.redrive_count))
 
     def inside(self, limit):
         """For /debug/state (:mod:`.state`): figures and bounded copies, taken together under the lock.

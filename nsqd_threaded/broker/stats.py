@@ -105,19 +105,19 @@ _NO_E2E_JSON = '{"count":0,"percentiles":null}'
 
 
 def channel_json(channel, include_clients, quantiles, pub_topic=None):
-    """``go_json(channel_stats(...))``, as a :class:`RawMessage`."""
+    """``go_json(channel_stats(...))``."""
     figures = channel.snapshot()
     (memory_depth, backend_depth, in_flight_count, deferred_count, message_count, global_msg_count,
      requeue_count, timeout_count, clients, paused, policy, redrive_count) = figures
     if global_msg_count or policy is not None or redrive_count:  # keys the template lacks
-        return RawMessage(go_json(_channel_doc(channel, figures, include_clients, quantiles, pub_topic)))
-    return RawMessage(_CHANNEL_JSON % (
+        return go_json(_channel_doc(channel, figures, include_clients, quantiles, pub_topic))
+    return _CHANNEL_JSON % (
         go_json_string(channel.name), memory_depth + backend_depth, backend_depth, in_flight_count,
         deferred_count, message_count, requeue_count, timeout_count, len(clients),
         go_json([client_stats(c, pub_topic) for c in clients]) if include_clients else "null",
         "true" if paused else "false",
         go_json(_e2e(channel.e2e.query(), quantiles)) if quantiles else _NO_E2E_JSON,
-    ))
+    )
 
 
 def _channel_doc(channel, figures, include_clients, quantiles, pub_topic):
@@ -153,10 +153,11 @@ def _channel_doc(channel, figures, include_clients, quantiles, pub_topic):
 
 
 def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None, dead_letter=False,
-                channel_doc=channel_stats):
+                as_json=False):
     """A topic object, or None when a channel filter is given and the topic lacks it; ``dead_letter``:
     the topic is a dead-letter topic (``is_dead_letter_topic``, not in Go nsqd, only then);
-    ``channel_doc``: :func:`channel_stats` or :func:`channel_json`."""
+    ``as_json``: its channels already written as a JSON array (a :class:`RawMessage`)."""
+    channel_doc = channel_json if as_json else channel_stats
     all_channels = sorted(topic.channels(), key=lambda c: c.name.encode())
     channels = all_channels
     if channel_name:
@@ -171,6 +172,8 @@ def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None,
         chans.append(channel_doc(c, include_clients, quantiles, pub_topic))
         pacer.tick()
     # nsqd merges every channel's estimator, whatever the channel filter.
+    if as_json:
+        chans = RawMessage("[%s]" % ",".join(chans))
     estimators = [c.e2e for c in all_channels]
     depth, backend_depth, message_count, message_bytes, paused = topic.snapshot()
     if quantiles and estimators:
@@ -195,9 +198,8 @@ def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None,
 
 
 def collect(nsqd, topic_name=None, channel_name=None, include_clients=True, include_mem=True, as_json=False):
-    """The whole /stats document as an ordered dict; ``as_json``: its channel objects already
+    """The whole /stats document as an ordered dict; ``as_json``: each topic's channels already
     written as JSON (:func:`channel_json`), for ``go_json``."""
-    channel_doc = channel_json if as_json else channel_stats
     # An empty ``topic`` or ``channel`` means no filter, as in nsqd.
     quantiles = nsqd.options.e2e_processing_latency_percentiles
     topics = sorted(nsqd.topics(), key=lambda t: t.name.encode())
@@ -206,7 +208,7 @@ def collect(nsqd, topic_name=None, channel_name=None, include_clients=True, incl
     topic_docs = []
     for t in topics:
         doc = topic_stats(t, channel_name, include_clients, quantiles, topic_name, nsqd.is_dead_letter_topic(t.name),
-                          channel_doc)
+                          as_json)
         if doc is not None:
             topic_docs.append(doc)
     # An unknown topic: nsqd returns before collecting anything, producers included.
