@@ -470,8 +470,11 @@ class NetPoller:
                 return
             conn._reading = GONE
         conn.stop_pump()
-        self._forget(conn._fd, conn._poll)
+        # No epoll_ctl(DEL): the close below drops the registration with the descriptor
+        # (nothing else holds it), one system call less per connection at a mass close.
+        # Until then an event for it finds no connection and is skipped.
         with self._lock:
+            self._conns.pop(conn._fd, None)
             self._closed_since_trim += 1
             self._last_close = time.monotonic()
         try:

@@ -423,13 +423,16 @@ def measure(a, tcp_address, http_address, pid):
         profiler = start_profiler(a.profile_close, pid)
         cpu0 = cpu_seconds(pid) if pid else None
         t0 = time.perf_counter()
+        open("/work/tmp/closelog", "a").write("T0 %.3f\n" % time.time())
         for _, control, _ in workers:
             control.send("close")
         for _, _, report in workers:
             report.recv()
         figures["closed_seconds"] = time.perf_counter() - t0
+        open("/work/tmp/closelog", "a").write("CLOSED %.3f\n" % time.time())
         remaining = wait_clients(http_address, 0, 300, poll=0.02)
         figures["mass_close_seconds"] = time.perf_counter() - t0
+        open("/work/tmp/closelog", "a").write("TEND %.3f\n" % time.time())
         figures["clients_left_after_close"] = -1 if remaining is None else remaining
         if pid:
             cpu1 = cpu_seconds(pid)
