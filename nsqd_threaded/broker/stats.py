@@ -7,9 +7,10 @@ order is Go nsqd's.  The renderers are pure functions of that snapshot:
 and ``metrics.render_prometheus`` (/metrics).
 
 For /stats?format=json, ``collect(as_json=True)`` writes each channel object
-as its JSON text at once (:func:`channel_json`): a /stats of thousands of
-channels is mostly channel objects of one shape, which a template writes
-several times faster than a dict goes through the general encoder.  The
+as its JSON text at once (:func:`channel_json`, its clients by
+:func:`client_json`): a /stats of thousands of channels or clients is mostly
+objects of one shape, which a template writes twice as fast as a dict goes
+through the general encoder.  The
 encoder's one call on the whole document would also hold the GIL for tens of
 milliseconds, while the walk here hands it to waiting threads.
 """
@@ -72,6 +73,27 @@ def client_stats(client, pub_topic=None):
     return doc
 
 
+# The JSON of a client object in the common case (a subscriber: no pub_counts, no TLS, no AUTH).
+_CLIENT_JSON = ('{"client_id":%s,"hostname":%s,"version":"V2","remote_address":%s,"state":%d,"ready_count":%d,'
+                '"in_flight_count":%d,"message_count":%d,"finish_count":%d,"requeue_count":%d,"connect_ts":%d,'
+                '"sample_rate":%d,"deflate":%s,"snappy":%s,"user_agent":%s,"topology_zone":%s,"topology_region":%s,'
+                '"tls":false,"tls_cipher_suite":"","tls_version":"","tls_negotiated_protocol":"",'
+                '"tls_negotiated_protocol_is_mutual":false}')
+
+
+def client_json(client, pub_topic=None):
+    """``go_json(client_stats(client, pub_topic))``."""
+    if client.pub_counts or client.tls or client.auth_state is not None:  # keys the template lacks
+        return go_json(client_stats(client, pub_topic))
+    return _CLIENT_JSON % (
+        go_json_string(client.client_id), go_json_string(client.hostname), go_json_string(client.remote_address),
+        client.state, client.ready_count, client.in_flight_count, client.message_count, client.finish_count,
+        client.requeue_count, client.connect_time, client.sample_rate, "true" if client.deflate else "false",
+        "true" if client.snappy else "false", go_json_string(client.user_agent), go_json_string(client.topology_zone),
+        go_json_string(client.topology_region),
+    )
+
+
 _NO_TLS = {
     "tls": False,
     "tls_cipher_suite": "",
@@ -114,7 +136,7 @@ def channel_json(channel, include_clients, quantiles, pub_topic=None):
     return _CHANNEL_JSON % (
         go_json_string(channel.name), memory_depth + backend_depth, backend_depth, in_flight_count,
         deferred_count, message_count, requeue_count, timeout_count, len(clients),
-        go_json([client_stats(c, pub_topic) for c in clients]) if include_clients else "null",
+        "[%s]" % ",".join([client_json(c, pub_topic) for c in clients]) if include_clients else "null",
         "true" if paused else "false",
         go_json(_e2e(channel.e2e.query(), quantiles)) if quantiles else _NO_E2E_JSON,
     )

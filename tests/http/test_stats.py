@@ -302,3 +302,25 @@ def test_channel_objects_written_ahead_are_the_encoders_bytes(make_nsqd):
             assert gocompat.go_json(written) == gocompat.go_json(doc)
         channels = {c["channel_name"]: c for c in json.loads(raw)["topics"][0]["channels"]}
         assert channels["busy"]["clients"][0]["hostname"] == 'h"<&>\u2028'
+
+
+def test_client_objects_written_through_the_template_are_the_encoders_bytes():
+    # stats.client_json writes a subscriber's object through a template: each field's every kind of
+    # value comes out as the general encoder writes stats.client_stats's dict.
+    from nsqd_threaded.broker.client import Client
+    from nsqd_threaded.settings.options import Options
+
+    options = Options()
+    for i, attrs in enumerate([
+        {},
+        {"deflate": True, "sample_rate": 99, "state": 3, "ready_count": 2500, "in_flight_count": 7},
+        {"snappy": True, "message_count": 2**40, "finish_count": 5, "requeue_count": 1, "connect_time": 1.9e9 + 0.7},
+        {"client_id": 'id"\\\b\f\n<&>\u2028\u2029\udcff\x01é', "hostname": "", "user_agent": "ua/1 (x; y)",
+         "topology_zone": "z\t1", "topology_region": "r</script>"},
+        {"pub_counts": {"t": 3}},  # a publisher's: the encoder writes it
+    ]):
+        client = Client(i, ("127.0.0.1", 4000 + i), options)
+        for name, value in attrs.items():
+            setattr(client, name, value)
+        for pub_topic in (None, "t", "u"):
+            assert stats.client_json(client, pub_topic) == gocompat.go_json(stats.client_stats(client, pub_topic))
