@@ -175,10 +175,11 @@ def _channel_doc(channel, figures, include_clients, quantiles, pub_topic):
 
 
 def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None, dead_letter=False,
-                as_json=False):
+                as_json=False, pacer=None):
     """A topic object, or None when a channel filter is given and the topic lacks it; ``dead_letter``:
     the topic is a dead-letter topic (``is_dead_letter_topic``, not in Go nsqd, only then);
-    ``as_json``: its channels already written as a JSON array (a :class:`RawMessage`)."""
+    ``as_json``: its channels already written as a JSON array (a :class:`RawMessage`); ``pacer``:
+    the walk's :class:`GILPacer` (None: one of its own)."""
     channel_doc = channel_json if as_json else channel_stats
     all_channels = sorted(topic.channels(), key=lambda c: c.name.encode())
     channels = all_channels
@@ -189,7 +190,8 @@ def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None,
     chans = []
     # Thousands of channels keep this thread on the GIL for tens of milliseconds: threads
     # waiting for it (teardowns, publishers) get it now and then, not only at forced switches.
-    pacer = GILPacer()
+    if pacer is None:
+        pacer = GILPacer()
     for c in channels:
         chans.append(channel_doc(c, include_clients, quantiles, pub_topic))
         pacer.tick()
@@ -219,9 +221,12 @@ def topic_stats(topic, channel_name, include_clients, quantiles, pub_topic=None,
     return doc
 
 
-def collect(nsqd, topic_name=None, channel_name=None, include_clients=True, include_mem=True, as_json=False):
+def collect(nsqd, topic_name=None, channel_name=None, include_clients=True, include_mem=True, as_json=False,
+            yield_to=None):
     """The whole /stats document as an ordered dict; ``as_json``: each topic's channels already
-    written as JSON (:func:`channel_json`), for ``go_json``."""
+    written as JSON (:func:`channel_json`), for ``go_json``; ``yield_to``: the walk's
+    :class:`GILPacer` waits while this is true (the network poller serves)."""
+    pacer = GILPacer(yield_to)
     # An empty ``topic`` or ``channel`` means no filter, as in nsqd.
     quantiles = nsqd.options.e2e_processing_latency_percentiles
     topics = sorted(nsqd.topics(), key=lambda t: t.name.encode())
@@ -230,7 +235,7 @@ def collect(nsqd, topic_name=None, channel_name=None, include_clients=True, incl
     topic_docs = []
     for t in topics:
         doc = topic_stats(t, channel_name, include_clients, quantiles, topic_name, nsqd.is_dead_letter_topic(t.name),
-                          as_json)
+                          as_json, pacer)
         if doc is not None:
             topic_docs.append(doc)
     # An unknown topic: nsqd returns before collecting anything, producers included.

@@ -242,6 +242,7 @@ class HTTPAPI(Router):
     def stats(self, request):
         q = self._query(request)
         as_json = q.get("format") == "json"
+        poller = self.nsqd.net_poller()
         doc = stats.collect(
             self.nsqd,
             topic_name=q.get("topic"),
@@ -249,6 +250,8 @@ class HTTPAPI(Router):
             include_clients=parse_bool(q.get("include_clients"), True),
             include_mem=parse_bool(q.get("include_mem"), True),
             as_json=as_json,
+            # (the walk waits while the poller serves: its clients' turns come first)
+            yield_to=None if poller is None else poller.serving,
         )
         if as_json:
             return ok_json(doc)

@@ -244,6 +244,10 @@ class NetPoller:
         (what time skipping waits out, as it waits out a connection thread's work)."""
         return self._pool.busy()
 
+    def serving(self):
+        """True while a poller thread serves what its epoll returned (read without a lock: a hint)."""
+        return any(poll.serving for poll in self._polls)
+
     def settled(self):
         """True when nothing is under way here that no socket shows: no poller serving what its epoll
         returned, no worker task running or queued, no connection with an output backlog, no timer
