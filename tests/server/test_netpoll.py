@@ -129,6 +129,20 @@ def test_a_mass_close_leaves_the_channel_at_once(polled):
     assert http_get(polled, "/ping")[0] == 200
 
 
+def test_the_poller_says_when_it_serves_for_the_walks_that_yield_to_it(polled):
+    # /stats's walk waits at each hand-off while NetPoller.serving() is true: a resting poller must
+    # say false, or every long /stats would wait YIELD_LIMIT at each hand-off for nothing.
+    poller = polled._tcp_server.poller
+    with Conn(polled.tcp_address) as consumer:
+        consumer.sub("walk", "c", rdy=1)
+        consumer.send(b"NOP\n")
+        wait_for(lambda: not poller.serving(), what="the poller resting after the NOP")
+        polled.get_topic("walk").get_channel("a")
+        status, _, body = http_get(polled, "/stats?format=json")
+        counts = {c["channel_name"]: c["client_count"] for c in json.loads(body)["topics"][0]["channels"]}
+        assert status == 200 and counts == {"a": 0, "c": 1}
+
+
 def test_commands_split_anywhere_are_served_whole(polled):
     """Every command of a stream cut at each byte boundary in turn: the poller never runs half a command."""
     identify = b'{"heartbeat_interval": 5000}'
