@@ -45,22 +45,24 @@ def test_requeued_timed_out_and_deferred_messages_keep_their_attempts_across_a_k
         for body in (b"a", b"b", b"c"):
             assert publisher.pub("jobs", body) == b"OK"
         with publisher, Conn(ours.tcp_address) as consumer:
-            consumer.identify(msg_timeout=6000)  # (b times out; a, REQ'd within it, must not, even on a loaded host)
+            # (b times out; a, REQ'd within it, must not, even on a loaded host: with 6 s, a CI machine at a
+            # load average of 11 once took longer between a's delivery and its REQ)
+            consumer.identify(msg_timeout=15000)
             consumer.sub("jobs", "work", rdy=3)
             first = {body: (msg_id, attempts) for _, attempts, msg_id, body in
                      (consumer.read_message() for _ in range(3))}
             assert {body: a for body, (_, a) in first.items()} == {b"a": 1, b"b": 1, b"c": 1}
-            consumer.cmd(b"REQ %s 10000" % first[b"c"][0])  # deferred, due after the kill
+            consumer.cmd(b"REQ %s 20000" % first[b"c"][0])  # deferred, due after the kill
             consumer.cmd(b"REQ %s 0" % first[b"a"][0])
             _, attempts, msg_id, body = consumer.read_message()
             assert (body, attempts) == (b"a", 2)
             consumer.cmd(b"RDY 0")
             consumer.cmd(b"REQ %s 0" % msg_id)  # queued again with 2 attempts
             assert publisher.pub("jobs", b"d") == b"OK"  # never delivered
-            # b is left to time out (6 s): queued again with 1 attempt
+            # b is left to time out (15 s): queued again with 1 attempt
             stats = wait_for(lambda: (lambda s: s if s["timeout_count"] >= 1 and s["in_flight_count"] == 0
                                       else None)(_channel_stats(ours)),
-                             timeout=30, what=lambda: "b's timeout: %r" % _channel_stats(ours))
+                             timeout=60, what=lambda: "b's timeout: %r" % _channel_stats(ours))
             assert (stats["requeue_count"], stats["timeout_count"]) == (3, 1), stats
             ours.kill()
     finally:
