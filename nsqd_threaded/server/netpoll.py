@@ -253,7 +253,7 @@ class NetPoller:
         returned, no worker task running or queued, no connection with an output backlog, no timer
         due and not fired.  With no unread byte on any connection besides (the caller looks), a
         command cannot be in progress: time skipping's precise look (auto_skip.settled)."""
-        if any(poll.serving for poll in self._polls):
+        if self.serving():
             return False
         if self._pool.busy():
             return False
