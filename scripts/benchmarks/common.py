@@ -40,9 +40,12 @@ class BrokerProc:
 
     ``http``: the broker also listens for HTTP on 127.0.0.1 (``http_address``;
     not the floor), for the phases that create, inspect or empty channels.
+
+    ``wrapper``: a command that runs the broker (such as valgrind's), given the interpreter
+    or binary itself, not a shim that execs it (valgrind would follow the shim only).
     """
 
-    def __init__(self, kind, argv0, flags=(), root=ROOT, http=False):
+    def __init__(self, kind, argv0, flags=(), root=ROOT, http=False, wrapper=()):
         self.kind = kind
         self.http_address = None
         self.data = tempfile.mkdtemp(prefix="nsqd-bench-%s-" % kind)
@@ -64,11 +67,13 @@ class BrokerProc:
                 self.http_address = "127.0.0.1:%d" % free_port()
             cmd += ["--tcp-address=127.0.0.1:0", "--http-address=" + (self.http_address or ""),
                     "--data-path=" + self.data, "--log-level=warn"]
+        if wrapper:
+            cmd = list(wrapper) + [os.path.realpath(cmd[0])] + cmd[1:]
         self.proc = subprocess.Popen(cmd + list(flags), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      env=env, cwd=cwd)
         self._stderr = threading.Thread(target=self.proc.stderr.read, name="bench-stderr-%s" % kind, daemon=True)
         self._stderr.start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + (300 if wrapper else 30)
         self.address = None
         while self.address is None:
             if time.monotonic() > deadline or self.proc.poll() is not None:

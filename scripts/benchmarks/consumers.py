@@ -15,6 +15,12 @@ alternately for ``--rounds``:
 The load clients answer heartbeats and FIN from non-blocking sockets; ``--clients`` more processes
 show whether they are the limit (Go's rate rises with them until the broker is).
 
+``--instructions`` runs ours, the baseline and the floor once more, each under callgrind, and
+counts the instructions each executes per message over step 2 (``--instruction-messages``): a
+figure the same on any host and whatever else it runs, unlike the rate and the CPU time (not Go's:
+its runtime crashes under valgrind).  ``--rounds 0 --instructions`` counts alone.  The context
+switches per message (voluntary, over the broker's threads) travel between hosts too.
+
 ``--floor`` adds the column ``floor``: ``floor.py serve-consumers`` under ``--python``, one thread
 with epoll that only parses, deals messages in turn to the consumers with credit and sends (no
 in-flight index, timeouts or stats), the least any single-process Python broker could cost per
@@ -25,21 +31,26 @@ same (see ``client_count``).  Its threads, RSS and CPU come from /proc, as the o
     scripts/bench consumers --consumers 100,1000,5000 --go ../shared/reference/go-nsq-1.3.0/nsqd
     scripts/bench consumers --consumers 1000 --rdy 10 --threads --rounds 3
     scripts/bench consumers --consumers 1000 --floor --rounds 3
+    scripts/bench consumers --consumers 100,5000 --floor --baseline TREE --rounds 0 --instructions
 """
 
 import argparse
 import json
 import multiprocessing
 import os
+import re
 import selectors
+import shutil
 import socket
 import statistics
 import struct
 import sys
+import tempfile
 import time
 
 from .common import BrokerProc, Quiet
 from .connections import raise_nofile, rss, threads_of
+from .work import Counters, control
 
 TOPIC = "bench_consumers"
 CHANNEL = "ch"
@@ -156,8 +167,12 @@ def wait(predicate, timeout, poll=0.01):
     return True
 
 
-def run_once(broker, consumers, clients, rdy, messages):
-    """One broker, one consumer count: the figures (a dict)."""
+def run_once(broker, consumers, clients, rdy, messages, callgrind_out=None):
+    """One broker, one consumer count: the figures (a dict).
+
+    ``callgrind_out``: the broker runs under callgrind, writing there; its counters are zeroed as
+    the first MPUB goes out and dumped once every message has arrived, and the figures are
+    ``instructions`` per message alone (no idle span, no close)."""
     if broker.http_address is not None:  # (the floor has one channel, made by the first SUB)
         broker.http("POST", "/topic/create?topic=" + TOPIC)
         broker.http("POST", "/channel/create?topic=%s&channel=%s" % (TOPIC, CHANNEL))
@@ -179,28 +194,23 @@ def run_once(broker, consumers, clients, rdy, messages):
         if not wait(lambda: subscribed.value >= consumers and client_count(broker) >= consumers, 300, 0.05):
             raise RuntimeError("only %d of %d consumers subscribed" % (subscribed.value, consumers))
         figures["subscribe_s"] = time.monotonic() - start
+        if callgrind_out:
+            return _count_instructions(broker, address, received, messages, callgrind_out)
         figures["threads"] = threads_of(broker.pid)
         figures["rss_mb"] = rss(broker.pid) / 1e6
         idle0 = broker.cpu_seconds()
         time.sleep(IDLE_SECONDS)  # (measuring: the broker's CPU while every consumer waits)
         figures["idle_cpu_ms"] = (broker.cpu_seconds() - idle0) / IDLE_SECONDS * 1000
-        pub = socket.create_connection(address, timeout=60)
-        pub.sendall(b"  V2")
-        body = b"x" * 100
-        batch = struct.pack(">i", 200) + (struct.pack(">i", len(body)) + body) * 200
-        command = ("MPUB %s\n" % TOPIC).encode() + struct.pack(">i", len(batch)) + batch
+        counters0 = Counters(broker.pid)
         cpu0 = broker.cpu_seconds()
         t0 = time.monotonic()
-        for _ in range(messages // 200):
-            pub.sendall(command)
-            _read_ok(pub)
-        if not wait(lambda: received.value >= messages, 600, 0.002):
-            raise RuntimeError("only %d of %d messages arrived" % (received.value, messages))
+        _publish(address, received, messages)
         elapsed = time.monotonic() - t0
         cpu = broker.cpu_seconds() - cpu0
-        pub.close()
+        counters1 = Counters(broker.pid)
         figures["rate"] = messages / elapsed
         figures["cpu_us"] = cpu / messages * 1e6
+        figures["switches"] = (counters1.switches - counters0.switches) / messages
         t1 = time.monotonic()
         for _, parent in procs:
             parent.send("close")
@@ -214,6 +224,38 @@ def run_once(broker, consumers, clients, rdy, messages):
                 p.terminate()
             p.join(30)
     return figures
+
+
+def _publish(address, received, messages):
+    """MPUB ``messages`` (200 a command, each waiting for its OK) and wait until all arrived."""
+    pub = socket.create_connection(address, timeout=60)
+    try:
+        pub.sendall(b"  V2")
+        body = b"x" * 100
+        batch = struct.pack(">i", 200) + (struct.pack(">i", len(body)) + body) * 200
+        command = ("MPUB %s\n" % TOPIC).encode() + struct.pack(">i", len(batch)) + batch
+        for _ in range(messages // 200):
+            pub.sendall(command)
+            _read_ok(pub)
+        if not wait(lambda: received.value >= messages, 600, 0.002):
+            raise RuntimeError("only %d of %d messages arrived" % (received.value, messages))
+    finally:
+        pub.close()
+
+
+def _count_instructions(broker, address, received, messages, out):
+    """Instructions per message of a broker under callgrind, over :func:`_publish` alone."""
+    control(broker.pid, "--zero")
+    _publish(address, received, messages)
+    control(broker.pid, "--dump")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(out + ".1"):
+        if time.monotonic() > deadline:
+            raise RuntimeError("callgrind wrote no counts")
+        time.sleep(0.05)  # polling for the dump, bounded by the deadline
+    with open(out + ".1") as f:
+        text = f.read()
+    return {"instructions": int(re.search(r"^summary: (\d+)", text, re.M).group(1)) / messages}
 
 
 def _read_ok(sock):
@@ -241,6 +283,8 @@ FIGURES = [
     ("threads (subscribed)", "threads", "%d"),
     ("RSS MB (subscribed)", "rss_mb", "%.1f"),
     ("idle CPU ms/s", "idle_cpu_ms", "%.1f"),
+    ("context switches/msg", "switches", "%.2f"),
+    ("instructions/msg", "instructions", "%.0f"),
     ("gone after close (s)", "gone_s", "%.2f"),
 ]
 
@@ -259,6 +303,12 @@ def main():
     ap.add_argument("--floor", action="store_true",
                     help="the floor probe too (floor.py serve-consumers, under --python): one thread, epoll, "
                          "parsing and sending only: the least a Python broker costs per message here")
+    ap.add_argument("--instructions", action="store_true",
+                    help="one more run of ours, the baseline and the floor under callgrind (not Go's: its "
+                         "runtime crashes under valgrind): instructions per message, whatever else the host runs")
+    ap.add_argument("--instruction-messages", type=int, default=2000,
+                    help="messages MPUBed in each callgrind run (a multiple of 200)")
+    ap.add_argument("--keep", metavar="DIR", help="keep each callgrind profile there, for callgrind_annotate")
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs our broker and the floor")
     ap.add_argument("--max-load", type=float, default=1.0, help="refuse to start above this load average")
     ap.add_argument("--allow-load", action="store_true", help="run on a busy machine anyway")
@@ -267,15 +317,15 @@ def main():
     if not quiet.start_is_quiet() and not a.allow_load:
         raise SystemExit("the machine is busy (load average %.2f): --allow-load to run anyway" % quiet.start_load)
     raise_nofile()
-    brokers = [("ours", lambda: BrokerProc("ours", a.python, http=True))]
+    brokers = [("ours", lambda **kw: BrokerProc("ours", a.python, http=True, **kw))]
     if a.threads:
-        brokers.append(("ours threads", lambda: BrokerProc("ours", a.python, ["--connection-threads"], http=True)))
+        brokers.append(("ours threads", lambda **kw: BrokerProc("ours", a.python, ["--connection-threads"], http=True, **kw)))
     if a.baseline:
-        brokers.append(("baseline", lambda: BrokerProc("ours", a.python, root=os.path.abspath(a.baseline), http=True)))
+        brokers.append(("baseline", lambda **kw: BrokerProc("ours", a.python, root=os.path.abspath(a.baseline), http=True, **kw)))
     if a.go:
         brokers.append(("go", lambda: BrokerProc("go", a.go, ["--max-rdy-count=2500"], http=True)))
     if a.floor:
-        brokers.append(("floor", lambda: BrokerProc("floor-consumers", a.python)))
+        brokers.append(("floor", lambda **kw: BrokerProc("floor-consumers", a.python, **kw)))
     clients_list = [int(c) for c in a.clients.split(",")]
     print("load average %.2f, %d CPUs, RDY %d, %d messages, client processes %s" % (
         os.getloadavg()[0], os.cpu_count(), a.rdy, a.messages, a.clients), flush=True)
@@ -291,12 +341,38 @@ def main():
                     broker.stop()
                 print("  %d consumers, %d clients, round %d, %s: %s" % (
                     consumers, clients, r + 1, name, results[name, clients][-1]), flush=True)
+        if a.instructions:
+            for name, clients, make in columns:
+                if name == "go":
+                    continue
+                out = os.path.join(tempfile.mkdtemp(prefix="nsqd-bench-callgrind-"), "callgrind.out")
+                broker = make(wrapper=["valgrind", "--tool=callgrind", "--compress-strings=no",
+                                       "--callgrind-out-file=" + out])
+                try:
+                    counted = run_once(broker, consumers, clients, a.rdy, a.instruction_messages, out)
+                    if a.keep:
+                        os.makedirs(a.keep, exist_ok=True)
+                        shutil.copy(out + ".1", os.path.join(a.keep, "callgrind.%s.%d" % (
+                            name.replace(" ", "-"), consumers)))
+                finally:
+                    broker.stop()
+                    shutil.rmtree(os.path.dirname(out), ignore_errors=True)
+                for f in results[name, clients]:
+                    f.update(counted)
+                if not results[name, clients]:
+                    results[name, clients].append(dict(counted))
+                print("  %d consumers, %d clients, callgrind, %s: %.0f instructions/msg" % (
+                    consumers, clients, name, counted["instructions"]), flush=True)
         print("\n%d consumers at RDY %d%s" % (consumers, a.rdy, " (medians of %d)" % a.rounds if a.rounds > 1 else ""))
         print("%-24s" % "" + "".join("%16s" % ("%s/%dc" % (name, clients) if len(clients_list) > 1 else name)
                                      for name, clients, _ in columns))
         for label, key, fmt in FIGURES:
-            print("%-24s" % label + "".join("%16s" % (fmt % statistics.median(f[key] for f in results[name, clients]))
-                                            for name, clients, _ in columns))
+            cells = []
+            for name, clients, _ in columns:
+                values = [f[key] for f in results[name, clients] if key in f]
+                cells.append(fmt % statistics.median(values) if values else "-")
+            if any(cell != "-" for cell in cells):
+                print("%-24s" % label + "".join("%16s" % cell for cell in cells))
         print(flush=True)
     if not quiet.start_is_quiet():
         print("LOADED: the run started with the load average at %.2f: not a result" % quiet.start_load)

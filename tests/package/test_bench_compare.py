@@ -7,6 +7,7 @@ Go's binaries are not needed: the phases run with this project's load scripts.
 import argparse
 import importlib
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -204,4 +205,17 @@ def test_scripts_bench_consumers_measures_the_floor(common, consumers, monkeypat
         figures = consumers.run_once(floor, 20, 1, 1, 1000)  # (raises unless every message arrives)
         assert consumers.client_count(floor) == 0
     assert figures["rate"] > 0 and figures["cpu_us"] >= 0 and figures["threads"] == 1
-    assert {key for _, key, _ in consumers.FIGURES} <= set(figures)
+    assert figures["switches"] >= 0
+    assert {key for _, key, _ in consumers.FIGURES} - {"instructions"} <= set(figures)
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
+                    reason="valgrind is not installed")
+@pytest.mark.timeout(300)
+def test_scripts_bench_consumers_counts_instructions_under_callgrind(common, consumers, tmp_path):
+    out = str(tmp_path / "callgrind.out")
+    wrapper = ["valgrind", "--tool=callgrind", "--compress-strings=no", "--callgrind-out-file=" + out]
+    with common.BrokerProc("floor-consumers", sys.executable, wrapper=wrapper) as floor:
+        figures = consumers.run_once(floor, 10, 1, 1, 400, out)
+    # (the floor's own work per message: a few thousand instructions of the interpreter at least)
+    assert 1000 < figures["instructions"] < 10 ** 7
