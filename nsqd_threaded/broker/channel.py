@@ -26,7 +26,7 @@ from .e2e import E2ELatency
 from .policy import NO_POLICY, ChannelPolicyMethods, channel_policy
 from .pqueue import TimedIndex
 from .redrive import ChannelRedriveMethods
-from ..wire.message import from_records, held_fields
+from ..wire.message import RECORD_HEADER, RECORD_HEADER_SIZE, Message, from_records, held_fields
 from ..internal.gocompat import ns
 
 
@@ -374,6 +374,9 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
             return None
         client.blocked = False  # (RDY may have been raised since it was set)
         memory = self._memory
+        if budget == 1 and memory and not (self._redriven or client.sample_rate or self.policy is not None
+                                           or self._backend.acks_deliveries):
+            return self._take_one_locked(client, memory.popleft())
         while True:
             queued = len(memory)
             msgs = from_records(self._take_locked(budget))
@@ -426,6 +429,29 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
         if client.in_flight_count >= client.ready_count:
             client.blocked = True
         return msgs
+
+    def _take_one_locked(self, client, item):
+        """The rest of :meth:`_take_for_locked` for one message (a consumer at RDY 1) taken from
+        the memory queue, on a channel with nothing to screen (no redrive, sample rate or
+        delivery policy) and a backend that keeps no attempts: the same steps, without lists."""
+        if type(item) is bytes:
+            timestamp, attempts, msg_id = RECORD_HEADER.unpack_from(item)
+            item = Message(msg_id, item[RECORD_HEADER_SIZE:], timestamp, attempts)
+        self.global_msg_count += 1  # (a delivery from the memory queue)
+        now = self._now_ns()
+        item.attempts = (item.attempts + 1) & 0xFFFF
+        item.client_id = client.id
+        item.delivery_ns = now
+        if self._in_flight.add(item, now + client.msg_timeout_ns):
+            client.in_flight_count += 1
+        else:
+            self._backend.ack([item.id])  # a duplicate ID already in flight: sent, counted once
+        if not self._scan_listed:
+            self.mark_scan_locked()  # timeouts to watch
+        client.message_count += 1
+        if client.in_flight_count >= client.ready_count:
+            client.blocked = True
+        return [item]
 
     def _from_backend_locked(self, n):
         """Up to ``n`` messages from the backend; those still deferred go to the deferred index."""
@@ -484,23 +510,9 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
         hand-off to the pump, message by message if the consumer FINs one at
         a time.
         """
-        held = None
         with self._lock:
             done, refused = self._in_flight.remove_owned(msg_ids, client.id)
-            if done:
-                if self.e2e.enabled:
-                    sample = self.e2e.add
-                    now = self._now_ns()
-                    for msg in done:
-                        sample(now - msg.timestamp)
-                client.finish_count += len(done)
-                if self._backend.acks_deliveries:  # (no list of IDs for a backend that has nothing to do)
-                    self._backend.ack([msg.id for msg in done])  # (the channel is listed: it had these in flight)
-                wake = self._release_locked(client, len(done))
-                if wake and not self.paused and client.pump_idle() and client.hold_output(own=True):
-                    held, wake = self._refill_held_locked(client)
-            else:
-                wake = False
+            held, wake = self._finished_locked(client, done) if done else (None, False)
         if held is not None:
             client.deliver_held(held)  # (releases the output; the rest, if any, goes to the pump)
         if wake:
@@ -510,6 +522,38 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
         if refused:
             raise FinishError([(msg_id, "ID not in flight" if msg is None else "client does not own message")
                                for msg_id, msg in refused])
+
+    def finish_one(self, client, msg_id):
+        """:meth:`finish_many` of one ID, as a consumer at RDY 1 sends them (no list of one)."""
+        with self._lock:
+            msg = self._in_flight.pop_owned(msg_id, client.id)
+            if msg is not None:
+                held, wake = self._finished_locked(client, (msg,))
+        if msg is None:
+            return self.finish_many(client, (msg_id,))  # (refused: it raises, saying why)
+        if held is not None:
+            client.deliver_held(held)
+        if wake:
+            client.wake()
+        if self._watch.watchers:
+            self._watch.notify()
+
+    def _finished_locked(self, client, done):
+        """The messages ``done`` left the in-flight index as finished: count them, free their
+        slots, and refill one from the queue if the consumer's output is free; ``(messages to
+        deliver held, or None; wake the pump?)``."""
+        if self.e2e.enabled:
+            sample = self.e2e.add
+            now = self._now_ns()
+            for msg in done:
+                sample(now - msg.timestamp)
+        client.finish_count += len(done)
+        if self._backend.acks_deliveries:  # (no list of IDs for a backend that has nothing to do)
+            self._backend.ack([msg.id for msg in done])  # (the channel is listed: it had these in flight)
+        wake = self._release_locked(client, len(done))
+        if wake and not self.paused and client.pump_idle() and client.hold_output(own=True):
+            return self._refill_held_locked(client)
+        return None, wake
 
     def requeue(self, client, msg_id, delay_ns):
         """REQ (``delay_ns`` 0: at once); raises ChannelError."""

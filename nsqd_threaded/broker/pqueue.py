@@ -107,6 +107,15 @@ class TimedIndex:
         """Remove and return the message with this ID, or None (its entry goes stale)."""
         return self._by_id.pop(msg_id, None)
 
+    def pop_owned(self, msg_id, owner):
+        """Remove and return the message with this ID if its ``client_id`` is ``owner``; None
+        otherwise (another client's stays in place): :meth:`remove_owned` of one ID."""
+        msg = self._by_id.pop(msg_id, None)
+        if msg is not None and msg.client_id != owner:
+            self._by_id[msg_id] = msg
+            return None
+        return msg
+
     def remove_owned(self, msg_ids, owner):
         """Remove the messages with these IDs whose ``client_id`` is ``owner`` (a run of FINs).
 

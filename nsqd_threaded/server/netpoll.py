@@ -81,6 +81,7 @@ TRIM_QUIET = 1.0  # seconds without a close before the timer poller trims
 HEARTBEAT_RETRY = 0.005  # seconds before a heartbeat whose write was busy is tried again
 if hasattr(select, "epoll"):
     _EPOLLRDHUP = getattr(select, "EPOLLRDHUP", 0x2000)  # (PyPy 3.9 lacks the name; Linux's value)
+    _EPOLLIN = select.EPOLLIN
     _WANT_INPUT = select.EPOLLIN | _EPOLLRDHUP
     _WANT_OUTPUT = select.EPOLLOUT
     _ONESHOT = select.EPOLLONESHOT
@@ -136,6 +137,8 @@ class _Poll:
         os.set_blocking(self.wake_w, False)
         self.epoll.register(self.wake_r, select.EPOLLIN)
         self.thread = None
+        self.ident = None  # its thread's (threading.get_ident)
+        self.now = 0.0  # time.monotonic() as epoll_wait returned (the poller thread's)
         # True from the moment epoll_wait returns until what it returned is served (written by the
         # poller thread only, read by time skipping: see NetPoller.settled).  Before it is set, what
         # woke the poller is still visible from outside: unread bytes, an output backlog, a due timer.
@@ -291,6 +294,7 @@ class NetPoller:
     def _run(self, poll):
         """A poller thread: wait in its epoll, serve what it returns (the timer poller: fire the timers)."""
         epoll = poll.epoll
+        poll.ident = threading.get_ident()
         timers = poll is self._timer_poll
         again = []  # connections whose commands outran INLINE_LIMIT: served again after the batch
         while True:
@@ -301,6 +305,7 @@ class NetPoller:
             except InterruptedError:
                 continue
             poll.serving = True
+            poll.now = time.monotonic()
             self._dispatch(poll, events, again)
             if again:
                 batch, again = again, []
@@ -379,6 +384,8 @@ class NetPoller:
         """An edge on ``conn``'s socket: write its backlog, serve a parked connection's commands.
         An edge on a connection a thread serves is that thread's to read: it is noted
         (``input_seen``), and the thread registers the connection again as it parks it."""
+        if event == _EPOLLIN and conn._reading == PARKED and self._serve_parked_fins(conn):
+            return
         if event & _OUTPUT_EVENTS and conn.output_backlog is not None:
             if conn.flush() or event & (select.EPOLLHUP | select.EPOLLERR):
                 with conn._poll_lock:
@@ -402,6 +409,41 @@ class NetPoller:
                     conn.input_seen = True
             if serve:
                 self._serve(conn, True, again)
+
+    def _serve_parked_fins(self, conn):
+        """The common edge, alone: a parked consumer sent FINs and nothing else.  True once they
+        are finished and it is parked again; False if the edge needs :meth:`_serve` (something
+        else arrived), with the connection still parked and whatever was read kept buffered.
+
+        The connection stays ``PARKED`` throughout, with no ``_poll_lock`` taken: only the
+        poller takes a connection out of ``PARKED`` (workers park or end only those they serve),
+        so no other thread can begin to serve it meanwhile.  Its registration stands: what came
+        was all read (``serve_fins`` answers :data:`WAIT_INPUT` only then), so the next byte is
+        an edge.
+        """
+        poll = conn._poll
+        conn._connection_thread = poll.ident  # (for wake: see PolledConnection.wake)
+        try:
+            result = conn.proto.serve_fins()
+        except Exception:  # noqa: BLE001 - our bug: logged, and the connection ends
+            self._log.error("%r: unhandled error\n%s", conn, traceback.format_exc())
+            result = ENDED
+        finally:
+            conn._connection_thread = 0
+        if result is None:
+            return False
+        if conn.pump_deferred:
+            conn.start_deferred_pump()
+        if result == ENDED:
+            self._end(conn)
+            return True
+        now = poll.now  # (the batch's time: the read deadline starts at most a batch early)
+        conn._idle_since = now
+        hb = conn.heartbeat_interval
+        queued = conn._timer_at
+        if queued is None or hb != conn._hb_every or hb <= 0 or queued > conn._hb_at:
+            self._schedule(conn, now)
+        return True
 
     def _serve(self, conn, inline, again):
         """Run ``conn``'s commands (``inline``: on the poller, which must not wait), then park it,

@@ -136,14 +136,22 @@ class ProtocolV2:
             return None
         reader = self.reader
         try:
-            if not reader.fill_nowait():
-                return None
+            got = reader.recv_fin_nowait()
         except ConnectionEnded as e:
             _, pos, end = reader.buffered()
             if pos != end:
                 return None  # (serve_ready serves what came before the end, meets it again and ends)
             self.nsqd.log.debug("%r: connection closed - %s", client, e)  # (a hang-up: no second recv)
             return ENDED
+        if got is False:
+            return None
+        if got is not True:  # one FIN and nothing else, as from a consumer at RDY 1, consumed
+            try:
+                client.channel.finish_one(client, got)
+            except FinishError as e:
+                if not client.send(self._fin_failures(e)):
+                    return ENDED
+            return WAIT_INPUT
         buf, pos, end = reader.buffered()
         ids, stop = protocol_v2.fin_run(buf, pos)
         if not ids:

@@ -37,6 +37,8 @@ _monotonic = time.monotonic
 MAX_CHUNK = 262144
 _decode_size_from = protocol_v2.decode_size_from
 _MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+_FIN_LINE = protocol_v2.FIN_LINE
+_fin_one = protocol_v2.FIN_ONE.match
 
 
 class Reader:
@@ -187,11 +189,15 @@ class Reader:
             i -= 1
         return bytes(buf[pos:i]).split(b" ")
 
-    def fill_nowait(self):
-        """One recv that does not wait (see :meth:`poll_command`): False when nothing was there.
+    def recv_fin_nowait(self):
+        """One recv that does not wait (see :meth:`poll_command`), shaped for a consumer at RDY 1,
+        whose recv brings one ``FIN`` line at a time.
 
-        (:meth:`_fill`'s case of a plain connection with nothing buffered, whose last recv did
-        not fill the chunk, alone: a consumer's FIN arrives so.)
+        Answers the message ID (bytes) when the recv brought exactly one plain FIN line
+        (:data:`protocol_v2.FIN_ONE`) and nothing else: it is consumed, nothing is left
+        buffered and the socket is drained.  Otherwise what came stays buffered, and the answer
+        is False when nothing was there, True when something was.  (:meth:`_fill`'s case of a
+        plain connection with nothing buffered, whose last recv did not fill the chunk, inline.)
         """
         chunk = self._chunk
         if (self._decode is not None or self.holding or self._pos != len(self._buf)
@@ -207,9 +213,14 @@ class Reader:
             return False
         except (OSError, ValueError) as e:  # reset, closed
             raise ConnectionEnded(str(e)) from None
-        if not n:
-            raise ConnectionEnded("EOF")
         self._last_recv = n
+        if n == _FIN_LINE:
+            m = _fin_one(chunk, 0, n)
+            if m is not None:  # (nothing buffered before it, nothing after: _buf and _pos stand)
+                self.drained = True
+                return m.group(1)
+        elif not n:
+            raise ConnectionEnded("EOF")
         if n < len(chunk):
             self.drained = True
             self._buf = chunk[:n]

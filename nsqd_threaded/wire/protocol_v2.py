@@ -451,8 +451,9 @@ def identify_response(settings, opts, tls_v1=False, deflate=False, snappy=False,
 # A run of plain "FIN <16-byte id>\n" lines: ids without a space or a newline,
 # not ending in "\r" (those would parse differently through parse_line).
 _FIN_RUN = re.compile(rb"(?:FIN [^ \n]{15}[^ \n\r]\n)+")
-_FIN_LINE = 21
-_FIN_ONE = re.compile(rb"FIN ([^ \n]{15}[^ \n\r])\n")  # (the group: the ID as bytes, one copy)
+FIN_LINE = 21  # bytes in a plain FIN line
+# One plain FIN line (the group: the ID as bytes, one copy).
+FIN_ONE = re.compile(rb"FIN ([^ \n]{15}[^ \n\r])\n")
 
 
 def fin_run(buf, pos):
@@ -464,23 +465,23 @@ def fin_run(buf, pos):
     # Usually everything buffered is FIN lines (and maybe the start of one):
     # checked column by column, each a C-level pass over the whole run; the
     # regex (a Python-visible cost per byte) only finds where a mixed run ends.
-    count = (len(buf) - pos) // _FIN_LINE
+    count = (len(buf) - pos) // FIN_LINE
     if count == 1:  # (one line, as from a consumer at RDY 1: the regex alone, no column tests)
-        m = _FIN_ONE.match(buf, pos)
+        m = FIN_ONE.match(buf, pos)
         if m is None:
             return [], pos
-        return [m.group(1)], pos + _FIN_LINE
+        return [m.group(1)], pos + FIN_LINE
     if count:
-        run = bytes(buf[pos : pos + count * _FIN_LINE])
+        run = bytes(buf[pos : pos + count * FIN_LINE])
         if (
-            run[0::_FIN_LINE] == b"F" * count
-            and run[1::_FIN_LINE] == b"I" * count
-            and run[2::_FIN_LINE] == b"N" * count
+            run[0::FIN_LINE] == b"F" * count
+            and run[1::FIN_LINE] == b"I" * count
+            and run[2::FIN_LINE] == b"N" * count
             and run.count(b" ") == count
-            and run[3::_FIN_LINE] == b" " * count
+            and run[3::FIN_LINE] == b" " * count
             and run.count(b"\n") == count
-            and run[20::_FIN_LINE] == b"\n" * count
-            and b"\r" not in run[19::_FIN_LINE]
+            and run[20::FIN_LINE] == b"\n" * count
+            and b"\r" not in run[19::FIN_LINE]
         ):
             return _fin_ids(run), pos + len(run)
     m = _FIN_RUN.match(buf, pos)
