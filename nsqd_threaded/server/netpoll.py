@@ -118,6 +118,7 @@ class _Newcomer:
     """An accepted connection whose protocol magic has not all arrived yet (its poller's)."""
 
     __slots__ = ("sock", "address", "magic", "poll")
+    _reading = None  # (not a client's: never PARKED)
 
     def __init__(self, sock, address, poll):
         self.sock = sock
@@ -331,6 +332,9 @@ class NetPoller:
             if conn is None:
                 continue
             try:
+                # (the common event first: a parked consumer's FIN; a _Newcomer is never PARKED)
+                if event == _EPOLLIN and conn._reading == PARKED and self._serve_parked_fins(conn):
+                    continue
                 if type(conn) is _Newcomer:
                     self._greet(fd, conn)
                 else:
@@ -384,8 +388,6 @@ class NetPoller:
         """An edge on ``conn``'s socket: write its backlog, serve a parked connection's commands.
         An edge on a connection a thread serves is that thread's to read: it is noted
         (``input_seen``), and the thread registers the connection again as it parks it."""
-        if event == _EPOLLIN and conn._reading == PARKED and self._serve_parked_fins(conn):
-            return
         if event & _OUTPUT_EVENTS and conn.output_backlog is not None:
             if conn.flush() or event & (select.EPOLLHUP | select.EPOLLERR):
                 with conn._poll_lock:
