@@ -196,6 +196,33 @@ def test_wait_for_command_reads_what_comes_in_time_and_leaves_no_short_timeout_b
         feeder.close()
 
 
+def test_recv_fin_nowait_takes_a_lone_fin_in_place_and_leaves_anything_else_buffered():
+    """A consumer at RDY 1 sends one FIN per message: the poller's read of it answers the ID and
+    consumes it; whatever else arrives stays buffered for the command loop, as it came."""
+    feeder = _Feeder()
+    try:
+        reader = Reader(feeder.ours)
+        assert reader.recv_fin_nowait() is False  # (nothing there)
+        assert reader.drained
+        msg_id = b"0123456789abcdef"
+        feeder.send(b"FIN " + msg_id + b"\n").join()
+        assert reader.recv_fin_nowait() == msg_id
+        assert reader.drained and not reader.has_partial()
+        # A FIN and the start of the next line; a 21-byte line that is not a plain FIN (its ID
+        # ends in a CR, which parse_line drops); a FIN and another command: all left as they came.
+        for data in (b"FIN " + msg_id + b"\nFI", b"FIN 0123456789abcde\r\n", b"FIN " + msg_id + b"\nNOP\n"):
+            feeder.send(data).join()
+            assert reader.recv_fin_nowait() is True
+            buf, pos, end = reader.buffered()
+            assert bytes(buf[pos:end]) == data
+            reader.advance(end)
+        feeder.theirs.shutdown(socket.SHUT_WR)
+        with pytest.raises(ConnectionEnded):
+            reader.recv_fin_nowait()
+    finally:
+        feeder.close()
+
+
 def test_reader_reports_eof():
     feeder = _Feeder()
     try:
