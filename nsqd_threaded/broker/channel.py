@@ -258,18 +258,7 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
         if client.sample_rate or client.ready_count <= client.in_flight_count or not client.hold_output():
             return False
         del waiting[client]
-        now = self._now_ns()
-        msg.attempts = (msg.attempts + 1) & 0xFFFF
-        msg.client_id = client.id
-        msg.delivery_ns = now
-        if self._in_flight.add(msg, now + client.msg_timeout_ns):
-            client.in_flight_count += 1
-        else:
-            self._backend.ack([msg.id])  # a duplicate ID in flight: sent, counted once (as nsqd)
-        if not self._scan_listed:
-            self.mark_scan_locked()  # timeouts to watch
-        client.message_count += 1
-        self.global_msg_count += 1  # (as if through the memory queue, which it stands for)
+        self._mark_one_in_flight_locked(client, msg)  # (as if through the memory queue, which it stands for)
         if client.in_flight_count >= client.ready_count:
             client.blocked = True  # its FINs wake the pump
         else:
@@ -376,7 +365,16 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
         memory = self._memory
         if budget == 1 and memory and not (self._redriven or client.sample_rate or self.policy is not None
                                            or self._backend.acks_deliveries):
-            return self._take_one_locked(client, memory.popleft())
+            # One message (a consumer at RDY 1) from memory, with nothing to screen and no attempt
+            # to keep: the loop's steps below, without lists.
+            msg = memory.popleft()
+            if type(msg) is bytes:
+                timestamp, attempts, msg_id = RECORD_HEADER.unpack_from(msg)
+                msg = Message(msg_id, msg[RECORD_HEADER_SIZE:], timestamp, attempts)
+            self._mark_one_in_flight_locked(client, msg)
+            if client.in_flight_count >= client.ready_count:
+                client.blocked = True
+            return [msg]
         while True:
             queued = len(memory)
             msgs = from_records(self._take_locked(budget))
@@ -430,28 +428,22 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
             client.blocked = True
         return msgs
 
-    def _take_one_locked(self, client, item):
-        """The rest of :meth:`_take_for_locked` for one message (a consumer at RDY 1) taken from
-        the memory queue, on a channel with nothing to screen (no redrive, sample rate or
-        delivery policy) and a backend that keeps no attempts: the same steps, without lists."""
-        if type(item) is bytes:
-            timestamp, attempts, msg_id = RECORD_HEADER.unpack_from(item)
-            item = Message(msg_id, item[RECORD_HEADER_SIZE:], timestamp, attempts)
-        self.global_msg_count += 1  # (a delivery from the memory queue)
+    def _mark_one_in_flight_locked(self, client, msg):
+        """One message from the memory queue goes to ``client``: its attempt, its in-flight entry
+        and the counters, as :meth:`_take_for_locked` marks a batch (a duplicate ID already in
+        flight is sent all the same and counted once, as nsqd does)."""
         now = self._now_ns()
-        item.attempts = (item.attempts + 1) & 0xFFFF
-        item.client_id = client.id
-        item.delivery_ns = now
-        if self._in_flight.add(item, now + client.msg_timeout_ns):
+        msg.attempts = (msg.attempts + 1) & 0xFFFF
+        msg.client_id = client.id
+        msg.delivery_ns = now
+        if self._in_flight.add(msg, now + client.msg_timeout_ns):
             client.in_flight_count += 1
         else:
-            self._backend.ack([item.id])  # a duplicate ID already in flight: sent, counted once
+            self._backend.ack([msg.id])
         if not self._scan_listed:
             self.mark_scan_locked()  # timeouts to watch
         client.message_count += 1
-        if client.in_flight_count >= client.ready_count:
-            client.blocked = True
-        return [item]
+        self.global_msg_count += 1
 
     def _from_backend_locked(self, n):
         """Up to ``n`` messages from the backend; those still deferred go to the deferred index."""

@@ -145,8 +145,8 @@ class ClientConnection(Client):
         (``own``: the connection thread asks for its FINs, which have no answer).
         """
         if self._encode is not None or not _DONTWAIT or (
-                not own and threading.get_ident() == self._connection_thread):
-            return False
+                not own and self._connection_thread and threading.get_ident() == self._connection_thread):
+            return False  # (a connection no thread serves now, the usual case, costs no get_ident)
         # Acquire (only a try: the channel's lock is held); released by deliver_held.
         return self._write_lock.acquire(False)
 
