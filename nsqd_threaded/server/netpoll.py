@@ -332,8 +332,10 @@ class NetPoller:
             if conn is None:
                 continue
             try:
-                # (the common event first: a parked consumer's FIN; a _Newcomer is never PARKED)
-                if event == _EPOLLIN and conn._reading == PARKED and self._serve_parked_fins(conn):
+                # (the common event first: input alone on a parked connection, such as a
+                # consumer's FIN; a _Newcomer is never PARKED)
+                if event == _EPOLLIN and conn._reading == PARKED:
+                    self._serve_parked(conn, again)
                     continue
                 if type(conn) is _Newcomer:
                     self._greet(fd, conn)
@@ -412,16 +414,15 @@ class NetPoller:
             if serve:
                 self._serve(conn, True, again)
 
-    def _serve_parked_fins(self, conn):
-        """The common edge, alone: a parked consumer sent FINs and nothing else.  True once they
-        are finished and it is parked again; False if the edge needs :meth:`_serve` (something
-        else arrived), with the connection still parked and whatever was read kept buffered.
-
-        The connection stays ``PARKED`` throughout, with no ``_poll_lock`` taken: only the
-        poller takes a connection out of ``PARKED`` (workers park or end only those they serve),
-        so no other thread can begin to serve it meanwhile.  Its registration stands: what came
-        was all read (``serve_fins`` answers :data:`WAIT_INPUT` only then), so the next byte is
-        an edge.
+    def _serve_parked(self, conn, again):
+        """Input alone on a parked connection: :meth:`_on_event`'s commonest case, a consumer's
+        lone FIN first.  If ``serve_fins`` finishes what came, the connection was served with no
+        state change: it stays ``PARKED`` throughout, with no ``_poll_lock`` taken, since only the
+        poller takes a connection out of ``PARKED`` (workers park or end only those they serve), so
+        no other thread can begin to serve it meanwhile; and its registration stands, since what
+        came was all read (``serve_fins`` answers :data:`WAIT_INPUT` only then) and the next byte
+        is an edge.  Otherwise it is served as :meth:`_on_event` serves it, what was read still
+        buffered.
         """
         poll = conn._poll
         conn._connection_thread = poll.ident  # (for wake: see PolledConnection.wake)
@@ -433,27 +434,30 @@ class NetPoller:
         finally:
             conn._connection_thread = 0
         if result is None:
-            return False
+            with conn._poll_lock:
+                conn._reading = SERVING
+            self._serve(conn, True, again, fins=False)
+            return
         if conn.pump_deferred:
             conn.start_deferred_pump()
         if result == ENDED:
             self._end(conn)
-            return True
+            return
         now = poll.now  # (the batch's time: the read deadline starts at most a batch early)
         conn._idle_since = now
         hb = conn.heartbeat_interval
         queued = conn._timer_at
         if queued is None or hb != conn._hb_every or hb <= 0 or queued > conn._hb_at:
             self._schedule(conn, now)
-        return True
 
-    def _serve(self, conn, inline, again):
+    def _serve(self, conn, inline, again, fins=True):
         """Run ``conn``'s commands (``inline``: on the poller, which must not wait), then park it,
-        hand it on, or tear it down, as its protocol answers."""
+        hand it on, or tear it down, as its protocol answers (``fins``: try ``serve_fins`` first,
+        unless the caller just did)."""
         while True:
             conn._connection_thread = threading.get_ident()
             try:
-                result = conn.proto.serve_fins() if inline else None
+                result = conn.proto.serve_fins() if inline and fins else None
                 if result is None:
                     result = conn.proto.serve_ready(inline, INLINE_LIMIT if inline else WORKER_LIMIT)
             except Exception:  # noqa: BLE001 - our bug: logged, and the connection ends

@@ -43,7 +43,7 @@ class PolledConnection(ClientConnection):
       -> ``_poll_lock`` (a write that leaves a backlog arms ``EPOLLOUT``).  One exception: only
       the poller thread takes a connection out of ``PARKED`` (a worker parks, blocks or ends only
       a connection it serves), so the poller may find it ``PARKED`` without the lock and serve a
-      lone FIN with no change at all (``NetPoller._serve_parked_fins``).
+      lone FIN with no change at all (``NetPoller._serve_parked``).
     * the Client's ``_lock`` also guards ``_pump_queued`` (the pump task is
       queued or running; ``_woken`` asks it to look again).
     * ``_hb_every``, ``_hb_at``, ``_idle_since`` and ``_timer_at`` are the
