@@ -58,6 +58,12 @@ def test_requeued_timed_out_and_deferred_messages_keep_their_attempts_across_a_k
             assert (body, attempts) == (b"a", 2)
             consumer.cmd(b"RDY 0")
             consumer.cmd(b"REQ %s 0" % msg_id)  # queued again with 2 attempts
+            # RDY and REQ have no answer: d waits until this REQ (and the RDY 0 before it on the same
+            # connection) has been applied, or a loaded host may serve the PUB first (each
+            # connection's commands on a thread of their own) and deliver d into a free slot,
+            # where it would time out too
+            wait_for(lambda: _channel_stats(ours)["requeue_count"] == 3, timeout=60,
+                     what=lambda: "a's second REQ: %r" % _channel_stats(ours))
             assert publisher.pub("jobs", b"d") == b"OK"  # never delivered
             # b is left to time out (15 s): queued again with 1 attempt
             stats = wait_for(lambda: (lambda s: s if s["timeout_count"] >= 1 and s["in_flight_count"] == 0
