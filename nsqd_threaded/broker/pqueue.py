@@ -79,14 +79,7 @@ class TimedIndex:
             return False
         msg.expiry_ns = deadline_ns
         self._by_id[msg.id] = msg
-        tail = self._tail  # (_push, inline: once per delivery at RDY 1)
-        if not tail or deadline_ns >= tail[-1][0]:
-            tail.append((deadline_ns, next(self._seq), [msg]))
-        else:
-            self._entries.add((deadline_ns, next(self._seq), [msg]))
-        self._referenced += 1
-        if self._referenced > 2 * len(self._by_id) + 1024:
-            self._rebuild()
+        self._push(deadline_ns, [msg])
         return True
 
     def add_many(self, msgs, deadline_ns):

@@ -19,9 +19,6 @@ from .connection import DELIVERY_BATCH, ClientConnection
 BACKLOG_LIMIT = 1 << 20  # output bytes waiting for EPOLLOUT over which a connection's commands are not read
 DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)  # (0 where the platform lacks it: no poller there)
 _PEEK = socket.MSG_PEEK | DONTWAIT
-_frame_header = protocol_v2.MSG_FRAME_HEADER.pack
-_MSG_OVERHEAD = protocol_v2.MSG_HEADER_LENGTH + 4  # (the frame type and the message header)
-_FRAME_TYPE_MESSAGE = protocol_v2.FRAME_TYPE_MESSAGE
 
 # What a connection's reading waits for (PolledConnection._reading).
 PARKED = 0  # the next command: registered for input, no thread
@@ -121,13 +118,7 @@ class PolledConnection(ClientConnection):
         """
         try:
             if msgs and not self._sock_closed:
-                if len(msgs) == 1:  # (joined_message_frames of one, inline: a consumer at RDY 1)
-                    msg = msgs[0]
-                    body = msg.body
-                    data = b"".join((_frame_header(_MSG_OVERHEAD + len(body), _FRAME_TYPE_MESSAGE,
-                                                   msg.timestamp, msg.attempts), msg.id, body))
-                else:
-                    data = protocol_v2.joined_message_frames(msgs)
+                data = protocol_v2.joined_message_frames(msgs)
                 backlog = self.output_backlog
                 if backlog is not None:
                     backlog += data

@@ -28,7 +28,7 @@ MESSAGE_HEADER = struct.Struct(">qH16s")
 MSG_HEADER_LENGTH = MESSAGE_HEADER.size  # 26
 
 _FRAME_HEADER = struct.Struct(">ii")
-MSG_FRAME_HEADER = struct.Struct(">iiqH")  # size, type, then MESSAGE_HEADER's timestamp and attempts
+_MSG_FRAME_HEADER = struct.Struct(">iiqH")  # size, type, then MESSAGE_HEADER's timestamp and attempts
 _INT32 = struct.Struct(">i")
 
 _NAME_RE = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?")
@@ -83,7 +83,7 @@ def message_frames(msgs, limit):
     """
     parts = []
     pending = 0
-    header = MSG_FRAME_HEADER.pack
+    header = _MSG_FRAME_HEADER.pack
     overhead = MSG_HEADER_LENGTH + 4  # the frame type, then the message header
     for msg in msgs:
         body = msg.body
@@ -101,7 +101,7 @@ def message_frames(msgs, limit):
 def joined_message_frames(msgs):
     """The message frames of ``msgs`` as one bytes object: :func:`message_frames` with no
     limit, without its per-message count of the chunk's size."""
-    header = MSG_FRAME_HEADER.pack
+    header = _MSG_FRAME_HEADER.pack
     overhead = MSG_HEADER_LENGTH + 4
     if len(msgs) == 1:  # (a consumer at RDY 1: one per FIN)
         msg = msgs[0]
