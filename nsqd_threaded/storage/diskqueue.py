@@ -50,11 +50,7 @@ from .meta_file import format_meta
 from . import records
 from .queue_files import DiskQueueFiles
 from .records import RECORD_LENGTH, read_records
-from ..wire.message import RECORD_HEADER, Message
-
-MSG_HEADERRECORD_LENGTHGTH = RECORD_HEADER.size  # (26) the smallest record
-
-
+from ..wire.message import RECORD_HEADER, RECORD_HEADER_SIZE, Message
 
 
 class _NullLogger:
@@ -80,7 +76,7 @@ class DiskQueue(DiskQueueFiles, Backend):
     """A go-diskqueue compatible queue of messages in ``data_path``.
 
     ``min_msg_size``/``max_msg_size`` bound the record payload (the message
-    header, :data:`MSG_HEADERRECORD_LENGTHGTH` bytes, + body), as nsqd passes them: the
+    header, :data:`RECORD_HEADER_SIZE` bytes, + body), as nsqd passes them: the
     header's size and --max-msg-size + that.
     ``sync_timeout`` is in seconds.  ``clock`` reads the owner's time in Unix ns
     (a broker's :class:`~nsqd_threaded.internal.clock.Clock`, which a test may skip).
@@ -107,8 +103,8 @@ class DiskQueue(DiskQueueFiles, Backend):
         name,
         data_path,
         max_bytes_per_file,
-        min_msg_size=MSG_HEADERRECORD_LENGTHGTH,
-        max_msg_size=1048576 + MSG_HEADERRECORD_LENGTHGTH,
+        min_msg_size=RECORD_HEADER_SIZE,
+        max_msg_size=1048576 + RECORD_HEADER_SIZE,
         sync_every=2500,
         sync_timeout=2.0,
         logger=None,
@@ -346,7 +342,7 @@ class DiskQueue(DiskQueueFiles, Backend):
         if p < 0:
             return 0
         avail = min(len(buf), limit - self._rbuf_start)
-        lo = max(self.min_msg_size, MSG_HEADERRECORD_LENGTHGTH)
+        lo = max(self.min_msg_size, RECORD_HEADER_SIZE)
         hi = self.max_msg_size
         unpack_len = RECORD_LENGTH.unpack_from
         unpack_header = RECORD_HEADER.unpack_from
@@ -360,7 +356,7 @@ class DiskQueue(DiskQueueFiles, Backend):
                 out.append(buf[p + 4 : end])
             else:
                 ts, attempts, msg_id = unpack_header(buf, p + 4)
-                out.append(Message(msg_id, buf[p + 4 + MSG_HEADERRECORD_LENGTHGTH : end], ts, attempts))
+                out.append(Message(msg_id, buf[p + 4 + RECORD_HEADER_SIZE : end], ts, attempts))
             p = end
             got += 1
         if not got:
@@ -417,7 +413,7 @@ class DiskQueue(DiskQueueFiles, Backend):
         """
         unpack_len = RECORD_LENGTH.unpack_from
         append = out.append
-        floor = max(self.min_msg_size, MSG_HEADERRECORD_LENGTHGTH)
+        floor = max(self.min_msg_size, RECORD_HEADER_SIZE)
         hi = self.max_msg_size
         avail = len(buf)
         got = 0
@@ -462,15 +458,15 @@ class DiskQueue(DiskQueueFiles, Backend):
             if end > avail:
                 need = 4 + size
                 break
-            if size >= MSG_HEADERRECORD_LENGTHGTH and records and (not dmap or (rf, base + p) not in dmap):
+            if size >= RECORD_HEADER_SIZE and records and (not dmap or (rf, base + p) not in dmap):
                 out.append(buf[p + 4 : end])
-            elif size >= MSG_HEADERRECORD_LENGTHGTH:
+            elif size >= RECORD_HEADER_SIZE:
                 ts, attempts, msg_id = unpack_header(buf, p + 4)
                 if done is not None and done(msg_id, rf, base + p, base + end):
                     took += 1
                     p = end
                     continue
-                msg = Message(msg_id, buf[p + 4 + MSG_HEADERRECORD_LENGTHGTH : end], ts, attempts)
+                msg = Message(msg_id, buf[p + 4 + RECORD_HEADER_SIZE : end], ts, attempts)
                 if dmap:
                     entry = dtake((rf, base + p), None)
                     if entry is not None and entry[0] == msg_id:
@@ -577,7 +573,7 @@ class DiskQueue(DiskQueueFiles, Backend):
     def _stored_records(self, num, pos, end, count=None):
         """peek's reading of file ``num`` (:func:`~.records.read_records`); a failure is logged."""
         try:
-            yield from read_records(self.file_name(num), pos, end, max(self.min_msg_size, MSG_HEADERRECORD_LENGTHGTH),
+            yield from read_records(self.file_name(num), pos, end, max(self.min_msg_size, RECORD_HEADER_SIZE),
                                     self.max_msg_size, count)
         except OSError as e:
             self.log.error("DISKQUEUE(%s) failed to read %s for a peek - %s", self.name, self.file_name(num), e)
