@@ -11,7 +11,7 @@ without an OS thread.  This module is that poller, mapped onto threads:
   accept thread to hand the interpreter lock to and back for each.
 * **epoll is the network poller.**  A connection between two commands is
   registered with it and owns no thread.  The registration is made once
-  as the connection is greeted, edge-triggered (``EPOLLET``), as Go's
+  as the connection is accepted, edge-triggered (``EPOLLET``), as Go's
   netpoller makes it: a connection parked after a recv that drained its
   socket costs no ``epoll_ctl``, as the next byte to arrive is an edge.
 * **The poller thread** (``nsqd-netpoll``) waits in ``epoll_wait`` and serves
@@ -77,6 +77,7 @@ from .workers import WorkerPool
 # to hand the interpreter lock back and forth on every wake-up (a single PUB round trip took twice the
 # CPU, and 1,000 consumers at RDY 1 got 20,000 msg/s instead of 35,000: docs/performance.md).
 POLLERS = 1
+GREETING_RECV = 4096  # bytes a newcomer's first recv asks for: the magic and the first commands after it
 INLINE_LIMIT = 64  # commands of one connection the poller runs per wake-up before the next connection's
 WORKER_LIMIT = 256  # commands a worker runs for one connection before the tasks queued behind it
 NEXT_COMMAND_WAIT = 0.002  # seconds a worker waits for a connection's next command before parking it
@@ -89,7 +90,6 @@ if hasattr(select, "epoll"):
     _EPOLLIN = select.EPOLLIN
     _WANT_INPUT = select.EPOLLIN | _EPOLLRDHUP
     _WANT_OUTPUT = select.EPOLLOUT
-    _ONESHOT = select.EPOLLONESHOT
     _EDGE = getattr(select, "EPOLLET", 1 << 31)
     # A greeted connection's registration, made once: edge-triggered, so that parking it after a
     # command costs no epoll_ctl (see NetPoller._serve); EPOLLOUT only while it has an output
@@ -298,7 +298,9 @@ class NetPoller:
             if not self._polls_started:
                 self._start_polls_locked()
             self._conns[fd] = _Newcomer(sock, address, poll)
-        poll.epoll.register(fd, _WANT_INPUT | _ONESHOT)
+        # Its registration for good: edge-triggered from the start, so that greeting it costs no
+        # epoll_ctl (bytes that came before are reported by the first epoll_wait all the same).
+        poll.epoll.register(fd, _SERVED_MASK)
 
     def busy(self):
         """True while a worker runs a task or one is queued: a command or a delivery under way
@@ -388,7 +390,10 @@ class NetPoller:
             conn = conns.get(fd)
             if conn is None:
                 if fd == self._listen_fd:
-                    self._accept()
+                    try:
+                        self._accept()
+                    except Exception:  # noqa: BLE001 - our bug: the poller must go on serving
+                        self._log.error("TCP: accept error\n%s", traceback.format_exc())
                 continue
             try:
                 # (the common event first: input alone on a parked connection, such as a
@@ -397,7 +402,7 @@ class NetPoller:
                     self._serve_parked(conn, again)
                     continue
                 if type(conn) is _Newcomer:
-                    self._greet(fd, conn)
+                    self._greet(fd, conn, event)
                 else:
                     self._on_event(conn, event, again)
             except Exception:  # noqa: BLE001 - one connection's bug must not stop the poller
@@ -408,23 +413,32 @@ class NetPoller:
             if conn._reading == SERVING:
                 self._serve(conn, True, again)
 
-    def _greet(self, fd, newcomer):
-        """Read the protocol magic; once whole, the connection becomes a client and is served."""
+    def _greet(self, fd, newcomer, event):
+        """Read the protocol magic; once whole, the connection becomes a client and is served.
+
+        One recv takes the magic and what follows (a client sends its IDENTIFY with it): what
+        follows is the reader's to serve at once, and a recv that took less than it asked for
+        drained the socket, so the next byte is an edge again (the registration is edge-triggered
+        from the start: a magic that came in pieces waits for it).  The peer's end that came with
+        ``event`` is not an edge again: the connection is served (or forgotten) as it is read."""
         sock = newcomer.sock
         try:
-            chunk = sock.recv(4 - len(newcomer.magic), DONTWAIT)
+            chunk = sock.recv(GREETING_RECV, DONTWAIT)
         except BlockingIOError:
-            chunk = None
+            return  # (an edge the last recv had read past already)
         except OSError:
             chunk = b""
         if chunk == b"":
             self._forget(fd, newcomer.poll)
             self._server.shutdown_request(sock)
             return
-        if chunk:
-            newcomer.magic += chunk
+        need = 4 - len(newcomer.magic)
+        newcomer.magic += chunk[:need]
+        ended = event & _END_EVENTS
         if len(newcomer.magic) < 4:
-            newcomer.poll.epoll.modify(fd, _WANT_INPUT | _ONESHOT)
+            if ended:  # (its end came with the start of the magic: no edge is left to wait for)
+                self._forget(fd, newcomer.poll)
+                self._server.shutdown_request(sock)
             return
         if newcomer.magic != protocol_v2.MAGIC_V2:
             try:
@@ -438,12 +452,13 @@ class NetPoller:
         poll = newcomer.poll
         conn = nsqd.add_client(lambda id: PolledConnection(id, sock, newcomer.address, nsqd, self, poll))
         conn.proto = ProtocolV2(nsqd, conn, sock, self._limits)
+        if len(chunk) > need:
+            conn.proto.reader.preload(chunk[need:])
         with self._lock:
             self._conns[fd] = conn
-        with conn._poll_lock:
-            self._arm_locked(conn)  # (from now on edge-triggered: see _serve's parking)
         self._schedule(conn, time.monotonic())  # (its heartbeats go on while a worker serves it)
-        self._serve(conn, True, None)
+        # (after an end, the recv asked again meets it: no edge comes for it)
+        self._serve(conn, True, None, drained=len(chunk) < GREETING_RECV and not ended)
 
     def _on_event(self, conn, event, again):
         """An edge on ``conn``'s socket: write its backlog, serve a parked connection's commands.
@@ -509,16 +524,18 @@ class NetPoller:
         if queued is None or hb != conn._hb_every or hb <= 0 or queued > conn._hb_at:
             self._schedule(conn, now)
 
-    def _serve(self, conn, inline, again, fins=True):
+    def _serve(self, conn, inline, again, fins=True, drained=False):
         """Run ``conn``'s commands (``inline``: on the poller, which must not wait), then park it,
         hand it on, or tear it down, as its protocol answers (``fins``: try ``serve_fins`` first,
-        unless the caller just did)."""
+        unless the caller just did; ``drained``: the caller's recv drained the socket, see
+        ``ProtocolV2.serve_ready``)."""
         while True:
             conn._connection_thread = threading.get_ident()
             try:
                 result = conn.proto.serve_fins() if inline and fins else None
                 if result is None:
-                    result = conn.proto.serve_ready(inline, INLINE_LIMIT if inline else WORKER_LIMIT)
+                    result = conn.proto.serve_ready(inline, INLINE_LIMIT if inline else WORKER_LIMIT, drained)
+                    drained = False
             except Exception:  # noqa: BLE001 - our bug: logged, and the connection ends
                 self._log.error("%r: unhandled error\n%s", conn, traceback.format_exc())
                 result = ENDED

@@ -75,7 +75,7 @@ class ProtocolV2:
         except ConnectionEnded as e:
             self.nsqd.log.debug("%r: connection closed - %s", self.client, e)
 
-    def serve_ready(self, inline, limit):
+    def serve_ready(self, inline, limit, drained=False):
         """Serve the commands that have arrived, without waiting for more (the polled model).
 
         ``inline``: the caller is the poller, which must never wait: a command
@@ -85,13 +85,15 @@ class ProtocolV2:
         now), :data:`WAIT_OUTPUT` (the client is not reading its answers: stop
         reading until they are written), :data:`NEEDS_THREAD`, :data:`MORE`
         (the limit was reached) or :data:`ENDED` (the connection is done).
+        ``drained``: the caller's recv has just drained the socket (what it read is buffered), so
+        nothing is asked of it before what is buffered is served.
         """
         reader = self.reader
         client = self.client
         execute = self.execute
         waits = self._waits_with_lookupds if self.options.nsqlookupd_tcp_addresses else self.waits
         poll_command = reader.poll_command
-        reader.drained = False  # (woken for input: ask the socket)
+        reader.drained = drained  # (woken for input: ask the socket, unless the caller just did)
         # (between_commands and the backlog's test inline, each a test of its own: once per command)
         try:
             for _ in range(limit):

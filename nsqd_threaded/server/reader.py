@@ -571,6 +571,11 @@ class Reader:
     def buffered(self):
         return self._buf, self._pos, len(self._buf)
 
+    def preload(self, data):
+        """Bytes that came before any command was read (what followed the protocol magic in the
+        poller's first recv): the first commands' start."""
+        self._buf += data
+
     def advance(self, pos):
         self._pos = pos
 

@@ -63,7 +63,7 @@ class TCPServer(Listener):
             super().process_request(request, client_address)
             return
         if self.register_connection(request):
-            if request.family != socket.AF_UNIX:
+            if self.socket_path is None:  # (a unix socket has no Nagle to turn off)
                 request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.poller.add(request, client_address)
 

@@ -189,6 +189,43 @@ def test_commands_split_anywhere_are_served_whole(polled):
     assert message_count(polled, "split") == 4 * len(range(1, len(stream), 7))
 
 
+def _read_until_closed(sock):
+    """Everything the broker writes until it closes the connection (bounded by the socket's timeout)."""
+    data = b""
+    while True:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def test_a_greeting_in_pieces_or_cut_short_by_the_peer_is_served_as_it_came(polled):
+    """The first recv takes the magic and what follows it; the edge-triggered registration never
+    leaves a newcomer waiting for an edge that does not come."""
+    poller = polled._tcp_server.poller
+    body = b"abc"
+    pub = b"PUB greet\n" + struct.pack(">i", len(body)) + body
+    # The magic in three pieces, the last glued to a PUB.
+    with socket.create_connection(polled.tcp_address, timeout=10) as sock:
+        for piece in (b" ", b" V", b"2" + pub):
+            sock.sendall(piece)
+            if piece != b"2" + pub:
+                wait_for(lambda: poller.connection_count() == 1, what="the newcomer registered")
+        assert sock.recv(10) == struct.pack(">ii", 6, protocol_v2.FRAME_TYPE_RESPONSE) + b"OK"
+    # The magic, a PUB and the peer's end in one segment train: answered, then closed.
+    with socket.create_connection(polled.tcp_address, timeout=10) as sock:
+        sock.sendall(protocol_v2.MAGIC_V2 + pub)
+        sock.shutdown(socket.SHUT_WR)
+        assert _read_until_closed(sock) == struct.pack(">ii", 6, protocol_v2.FRAME_TYPE_RESPONSE) + b"OK"
+    # Half a magic and the peer's end: closed at once, not left for an edge.
+    with socket.create_connection(polled.tcp_address, timeout=10) as sock:
+        sock.sendall(b"  ")
+        sock.shutdown(socket.SHUT_WR)
+        assert _read_until_closed(sock) == b""
+    wait_for(lambda: poller.connection_count() == 0, what="every newcomer gone")
+    assert message_count(polled, "greet") == 2
+
+
 def message_count(nsqd, topic):
     _, _, doc = http_get(nsqd, "/stats?format=json&topic=" + topic)
     (t,) = json.loads(doc)["topics"]
