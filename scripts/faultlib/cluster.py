@@ -24,6 +24,26 @@ def find_nsq_to_file(go_dir):
     return None
 
 
+PROXY_START_TIMEOUT = 20.0  # seconds a fault proxy may take to listen (an interpreter start, on a busy CI host)
+
+
+def _says_listening(log):
+    """Whether a fault proxy's output has its ``listening HOST:PORT`` line yet."""
+    try:
+        with open(log, "rb") as f:
+            return any(line.startswith(b"listening ") for line in f)
+    except FileNotFoundError:
+        return False
+
+
+def _tail(log, lines=5):
+    try:
+        with open(log, errors="replace") as f:
+            return " | ".join(line.strip() for line in f.readlines()[-lines:])
+    except FileNotFoundError:
+        return "(no output)"
+
+
 class Proc:
     """A process in a host's namespace (``ip netns exec`` execs it: the pid is the process's own),
     its output in ``log``; ``mount_tmpfs`` runs it in a private mount namespace with a tmpfs of that
@@ -175,6 +195,14 @@ class Cluster:
             "_proxy", "--listen", "%s:%d" % (self.net.address(host), PROXY_TCP), "--target", "127.0.0.1:%d" % NSQD_TCP,
             "--delay-ms", delay_ms, "--jitter-ms", jitter_ms, "--loss", loss, "--rto-ms", rto_ms,
             "--bandwidth-kbps", bandwidth_kbps, "--history", self.path("proxy-%s.jsonl" % host)))
+        # Back only once it listens (it prints so): a client started next would otherwise be refused
+        # while the proxy's interpreter starts, and a refused dial costs pynsq's Reader 10 s (its
+        # connect_to_nsqd tries an address at most once per 10 s, failed or not).
+        log, deadline = self.path("proxy-%s.log" % host), time.monotonic() + PROXY_START_TIMEOUT
+        while not _says_listening(log):
+            if not self.procs["proxy-" + host].alive() or time.monotonic() >= deadline:
+                raise RuntimeError("the proxy of %s did not listen: %s" % (host, _tail(log)))
+            time.sleep(0.02)
 
     def proxy_accepts(self, host):
         """How many connections the proxy of ``host`` has accepted so far."""
