@@ -208,6 +208,28 @@ class Cluster:
         """How many connections the proxy of ``host`` has accepted so far."""
         return sum(1 for e in read_history(self.path("proxy-%s.jsonl" % host)) if e["ev"] == "accept")
 
+    def proxy_resets(self, host):
+        """How many times the proxy of ``host`` has reset its connections so far."""
+        return sum(1 for e in read_history(self.path("proxy-%s.jsonl" % host)) if e["ev"] == "reset")
+
+    def back_after_reset(self, host, resets_before, clients):
+        """``{client host: seconds}``: which of ``clients`` the proxy of ``host`` accepted a connection
+        from after its reset number ``resets_before`` + 1 (recorded before it resets anything), and how
+        long after it the first one; {} while that reset is not done yet."""
+        events = read_history(self.path("proxy-%s.jsonl" % host))
+        resets = [e["t"] for e in events if e["ev"] == "reset"]
+        if len(resets) <= resets_before:
+            return {}
+        t0 = resets[resets_before]
+        by_address = {self.net.address(h): h for h in clients}
+        back = {}
+        for e in events:
+            if e["ev"] == "accept" and e["t"] >= t0:
+                who = by_address.get(e["peer"].rsplit(":", 1)[0])
+                if who is not None and who not in back:
+                    back[who] = round(e["t"] - t0, 2)
+        return back
+
     def stall_for(self, host, seconds):
         """The proxy of ``host`` forwards nothing for ``seconds`` (connections stay open)."""
         self.procs["proxy-" + host].signal(signal.SIGUSR2)

@@ -99,7 +99,8 @@ def test_stall_and_reset_with_a_third_party_consumer_lose_nothing(runner):
     assert result["short_stall_reconnects"] == 0, result
     assert result["long_stall_redials"] >= 3, result  # past two heartbeats: every client dropped and redialled
     assert result["pynsq_deliveries"] > 0, result
-    assert len(result["reset_back_s"]) == 1, result  # every client came back after the reset
+    # every client came back after the reset (which did not, and when each did, first: a long repr is cut)
+    assert len(result["reset_back_s"]) == 1, (result["reset_back_by_client_s"], result)
     assert result["c1_back_after_reset_s"][0] is not None and result["c1_back_after_reset_s"][0] < 3.0, result
 
 
