@@ -24,6 +24,26 @@ def find_nsq_to_file(go_dir):
     return None
 
 
+PROXY_START_TIMEOUT = 20.0  # seconds a fault proxy may take to listen (an interpreter start, on a busy CI host)
+
+
+def _says_listening(log):
+    """Whether a fault proxy's output has its ``listening HOST:PORT`` line yet."""
+    try:
+        with open(log, "rb") as f:
+            return any(line.startswith(b"listening ") for line in f)
+    except FileNotFoundError:
+        return False
+
+
+def _tail(log, lines=5):
+    try:
+        with open(log, errors="replace") as f:
+            return " | ".join(line.strip() for line in f.readlines()[-lines:])
+    except FileNotFoundError:
+        return "(no output)"
+
+
 class Proc:
     """A process in a host's namespace (``ip netns exec`` execs it: the pid is the process's own),
     its output in ``log``; ``mount_tmpfs`` runs it in a private mount namespace with a tmpfs of that
@@ -175,10 +195,40 @@ class Cluster:
             "_proxy", "--listen", "%s:%d" % (self.net.address(host), PROXY_TCP), "--target", "127.0.0.1:%d" % NSQD_TCP,
             "--delay-ms", delay_ms, "--jitter-ms", jitter_ms, "--loss", loss, "--rto-ms", rto_ms,
             "--bandwidth-kbps", bandwidth_kbps, "--history", self.path("proxy-%s.jsonl" % host)))
+        # Back only once it listens (it prints so): a client started next would otherwise be refused
+        # while the proxy's interpreter starts, and a refused dial costs pynsq's Reader 10 s (its
+        # connect_to_nsqd tries an address at most once per 10 s, failed or not).
+        log, deadline = self.path("proxy-%s.log" % host), time.monotonic() + PROXY_START_TIMEOUT
+        while not _says_listening(log):
+            if not self.procs["proxy-" + host].alive() or time.monotonic() >= deadline:
+                raise RuntimeError("the proxy of %s did not listen: %s" % (host, _tail(log)))
+            time.sleep(0.02)
 
     def proxy_accepts(self, host):
         """How many connections the proxy of ``host`` has accepted so far."""
         return sum(1 for e in read_history(self.path("proxy-%s.jsonl" % host)) if e["ev"] == "accept")
+
+    def proxy_resets(self, host):
+        """How many times the proxy of ``host`` has reset its connections so far."""
+        return sum(1 for e in read_history(self.path("proxy-%s.jsonl" % host)) if e["ev"] == "reset")
+
+    def back_after_reset(self, host, resets_before, clients):
+        """``{client host: seconds}``: which of ``clients`` the proxy of ``host`` accepted a connection
+        from after its reset number ``resets_before`` + 1 (recorded before it resets anything), and how
+        long after it the first one; {} while that reset is not done yet."""
+        events = read_history(self.path("proxy-%s.jsonl" % host))
+        resets = [e["t"] for e in events if e["ev"] == "reset"]
+        if len(resets) <= resets_before:
+            return {}
+        t0 = resets[resets_before]
+        by_address = {self.net.address(h): h for h in clients}
+        back = {}
+        for e in events:
+            if e["ev"] == "accept" and e["t"] >= t0:
+                who = by_address.get(e["peer"].rsplit(":", 1)[0])
+                if who is not None and who not in back:
+                    back[who] = round(e["t"] - t0, 2)
+        return back
 
     def stall_for(self, host, seconds):
         """The proxy of ``host`` forwards nothing for ``seconds`` (connections stay open)."""
