@@ -163,7 +163,6 @@ class PromptShutdownMixIn:
         # True from accept() until the connection is registered (written by the accept thread, read by
         # time skipping's precise look: before it, the connection still shows in the listen queue).
         self.accepting = False
-        self._accept_backoff = 0.0  # seconds the last failed accept waits (see accept_ready)
         self.limits = LimitReporter(getattr(self, "log", None), getattr(self, "log_name", "SERVER"))
 
     def serve_forever(self, poll_interval=None):
@@ -171,6 +170,7 @@ class PromptShutdownMixIn:
             if self._stopping:  # shut down before this thread got here: the socket may be closed already
                 return
             self._serving.set()
+        backoff = 0.0
         try:
             with selectors.DefaultSelector() as selector:
                 selector.register(self, selectors.EVENT_READ)
@@ -178,31 +178,23 @@ class PromptShutdownMixIn:
                 while not self._stopping:
                     for key, _ in selector.select():
                         if key.fileobj is self and not self._stopping:
-                            delay = self.accept_ready()
-                            if delay:
-                                self._stop_event.wait(delay)
+                            self.accepting = True
+                            try:
+                                accepted = self._accept_burst()
+                            finally:
+                                self.accepting = False
+                            if accepted:
+                                if backoff:
+                                    backoff = 0.0
+                                    self.limits.cleared("accept", "accepting connections")
+                            else:
+                                # Out of files (or buffers): the listen queue stays
+                                # readable, so wait a little, longer each time, then
+                                # try again; the clients wait in the queue meanwhile.
+                                backoff = min(ACCEPT_BACKOFF_MAX, max(ACCEPT_BACKOFF_MIN, 2 * backoff))
+                                self._stop_event.wait(backoff)
         finally:
             self._served.set()
-
-    def accept_ready(self):
-        """The listening socket is readable: accept what waits (:meth:`_accept_burst`, with
-        ``accepting`` set meanwhile).  Answers 0, or the seconds to wait before trying again when
-        the host is out of files or buffers: the listen queue stays readable, so accepting again
-        at once would spin; the clients wait in the queue meanwhile, longer each time up to
-        :data:`ACCEPT_BACKOFF_MAX`.  One thread calls it (``serve_forever``'s, or the TCP
-        listener's net poller)."""
-        self.accepting = True
-        try:
-            accepted = self._accept_burst()
-        finally:
-            self.accepting = False
-        if accepted:
-            if self._accept_backoff:
-                self._accept_backoff = 0.0
-                self.limits.cleared("accept", "accepting connections")
-            return 0.0
-        self._accept_backoff = min(ACCEPT_BACKOFF_MAX, max(ACCEPT_BACKOFF_MIN, 2 * self._accept_backoff))
-        return self._accept_backoff
 
     def _accept_burst(self):
         """Accept and dispatch the connections waiting, up to :data:`ACCEPT_BURST` (the listening

@@ -5,10 +5,6 @@ execute it, answer) and messagePump (deliveries and heartbeats), and its
 runtime parks a goroutine that waits on a socket in the network poller,
 without an OS thread.  This module is that poller, mapped onto threads:
 
-* **The poller accepts.**  The listening socket is in the timer poller's
-  epoll, as Go's accept loop parks on its netpoller: a burst of clients
-  connecting is accepted, registered and greeted by the one thread, with no
-  accept thread to hand the interpreter lock to and back for each.
 * **epoll is the network poller.**  A connection between two commands is
   registered with it and owns no thread.  The registration is made once
   as the connection is accepted, edge-triggered (``EPOLLET``), as Go's
@@ -41,11 +37,10 @@ without an OS thread.  This module is that poller, mapped onto threads:
 
 Who runs what::
 
-    listening socket ──▶ epoll ◀───────── park (an edge: no syscall) ─────┐
+    accept thread ──add──▶ epoll ◀─────── park (an edge: no syscall) ─────┐
                              │ ready                                     │
                              ▼                                           │
-                     nsqd-netpoll-N: accept, magic, FIN RDY REQ TOUCH,   │
-                     NOP CLS,                                            │
+                     nsqd-netpoll-N: magic, FIN RDY REQ TOUCH NOP CLS,   │
                      IDENTIFY SUB and publishes that cannot wait, with  ─┤
                      their bodies buffered; heartbeats, deadlines,       │
                      EPOLLOUT flushes                                    │
@@ -173,10 +168,7 @@ class NetPoller:
     ``_timers`` (a heap of (when, seq, a connection's ``timer_slot``)),
     ``_closed_since_trim``, ``_last_close``, ``_polls_started`` and
     ``_stopping``.  Its workers are a :class:`~.workers.WorkerPool`, with a
-    lock of its own (``submit`` hands it a task).  ``_accept_lock`` guards
-    ``_listening`` and ``_accept_resume_at`` and is held by the timer poller
-    while it accepts: once :meth:`unlisten` has it, no connection is being
-    accepted, and none will be.
+    lock of its own (``submit`` hands it a task).
 
     After a mass close (:data:`TRIM_AFTER_CLOSED` connections, then
     :data:`TRIM_QUIET` seconds without one) the timer poller calls glibc's
@@ -206,11 +198,6 @@ class NetPoller:
         self._last_close = 0.0
         self._stopping = False
         self._polls_started = False
-        self._accept_lock = threading.Lock()
-        self._listening = False  # the listening socket is in the timer poller's epoll
-        self._listen_fd = -1
-        # When a backoff of the listener (out of files) ends: its registration is disarmed until then.
-        self._accept_resume_at = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -219,49 +206,6 @@ class NetPoller:
         threads start with the first connection, the workers with the first task: a broker that
         never has a TCP client (a test's, driven over HTTP) never pays for them."""
         self._server = server
-
-    def listen(self):
-        """Accept the listener's connections on the timer poller (the listener's ``accept_ready``),
-        from now until :meth:`unlisten`: its threads start now."""
-        fd = self._server.fileno()
-        with self._lock:
-            if not self._polls_started:
-                self._start_polls_locked()
-        with self._accept_lock:
-            self._listen_fd = fd
-            self._listening = True
-            self._timer_poll.epoll.register(fd, select.EPOLLIN)  # (level-triggered: a burst leaves the rest)
-
-    def unlisten(self):
-        """Accept no more (the listener's shutdown): returns once no accept is under way."""
-        with self._accept_lock:
-            if not self._listening:
-                return
-            self._listening = False
-            self._accept_resume_at = None
-            try:
-                self._timer_poll.epoll.unregister(self._listen_fd)
-            except (OSError, ValueError):
-                pass
-
-    def _accept(self):
-        """The listening socket is readable (the timer poller): accept what waits; out of files,
-        disarm it until the listener's backoff has passed (see ``_resume_accepting``)."""
-        with self._accept_lock:
-            if not self._listening:
-                return
-            delay = self._server.accept_ready()
-            if delay and self._listening:
-                self._accept_resume_at = time.monotonic() + delay
-                self._timer_poll.epoll.modify(self._listen_fd, 0)
-
-    def _resume_accepting(self, now):
-        """Arm the listening socket again once its backoff has passed (the timer poller)."""
-        with self._accept_lock:
-            resume = self._accept_resume_at
-            if resume is not None and now >= resume and self._listening:
-                self._accept_resume_at = None
-                self._timer_poll.epoll.modify(self._listen_fd, select.EPOLLIN)
 
     def _start_polls_locked(self):
         self._polls_started = True
@@ -290,8 +234,7 @@ class NetPoller:
     # -- connections -----------------------------------------------------------------
 
     def add(self, sock, address):
-        """A connection the listener accepted (the timer poller, or the listener's accept thread):
-        wait for its magic."""
+        """A connection the listener accepted (its accept thread): wait for its magic."""
         fd = sock.fileno()
         poll = self._polls[next(self._next_poll) % len(self._polls)]
         with self._lock:
@@ -389,11 +332,6 @@ class NetPoller:
                 continue
             conn = conns.get(fd)
             if conn is None:
-                if fd == self._listen_fd:
-                    try:
-                        self._accept()
-                    except Exception:  # noqa: BLE001 - our bug: the poller must go on serving
-                        self._log.error("TCP: accept error\n%s", traceback.format_exc())
                 continue
             try:
                 # (the common event first: input alone on a parked connection, such as a
@@ -662,17 +600,12 @@ class NetPoller:
                 waits.append(self._timers[0][0] - now)
             if self._closed_since_trim >= TRIM_AFTER_CLOSED and self._trim is not None:
                 waits.append(self._last_close + TRIM_QUIET - now)
-            resume = self._accept_resume_at  # (a hint: set under _accept_lock by this thread)
-            if resume is not None:
-                waits.append(resume - now)
             if self._stopping:
                 waits.append(0.05)
         return max(0.0, min(waits)) if waits else -1
 
     def _fire_timers(self):
         now = time.monotonic()
-        if self._accept_resume_at is not None:
-            self._resume_accepting(now)
         timers = self._timers
         # (a hint without the lock: a timer pushed meanwhile wakes this poller if it is the earliest)
         if (not timers or timers[0][0] > now) and self._closed_since_trim < TRIM_AFTER_CLOSED:

@@ -6,9 +6,6 @@ Many NSQD instances can run in one process: nothing here is module-global.
 
 Threads owned by an NSQD (all named, all joined by :meth:`NSQD.stop`):
 
-* ``nsqd-netpoll-0`` and ``nsqd-worker-N`` serve the TCP connections where
-  there is epoll (the poller accepts them too; joined by ``TCPServer.server_close``:
-  see :mod:`.netpoll`); otherwise (or with ``--connection-threads``):
 * ``nsqd-tcp-accept``      the TCP server's accept loop,
 * ``nsqd-conn[...]``       one per connection (joined by ``TCPServer.server_close``),
   each owning its ``nsqd-client-pump[...]``,
@@ -129,7 +126,7 @@ class NSQD(BrokerCore):
             self._spawn("nsqd-https-accept", self._https_server.serve_forever)
         if self.idle_watcher is not None:
             self.idle_watcher.start()
-        self._tcp_server.start_accepting(self._spawn)
+        self._spawn("nsqd-tcp-accept", self._tcp_server.serve_forever)
         self._spawn("nsqd-queue-scan", self.queue_scan_loop)
         self.open_metadata_writer(self._start_metadata_writer_thread)
         self._lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)

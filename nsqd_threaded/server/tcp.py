@@ -20,9 +20,9 @@ class TCPServer(Listener):
     """Accepts protocol V2 connections for one NSQD.
 
     Where there is epoll (and without ``--connection-threads``) its
-    :class:`~nsqd_threaded.server.netpoll.NetPoller` accepts and serves them: a
-    connection holds a thread only while it has work.  Otherwise an accept
-    thread gives each connection a thread ``nsqd-conn[ip:port]`` of its own.
+    :class:`~nsqd_threaded.server.netpoll.NetPoller` serves them: a connection
+    holds a thread only while it has work.  Otherwise each connection gets a
+    thread ``nsqd-conn[ip:port]`` of its own.
 
     Thread stacks keep the interpreter's default size: only touched pages are
     resident, so a smaller ``threading.stack_size`` saves address space, not
@@ -42,21 +42,6 @@ class TCPServer(Listener):
             self.poller = new_net_poller(nsqd, self.limits)
             if self.poller is not None:
                 self.poller.start(self)
-
-    def start_accepting(self, spawn):
-        """Begin accepting: on the net poller where there is one (no accept thread: see
-        :meth:`NetPoller.listen <nsqd_threaded.server.netpoll.NetPoller.listen>`), else on a thread
-        ``nsqd-tcp-accept`` that ``spawn(name, target)`` starts (its owner joins it)."""
-        if self.poller is not None:
-            self.poller.listen()
-        else:
-            spawn("nsqd-tcp-accept", self.serve_forever)
-
-    def shutdown(self):
-        """Stop accepting: once it returns, no connection is accepted or being set up."""
-        super().shutdown()
-        if self.poller is not None:
-            self.poller.unlisten()
 
     def process_request(self, request, client_address):
         if self.poller is None:

@@ -129,33 +129,6 @@ def test_a_mass_close_leaves_the_channel_at_once(polled):
     assert http_get(polled, "/ping")[0] == 200
 
 
-def test_the_poller_accepts_a_burst_and_nothing_after_the_listener_shuts_down(polled):
-    """No accept thread: the poller takes a burst of connections off the listen queue itself, and
-    once the listener's shutdown returns it accepts none (they wait in the listen queue, unanswered)."""
-    poller = polled._tcp_server.poller
-    names = [t.name for t in threading.enumerate()]
-    assert "nsqd-tcp-accept" not in names and "nsqd-netpoll-0" in names
-    burst = [socket.create_connection(polled.tcp_address, timeout=10) for _ in range(150)]  # (> ACCEPT_BURST)
-    try:
-        for sock in burst:
-            sock.sendall(protocol_v2.MAGIC_V2 + b"NOP\n")  # (NOP has no answer: the count says they were served)
-        wait_for(lambda: poller.connection_count() == 150, what="every connection accepted and greeted")
-    finally:
-        for sock in burst:
-            sock.close()
-    wait_for(lambda: poller.connection_count() == 0, what="every connection gone")
-    polled._tcp_server.shutdown()  # (the broker's stop does it again: a no-op)
-    late = socket.create_connection(polled.tcp_address, timeout=10)  # (completes in the listen queue)
-    try:
-        late.sendall(protocol_v2.MAGIC_V2 + b"IDENTIFY\n" + struct.pack(">i", 2) + b"{}")
-        late.settimeout(0.5)
-        with pytest.raises(socket.timeout):
-            late.recv(1)  # no answer: nothing accepted it
-        assert poller.connection_count() == 0
-    finally:
-        late.close()
-
-
 def test_the_poller_says_when_it_serves_for_the_walks_that_yield_to_it(polled):
     # /stats's walk waits at each hand-off while NetPoller.serving() is true: a resting poller must
     # say false, or every long /stats would wait YIELD_LIMIT at each hand-off for nothing.
