@@ -16,9 +16,11 @@ The load clients answer heartbeats and FIN from non-blocking sockets; ``--client
 show whether they are the limit (Go's rate rises with them until the broker is).
 
 ``--instructions`` runs ours, the baseline and the floor once more, each under callgrind, and
-counts the instructions each executes per message over step 2 (``--instruction-messages``): a
-figure the same on any host and whatever else it runs, unlike the rate and the CPU time (not Go's:
-its runtime crashes under valgrind).  ``--rounds 0 --instructions`` counts alone.  The context
+counts the instructions each executes per subscribed consumer over step 1 and per message over
+step 2 (``--instruction-messages``): figures the same on any host and whatever else it runs, unlike
+the rate and the CPU time (not Go's: its runtime crashes under valgrind).  But not quite: valgrind
+runs the broker some fifty times slower, and with thousands of consumers the heartbeats that come
+due meanwhile are counted too, the more the slower the host (run it on a quiet one).  ``--rounds 0 --instructions`` counts alone.  The context
 switches per message (voluntary, over the broker's threads) travel between hosts too.
 
 ``--floor`` adds the column ``floor``: ``floor.py serve-consumers`` under ``--python``, one thread
@@ -180,8 +182,10 @@ def run_once(broker, consumers, clients, rdy, messages, callgrind_out=None):
     """One broker, one consumer count: the figures (a dict).
 
     ``callgrind_out``: the broker runs under callgrind, writing there; its counters are zeroed as
-    the first MPUB goes out and dumped once every message has arrived, and the figures are
-    ``instructions`` per message alone (no idle span, no close)."""
+    the load clients start and dumped once every consumer is subscribed, zeroed again as the first
+    MPUB goes out and dumped once every message has arrived, and the figures are the
+    ``instructions`` per message and ``sub_instructions`` per subscribed consumer alone (no idle
+    span, no close)."""
     if broker.http_address is not None:  # (the floor has one channel, made by the first SUB)
         broker.http("POST", "/topic/create?topic=" + TOPIC)
         broker.http("POST", "/channel/create?topic=%s&channel=%s" % (TOPIC, CHANNEL))
@@ -191,6 +195,8 @@ def run_once(broker, consumers, clients, rdy, messages, callgrind_out=None):
     subscribed = multiprocessing.Value("q", 0)
     subscribed_at = multiprocessing.Value("d", 0.0, lock=False)
     procs = []
+    if callgrind_out:
+        control(broker.pid, "--zero")
     start = time.monotonic()
     for i in range(clients):
         n = consumers // clients + (1 if i < consumers % clients else 0)
@@ -206,7 +212,10 @@ def run_once(broker, consumers, clients, rdy, messages, callgrind_out=None):
             raise RuntimeError("only %d of %d consumers subscribed" % (subscribed.value, consumers))
         figures["subscribe_s"] = subscribed_at.value - start  # (the last OK, not the poll that saw it)
         if callgrind_out:
-            return _count_instructions(broker, address, received, messages, callgrind_out)
+            control(broker.pid, "--dump")
+            figures = {"sub_instructions": _dumped_instructions(callgrind_out + ".1") / consumers}
+            figures.update(_count_instructions(broker, address, received, messages, callgrind_out))
+            return figures
         figures["threads"] = threads_of(broker.pid)
         figures["rss_mb"] = rss(broker.pid) / 1e6
         idle0 = broker.cpu_seconds()
@@ -255,18 +264,24 @@ def _publish(address, received, messages):
 
 
 def _count_instructions(broker, address, received, messages, out):
-    """Instructions per message of a broker under callgrind, over :func:`_publish` alone."""
+    """Instructions per message of a broker under callgrind, over :func:`_publish` alone (its
+    second dump: the first counted the subscribing)."""
     control(broker.pid, "--zero")
     _publish(address, received, messages)
     control(broker.pid, "--dump")
+    return {"instructions": _dumped_instructions(out + ".2") / messages}
+
+
+def _dumped_instructions(path):
+    """The instructions a callgrind dump counted (it is written a moment after ``--dump``)."""
     deadline = time.monotonic() + 60
-    while not os.path.exists(out + ".1"):
+    while not os.path.exists(path):
         if time.monotonic() > deadline:
             raise RuntimeError("callgrind wrote no counts")
         time.sleep(0.05)  # polling for the dump, bounded by the deadline
-    with open(out + ".1") as f:
+    with open(path) as f:
         text = f.read()
-    return {"instructions": int(re.search(r"^summary: (\d+)", text, re.M).group(1)) / messages}
+    return int(re.search(r"^summary: (\d+)", text, re.M).group(1))
 
 
 def _read_ok(sock):
@@ -296,6 +311,7 @@ FIGURES = [
     ("idle CPU ms/s", "idle_cpu_ms", "%.1f"),
     ("context switches/msg", "switches", "%.2f"),
     ("instructions/msg", "instructions", "%.0f"),
+    ("instructions/subscribe", "sub_instructions", "%.0f"),
     ("gone after close (s)", "gone_s", "%.2f"),
 ]
 
@@ -363,8 +379,9 @@ def main():
                     counted = run_once(broker, consumers, clients, a.rdy, a.instruction_messages, out)
                     if a.keep:
                         os.makedirs(a.keep, exist_ok=True)
-                        shutil.copy(out + ".1", os.path.join(a.keep, "callgrind.%s.%d" % (
-                            name.replace(" ", "-"), consumers)))
+                        for dump, step in ((".1", "subscribe"), (".2", "deliver")):
+                            shutil.copy(out + dump, os.path.join(a.keep, "callgrind.%s.%d.%s" % (
+                                name.replace(" ", "-"), consumers, step)))
                 finally:
                     broker.stop()
                     shutil.rmtree(os.path.dirname(out), ignore_errors=True)
@@ -372,8 +389,8 @@ def main():
                     f.update(counted)
                 if not results[name, clients]:
                     results[name, clients].append(dict(counted))
-                print("  %d consumers, %d clients, callgrind, %s: %.0f instructions/msg" % (
-                    consumers, clients, name, counted["instructions"]), flush=True)
+                print("  %d consumers, %d clients, callgrind, %s: %.0f instructions/msg, %.0f/subscribe" % (
+                    consumers, clients, name, counted["instructions"], counted["sub_instructions"]), flush=True)
         print("\n%d consumers at RDY %d%s" % (consumers, a.rdy, " (medians of %d)" % a.rounds if a.rounds > 1 else ""))
         print("%-24s" % "" + "".join("%16s" % ("%s/%dc" % (name, clients) if len(clients_list) > 1 else name)
                                      for name, clients, _ in columns))

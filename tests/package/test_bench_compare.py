@@ -206,7 +206,8 @@ def test_scripts_bench_consumers_measures_the_floor(common, consumers, monkeypat
         assert consumers.client_count(floor) == 0
     assert figures["rate"] > 0 and figures["cpu_us"] >= 0 and figures["threads"] == 1
     assert figures["switches"] >= 0
-    assert {key for _, key, _ in consumers.FIGURES} - {"instructions"} <= set(figures)
+    assert {key for _, key, _ in consumers.FIGURES} - {"instructions", "sub_instructions"} <= set(figures)
+    assert figures["subscribe_s"] > 0  # (the clients' stamp of the last OK, after the start)
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
@@ -219,3 +220,4 @@ def test_scripts_bench_consumers_counts_instructions_under_callgrind(common, con
         figures = consumers.run_once(floor, 10, 1, 1, 400, out)
     # (the floor's own work per message: a few thousand instructions of the interpreter at least)
     assert 1000 < figures["instructions"] < 10 ** 7
+    assert 1000 < figures["sub_instructions"] < 10 ** 8  # (each subscribed consumer's, counted apart)
