@@ -526,9 +526,10 @@ class Listener(ConnectionRegistryMixIn, ConnectionThreadsMixIn, socketserver.TCP
         self.server_address = self.socket_path
 
     def get_request(self):
-        # socket.accept, less what it looks up on each call: the listening socket's family and
-        # type as enums (six Python calls: the listener knows them), and its timeout (the listening socket does not
-        # block, so the accepted one gets the default timeout, as socket.accept leaves it).
+        # socket.accept, less what it looks up on each call: the listening socket's family and type
+        # as enums (six Python calls: the listener knows them) and its timeout (none matters: the
+        # listening socket does not block, so the accepted one gets the default timeout, as
+        # socket.accept leaves it).
         listening = self.socket
         fd, address = listening._accept()
         sock = socket.socket(self.address_family, self.socket_type, listening.proto, fileno=fd)

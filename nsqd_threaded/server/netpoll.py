@@ -86,9 +86,9 @@ if hasattr(select, "epoll"):
     _WANT_INPUT = select.EPOLLIN | _EPOLLRDHUP
     _WANT_OUTPUT = select.EPOLLOUT
     _EDGE = getattr(select, "EPOLLET", 1 << 31)
-    # A greeted connection's registration, made once: edge-triggered, so that parking it after a
-    # command costs no epoll_ctl (see NetPoller._serve); EPOLLOUT only while it has an output
-    # backlog (a unix socket reports every read of its peer's as one).
+    # A connection's registration, made once as it is accepted: edge-triggered, so that greeting it
+    # and parking it after a command cost no epoll_ctl (see NetPoller._greet and _serve); EPOLLOUT
+    # only while it has an output backlog (a unix socket reports every read of its peer's as one).
     _SERVED_MASK = _WANT_INPUT | _EDGE
     _BACKLOG_MASK = _WANT_INPUT | _WANT_OUTPUT | _EDGE
     _INPUT_EVENTS = select.EPOLLIN | _EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
