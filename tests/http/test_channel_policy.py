@@ -343,7 +343,11 @@ def test_a_channels_own_unlimited_and_no_ttl_win_over_the_defaults(make_nsqd):
                 assert msg[1] == attempt and msg[3] == b"m"
                 sub.cmd(b"REQ %s 0" % msg[2])
             sub.cmd(b"FIN %s" % sub.read_message()[2])
-        with Conn(nsqd.tcp_address) as sibling:  # the same message, older than 1ms by now: never delivered
+        # The same message, older than 1ms by the broker's clock before the sibling asks for it (a
+        # fast host can make the five deliveries above and a SUB within a millisecond): never delivered.
+        published_ns = msg[0]
+        wait_for(lambda: nsqd.clock.time_ns() - published_ns > 2_000_000, timeout=5, what="2 ms to pass")
+        with Conn(nsqd.tcp_address) as sibling:
             sibling.sub("t", "inherits", rdy=1)
             wait_for(lambda: channel_doc(h, channel="inherits")["expired_count"] == 1, timeout=20,
                      what=lambda: "the inheriting sibling giving up (its /stats: %r)" % channel_doc(h, channel="inherits"))
