@@ -390,27 +390,21 @@ class Topic(BackedQueue):
         while True:
             with self._lock:
                 if batch is None:
+                    # The replay comes first, even when the topic is paused or exiting: until it is
+                    # acknowledged here, the topic's disk queue still holds records its channels hold
+                    # too.  A graceful stop before the pump got to it (a stop right after the restart,
+                    # or a paused topic) left them there, and Go nsqd, which has no replay check, then
+                    # copied them to the channels again (every message of the batch twice).  So
+                    # close() (which joins the pump) waits for it: at most what was in fan-out at the
+                    # kill, copied only to the channels that lack it.
                     replay = max(self._replay_skips.values(), default=0)
-                    if replay:
-                        # The replay comes first, even when the topic is paused or exiting: until it
-                        # is acknowledged here, the topic's disk queue still holds records its channels
-                        # hold too.  A graceful stop before the pump got to it (a stop right after the
-                        # restart, or a paused topic) left them there, and Go nsqd, which has no replay
-                        # check, then copied them to the channels again (every message of the batch
-                        # twice).  So close() (which joins the pump) waits for it: at most what was in
-                        # fan-out at the kill, copied only to the channels that lack it.
-                        batch = self._take_locked(min(replay, PUMP_BATCH))
-                        if not batch:  # (a read error: the records are gone, nothing to skip)
-                            self._replay_skips.clear()
-                            batch = None
-                            continue
-                    else:
-                        if not self._wait_for_backlog_locked():
-                            return
-                        batch = self._take_locked(PUMP_BATCH)
-                        if not batch:
-                            batch = None
-                            continue
+                    if not replay and not self._wait_for_backlog_locked():
+                        return
+                    batch = self._take_locked(min(replay, PUMP_BATCH) if replay else PUMP_BATCH)
+                    if not batch:
+                        self._replay_skips.clear()  # (a replay's read error: the records are gone)
+                        batch = None
+                        continue
                     self._batch_in_hand = True
                 elif self.exiting:
                     return  # unacknowledged: read again after the restart

@@ -451,7 +451,7 @@ def ms(seconds):
     Go durations are integer nanoseconds; ``int(seconds * 1000)`` would turn
     1.001 s into 1000 ms.
     """
-    return int(round(seconds * 1e9)) // 1000000  # (ns's, inline: IDENTIFY asks for seven)
+    return ns(seconds) // 1000000
 
 
 _UNITS = {
