@@ -9,7 +9,7 @@ import pytest
 from nsqd_threaded.client import Producer
 from nsqd_threaded.testing import Broker, Cluster
 
-from support.spark import channel_stats, drained, spark, topic_count, total_rows, user_line, wait_until  # noqa: F401
+from support.spark import channel_stats, drained, query_state, spark, topic_count, total_rows, user_line, wait_until  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -30,7 +30,8 @@ def _stream_to_parquet(spark, tmp_path, brokers, topic, channel, total, while_ru
     query = (reader.load().writeStream.format("parquet").option("path", out)
              .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start())
     try:
-        wait_until(lambda: drained(brokers, topic, channel, total), 180, "%d messages FINed" % total)
+        wait_until(lambda: drained(brokers, topic, channel, total), 180,
+                   lambda: "%d messages FINed; %s" % (total, query_state(query, brokers, topic, channel)))
         assert query.exception() is None
         assert total_rows(query) >= total
         if while_running is not None:

@@ -129,6 +129,23 @@ def drained(brokers, topic, channel, total):
     return done >= total
 
 
+def query_state(query, brokers, topic, channel):
+    """What a stuck query and its channels look like (for a timeout's message): the query's status
+    and last progress, and per broker the channel's counts and each client's RDY and in-flight."""
+    parts = ["query status %s, last progress %s" % (query.status, json.dumps(query.lastProgress)[:1500])]
+    for broker in brokers:
+        c = channel_stats(broker, topic, channel)
+        if c is None:
+            parts.append("%s: no channel" % broker.tcp_addr)
+            continue
+        clients = sorted("%s rdy %d inflight %d fin %d" % (k["client_id"], k["ready_count"], k["in_flight_count"],
+                                                             k["finish_count"]) for k in c["clients"])
+        parts.append("%s: depth %d in flight %d deferred %d finished %d; %d clients: %s" % (
+            broker.tcp_addr, c["depth"], c["in_flight_count"], c["deferred_count"], finished(broker, topic, channel),
+            len(clients), "; ".join(clients)))
+    return " | ".join(parts)
+
+
 def total_rows(query):
     return sum(p["numInputRows"] for p in query.recentProgress)
 
