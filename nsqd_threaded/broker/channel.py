@@ -219,26 +219,33 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
             return self._take_waiters_locked()  # (they find the channel paused, as before)
         waiting = self._waiting
         to_wake = []
-        for client in list(waiting):
-            if not (self._memory or self._backend.depth()):
-                break
-            del waiting[client]
-            if not client.hold_output():  # acquire (a try): released by deliveries.release()
-                to_wake.append(client)
-                continue
-            # (An empty list, all sampled out, still goes: its delivery releases the output.)
-            try:
-                msgs = self._take_for_locked(client, DIRECT_DELIVERY_MAX) or []
-            except BaseException:
-                deliveries.append((client, []))  # (a failed disk read: the output is still released)
-                raise
-            deliveries.append((client, msgs))
-            if client.blocked:
-                continue  # its FINs wake the pump
-            if self._memory or self._backend.depth():
-                to_wake.append(client)  # more than one direct delivery's worth: the pump takes the rest
-            else:
-                waiting[client] = None  # the pump has nothing to do: still waiting
+        memory = self._memory
+        backend = self._backend
+        while waiting and (memory or backend.depth()):
+            # The longest waiting first, as many as there are messages (at least a few) at a time:
+            # never a copy of them all, which would touch each of thousands of waiting consumers
+            # for a put that serves a few.  (Each one met leaves the dict, or stays at its end
+            # only once nothing is left to deliver: none is met twice.)
+            for client in list(itertools.islice(waiting, max(len(memory), 16))):
+                if not (memory or backend.depth()):
+                    break
+                del waiting[client]
+                if not client.hold_output():  # acquire (a try): released by deliveries.release()
+                    to_wake.append(client)
+                    continue
+                # (An empty list, all sampled out, still goes: its delivery releases the output.)
+                try:
+                    msgs = self._take_for_locked(client, DIRECT_DELIVERY_MAX) or []
+                except BaseException:
+                    deliveries.append((client, []))  # (a failed disk read: the output is still released)
+                    raise
+                deliveries.append((client, msgs))
+                if client.blocked:
+                    continue  # its FINs wake the pump
+                if self._memory or self._backend.depth():
+                    to_wake.append(client)  # more than one direct delivery's worth: the pump takes the rest
+                else:
+                    waiting[client] = None  # the pump has nothing to do: still waiting
         return to_wake
 
     def _deliver_one_locked(self, msg, deliveries):

@@ -9,8 +9,9 @@ Why lazy deletion: nearly every in-flight message leaves by FIN long before
 its deadline, so removal must be cheap.  A removal only drops the dict entry
 (O(1)); its entry stays until it comes due in :meth:`pop_due` and is seen to
 be stale (the ID is gone, or its message's deadline has changed), or until the
-entries reference too many stale messages and are rebuilt from the dict
-(amortized O(1) per removal).  A delivery batch shares one deadline, so it
+entries reference too many stale messages and are compacted: the stale entries
+dropped, or all rebuilt from the dict, whichever costs less (amortized O(1) per
+removal).  A delivery batch shares one deadline, so it
 takes one entry, not one per message.
 
 Why two sequences of entries: deadlines are nearly always added in order (a
@@ -61,7 +62,41 @@ class TimedIndex:
             self._entries.add((deadline_ns, next(self._seq), msgs))
         self._referenced += len(msgs)
         if self._referenced > 2 * len(self._by_id) + 1024:
+            self._compact()
+
+    def _compact(self):
+        """Drop the stale references, whichever way costs less: keep the entries that still
+        hold a live message, or rebuild them from the live messages.
+
+        Keeping costs a look at each entry, rebuilding a regrouping and a sort of the live
+        messages, several times a look.  Thousands of consumers at RDY 1 make an entry of each
+        delivery and finish them in about the order they came: nearly every entry is then one
+        stale message, and a look at each is the cheaper (the rebuild of thousands in flight,
+        every few thousand deliveries, was a sizeable part of each delivery's cost).  Entries
+        still referencing too many (large batches partly finished) are rebuilt after all.
+        """
+        by_id = self._by_id
+        if len(self._tail) + len(self._entries) > 4 * len(by_id):
             self._rebuild()
+            return
+        referenced = 0
+        kept = []
+        for entries in (self._entries, self._tail):
+            live = []
+            for entry in entries:
+                deadline, _, msgs = entry
+                for msg in msgs:
+                    if msg.expiry_ns == deadline and by_id.get(msg.id) is msg:
+                        live.append(entry)
+                        referenced += len(msgs)
+                        break
+            kept.append(live)
+        if referenced > 2 * len(by_id) + 512:
+            self._rebuild()
+            return
+        self._entries = SortedList(kept[0])
+        self._tail = deque(kept[1])
+        self._referenced = referenced
 
     def _rebuild(self):
         """Drop the stale references: one entry per live deadline."""
@@ -100,7 +135,7 @@ class TimedIndex:
                 self._entries.add((deadline_ns, next(self._seq), added))
             self._referenced += len(added)
             if self._referenced > 2 * len(by_id) + 1024:
-                self._rebuild()
+                self._compact()
         return added
 
     def remove(self, msg_id):

@@ -90,6 +90,9 @@ class BrokerProc:
     def cpu_seconds(self):
         return cpu_seconds(self.pid)
 
+    def cpu_split(self):
+        return cpu_split(self.pid)
+
     def http(self, method, path):
         """An HTTP request to the broker (``http=True``); returns the body, raises on a status >= 300."""
         host, port = self.http_address.rsplit(":", 1)
@@ -133,9 +136,16 @@ class BrokerProc:
 
 def cpu_seconds(pid):
     """User + system CPU time of a process so far, from /proc (clock-tick resolution)."""
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid):
+    """``(user, system)`` CPU seconds of a process so far, from /proc (clock-tick resolution): the
+    system part is the kernel's work for it (its syscalls: here mostly the sockets' sends and recvs)."""
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def free_port():

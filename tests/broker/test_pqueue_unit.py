@@ -207,3 +207,41 @@ def test_deadlines_in_order_and_out_of_order_come_due_merged_in_deadline_order()
         popped += due
     assert ids(popped) == expected
     assert len(index) == 0 and index.pop_due(10**18) == []
+
+
+class TracedMessage(Message):
+    __slots__ = ("__weakref__",)  # (so that the test sees which finished messages are still referenced)
+
+
+@pytest.mark.parametrize("live", [100, 3000])
+def test_finished_messages_are_let_go_as_thousands_at_rdy_1_finish_in_order(live):
+    """Consumers at RDY 1 (an entry per delivery), finished in about the order they came, with
+    some TOUCHed (a later deadline) and some put back under an earlier deadline: the index keeps
+    only a bounded number of finished messages alive, and what comes due is exactly what is live."""
+    import weakref
+
+    rng = random.Random(live)
+    index = TimedIndex()
+    in_flight = []
+    finished = []
+    now = 0
+    for i in range(20 * live):
+        now += 1
+        m = TracedMessage(b"%016x" % i, b"", 0, 0)
+        index.add(m, now + 10**6)
+        in_flight.append(m)
+        if len(in_flight) > live:
+            victim = in_flight.pop(0 if rng.random() < 0.9 else rng.randrange(len(in_flight)))
+            assert index.remove(victim.id) is victim
+            finished.append(weakref.ref(victim))
+        if rng.random() < 0.01:
+            index.reschedule(rng.choice(in_flight), now + 2 * 10**6)  # TOUCH
+        if rng.random() < 0.01:
+            index.reschedule(rng.choice(in_flight), now + 10**5)  # earlier: to the sorted entries
+    del victim
+    still_referenced = sum(1 for ref in finished if ref() is not None)
+    assert still_referenced <= 2 * live + 1024
+    assert len(index) == live
+    expected = sorted(in_flight, key=lambda m: (m.expiry_ns, m.id))
+    assert index.earliest(live) == expected
+    assert index.pop_due(10**12) == expected and len(index) == 0
