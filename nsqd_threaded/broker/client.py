@@ -32,6 +32,20 @@ class Client:
       the subscribed channel's lock (every change happens in a Channel method).
     """
 
+    # Slots: a broker holds thousands of clients, and a consumer's FIN reads a dozen of these
+    # (a slot is a fixed place in the object; sixty names overflow a shared-key instance dict into
+    # one of its own per client, larger and slower to read).  ``__dict__`` stays for what a subclass
+    # or a test adds beside them, ``__weakref__`` for whoever watches a client go.
+    __slots__ = (
+        "id", "remote_address", "client_id", "hostname", "user_agent", "topology_region", "topology_zone",
+        "state", "connect_time", "channel", "topic_name", "heartbeat_interval", "msg_timeout_ns",
+        "output_buffer_size", "output_buffer_timeout", "sample_rate", "feature_negotiation", "ready_count",
+        "in_flight_count", "blocked", "message_count", "finish_count", "requeue_count", "pub_counts",
+        "auth_secret", "auth_state", "_lock", "_woken", "_closing", "_pump_asleep", "transport", "tls",
+        "tls_common_name", "deflate", "snappy", "_wakeup",
+        "__dict__", "__weakref__",
+    )
+
     def __init__(self, id, address, options):
         """``id``: the broker's number for this connection (Go's ID, never reused);
         ``client_id`` is the IDENTIFY string (Go's ClientID), the remote IP until then."""

@@ -54,6 +54,12 @@ class ClientConnection(Client):
       and ``output_backlog``.
     """
 
+    __slots__ = (  # (see Client.__slots__)
+        "_sock", "_write_lock", "_encode", "output_backlog", "_connection_thread", "_pump", "_heartbeat_at",
+        "_heartbeat_every", "disconnected", "late_heartbeat_at", "skipped_since_heartbeat", "pump_refused",
+        "pump_deferred",
+    )
+
     polled = False  # served by a NetPoller (see nsqd_threaded.server.netpoll), not a thread of its own
 
     def __init__(self, id, sock, address, nsqd):

@@ -48,6 +48,11 @@ class PolledConnection(ClientConnection):
       the connection (its serving thread, or the poller while it is parked).
     """
 
+    __slots__ = (  # (see Client.__slots__)
+        "_poller", "_poll", "_fd", "_poll_lock", "_reading", "input_seen", "_pump_queued", "_sock_closed",
+        "proto", "_hb_every", "_hb_at", "_idle_since", "_timer_at", "timer_slot",
+    )
+
     polled = True
     pump_thread = False  # (run_pump is a task: no Condition to sleep on)
 

@@ -30,6 +30,11 @@ from .reader import ConnectionEnded, Reader, WouldWait
 class ProtocolV2:
     """Executes one client's commands.  Runs on the connection thread."""
 
+    __slots__ = (  # (one per connection, read on every command: see Client.__slots__)
+        "nsqd", "options", "client", "limits", "_valid_topics", "transport", "_topics", "_auth_enabled",
+        "_tls_gate", "_hb", "waits", "_waits_with_lookupds", "reader",
+    )
+
     def __init__(self, nsqd, client, sock, limits=None):
         """``limits``: the listener's LimitReporter, told of a pump thread that could not start."""
         self.nsqd = nsqd

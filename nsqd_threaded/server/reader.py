@@ -47,6 +47,12 @@ class Reader:
     Used by the connection thread only.
     """
 
+    __slots__ = (  # (one per connection, read on every command: see Client.__slots__)
+        "_sock", "_recv_into", "_connection", "_ticker", "_tick_at", "_buf", "_pos", "_command_timeout",
+        "_deadline", "_timeout", "_lazy_timeout", "_idle", "_hangup", "_holds_permit", "_chunk", "_last_recv",
+        "_decode", "_layers", "_command_start", "holding", "_readable", "drained",
+    )
+
     def __init__(self, sock, idle_watcher=None, connection=None, ticker=None, hangup=None):
         """``connection``: an object whose ``disconnected`` attribute turns true once the
         connection is being closed (read before each recv and each decode: a stream that

@@ -217,3 +217,30 @@ def test_heartbeats_reach_a_parked_consumer_and_a_silent_one_is_closed(polled):
             if not data:
                 break
     wait_for(lambda: not channel_of(polled, "hb", "c").clients(), what="the silent consumer removed")
+
+
+@pytest.mark.parametrize("connection_threads", [False, True])
+def test_a_connection_keeps_its_state_in_slots(make_nsqd, connection_threads):
+    """A connection's client, protocol and reader hold every attribute a consumer's and a
+    publisher's life sets in slots (``Client.__slots__``): none spills into an instance dict,
+    which with thousands of connections is memory and time on every command."""
+    nsqd = make_nsqd(connection_threads=connection_threads)
+    with Conn(nsqd.tcp_address) as sub, Conn(nsqd.tcp_address) as pub:
+        sub.identify(feature_negotiation=True, heartbeat_interval=1000, msg_timeout=60000, sample_rate=0,
+                     output_buffer_timeout=250, client_id="slots", hostname="slots", user_agent="t")
+        sub.sub("slots", "c", rdy=2)
+        pub.mpub("slots", [b"1", b"2", b"3"])
+        _, _, first, _ = sub.read_message()
+        _, _, second, _ = sub.read_message()
+        sub.send(b"TOUCH " + second + b"\nREQ " + second + b" 0\nFIN " + first + b"\n")
+        sub.read_message()
+        sub.send(b"CLS\n")
+        while sub.read_frame() != (protocol_v2.FRAME_TYPE_RESPONSE, b"CLOSE_WAIT"):
+            pass  # (a message sent before the CLS)
+        clients = nsqd.clients()
+        assert len(clients) == 2
+        for client in clients:
+            assert client.__dict__ == {}, type(client).__name__
+            proto = getattr(client, "proto", None)  # (the poller's connection keeps its protocol)
+            if proto is not None:
+                assert not hasattr(proto, "__dict__") and not hasattr(proto.reader, "__dict__")
