@@ -244,3 +244,19 @@ def test_a_connection_keeps_its_state_in_slots(make_nsqd, connection_threads):
             proto = getattr(client, "proto", None)  # (the poller's connection keeps its protocol)
             if proto is not None:
                 assert not hasattr(proto, "__dict__") and not hasattr(proto.reader, "__dict__")
+
+
+def test_every_accepted_connection_has_nagle_off(polled):
+    """The poller's connections get TCP_NODELAY from their listener (Linux copies it to each
+    accepted socket), as the thread-per-connection model sets it on each: no answer waits for
+    the client's delayed ACK."""
+    conns = [Conn(polled.tcp_address) for _ in range(3)]
+    try:
+        for c in conns:
+            c.sub("nodelay", "c")
+        clients = wait_for(lambda: len(polled.clients()) == 3 and polled.clients(), what="three clients")
+        for client in clients:
+            assert client._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        for c in conns:
+            c.close()
