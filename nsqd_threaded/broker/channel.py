@@ -242,7 +242,7 @@ class Channel(BackedQueue, ChannelPolicyMethods, ChannelRedriveMethods):
                 deliveries.append((client, msgs))
                 if client.blocked:
                     continue  # its FINs wake the pump
-                if self._memory or self._backend.depth():
+                if memory or backend.depth():
                     to_wake.append(client)  # more than one direct delivery's worth: the pump takes the rest
                 else:
                     waiting[client] = None  # the pump has nothing to do: still waiting
