@@ -48,6 +48,7 @@ from ..wire.transport import server_context
 from .auto_skip import AutoSkipper, settled
 from .connection import ClientConnection
 from .http_api import NSQDHTTPServer
+from .identify_memo import IdentifyMemo
 from .idle import new_idle_watcher
 from .lookup import LookupPeers, query_topic_channels
 from .statsd import StatsdLoop, expand_prefix
@@ -71,6 +72,8 @@ class NSQD(BrokerCore):
         # wake-ups starve the broker.  Serialized, the waiters are few and a
         # mass close costs its work and no more.
         self.teardown_lock = threading.Lock()
+        # IDENTIFY bodies decoded and negotiated already: a program's consumers send the same one.
+        self.identify_memo = IdentifyMemo()
         self.idle_watcher = None  # parks idle connection threads (see nsqd_threaded.server.idle)
         self._started = False
         self._tcp_server = None

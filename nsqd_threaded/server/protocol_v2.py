@@ -265,10 +265,15 @@ class ProtocolV2:
         size = self._read_size("E_BAD_BODY", "IDENTIFY failed to read body size")
         protocol_v2.check_body_size("IDENTIFY", size, self.options.max_body_size)
         body = self._read_body(size, "E_BAD_BODY", "IDENTIFY failed to read body")
-        fields = protocol_v2.decode_identify(body)
-        client.set_identity(fields)
-        settings = protocol_v2.negotiate_identify(fields, self.options, gocompat.ms(self.options.client_timeout))
-        client.identify(fields, settings)
+        memo = self.nsqd.identify_memo
+        known = memo.get(body)  # (a program's consumers identify alike: see IdentifyMemo)
+        if known is None:
+            fields = protocol_v2.decode_identify(body)
+            client.set_identity(fields)  # (kept even if the settings are refused)
+            settings = protocol_v2.negotiate_identify(fields, self.options, gocompat.ms(self.options.client_timeout))
+            known = memo.add(body, fields, settings)
+        fields = known.fields
+        client.identify(fields, known.settings)
         if not fields.get("feature_negotiation"):
             return protocol_v2.OK_FRAME
         options = self.options
@@ -281,11 +286,15 @@ class ProtocolV2:
         if client.transport is not None and client.transport.compression and (deflate or snappy):
             # A repeated IDENTIFY cannot stack a second compressor.
             deflate = snappy = False
-        response = protocol_v2.response_frame(protocol_v2.identify_response(
-            settings, options, tls_v1=tls_v1, deflate=deflate, snappy=snappy, deflate_level=level
-        ))
         if not (tls_v1 or deflate or snappy):
-            return response
+            # (the answer that upgrades nothing depends on the body and the options alone)
+            if known.answer is None:
+                known.answer = protocol_v2.response_frame(protocol_v2.identify_response(
+                    known.settings, options, deflate_level=level))
+            return known.answer
+        response = protocol_v2.response_frame(protocol_v2.identify_response(
+            known.settings, options, tls_v1=tls_v1, deflate=deflate, snappy=snappy, deflate_level=level
+        ))
         # nsqd's sequence: the JSON response in the clear, then each upgrade
         # followed by an OK frame sent through it.  All of it holds the write
         # lock, so no heartbeat slips in between with the wrong encoding.
