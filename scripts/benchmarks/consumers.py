@@ -9,7 +9,9 @@ alternately for ``--rounds``:
    COUNT, then shows them all), then the broker's threads, RSS and CPU over three idle seconds;
 2. ``--messages`` messages are MPUBed (200 a command) from one more connection, and every consumer
    FINs each message as it arrives: the time from the first MPUB until the clients have every
-   message is the *rate*, and the broker's CPU time over that span per message its cost;
+   message is the *rate*, and the broker's CPU time over that span per message its cost; beside
+   it the load clients' CPU per message, and the cores the whole host kept busy meanwhile
+   (*host cores busy*: on two cores, 2.00 means none sat idle);
 3. the consumers close together: the time until /stats (COUNT) shows none (*gone after close*).
 
 The load clients answer heartbeats and FIN from non-blocking sockets; ``--clients`` more processes
@@ -33,6 +35,7 @@ same (see ``client_count``).  Its threads, RSS and CPU come from /proc, as the o
     scripts/bench consumers --consumers 100,1000,5000 --go ../shared/reference/go-nsq-1.3.0/nsqd
     scripts/bench consumers --consumers 1000 --rdy 10 --threads --rounds 3
     scripts/bench consumers --consumers 1000 --floor --rounds 3
+    scripts/bench consumers --consumers 100 --go GO_NSQD --flag=--mem-queue-size=1000000 --rounds 3
     scripts/bench consumers --consumers 100,5000 --floor --baseline TREE --rounds 0 --instructions
 """
 
@@ -50,7 +53,7 @@ import sys
 import tempfile
 import time
 
-from .common import BrokerProc, Quiet
+from .common import BrokerProc, Quiet, cpu_split
 from .connections import raise_nofile, rss, threads_of
 from .work import Counters, control
 
@@ -222,11 +225,15 @@ def run_once(broker, consumers, clients, rdy, messages, callgrind_out=None):
         time.sleep(IDLE_SECONDS)  # (measuring: the broker's CPU while every consumer waits)
         figures["idle_cpu_ms"] = (broker.cpu_seconds() - idle0) / IDLE_SECONDS * 1000
         counters0 = Counters(broker.pid)
+        clients0 = sum(sum(cpu_split(p.pid)) for p, _ in procs)
+        host0 = host_busy()
         user0, sys0 = broker.cpu_split()
         t0 = time.monotonic()
         _publish(address, received, messages)
         elapsed = time.monotonic() - t0
         user1, sys1 = broker.cpu_split()
+        figures["host_cores"] = (host_busy() - host0) / elapsed
+        figures["clients_us"] = (sum(sum(cpu_split(p.pid)) for p, _ in procs) - clients0) / messages * 1e6
         cpu = (user1 - user0) + (sys1 - sys0)  # (each difference exact: an idle span is 0, not -5e-15)
         figures["sys_us"] = (sys1 - sys0) / messages * 1e6
         counters1 = Counters(broker.pid)
@@ -246,6 +253,16 @@ def run_once(broker, consumers, clients, rdy, messages, callgrind_out=None):
                 p.terminate()
             p.join(30)
     return figures
+
+
+def host_busy():
+    """CPU seconds the whole host has spent busy so far (every CPU: user, nice, system, interrupts,
+    steal; not idle or waiting for I/O), from /proc/stat.  Over the delivery, divided by its time,
+    the cores the broker and its load clients kept busy: below the host's count, some core sat idle
+    while messages waited for the others."""
+    with open("/proc/stat") as f:
+        ticks = [int(t) for t in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def _publish(address, received, messages):
@@ -309,6 +326,8 @@ FIGURES = [
     ("delivered msg/s", "rate", "%.0f"),
     ("broker CPU us/msg", "cpu_us", "%.1f"),
     ("  of which kernel", "sys_us", "%.1f"),
+    ("load clients us/msg", "clients_us", "%.1f"),
+    ("host cores busy", "host_cores", "%.2f"),
     ("threads (subscribed)", "threads", "%d"),
     ("RSS MB (subscribed)", "rss_mb", "%.1f"),
     ("idle CPU ms/s", "idle_cpu_ms", "%.1f"),
@@ -340,6 +359,9 @@ def main():
                     help="messages MPUBed in each callgrind run (a multiple of 200)")
     ap.add_argument("--keep", metavar="DIR", help="keep each callgrind profile there, for callgrind_annotate")
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs our broker and the floor")
+    ap.add_argument("--flag", action="append", default=[], metavar="FLAG",
+                    help="an nsqd flag for every broker but the floor, such as --mem-queue-size=1000000 "
+                         "(no backlog on disk); repeat for more")
     ap.add_argument("--max-load", type=float, default=1.0, help="refuse to start above this load average")
     ap.add_argument("--allow-load", action="store_true", help="run on a busy machine anyway")
     a = ap.parse_args()
@@ -347,13 +369,16 @@ def main():
     if not quiet.start_is_quiet() and not a.allow_load:
         raise SystemExit("the machine is busy (load average %.2f): --allow-load to run anyway" % quiet.start_load)
     raise_nofile()
-    brokers = [("ours", lambda **kw: BrokerProc("ours", a.python, http=True, **kw))]
+    flags = list(a.flag)
+    brokers = [("ours", lambda **kw: BrokerProc("ours", a.python, flags, http=True, **kw))]
     if a.threads:
-        brokers.append(("ours threads", lambda **kw: BrokerProc("ours", a.python, ["--connection-threads"], http=True, **kw)))
+        brokers.append(("ours threads", lambda **kw: BrokerProc("ours", a.python, ["--connection-threads"] + flags,
+                                                                 http=True, **kw)))
     if a.baseline:
-        brokers.append(("baseline", lambda **kw: BrokerProc("ours", a.python, root=os.path.abspath(a.baseline), http=True, **kw)))
+        brokers.append(("baseline", lambda **kw: BrokerProc("ours", a.python, flags, root=os.path.abspath(a.baseline),
+                                                            http=True, **kw)))
     if a.go:
-        brokers.append(("go", lambda: BrokerProc("go", a.go, ["--max-rdy-count=2500"], http=True)))
+        brokers.append(("go", lambda: BrokerProc("go", a.go, ["--max-rdy-count=2500"] + flags, http=True)))
     if a.floor:
         brokers.append(("floor", lambda **kw: BrokerProc("floor-consumers", a.python, **kw)))
     clients_list = [int(c) for c in a.clients.split(",")]
