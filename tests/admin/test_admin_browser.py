@@ -77,6 +77,24 @@ def test_every_page_loads_and_draws(browser, setup, tmp_path):
     assert os.path.getsize(tmp_path / "inside.png") > 1000
 
 
+def mark_page(browser):
+    """Mark the page's window: the mark is gone once the page is loaded again."""
+    browser.run("window.testMark = true;")
+
+
+def page_reloaded(browser):
+    return browser.run("return window.testMark === undefined && document.readyState === 'complete';")
+
+
+def page_state(browser):
+    """Where the browser stands, for a failure: the page, its flash message, the console."""
+    try:
+        flash = browser.run("var f = document.getElementById('flash'); return f ? f.textContent : null;")
+        return "page %s, flash %r, console %r" % (browser.url, flash, browser.browser_log())
+    except Exception as e:  # noqa: BLE001 - a description of a failure must not fail itself
+        return "page state unknown (%s)" % e
+
+
 def test_buttons_pause_empty_delete(browser, setup, tmp_path):
     cluster, admin = setup
     browser.get(admin.http_url + "/topics/orders/billing")
@@ -87,19 +105,23 @@ def test_buttons_pause_empty_delete(browser, setup, tmp_path):
 
     browser.get(admin.http_url + "/topics/orders/audit")
     assert channel(cluster[2], "orders", "audit")["depth"] == 6
+    mark_page(browser)
     browser.click(browser.find("button.empty"))
     browser.wait(browser.alert_open, "the confirmation")
     browser.accept_alert()
     browser.wait(lambda: all(channel(b, "orders", "audit")["depth"] == 0 for b in cluster), "audit emptied")
     assert all(channel(b, "orders", "billing")["depth"] > 0 for b in cluster)
+    # The action reloads its page once the nodes have answered: a page asked for before that reload
+    # would be replaced by it (the channel page again, whose delete button deletes the channel).
+    browser.wait(lambda: page_reloaded(browser), lambda: "the channel page reloaded: %s" % page_state(browser))
 
     browser.get(admin.http_url + "/topics/orders")
     browser.click(browser.find("button.delete"))
     browser.wait(browser.alert_open, "the confirmation")
     browser.accept_alert()
     browser.wait(lambda: all(not b.stats()["topics"] for b in cluster), lambda: "the topic deleted on every "
-                 "broker: %r; lookupd: %r" % ([[t["topic_name"] for t in b.stats()["topics"]] for b in cluster],
-                                               cluster.lookupd.lookup("orders")))
+                 "broker: %r; lookupd: %r; %s" % ([[t["topic_name"] for t in b.stats()["topics"]] for b in cluster],
+                                                   cluster.lookupd.lookup("orders"), page_state(browser)))
     browser.wait(lambda: browser.url.endswith("/topics"), "the topics page")
     log = browser.browser_log()
     assert not severe(log), log
