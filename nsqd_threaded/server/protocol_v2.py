@@ -287,7 +287,8 @@ class ProtocolV2:
             # A repeated IDENTIFY cannot stack a second compressor.
             deflate = snappy = False
         if not (tls_v1 or deflate or snappy):
-            # (the answer that upgrades nothing depends on the body and the options alone)
+            # (an answer that upgrades nothing, its deflate_level included, follows from the body and
+            # the broker's options alone: the same bytes for every connection that sends this body)
             if known.answer is None:
                 known.answer = protocol_v2.response_frame(protocol_v2.identify_response(
                     known.settings, options, deflate_level=level))
