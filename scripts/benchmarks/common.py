@@ -194,22 +194,22 @@ def load_average():
     return os.getloadavg()[0]
 
 
+def host_busy_seconds():
+    """CPU seconds the whole machine has spent busy so far, every CPU together (/proc/stat: all
+    but idle and iowait).  Its difference over a span, divided by the span, is cores kept busy."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def busy_cores(window=1.0):
     """CPU the whole machine used over ``window`` seconds, in cores (from /proc/stat)."""
-
-    def sample():
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        return sum(fields), idle
-
-    total0, idle0 = sample()
+    busy0 = host_busy_seconds()
     t0 = time.monotonic()
     time.sleep(window)  # the sampling window itself
-    total1, idle1 = sample()
-    elapsed = time.monotonic() - t0
-    ticks = os.sysconf("SC_CLK_TCK")
-    return max(0.0, ((total1 - total0) - (idle1 - idle0)) / ticks / elapsed)
+    busy1 = host_busy_seconds()
+    return max(0.0, (busy1 - busy0) / (time.monotonic() - t0))
 
 
 class Quiet:

@@ -53,7 +53,7 @@ import sys
 import tempfile
 import time
 
-from .common import BrokerProc, Quiet, cpu_split
+from .common import BrokerProc, Quiet, cpu_seconds, host_busy_seconds
 from .connections import raise_nofile, rss, threads_of
 from .work import Counters, control
 
@@ -225,15 +225,17 @@ def run_once(broker, consumers, clients, rdy, messages, callgrind_out=None):
         time.sleep(IDLE_SECONDS)  # (measuring: the broker's CPU while every consumer waits)
         figures["idle_cpu_ms"] = (broker.cpu_seconds() - idle0) / IDLE_SECONDS * 1000
         counters0 = Counters(broker.pid)
-        clients0 = sum(sum(cpu_split(p.pid)) for p, _ in procs)
-        host0 = host_busy()
+        clients0 = sum(cpu_seconds(p.pid) for p, _ in procs)
+        host0 = host_busy_seconds()
         user0, sys0 = broker.cpu_split()
         t0 = time.monotonic()
         _publish(address, received, messages)
         elapsed = time.monotonic() - t0
         user1, sys1 = broker.cpu_split()
-        figures["host_cores"] = (host_busy() - host0) / elapsed
-        figures["clients_us"] = (sum(sum(cpu_split(p.pid)) for p, _ in procs) - clients0) / messages * 1e6
+        # (the cores the broker and its load clients kept busy: below the host's count, a core sat
+        # idle while messages waited for another)
+        figures["host_cores"] = (host_busy_seconds() - host0) / elapsed
+        figures["clients_us"] = (sum(cpu_seconds(p.pid) for p, _ in procs) - clients0) / messages * 1e6
         cpu = (user1 - user0) + (sys1 - sys0)  # (each difference exact: an idle span is 0, not -5e-15)
         figures["sys_us"] = (sys1 - sys0) / messages * 1e6
         counters1 = Counters(broker.pid)
@@ -253,16 +255,6 @@ def run_once(broker, consumers, clients, rdy, messages, callgrind_out=None):
                 p.terminate()
             p.join(30)
     return figures
-
-
-def host_busy():
-    """CPU seconds the whole host has spent busy so far (every CPU: user, nice, system, interrupts,
-    steal; not idle or waiting for I/O), from /proc/stat.  Over the delivery, divided by its time,
-    the cores the broker and its load clients kept busy: below the host's count, some core sat idle
-    while messages waited for the others."""
-    with open("/proc/stat") as f:
-        ticks = [int(t) for t in f.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def _publish(address, received, messages):
